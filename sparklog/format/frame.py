@@ -1,0 +1,325 @@
+"""Encoding and decoding of frames: a 61-byte header plus an Arrow IPC body.
+
+The body is an Arrow IPC *stream* holding the schema and exactly one record batch, so a
+frame (and therefore a segment) decodes with no outside metadata. Its columns are the
+topic's record columns (:data:`RAW_SCHEMA` for raw topics, the declared schema for typed
+topics) followed by :data:`TIMESTAMP_COLUMN` and, for compacted data only,
+:data:`OFFSET_DELTA_COLUMN`. Buffers are compressed with Arrow IPC's own lz4/zstd codecs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+import crc32c as _crc32c
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from ..errors import CorruptRecordError, InvalidArgumentError, RecordTooLargeError
+from .header import (
+    BASE_OFFSET_POS, CODEC_IDS, CODEC_MASK, CONTROL_BIT, CRC_START, EXPLICIT_OFFSETS_BIT,
+    HEADER_SIZE, LEADER_EPOCH_POS, LOG_OVERHEAD, MAGIC, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
+    NO_SEQUENCE, TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, FrameHeader, unpack_header,
+)
+import struct
+
+TIMESTAMP_COLUMN = "__timestamp"
+OFFSET_DELTA_COLUMN = "__offset_delta"
+RESERVED_COLUMNS = frozenset({TIMESTAMP_COLUMN, OFFSET_DELTA_COLUMN})
+TIMESTAMP_TYPE = pa.timestamp("ms", tz="UTC")
+
+HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+#: Record columns of a raw topic (Kafka's record shape; the timestamp is added per frame).
+RAW_SCHEMA = pa.schema([
+    pa.field("key", pa.binary()),
+    pa.field("value", pa.binary()),
+    pa.field("headers", HEADER_TYPE),
+])
+
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+
+
+def crc32c(data, value: int = 0) -> int:
+    """CRC32C (Castagnoli) of ``data``, continuing from ``value``."""
+    return _crc32c.crc32c(data, value)
+
+
+@dataclass
+class Frame:
+    """One decoded frame: its header and a zero-copy view of its Arrow body."""
+
+    header: FrameHeader
+    body: pa.Buffer
+
+    def batch(self) -> pa.RecordBatch:
+        """The body's record batch (zero-copy for uncompressed bodies)."""
+        return decode_body(self.body)
+
+    def offsets(self) -> pa.Array:
+        """Offsets of the frame's records (implicit unless the explicit-offsets bit)."""
+        n = self.header.record_count
+        base = self.header.base_offset
+        if self.header.explicit_offsets:
+            deltas = self.batch().column(OFFSET_DELTA_COLUMN).cast(pa.int64())
+            return pa.compute.add(deltas, pa.scalar(base, pa.int64()))
+        return pa.array(range(base, base + n), pa.int64())
+
+
+def _normalise_compression(compression: str | None) -> str:
+    name = (compression or "none").lower()
+    if name in ("uncompressed", "producer"):
+        name = "none"
+    if name not in CODEC_IDS:
+        raise InvalidArgumentError(
+            f"unknown compression type {compression!r}: expected one of none, lz4, zstd")
+    return name
+
+
+def to_record_batch(data, schema: pa.Schema | None = None) -> pa.RecordBatch:
+    """Coerce a pyarrow Table/RecordBatch, pandas DataFrame or list of dicts into one
+    RecordBatch of ``schema`` (cast where safe). Raises SchemaMismatchError."""
+    from ..errors import SchemaMismatchError
+
+    if isinstance(data, pa.RecordBatch):
+        batch = data
+    elif isinstance(data, pa.Table):
+        batch = data.combine_chunks().to_batches()[0] if data.num_rows else \
+            pa.RecordBatch.from_pylist([], schema=data.schema)
+    elif isinstance(data, list):
+        try:
+            batch = pa.RecordBatch.from_pylist(data, schema=schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, TypeError) as exc:
+            raise SchemaMismatchError(f"records do not match the schema: {exc}") from None
+    elif type(data).__name__ == "DataFrame" and hasattr(data, "to_dict"):
+        try:
+            batch = pa.RecordBatch.from_pandas(data, schema=schema, preserve_index=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError) as exc:
+            raise SchemaMismatchError(f"DataFrame does not match the schema: {exc}") from None
+    else:
+        raise InvalidArgumentError(
+            f"expected a pyarrow Table/RecordBatch, a pandas DataFrame or a list of dicts, "
+            f"got {type(data).__name__}")
+    if schema is not None:
+        record_names = [n for n in batch.schema.names if n not in RESERVED_COLUMNS]
+        if record_names != schema.names:
+            raise SchemaMismatchError(
+                f"columns {record_names} do not match the topic schema {schema.names}")
+        if not batch.schema.equals(schema) and record_names == batch.schema.names:
+            try:
+                batch = batch.cast(schema)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError) as exc:
+                raise SchemaMismatchError(
+                    f"columns cannot be converted to the topic schema: {exc}") from None
+    return batch
+
+
+def raw_batch(values, keys=None, headers=None) -> pa.RecordBatch:
+    """A RecordBatch of :data:`RAW_SCHEMA` from lists of values, keys and headers
+    (headers: list of ``[(str, bytes), ...]`` or None per record)."""
+    n = len(values)
+    if keys is None:
+        keys = pa.nulls(n, pa.binary())
+    if headers is None:
+        headers = pa.nulls(n, HEADER_TYPE)
+    elif not isinstance(headers, pa.Array):
+        headers = pa.array(
+            [None if h is None else [{"key": k, "value": v} for k, v in h] for h in headers],
+            HEADER_TYPE)
+    return pa.RecordBatch.from_arrays(
+        [pa.array(keys, pa.binary()) if not isinstance(keys, pa.Array) else keys,
+         pa.array(values, pa.binary()) if not isinstance(values, pa.Array) else values,
+         headers],
+        schema=RAW_SCHEMA)
+
+
+def encode_frame(
+    batch,
+    *,
+    timestamps=None,
+    compression: str | None = "none",
+    base_offset: int = 0,
+    leader_epoch: int = -1,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    log_append_time: bool = False,
+    offset_deltas=None,
+    control: bool = False,
+    transactional: bool = False,
+) -> bytes:
+    """Encode one frame.
+
+    ``batch`` holds the record columns (a RecordBatch or Table; see
+    :func:`to_record_batch`). ``timestamps`` gives per-record milliseconds since the
+    epoch (a sequence, an Arrow array, or None for "now"); a batch that already has a
+    ``__timestamp`` column keeps it. ``offset_deltas`` (compacted data) stores explicit
+    offsets relative to ``base_offset`` and sets the explicit-offsets bit.
+    """
+    batch = to_record_batch(batch)
+    n = batch.num_rows
+    if n == 0:
+        raise InvalidArgumentError("a frame needs at least one record")
+    codec = _normalise_compression(compression)
+    names = batch.schema.names
+    if TIMESTAMP_COLUMN in names:
+        ts = batch.column(names.index(TIMESTAMP_COLUMN)).cast(TIMESTAMP_TYPE)
+        batch = batch.drop_columns([TIMESTAMP_COLUMN]) if hasattr(batch, "drop_columns") \
+            else pa.RecordBatch.from_arrays(
+                [c for c, f in zip(batch.columns, names) if f != TIMESTAMP_COLUMN],
+                names=[f for f in names if f != TIMESTAMP_COLUMN])
+    elif timestamps is None:
+        ts = pa.array([int(time.time() * 1000)] * n, pa.int64()).cast(TIMESTAMP_TYPE)
+    else:
+        ts = timestamps if isinstance(timestamps, pa.Array) else pa.array(timestamps, pa.int64())
+        if len(ts) != n:
+            raise InvalidArgumentError(f"{len(ts)} timestamps given for {n} records")
+        ts = ts.cast(TIMESTAMP_TYPE)
+    if ts.null_count:
+        raise InvalidArgumentError("record timestamps must not be null")
+    ts_int = ts.cast(pa.int64())
+    mm = pa.compute.min_max(ts_int)
+    first_ts = ts_int[0].as_py()
+    max_ts = mm["max"].as_py()
+    columns = list(batch.columns) + [ts]
+    fields = list(batch.schema) + [pa.field(TIMESTAMP_COLUMN, TIMESTAMP_TYPE, nullable=False)]
+    attributes = CODEC_IDS[codec]
+    if offset_deltas is not None:
+        deltas = pa.array(offset_deltas, pa.int32())
+        if len(deltas) != n:
+            raise InvalidArgumentError(f"{len(deltas)} offset deltas given for {n} records")
+        columns.append(deltas)
+        fields.append(pa.field(OFFSET_DELTA_COLUMN, pa.int32(), nullable=False))
+        last_delta = pa.compute.max(deltas).as_py()
+        attributes |= EXPLICIT_OFFSETS_BIT
+    else:
+        last_delta = n - 1
+    if log_append_time:
+        attributes |= TIMESTAMP_TYPE_BIT
+    if control:
+        attributes |= CONTROL_BIT
+    if transactional:
+        attributes |= TRANSACTIONAL_BIT
+    body_batch = pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields))
+    body = encode_body(body_batch, codec)
+    length = HEADER_SIZE - LOG_OVERHEAD + len(body)
+    header = FrameHeader(
+        base_offset, length, leader_epoch, MAGIC, 0, attributes, last_delta, first_ts,
+        max_ts, producer_id, producer_epoch, base_sequence, n)
+    out = bytearray(header.pack())
+    out += body
+    crc = crc32c(memoryview(out)[CRC_START:])
+    struct.pack_into(">I", out, 17, crc)
+    return bytes(out)
+
+
+def encode_body(batch: pa.RecordBatch, codec: str = "none") -> pa.Buffer:
+    """Arrow IPC stream bytes (schema + one batch) of ``batch``."""
+    options = ipc.IpcWriteOptions(compression=None if codec == "none" else codec)
+    sink = pa.BufferOutputStream()
+    with ipc.new_stream(sink, batch.schema, options=options) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue()
+
+
+def decode_body(body) -> pa.RecordBatch:
+    """Decode an Arrow IPC body into its single record batch."""
+    try:
+        reader = ipc.open_stream(body if isinstance(body, pa.Buffer) else pa.py_buffer(body))
+        batch = reader.read_next_batch()
+    except (pa.ArrowInvalid, StopIteration, OSError) as exc:
+        raise CorruptRecordError(f"frame body is not a valid Arrow IPC batch: {exc}") from None
+    return batch
+
+
+def body_schema(body) -> pa.Schema:
+    """The schema of a frame body, read without decoding the batch."""
+    try:
+        return ipc.open_stream(body if isinstance(body, pa.Buffer) else pa.py_buffer(body)).schema
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorruptRecordError(f"frame body has no valid Arrow schema: {exc}") from None
+
+
+def record_schema(schema: pa.Schema) -> pa.Schema:
+    """The record columns of a body schema (reserved columns removed)."""
+    return pa.schema([f for f in schema if f.name not in RESERVED_COLUMNS])
+
+
+def validate_frame(buf, pos: int = 0, *, max_size: int | None = None,
+                   verify_crc: bool = True, path=None) -> FrameHeader:
+    """Check the frame at ``buf[pos:]``: complete, sane length, known magic, CRC32C,
+    record count vs offset delta. Returns its header or raises CorruptRecordError
+    (RecordTooLargeError if it exceeds ``max_size``)."""
+    view = memoryview(buf)
+    avail = len(view) - pos
+    where = f" at position {pos}" + (f" of {path}" if path else "")
+    if avail < HEADER_SIZE:
+        raise CorruptRecordError(
+            f"truncated frame{where}: {avail} bytes, a header needs {HEADER_SIZE}",
+            path=path, position=pos)
+    header = unpack_header(view, pos)
+    if header.length < HEADER_SIZE - LOG_OVERHEAD:
+        raise CorruptRecordError(
+            f"invalid frame length {header.length}{where}", path=path, position=pos)
+    if max_size is not None and header.size > max_size:
+        raise RecordTooLargeError(
+            f"frame{where} is {header.size} bytes, over the limit of {max_size} bytes")
+    if header.size > avail:
+        raise CorruptRecordError(
+            f"truncated frame{where}: header says {header.size} bytes, {avail} present",
+            path=path, position=pos)
+    if header.magic != MAGIC:
+        raise CorruptRecordError(
+            f"unknown frame format version {header.magic}{where} (expected {MAGIC})",
+            path=path, position=pos)
+    if verify_crc:
+        actual = crc32c(view[pos + CRC_START:pos + header.size])
+        if actual != header.crc:
+            raise CorruptRecordError(
+                f"CRC32C mismatch{where}: stored {header.crc:#010x}, computed {actual:#010x}",
+                path=path, position=pos)
+    if header.record_count <= 0 or header.last_offset_delta < header.record_count - 1 \
+            or (header.attributes & CODEC_MASK) not in (0, 1, 2):
+        raise CorruptRecordError(
+            f"inconsistent frame header{where}: {header.record_count} records, "
+            f"last offset delta {header.last_offset_delta}, attributes {header.attributes:#x}",
+            path=path, position=pos)
+    return header
+
+
+def decode_frame(buf, pos: int = 0, *, verify_crc: bool = True, path=None) -> Frame:
+    """Validate and return the frame at ``buf[pos:]`` (body as a zero-copy view)."""
+    header = validate_frame(buf, pos, verify_crc=verify_crc, path=path)
+    data = buf if isinstance(buf, pa.Buffer) else pa.py_buffer(buf)
+    body = data.slice(pos + HEADER_SIZE, header.size - HEADER_SIZE)
+    return Frame(header, body)
+
+
+def iter_frames(buf, pos: int = 0, *, verify_crc: bool = True, path=None) -> Iterator[Frame]:
+    """Yield consecutive frames of ``buf`` from ``pos``; raises CorruptRecordError at the
+    first invalid or incomplete frame."""
+    data = buf if isinstance(buf, pa.Buffer) else pa.py_buffer(buf)
+    end = data.size
+    while pos < end:
+        frame = decode_frame(data, pos, verify_crc=verify_crc, path=path)
+        yield frame
+        pos += frame.header.size
+
+
+def stamp(buf: bytearray, pos: int, base_offset: int, leader_epoch: int) -> None:
+    """Write the broker-assigned base offset and leader epoch into a frame in place
+    (both fields lie outside the CRC)."""
+    _I64.pack_into(buf, pos + BASE_OFFSET_POS, base_offset)
+    _I32.pack_into(buf, pos + LEADER_EPOCH_POS, leader_epoch)
+
+
+def set_log_append_time(buf: bytearray, pos: int, ts_ms: int) -> None:
+    """Mark a frame as LogAppendTime with ``max_timestamp = ts_ms`` and fix its CRC."""
+    header = unpack_header(buf, pos)
+    attrs = header.attributes | TIMESTAMP_TYPE_BIT
+    struct.pack_into(">h", buf, pos + 21, attrs)
+    _I64.pack_into(buf, pos + 35, ts_ms)
+    crc = crc32c(memoryview(buf)[pos + CRC_START:pos + header.size])
+    struct.pack_into(">I", buf, pos + 17, crc)

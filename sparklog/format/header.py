@@ -1,0 +1,134 @@
+"""Frame header: the fixed 61-byte prefix of every frame (layout of Kafka's RecordBatch v2).
+
+All integers are big-endian. ``base_offset`` and ``leader_epoch`` are stamped by the
+broker and lie outside the CRC; the CRC32C covers every byte from ``attributes`` to the
+end of the frame.
+
+======  =====  ==================  =============================================
+offset  size   field               meaning
+======  =====  ==================  =============================================
+0       8      base_offset         offset of the first record (stamped by broker)
+8       4      length              bytes after this field (frame size - 12)
+12      4      leader_epoch        epoch of the leader that appended (stamped)
+16      1      magic               format version, currently 1
+17      4      crc                 CRC32C (Castagnoli) of bytes [21, end)
+21      2      attributes          bits 0-2 codec, 3 timestamp type, 4 transactional,
+                                   5 control, 6 explicit offsets
+23      4      last_offset_delta   last record's offset - base_offset
+27      8      first_timestamp     ms since epoch of the first record
+35      8      max_timestamp       largest record timestamp (ms)
+43      8      producer_id         -1 if not idempotent
+51      2      producer_epoch      -1 if not idempotent
+53      4      base_sequence       -1 if not idempotent
+57      4      record_count        number of records in the body
+61      ...    body                Arrow IPC stream (schema + one record batch)
+======  =====  ==================  =============================================
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, replace
+
+HEADER_SIZE = 61
+LOG_OVERHEAD = 12  # base_offset + length: the bytes not counted in ``length``
+MAGIC = 1
+CRC_START = 21  # CRC covers [CRC_START, end of frame)
+
+# offsets of fields patched in place by the broker
+BASE_OFFSET_POS = 0
+LEADER_EPOCH_POS = 12
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+assert _HEADER.size == HEADER_SIZE
+
+# attributes bits
+CODEC_MASK = 0x07
+CODEC_NONE, CODEC_LZ4, CODEC_ZSTD = 0, 1, 2
+CODEC_NAMES = {CODEC_NONE: "none", CODEC_LZ4: "lz4", CODEC_ZSTD: "zstd"}
+CODEC_IDS = {v: k for k, v in CODEC_NAMES.items()}
+TIMESTAMP_TYPE_BIT = 0x08  # 0 = CreateTime, 1 = LogAppendTime
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
+EXPLICIT_OFFSETS_BIT = 0x40
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+
+
+@dataclass(frozen=True)
+class FrameHeader:
+    """Decoded frame header; see the module docstring for the byte layout."""
+
+    base_offset: int
+    length: int
+    leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    # --- derived -----------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        """Total bytes of the frame including the 12-byte log overhead."""
+        return self.length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        """Offset of the last record in the frame."""
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        """Offset the next frame will start at."""
+        return self.last_offset + 1
+
+    @property
+    def codec(self) -> str:
+        """Compression codec name: 'none', 'lz4' or 'zstd'."""
+        return CODEC_NAMES.get(self.attributes & CODEC_MASK, "unknown")
+
+    @property
+    def log_append_time(self) -> bool:
+        """True when timestamps are LogAppendTime (max_timestamp applies to all)."""
+        return bool(self.attributes & TIMESTAMP_TYPE_BIT)
+
+    @property
+    def timestamp_type(self) -> int:
+        """Kafka's timestampType column value: 0 CreateTime, 1 LogAppendTime."""
+        return 1 if self.log_append_time else 0
+
+    @property
+    def explicit_offsets(self) -> bool:
+        """True when the body carries an ``__offset_delta`` column (compacted data)."""
+        return bool(self.attributes & EXPLICIT_OFFSETS_BIT)
+
+    @property
+    def is_control(self) -> bool:
+        """True for control frames (not user records)."""
+        return bool(self.attributes & CONTROL_BIT)
+
+    def pack(self) -> bytes:
+        """The 61 header bytes."""
+        return _HEADER.pack(
+            self.base_offset, self.length, self.leader_epoch, self.magic, self.crc,
+            self.attributes, self.last_offset_delta, self.first_timestamp,
+            self.max_timestamp, self.producer_id, self.producer_epoch,
+            self.base_sequence, self.record_count)
+
+    def with_(self, **changes) -> "FrameHeader":
+        """A copy with some fields changed."""
+        return replace(self, **changes)
+
+
+def unpack_header(buf, pos: int = 0) -> FrameHeader:
+    """Decode the header at ``buf[pos:pos+61]`` (no validation beyond the size)."""
+    return FrameHeader(*_HEADER.unpack_from(buf, pos))

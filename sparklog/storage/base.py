@@ -1,0 +1,192 @@
+"""The storage contract: one small file-system interface that every backend implements.
+
+Code above this layer may rely only on what HDFS guarantees (DESIGN.md section 3):
+
+1. A file is written sequentially by one writer (append only, no seek). A second writer
+   on the same file fails with :class:`~sparklog.errors.LeaseHeldError`.
+2. ``OutputStream.flush()`` (HDFS hflush) makes written bytes visible to new readers;
+   ``OutputStream.sync()`` (hsync, fsync locally) makes them durable.
+3. ``create(path, overwrite=False)`` is atomic (exactly one concurrent creator wins, the
+   others get :class:`~sparklog.errors.FileAlreadyExistsError`); ``rename(src, dst)`` is
+   atomic and fails with FileAlreadyExistsError when ``dst`` exists.
+4. ``recover_lease(path)`` lets a new writer take over a file whose writer died or is
+   being fenced; the old writer's later writes fail with LeaseExpiredError.
+
+Paths given to a FileIO are URLs or plain paths *inside* the FileIO's root scheme
+(``file:///data/log/t/0/00000000000000000000.log``, ``hdfs://nn/log/...``). Helpers here
+never touch the network or the disk themselves.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """One directory entry: ``path`` (full URL or path as the FileIO names it),
+    ``name`` (last component), ``size`` in bytes, ``is_dir``, ``mtime`` in seconds."""
+
+    path: str
+    name: str
+    size: int
+    is_dir: bool
+    mtime: float
+
+
+class OutputStream(abc.ABC):
+    """An append-only byte stream held under a single-writer lease.
+
+    ``write`` buffers; ``flush`` makes bytes visible to new readers (hflush); ``sync``
+    makes them durable (hsync/fsync). ``close`` flushes, syncs and releases the lease.
+    ``tell`` returns the number of bytes in the file (including buffered ones).
+    """
+
+    path: str
+
+    @abc.abstractmethod
+    def write(self, data) -> int:
+        """Append ``data`` (bytes-like); return the number of bytes accepted."""
+
+    @abc.abstractmethod
+    def flush(self) -> None:
+        """hflush: written bytes become visible to readers that open the file now."""
+
+    @abc.abstractmethod
+    def sync(self) -> None:
+        """hsync: flush, then make the bytes durable on the storage."""
+
+    @abc.abstractmethod
+    def tell(self) -> int:
+        """Current length of the file as this writer sees it."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Flush, sync and release the lease. Idempotent."""
+
+    @property
+    @abc.abstractmethod
+    def closed(self) -> bool:
+        """True after close() or after the lease was lost."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class FileIO(abc.ABC):
+    """Abstract file system under the storage contract (see module docstring).
+
+    Obtain one with :func:`sparklog.storage.open_fileio` (dispatch by URL scheme).
+    """
+
+    scheme: str = ""
+
+    # --- writing ---------------------------------------------------------------------
+    @abc.abstractmethod
+    def create(self, path: str, overwrite: bool = False) -> OutputStream:
+        """Create ``path`` and return its writer; parent directories are created.
+
+        Raises FileAlreadyExistsError if it exists and ``overwrite`` is False (atomic
+        among concurrent creators); LeaseHeldError if another writer holds it.
+        """
+
+    @abc.abstractmethod
+    def append(self, path: str) -> OutputStream:
+        """Open an existing file for appending under a new lease.
+
+        Raises StorageFileNotFoundError if absent, LeaseHeldError if another live writer
+        holds the lease (call :meth:`recover_lease` first to take it over).
+        """
+
+    @abc.abstractmethod
+    def recover_lease(self, path: str) -> None:
+        """Revoke any writer's lease on ``path`` (HDFS recoverLease). The fenced writer's
+        later write/flush/sync raise LeaseExpiredError. No-op if nobody holds it."""
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        """Write a whole small file atomically: create-no-overwrite of a temporary name
+        in the same directory, sync, close, then rename to ``path``.
+
+        Raises FileAlreadyExistsError if ``path`` exists. Readers see either no file or
+        the complete file.
+        """
+        import uuid
+
+        parent, name = self.split(path)
+        tmp = self.join(parent, f".{name}.{uuid.uuid4().hex}.tmp")
+        out = self.create(tmp)
+        try:
+            out.write(data)
+            out.sync()
+        finally:
+            out.close()
+        try:
+            self.rename(tmp, path)
+        except BaseException:
+            self.delete(tmp)
+            raise
+
+    # --- reading ---------------------------------------------------------------------
+    @abc.abstractmethod
+    def open_input(self, path: str):
+        """Return a random-access binary reader (``read``, ``seek``, ``tell``, ``close``,
+        ``size()``) seeing every byte flushed before the open. StorageFileNotFoundError
+        if absent."""
+
+    @abc.abstractmethod
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        """Read up to ``length`` bytes at ``offset`` (short at end of file)."""
+
+    def read_all(self, path: str) -> bytes:
+        """Read a whole (small) file."""
+        return self.read_range(path, 0, self.size(path))
+
+    # --- namespace -------------------------------------------------------------------
+    @abc.abstractmethod
+    def rename(self, src: str, dst: str) -> None:
+        """Atomic rename; FileAlreadyExistsError if ``dst`` exists,
+        StorageFileNotFoundError if ``src`` does not."""
+
+    @abc.abstractmethod
+    def delete(self, path: str, recursive: bool = False) -> bool:
+        """Delete a file (or a directory tree if ``recursive``). Return False if absent."""
+
+    @abc.abstractmethod
+    def exists(self, path: str) -> bool:
+        """True if a file or directory exists at ``path``."""
+
+    @abc.abstractmethod
+    def size(self, path: str) -> int:
+        """Visible length of the file in bytes."""
+
+    @abc.abstractmethod
+    def list(self, path: str) -> list[FileInfo]:
+        """Entries of directory ``path`` sorted by name; [] if the directory is absent."""
+
+    @abc.abstractmethod
+    def mkdirs(self, path: str) -> None:
+        """Create the directory and its parents (no error if present)."""
+
+    # --- path helpers (pure string work) -------------------------------------------------
+    def join(self, *parts: str) -> str:
+        """Join path components with '/', keeping the scheme/authority of the first."""
+        head = parts[0].rstrip("/")
+        rest = [p.strip("/") for p in parts[1:] if p]
+        return "/".join([head, *rest]) if rest else parts[0]
+
+    def split(self, path: str) -> tuple[str, str]:
+        """Return (parent, name) of ``path``."""
+        head, _, name = path.rstrip("/").rpartition("/")
+        return head, name
+
+    def local_path(self, path: str) -> str | None:
+        """The OS path of ``path`` when the storage is the local disk (for sendfile),
+        else None."""
+        return None
+
+    def close(self) -> None:
+        """Release client resources."""
