@@ -1,0 +1,631 @@
+"""LocalFileIO: the local disk under the HDFS storage contract (DESIGN.md section 3).
+
+How each rule of the contract is enforced on a POSIX file system:
+
+* **Single writer (lease).** A writer holds a sidecar lease file ``.<name>.sparklog-lease``
+  beside the data file, created with ``O_CREAT|O_EXCL`` and naming the owner's host,
+  pid, process start time, a random token and an epoch. A second writer (same process
+  or another) gets :class:`LeaseHeldError`. A lease whose owner process is gone (or a
+  zombie, or its pid reused by another process) counts as expired, like HDFS's soft
+  limit, and the next ``append`` takes it over. Lease files never appear in ``list()``.
+* **Lease transitions are serialised** with ``flock`` on the parent directory's file
+  descriptor: exclusive for create/append/recover/release, shared while a writer checks
+  its lease and hands bytes to the OS. So ``recover_lease`` waits for an in-flight flush,
+  and once it returns the fenced writer cannot add a single byte: its next
+  write/flush/sync raises :class:`LeaseExpiredError`.
+* **flush/sync.** ``write`` buffers in user space; ``flush`` checks the lease and
+  ``write(2)``s the buffer (visible to every new reader, as hflush); ``sync`` flushes then
+  ``fsync(2)``s (durable, as hsync). Creating or renaming a file also fsyncs the
+  directory so the name itself is durable.
+* **create-no-overwrite** is ``open(O_CREAT|O_EXCL)``: the kernel lets exactly one of
+  concurrent creators win.
+* **rename-no-replace** is ``renameat2(RENAME_NOREPLACE)`` (Linux >= 3.15, glibc >= 2.28),
+  falling back to ``link(2)`` + ``unlink(2)`` for files (``link`` fails atomically when
+  the target exists). There is never a check-then-rename window.
+
+Deliberately stricter than POSIX so that code passing here also passes on HDFS: no
+seek/random writes, renaming a file with a live writer raises LeaseHeldError, renaming
+into a missing parent directory raises StorageFileNotFoundError.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import json
+import os
+import shutil
+import socket
+import stat as stat_mod
+import threading
+import time
+import uuid
+
+from sparklog.errors import (
+    FileAlreadyExistsError,
+    InvalidArgumentError,
+    LeaseExpiredError,
+    LeaseHeldError,
+    StorageError,
+    StorageFileNotFoundError,
+)
+from sparklog.storage.base import FileInfo, FileIO, OutputStream
+from sparklog.storage.paths import check_bytes, check_int, check_path, strip_scheme
+
+LEASE_SUFFIX = ".sparklog-lease"
+DEFAULT_BUFFER_SIZE = 1 << 20  # bytes buffered before write() hands them to the OS
+
+_HOST = socket.gethostname()
+
+
+# --- small OS helpers ------------------------------------------------------------------
+
+
+def _fsync_dir(dirpath: str) -> None:
+    fd = os.open(dirpath, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _proc_start(pid: int) -> str | None:
+    """Start time of ``pid`` in clock ticks since boot ('' for a zombie, None if gone
+    or unknown)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read().decode("ascii", "replace")
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return None
+    fields = raw[raw.rfind(")") + 2:].split()
+    if fields and fields[0] in ("Z", "X"):
+        return ""
+    return fields[19] if len(fields) > 19 else None
+
+
+_MY_START = _proc_start(os.getpid())
+
+
+def _owner_alive(record: dict) -> bool:
+    """True if the process named by a lease record is (as far as we can tell) alive."""
+    if record.get("host") != _HOST:
+        return True  # cannot see another host's processes: only recover_lease ends it
+    pid = record.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by someone else
+    start = _proc_start(pid)
+    if start == "":
+        return False  # zombie: dead but not yet reaped
+    if start is not None and record.get("start") not in (None, start):
+        return False  # pid reused by another process
+    return True
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_RENAMEAT2 = getattr(_LIBC, "renameat2", None)
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+
+
+def _rename_noreplace(src: str, dst: str) -> None:
+    """Atomically rename src to dst, raising FileExistsError if dst exists."""
+    if _RENAMEAT2 is not None:
+        rc = _RENAMEAT2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst),
+                        _RENAME_NOREPLACE)
+        if rc == 0:
+            return
+        err = ctypes.get_errno()
+        if err not in (errno.EINVAL, errno.ENOSYS):
+            raise OSError(err, os.strerror(err), src, None, dst)
+    if os.path.isdir(src):
+        raise StorageError(
+            f"cannot rename directory {src!r} to {dst!r} atomically without replacing: "
+            "this file system lacks renameat2(RENAME_NOREPLACE)")
+    os.link(src, dst)  # FileExistsError if dst exists: the atomic no-replace check
+    os.unlink(src)
+
+
+class _DirLock:
+    """flock on a directory's fd: exclusive for lease transitions, shared for flushes."""
+
+    def __init__(self, dirpath: str, shared: bool = False):
+        self.dirpath = dirpath
+        self.mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+        self.fd = -1
+
+    def __enter__(self):
+        try:
+            self.fd = os.open(self.dirpath, os.O_RDONLY | os.O_DIRECTORY)
+        except FileNotFoundError:
+            raise StorageFileNotFoundError(
+                f"directory {self.dirpath!r} does not exist") from None
+        fcntl.flock(self.fd, self.mode)
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)  # closing the only descriptor releases the flock
+
+
+# --- leases ------------------------------------------------------------------------------
+
+
+def lease_path(os_path: str) -> str:
+    """The sidecar lease file of data file ``os_path``."""
+    head, name = os.path.split(os_path)
+    return os.path.join(head, f".{name}{LEASE_SUFFIX}")
+
+
+def is_lease_file(name: str) -> bool:
+    """True if directory entry ``name`` is a lease sidecar (hidden from list())."""
+    return name.startswith(".") and name.endswith(LEASE_SUFFIX)
+
+
+def read_lease(os_path: str) -> dict | None:
+    """The lease record of ``os_path`` (dict), or None if nobody holds a lease."""
+    try:
+        with open(lease_path(os_path), "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        record = json.loads(raw)
+        return record if isinstance(record, dict) else {}
+    except ValueError:
+        return {}  # torn lease file (writer died while writing it): counts as expired
+
+
+def _acquire_lease(os_path: str, display: str) -> dict:
+    """Take the lease of ``os_path``; caller holds the directory's exclusive lock."""
+    lpath = lease_path(os_path)
+    old = read_lease(os_path)
+    if old is not None:
+        if _owner_alive(old):
+            raise LeaseHeldError(
+                f"{display}: lease held by pid {old.get('pid')} on host {old.get('host')} "
+                f"(epoch {old.get('epoch')}); call recover_lease() to take it over")
+        os.unlink(lpath)  # expired (owner dead): soft-limit takeover
+    record = {"host": _HOST, "pid": os.getpid(), "start": _MY_START,
+              "token": uuid.uuid4().hex,
+              "epoch": max(time.time_ns(), int((old or {}).get("epoch") or 0) + 1)}
+    fd = os.open(lpath, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(fd, json.dumps(record).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return record
+
+
+# --- streams -----------------------------------------------------------------------------
+
+
+class LocalOutputStream(OutputStream):
+    """Append-only writer of one local file under a lease (see module docstring)."""
+
+    def __init__(self, fileio: "LocalFileIO", path: str, os_path: str, fd: int,
+                 lease: dict, length: int, buffer_size: int):
+        self.path = path
+        self._fileio = fileio
+        self._os_path = os_path
+        self._dir = os.path.dirname(os_path)
+        self._lease_path = lease_path(os_path)
+        self._lease = lease
+        self._lease_ino = os.stat(self._lease_path).st_ino
+        self._fd = fd
+        self._flushed = length
+        self._buf = bytearray()
+        self._buffer_size = buffer_size
+        self._closed = False
+        self._lost = False
+        self._lock = threading.RLock()
+
+    # lease checks -------------------------------------------------------------------
+    def _lease_ok(self) -> bool:
+        rec = read_lease(self._os_path)
+        return rec is not None and rec.get("token") == self._lease["token"]
+
+    def _fenced(self, op: str):
+        """Mark the lease lost, drop the buffer, close the fd; return the error."""
+        dropped = len(self._buf)
+        self._buf.clear()
+        self._lost = True
+        self._close_fd()
+        return LeaseExpiredError(
+            f"{self.path}: lease lost (file recovered or deleted by another writer); "
+            f"{op} refused, {dropped} unflushed bytes dropped")
+
+    def _check_open(self, op: str) -> None:
+        if self._lost:
+            raise LeaseExpiredError(f"{self.path}: lease lost earlier; {op} refused")
+        if self._closed:
+            raise StorageError(f"{self.path}: stream is closed; {op} refused")
+
+    # OutputStream ---------------------------------------------------------------------
+    def write(self, data) -> int:
+        """Buffer ``data``; hand the buffer to the OS once it exceeds the buffer size."""
+        view = check_bytes(data)
+        with self._lock:
+            self._check_open("write")
+            try:  # cheap check (one stat); flush() re-checks the token authoritatively
+                if os.stat(self._lease_path).st_ino != self._lease_ino:
+                    raise self._fenced("write")
+            except FileNotFoundError:
+                raise self._fenced("write") from None
+            self._buf += view
+            if len(self._buf) >= self._buffer_size:
+                self._flush_locked("write")
+            return len(view)
+
+    def _flush_locked(self, op: str) -> None:
+        with _DirLock(self._dir, shared=True):
+            if not self._lease_ok():
+                raise self._fenced(op)
+            with memoryview(self._buf) as view:
+                done = 0
+                while done < len(view):
+                    with view[done:] as rest:
+                        done += os.write(self._fd, rest)
+            self._flushed += len(self._buf)
+        self._buf.clear()
+
+    def flush(self) -> None:
+        """hflush: check the lease, then write(2) the buffer (visible to new readers)."""
+        with self._lock:
+            self._check_open("flush")
+            self._flush_locked("flush")
+
+    def sync(self) -> None:
+        """hsync: flush, then fsync(2) the file (durable)."""
+        with self._lock:
+            self._check_open("sync")
+            self._flush_locked("sync")
+            os.fsync(self._fd)
+
+    def tell(self) -> int:
+        """Length of the file including bytes still buffered here."""
+        return self._flushed + len(self._buf)
+
+    def _close_fd(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def close(self) -> None:
+        """Flush, fsync, release the lease. Idempotent; LeaseExpiredError if the lease
+        was lost with bytes still buffered (they were not written)."""
+        with self._lock:
+            if self._closed or self._lost:
+                self._closed = True
+                return
+            try:
+                if self._buf:
+                    self._flush_locked("close")
+                os.fsync(self._fd)
+                with _DirLock(self._dir):
+                    if self._lease_ok():
+                        os.unlink(self._lease_path)
+            finally:
+                self._closed = True
+                self._close_fd()
+
+    @property
+    def closed(self) -> bool:
+        """True after close() or once the lease was found lost."""
+        return self._closed or self._lost
+
+    def __repr__(self):
+        return f"LocalOutputStream({self.path!r}, tell={self.tell()})"
+
+
+class LocalInputStream:
+    """Random-access reader of a local file: read/readinto/seek/tell/size/close."""
+
+    def __init__(self, path: str, f):
+        self.path = path
+        self._f = f
+
+    def read(self, n: int = -1) -> bytes:
+        """Read up to ``n`` bytes (all remaining if negative)."""
+        return self._f.read(n)
+
+    def readinto(self, buf) -> int:
+        """Read into a writable buffer; return the count."""
+        return self._f.readinto(buf)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        """Move the read position (os.SEEK_SET/CUR/END)."""
+        return self._f.seek(offset, whence)
+
+    def tell(self) -> int:
+        """Current read position."""
+        return self._f.tell()
+
+    def size(self) -> int:
+        """Current visible length of the file."""
+        return os.fstat(self._f.fileno()).st_size
+
+    def fileno(self) -> int:
+        """The OS file descriptor (for sendfile)."""
+        return self._f.fileno()
+
+    def close(self) -> None:
+        """Close the reader."""
+        self._f.close()
+
+    @property
+    def closed(self) -> bool:
+        """True after close()."""
+        return self._f.closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+# --- the file system ----------------------------------------------------------------
+
+
+class LocalFileIO(FileIO):
+    """The local disk (``file://`` URLs or plain paths) under the HDFS contract.
+
+    ``buffer_size``: bytes a writer buffers before write() hands them to the OS itself.
+    """
+
+    scheme = "file"
+
+    def __init__(self, root: str | None = None, *, buffer_size: int = DEFAULT_BUFFER_SIZE):
+        self.root = check_path(root, "root") if root is not None else None
+        self.buffer_size = check_int(buffer_size, "buffer_size", 1)
+
+    def _os(self, path) -> tuple[str, str]:
+        """Return (path as given, absolute OS path)."""
+        path = check_path(path)
+        authority, p = strip_scheme(path, "file")
+        if authority not in ("", "localhost"):
+            raise InvalidArgumentError(f"file:// URL with a remote host: {path!r}")
+        return path, os.path.abspath(p)
+
+    def local_path(self, path: str) -> str:
+        """The OS path of ``path`` (the broker serves it with sendfile)."""
+        return self._os(path)[1]
+
+    # writing ----------------------------------------------------------------------------
+    def create(self, path: str, overwrite: bool = False) -> LocalOutputStream:
+        """Create ``path`` (O_EXCL) under a new lease; parents are created."""
+        path, p = self._os(path)
+        if not isinstance(overwrite, bool):
+            raise InvalidArgumentError(f"overwrite must be a bool, got {overwrite!r}")
+        parent = os.path.dirname(p)
+        self._mkdirs_os(parent, path)
+        with _DirLock(parent):
+            if overwrite:
+                rec = read_lease(p)
+                if rec is not None and _owner_alive(rec):
+                    raise LeaseHeldError(
+                        f"{path}: cannot overwrite, lease held by pid {rec.get('pid')} "
+                        f"on host {rec.get('host')}")
+                if os.path.isdir(p):
+                    raise FileAlreadyExistsError(f"{path}: is a directory")
+                try:
+                    os.unlink(p)
+                except FileNotFoundError:
+                    pass
+            try:
+                fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+            except FileExistsError:
+                raise FileAlreadyExistsError(f"{path}: file already exists") from None
+            try:
+                lease = _acquire_lease(p, path)
+                _fsync_dir(parent)
+            except BaseException:
+                os.close(fd)
+                os.unlink(p)
+                raise
+        return LocalOutputStream(self, path, p, fd, lease, 0, self.buffer_size)
+
+    def append(self, path: str) -> LocalOutputStream:
+        """Open an existing file for appending under a new lease (an expired lease of a
+        dead writer is taken over; a live one raises LeaseHeldError)."""
+        path, p = self._os(path)
+        parent = os.path.dirname(p)
+        if not os.path.isdir(parent):
+            raise StorageFileNotFoundError(f"{path}: file does not exist")
+        with _DirLock(parent):
+            try:
+                st = os.stat(p)
+            except FileNotFoundError:
+                raise StorageFileNotFoundError(f"{path}: file does not exist") from None
+            if stat_mod.S_ISDIR(st.st_mode):
+                raise StorageError(f"{path}: is a directory, cannot append")
+            lease = _acquire_lease(p, path)
+            try:
+                fd = os.open(p, os.O_WRONLY | os.O_APPEND)
+            except BaseException:
+                os.unlink(lease_path(p))
+                raise
+        return LocalOutputStream(self, path, p, fd, lease, os.fstat(fd).st_size,
+                                 self.buffer_size)
+
+    def recover_lease(self, path: str) -> None:
+        """Revoke whatever lease ``path`` has (live or dead); the fenced writer cannot
+        add a byte afterwards. StorageFileNotFoundError if the file does not exist."""
+        path, p = self._os(path)
+        parent = os.path.dirname(p)
+        if not os.path.isfile(p):
+            raise StorageFileNotFoundError(f"{path}: file does not exist")
+        with _DirLock(parent):
+            try:
+                os.unlink(lease_path(p))
+            except FileNotFoundError:
+                pass
+
+    # reading ------------------------------------------------------------------------------
+    def open_input(self, path: str) -> LocalInputStream:
+        """Open ``path`` for random-access reading (sees every flushed byte)."""
+        path, p = self._os(path)
+        try:
+            f = open(p, "rb", buffering=0)
+        except FileNotFoundError:
+            raise StorageFileNotFoundError(f"{path}: file does not exist") from None
+        except IsADirectoryError:
+            raise StorageError(f"{path}: is a directory, cannot read") from None
+        return LocalInputStream(path, f)
+
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        """Read up to ``length`` bytes at ``offset`` (short or empty past end of file)."""
+        check_int(offset, "offset")
+        check_int(length, "length")
+        path, p = self._os(path)
+        try:
+            fd = os.open(p, os.O_RDONLY)
+        except FileNotFoundError:
+            raise StorageFileNotFoundError(f"{path}: file does not exist") from None
+        try:
+            chunks, pos, left = [], offset, length
+            while left > 0:
+                b = os.pread(fd, left, pos)
+                if not b:
+                    break
+                chunks.append(b)
+                pos += len(b)
+                left -= len(b)
+            return b"".join(chunks)
+        except IsADirectoryError:
+            raise StorageError(f"{path}: is a directory, cannot read") from None
+        finally:
+            os.close(fd)
+
+    # namespace ----------------------------------------------------------------------------
+    def rename(self, src: str, dst: str) -> None:
+        """Atomic rename that never replaces ``dst`` (FileAlreadyExistsError)."""
+        src, sp = self._os(src)
+        dst, dp = self._os(dst)
+        if not os.path.lexists(sp):
+            raise StorageFileNotFoundError(f"rename source {src}: does not exist")
+        if not os.path.isdir(os.path.dirname(dp)):
+            raise StorageFileNotFoundError(
+                f"rename destination {dst}: parent directory does not exist")
+        with _DirLock(os.path.dirname(sp)):
+            rec = read_lease(sp)
+            if rec is not None and _owner_alive(rec):
+                raise LeaseHeldError(
+                    f"rename source {src}: a writer (pid {rec.get('pid')}) still holds "
+                    "its lease; close it first")
+            try:
+                _rename_noreplace(sp, dp)
+            except FileExistsError:
+                raise FileAlreadyExistsError(
+                    f"rename {src} -> {dst}: destination already exists") from None
+            except FileNotFoundError:
+                raise StorageFileNotFoundError(
+                    f"rename source {src}: does not exist") from None
+            except OSError as e:
+                if e.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise FileAlreadyExistsError(
+                        f"rename {src} -> {dst}: destination already exists") from None
+                raise StorageError(f"rename {src} -> {dst}: {e}") from e
+            if rec is not None:  # expired lease of a dead writer: drop it
+                try:
+                    os.unlink(lease_path(sp))
+                except FileNotFoundError:
+                    pass
+        _fsync_dir(os.path.dirname(dp))
+        if os.path.dirname(dp) != os.path.dirname(sp):
+            _fsync_dir(os.path.dirname(sp))
+
+    def delete(self, path: str, recursive: bool = False) -> bool:
+        """Delete a file (its writer is fenced) or, if ``recursive``, a tree; False if
+        absent. A non-empty directory without ``recursive`` raises StorageError."""
+        path, p = self._os(path)
+        if not os.path.lexists(p):
+            return False
+        if os.path.isdir(p) and not os.path.islink(p):
+            if recursive:
+                shutil.rmtree(p, ignore_errors=False)
+                return True
+            try:
+                os.rmdir(p)
+            except OSError as e:
+                if e.errno == errno.ENOTEMPTY:
+                    raise StorageError(
+                        f"{path}: directory not empty (use recursive=True)") from None
+                raise StorageError(f"{path}: {e}") from e
+            return True
+        with _DirLock(os.path.dirname(p)):
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                return False
+            try:
+                os.unlink(lease_path(p))
+            except FileNotFoundError:
+                pass
+        return True
+
+    def exists(self, path: str) -> bool:
+        """True if a file or directory exists at ``path``."""
+        return os.path.exists(self._os(path)[1])
+
+    def size(self, path: str) -> int:
+        """Visible length of the file in bytes (0 for a directory)."""
+        path, p = self._os(path)
+        try:
+            st = os.stat(p)
+        except FileNotFoundError:
+            raise StorageFileNotFoundError(f"{path}: does not exist") from None
+        return 0 if stat_mod.S_ISDIR(st.st_mode) else st.st_size
+
+    def list(self, path: str) -> list[FileInfo]:
+        """Entries of directory ``path`` sorted by name (lease sidecars hidden); []
+        if absent; StorageError if ``path`` is a file."""
+        path, p = self._os(path)
+        try:
+            entries = list(os.scandir(p))
+        except FileNotFoundError:
+            return []
+        except NotADirectoryError:
+            raise StorageError(f"{path}: is a file, not a directory") from None
+        out = []
+        for e in entries:
+            if is_lease_file(e.name):
+                continue
+            try:
+                st = e.stat()
+            except FileNotFoundError:
+                continue  # deleted while listing
+            is_dir = stat_mod.S_ISDIR(st.st_mode)
+            out.append(FileInfo(path=self.join(path, e.name), name=e.name,
+                                size=0 if is_dir else st.st_size, is_dir=is_dir,
+                                mtime=st.st_mtime))
+        out.sort(key=lambda i: i.name)
+        return out
+
+    def mkdirs(self, path: str) -> None:
+        """Create the directory and its parents (no error if present)."""
+        path, p = self._os(path)
+        self._mkdirs_os(p, path)
+
+    @staticmethod
+    def _mkdirs_os(p: str, display: str) -> None:
+        try:
+            os.makedirs(p, exist_ok=True)
+        except FileExistsError:
+            raise FileAlreadyExistsError(
+                f"{display}: a file is in the way of directory {p!r}") from None
+        except NotADirectoryError:
+            raise FileAlreadyExistsError(
+                f"{display}: a file is in the way of directory {p!r}") from None
+
+    def __repr__(self):
+        return f"LocalFileIO(root={self.root!r})"
