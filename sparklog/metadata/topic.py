@@ -1,0 +1,187 @@
+"""Topic names, topic configs and their persisted form.
+
+A topic's config is a small JSON document: partition count, Kafka-named settings
+(``segment.bytes``, ``retention.ms``, ``cleanup.policy``...) and, for typed topics, the
+Arrow schema (serialized as an IPC schema message, base64). It is stored as versioned,
+immutable files (see :mod:`sparklog.metadata.store`), never rewritten in place.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from ..errors import InvalidArgumentError, InvalidConfigError, InvalidTopicError
+from ..format.frame import RAW_SCHEMA, RESERVED_COLUMNS
+
+MAX_TOPIC_NAME_LENGTH = 249  # Kafka's limit
+_LEGAL_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def validate_topic_name(name) -> str:
+    """Return ``name`` if it is a valid topic name, else raise InvalidTopicError.
+
+    Kafka's rules, which also make the name a safe single path component: 1 to 249
+    characters from ``[A-Za-z0-9._-]``, and neither ``.`` nor ``..``. This excludes ``/``,
+    ``\\``, whitespace and control characters.
+    """
+    if not isinstance(name, str):
+        raise InvalidTopicError(f"topic name must be a string, got {type(name).__name__}")
+    if not name:
+        raise InvalidTopicError("topic name is empty")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicError(
+            f"topic name is {len(name)} characters long, the limit is {MAX_TOPIC_NAME_LENGTH}")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name {name!r} is not allowed")
+    if not _LEGAL_NAME.match(name):
+        bad = sorted({c for c in name if not re.match(r"[A-Za-z0-9._-]", c)})
+        raise InvalidTopicError(
+            f"topic name {name!r} contains illegal characters {bad!r}; "
+            "legal are ASCII letters, digits, '.', '_' and '-'")
+    return name
+
+
+def validate_partition(partition, num_partitions: int | None = None, topic: str = "") -> int:
+    """Check a partition number's type (and range if ``num_partitions`` is given)."""
+    from ..errors import UnknownTopicOrPartitionError
+
+    if isinstance(partition, bool) or not isinstance(partition, int):
+        raise InvalidArgumentError(
+            f"partition must be an int, got {type(partition).__name__}")
+    if partition < 0 or (num_partitions is not None and partition >= num_partitions):
+        raise UnknownTopicOrPartitionError(
+            f"partition {partition} does not exist in topic {topic!r}"
+            + (f" (it has {num_partitions})" if num_partitions is not None else ""))
+    return partition
+
+
+#: Topic-level configs: Kafka name -> (parser, default). Defaults are Kafka's where
+#: sensible for HDFS (smaller segments keep Spark tasks fine-grained).
+TOPIC_CONFIGS: dict[str, tuple] = {
+    "segment.bytes": (int, 256 * 1024 * 1024),
+    "segment.ms": (int, 7 * 24 * 3600 * 1000),
+    "index.interval.bytes": (int, 4096),
+    "max.message.bytes": (int, 16 * 1024 * 1024),
+    "retention.ms": (int, 7 * 24 * 3600 * 1000),
+    "retention.bytes": (int, -1),
+    "cleanup.policy": (str, "delete"),
+    "compression.type": (str, "producer"),
+    "message.timestamp.type": (str, "CreateTime"),
+    "min.compaction.lag.ms": (int, 0),
+    "delete.retention.ms": (int, 24 * 3600 * 1000),
+    "flush.messages": (int, -1),
+    "flush.ms": (int, -1),
+}
+
+_CHOICES = {
+    "cleanup.policy": {"delete", "compact", "compact,delete", "delete,compact"},
+    "compression.type": {"producer", "none", "uncompressed", "lz4", "zstd"},
+    "message.timestamp.type": {"CreateTime", "LogAppendTime"},
+}
+
+
+def parse_config_value(key: str, value):
+    """Parse and check one topic config value; InvalidConfigError names the key."""
+    if key not in TOPIC_CONFIGS:
+        raise InvalidConfigError(
+            f"unknown topic config {key!r}; known: {', '.join(sorted(TOPIC_CONFIGS))}")
+    kind, _ = TOPIC_CONFIGS[key]
+    try:
+        parsed = kind(value)
+    except (TypeError, ValueError):
+        raise InvalidConfigError(
+            f"topic config {key}={value!r} is not a valid {kind.__name__}") from None
+    if kind is int and parsed < -1:
+        raise InvalidConfigError(f"topic config {key}={parsed} must be >= -1")
+    if key in ("segment.bytes", "max.message.bytes", "index.interval.bytes") and parsed < 1:
+        raise InvalidConfigError(f"topic config {key}={parsed} must be positive")
+    if key in _CHOICES and parsed not in _CHOICES[key]:
+        raise InvalidConfigError(
+            f"topic config {key}={parsed!r} is not one of {sorted(_CHOICES[key])}")
+    return parsed
+
+
+def schema_to_text(schema: pa.Schema) -> str:
+    """Serialize an Arrow schema as base64 of its IPC message."""
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+
+
+def schema_from_text(text: str) -> pa.Schema:
+    """Inverse of :func:`schema_to_text`."""
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """A topic's persisted description.
+
+    ``schema`` is None for raw topics (Kafka's record shape: key, value, headers, with
+    the timestamp carried per frame) and an Arrow schema for typed topics. ``configs``
+    holds only explicitly set keys; :meth:`get` falls back to the defaults.
+    """
+
+    name: str
+    partitions: int
+    schema: pa.Schema | None = None
+    configs: dict = field(default_factory=dict)
+    version: int = 1
+
+    def __post_init__(self):
+        validate_topic_name(self.name)
+        if isinstance(self.partitions, bool) or not isinstance(self.partitions, int) \
+                or self.partitions < 1:
+            raise InvalidArgumentError(
+                f"topic {self.name!r}: partitions must be a positive int, got {self.partitions!r}")
+        if self.schema is not None:
+            if not isinstance(self.schema, pa.Schema):
+                raise InvalidArgumentError(
+                    f"topic {self.name!r}: schema must be a pyarrow.Schema, "
+                    f"got {type(self.schema).__name__}")
+            clash = RESERVED_COLUMNS.intersection(self.schema.names)
+            if clash:
+                raise InvalidArgumentError(
+                    f"topic {self.name!r}: column names {sorted(clash)} are reserved")
+            if len(self.schema) == 0:
+                raise InvalidArgumentError(f"topic {self.name!r}: schema has no columns")
+        object.__setattr__(self, "configs",
+                           {k: parse_config_value(k, v) for k, v in dict(self.configs).items()})
+
+    @property
+    def typed(self) -> bool:
+        """True for a topic with a declared Arrow schema."""
+        return self.schema is not None
+
+    @property
+    def record_schema(self) -> pa.Schema:
+        """The record columns frames of this topic carry."""
+        return self.schema if self.schema is not None else RAW_SCHEMA
+
+    def get(self, key: str):
+        """The effective value of a config key (explicit or default)."""
+        if key not in TOPIC_CONFIGS:
+            raise InvalidConfigError(f"unknown topic config {key!r}")
+        return self.configs.get(key, TOPIC_CONFIGS[key][1])
+
+    def effective_configs(self) -> dict:
+        """Every config key with its effective value."""
+        return {k: self.get(k) for k in TOPIC_CONFIGS}
+
+    def to_json(self) -> bytes:
+        """The persisted JSON form."""
+        doc = {"name": self.name, "partitions": self.partitions, "version": self.version,
+               "configs": self.configs,
+               "schema": schema_to_text(self.schema) if self.schema is not None else None}
+        return json.dumps(doc, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> "TopicConfig":
+        """Parse the persisted JSON form."""
+        doc = json.loads(data)
+        schema = schema_from_text(doc["schema"]) if doc.get("schema") else None
+        return cls(doc["name"], doc["partitions"], schema, doc.get("configs", {}),
+                   doc.get("version", 1))
