@@ -169,6 +169,25 @@ class InvalidProducerEpochError(SparklogError):
     code = 47
 
 
+class IllegalGenerationError(SparklogError):
+    """A group member used a generation id that is not the group's current one."""
+
+    code = 22
+
+
+class UnknownMemberIdError(SparklogError):
+    """The group does not know the member id (it left or its session expired)."""
+
+    code = 25
+
+
+class RebalanceInProgressError(SparklogError):
+    """The group is rebalancing: the member must rejoin to get its new assignment."""
+
+    code = 27
+    retriable = True
+
+
 class UnsupportedVersionError(SparklogError):
     """The peer does not support the request's api key or version."""
 

@@ -1,0 +1,322 @@
+"""API keys, supported versions and the body schema of every request and response.
+
+Key numbers are Kafka's where Kafka has the API (Produce 0, Fetch 1, ListOffsets 2,
+Metadata 3, OffsetCommit 8 ...) so that traces read alike; APIs of sparklog's own start
+at 1000 (DescribeLog, for the Spark reader). Bodies are msgpack maps described with the
+spec language of :mod:`sparklog.protocol.schema`; the tables below are the reference
+(docs/protocol.md is written from them: ``python -m sparklog.protocol.apis`` prints them).
+
+Conventions shared by every API:
+
+* every response map has ``error_code`` (0 = none) and ``error_message`` at the top for
+  request-level failures, and the same two fields per topic/partition item;
+* error codes are the ``code`` attributes of :mod:`sparklog.errors` classes;
+* record data (``records``) is a msgpack ``bin`` holding whole frames, concatenated,
+  exactly as stored (the frame format is :mod:`sparklog.format`).
+"""
+
+from __future__ import annotations
+
+import enum
+
+from .schema import MapOf, OneOf, Opt, describe
+
+
+class ApiKey(enum.IntEnum):
+    """Numeric API keys (Kafka's numbers where the API exists in Kafka)."""
+
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    DESCRIBE_LOG = 1000
+
+
+#: api key -> (min version, max version) this implementation speaks.
+SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {int(k): (0, 0) for k in ApiKey}
+
+# acks values (Kafka's)
+ACKS_NONE, ACKS_LEADER, ACKS_ALL = 0, 1, -1
+# ListOffsets special timestamps (Kafka's)
+LATEST_TIMESTAMP, EARLIEST_TIMESTAMP = -1, -2
+#: "no offset committed" / "no offset for that timestamp"
+NO_OFFSET = -1
+
+_ERR = {"error_code": int, "error_message": Opt(str, "")}
+
+
+def _with_err(fields: dict) -> dict:
+    out = dict(_ERR)
+    out.update(fields)
+    return out
+
+
+_CONFIG_VALUE = OneOf(str, int, float, bool)
+_TOPIC_PARTITIONS = [{"name": str, "partitions": [int]}]
+
+#: api key -> request body spec
+REQUESTS: dict[int, dict] = {
+    ApiKey.API_VERSIONS: {},
+    ApiKey.METADATA: {
+        "topics": Opt([str], None),          # None = every topic
+        "allow_auto_topic_creation": Opt(bool, False),
+    },
+    ApiKey.CREATE_TOPICS: {
+        "topics": [{
+            "name": str,
+            "num_partitions": Opt(int, -1),    # -1 = broker's num.partitions
+            "configs": Opt(MapOf(str, _CONFIG_VALUE), {}),
+            "schema": Opt(bytes, None),        # Arrow IPC schema message: a typed topic
+        }],
+        "validate_only": Opt(bool, False),
+        "timeout_ms": Opt(int, 30000),
+    },
+    ApiKey.DELETE_TOPICS: {
+        "topics": [str],
+        "timeout_ms": Opt(int, 30000),
+    },
+    ApiKey.DESCRIBE_CONFIGS: {
+        "topics": [str],
+    },
+    ApiKey.ALTER_CONFIGS: {
+        "topics": [{
+            "name": str,
+            "set": Opt(MapOf(str, _CONFIG_VALUE), {}),
+            "delete": Opt([str], []),
+            "num_partitions": Opt(int, None),  # grow the partition count
+        }],
+        "validate_only": Opt(bool, False),
+    },
+    ApiKey.PRODUCE: {
+        "acks": Opt(int, ACKS_LEADER),        # 0, 1 or -1 (all)
+        "timeout_ms": Opt(int, 30000),
+        "topics": [{
+            "name": str,
+            "partitions": [{"partition": int, "records": bytes}],
+        }],
+    },
+    ApiKey.FETCH: {
+        "max_wait_ms": Opt(int, 500),
+        "min_bytes": Opt(int, 1),
+        "max_bytes": Opt(int, 52428800),
+        "topics": [{
+            "name": str,
+            "partitions": [{
+                "partition": int,
+                "fetch_offset": int,
+                "partition_max_bytes": Opt(int, 1048576),
+            }],
+        }],
+    },
+    ApiKey.LIST_OFFSETS: {
+        "topics": [{
+            "name": str,
+            "partitions": [{"partition": int, "timestamp": int}],  # -1 latest, -2 earliest
+        }],
+    },
+    ApiKey.OFFSET_COMMIT: {
+        "group_id": str,
+        "generation_id": Opt(int, -1),        # -1: a simple (unmanaged) consumer
+        "member_id": Opt(str, ""),
+        "topics": [{
+            "name": str,
+            "partitions": [{"partition": int, "offset": int, "metadata": Opt(str, "")}],
+        }],
+    },
+    ApiKey.OFFSET_FETCH: {
+        "group_id": str,
+        "topics": Opt(_TOPIC_PARTITIONS, None),  # None = every committed partition
+    },
+    ApiKey.INIT_PRODUCER_ID: {
+        "transactional_id": Opt(str, None),
+        "transaction_timeout_ms": Opt(int, 60000),
+        "producer_id": Opt(int, -1),          # >= 0 with its epoch: bump the epoch
+        "producer_epoch": Opt(int, -1),
+    },
+    ApiKey.JOIN_GROUP: {
+        "group_id": str,
+        "member_id": Opt(str, ""),            # "" on the first join
+        "topics": [str],                      # the subscription
+        "session_timeout_ms": Opt(int, 10000),
+        "rebalance_timeout_ms": Opt(int, 30000),
+    },
+    ApiKey.HEARTBEAT: {
+        "group_id": str,
+        "generation_id": int,
+        "member_id": str,
+    },
+    ApiKey.LEAVE_GROUP: {
+        "group_id": str,
+        "member_id": str,
+    },
+    ApiKey.LIST_GROUPS: {},
+    ApiKey.DESCRIBE_GROUPS: {
+        "groups": [str],
+    },
+    ApiKey.DESCRIBE_LOG: {
+        "topics": [{"name": str, "partitions": Opt([int], None)}],  # None = all
+    },
+}
+
+_PARTITION_ERR = {"partition": int, **_ERR}
+
+#: api key -> response body spec
+RESPONSES: dict[int, dict] = {
+    ApiKey.API_VERSIONS: _with_err({
+        "api_versions": [[int]],              # [api_key, min_version, max_version]
+        "broker_id": Opt(int, -1),
+        "cluster_id": Opt(str, ""),
+    }),
+    ApiKey.METADATA: _with_err({
+        "cluster_id": Opt(str, ""),
+        "controller_id": Opt(int, -1),
+        "brokers": [{"node_id": int, "host": str, "port": int}],
+        "topics": [_with_err({
+            "name": str,
+            "typed": Opt(bool, False),
+            "partitions": [{**_PARTITION_ERR, "leader": int, "leader_epoch": int}],
+        })],
+    }),
+    ApiKey.CREATE_TOPICS: _with_err({
+        "topics": [_with_err({"name": str, "num_partitions": Opt(int, -1)})],
+    }),
+    ApiKey.DELETE_TOPICS: _with_err({
+        "topics": [_with_err({"name": str})],
+    }),
+    ApiKey.DESCRIBE_CONFIGS: _with_err({
+        "topics": [_with_err({
+            "name": str,
+            "num_partitions": Opt(int, -1),
+            "schema": Opt(bytes, None),         # Arrow IPC schema message, None = raw topic
+            "configs": Opt(MapOf(str, _CONFIG_VALUE), {}),   # every key, effective value
+            "explicit": Opt([str], []),         # keys set on the topic (not defaults)
+        })],
+    }),
+    ApiKey.ALTER_CONFIGS: _with_err({
+        "topics": [_with_err({"name": str})],
+    }),
+    ApiKey.PRODUCE: _with_err({
+        "topics": [{
+            "name": str,
+            "partitions": [{
+                **_PARTITION_ERR,
+                "base_offset": int,             # offset of the first record, -1 on error
+                "log_append_time_ms": Opt(int, -1),
+                "log_start_offset": Opt(int, -1),
+            }],
+        }],
+    }),
+    ApiKey.FETCH: _with_err({
+        "topics": [{
+            "name": str,
+            "partitions": [{
+                **_PARTITION_ERR,
+                "high_watermark": int,
+                "log_start_offset": int,
+                "records": bytes,               # whole frames from the one holding fetch_offset
+            }],
+        }],
+    }),
+    ApiKey.LIST_OFFSETS: _with_err({
+        "topics": [{
+            "name": str,
+            "partitions": [{**_PARTITION_ERR, "offset": int, "timestamp": Opt(int, -1)}],
+        }],
+    }),
+    ApiKey.OFFSET_COMMIT: _with_err({
+        "topics": [{"name": str, "partitions": [_PARTITION_ERR]}],
+    }),
+    ApiKey.OFFSET_FETCH: _with_err({
+        "topics": [{
+            "name": str,
+            "partitions": [{**_PARTITION_ERR, "offset": int, "metadata": Opt(str, "")}],
+        }],
+    }),
+    ApiKey.INIT_PRODUCER_ID: _with_err({
+        "producer_id": int,
+        "producer_epoch": int,
+    }),
+    ApiKey.JOIN_GROUP: _with_err({
+        "generation_id": int,
+        "member_id": str,
+        "leader_id": Opt(str, ""),
+        "members": Opt([str], []),
+        "assignment": Opt(_TOPIC_PARTITIONS, []),
+    }),
+    ApiKey.HEARTBEAT: dict(_ERR),
+    ApiKey.LEAVE_GROUP: dict(_ERR),
+    ApiKey.LIST_GROUPS: _with_err({
+        "groups": [{"group_id": str, "state": str}],
+    }),
+    ApiKey.DESCRIBE_GROUPS: _with_err({
+        "groups": [_with_err({
+            "group_id": str,
+            "state": str,                       # Empty | Stable | PreparingRebalance | Dead
+            "generation_id": Opt(int, -1),
+            "members": Opt([{
+                "member_id": str,
+                "client_id": Opt(str, ""),
+                "client_host": Opt(str, ""),
+                "assignment": Opt(_TOPIC_PARTITIONS, []),
+            }], []),
+        })],
+    }),
+    ApiKey.DESCRIBE_LOG: _with_err({
+        "storage_root": Opt(str, ""),
+        "topics": [_with_err({
+            "name": str,
+            "typed": Opt(bool, False),
+            "partitions": [{
+                **_PARTITION_ERR,
+                "log_start_offset": int,
+                "high_watermark": int,
+                "log_end_offset": int,
+                "segments": [{
+                    "base_offset": int,
+                    "path": str,                  # URL of the segment file on the storage
+                    "size": int,                  # readable bytes (up to the high watermark)
+                    "sealed": bool,
+                }],
+            }],
+        })],
+    }),
+}
+
+assert set(REQUESTS) == set(RESPONSES) == set(SUPPORTED_VERSIONS)
+
+
+def api_name(key: int) -> str:
+    """CamelCase name of an api key (``ListOffsets``), or ``Api<key>`` if unknown."""
+    try:
+        return "".join(p.capitalize() for p in ApiKey(key).name.split("_"))
+    except ValueError:
+        return f"Api{key}"
+
+
+def reference_markdown() -> str:
+    """The request/response tables as markdown (the source of docs/protocol.md's
+    API reference)."""
+    lines = []
+    for key in ApiKey:
+        lo, hi = SUPPORTED_VERSIONS[key]
+        lines.append(f"### {api_name(key)} (key {int(key)}, versions {lo}-{hi})\n")
+        lines.append(f"- request: `{describe(REQUESTS[key])}`")
+        lines.append(f"- response: `{describe(RESPONSES[key])}`\n")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(reference_markdown())

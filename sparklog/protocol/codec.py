@@ -1,0 +1,258 @@
+"""Encoding and decoding of requests and responses (pure Python, no I/O).
+
+Wire layout (all integers big-endian)::
+
+    request  = size:int32 | api_key:int16 | api_version:int16 | correlation_id:int32
+               | client_id_length:int16 | client_id:utf-8 | body:msgpack
+    response = size:int32 | correlation_id:int32 | body:msgpack
+
+``size`` counts the bytes after itself. Bodies are msgpack maps (``use_bin_type``: str
+is str, bytes is bin); record data travels as ``bin`` holding frames exactly as stored.
+A response may be produced in parts (:func:`encode_response_parts`) so that a server can
+send stored bytes with ``sendfile`` between the msgpack pieces (:class:`FileRegion`).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import msgpack
+
+from ..errors import (
+    InvalidArgumentError, SparklogError, UnsupportedVersionError, error_for_code,
+)
+from .apis import REQUESTS, RESPONSES, SUPPORTED_VERSIONS, api_name
+from .schema import check
+
+SIZE = struct.Struct(">i")
+_REQ_HEADER = struct.Struct(">hhih")
+_CORRELATION = struct.Struct(">i")
+#: bytes of a request header without the client id
+REQUEST_HEADER_SIZE = _REQ_HEADER.size
+#: Kafka's socket.request.max.bytes default (100 MiB)
+DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024
+MAX_CLIENT_ID_BYTES = 1024
+
+_BIN8, _BIN16, _BIN32 = 0xC4, 0xC5, 0xC6
+
+
+@dataclass(frozen=True)
+class RequestHeader:
+    """The fixed part of every request."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str = ""
+
+
+@dataclass
+class Request:
+    """A decoded request: its header and its validated body (a dict)."""
+
+    header: RequestHeader
+    body: dict
+
+
+@dataclass(frozen=True)
+class FileRegion:
+    """``size`` bytes of the local file ``path`` from ``offset``: a response value that
+    is sent as a msgpack bin straight from the file (``sendfile``)."""
+
+    path: str
+    offset: int
+    size: int
+
+
+def _pack(value) -> bytes:
+    return msgpack.packb(value, use_bin_type=True)
+
+
+def _unpack(data, what: str):
+    try:
+        return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=True)
+    except SparklogError:
+        raise
+    except Exception as exc:  # msgpack raises many types on garbage (ExtraData, ValueError...)
+        raise InvalidArgumentError(
+            f"{what} is not a valid msgpack document: {type(exc).__name__}: {exc}") from None
+
+
+# --- requests ---------------------------------------------------------------------------
+
+
+def encode_request(api_key: int, body: dict | None, correlation_id: int,
+                   client_id: str = "", api_version: int = 0) -> bytes:
+    """A complete request message (size prefix included)."""
+    cid = (client_id or "").encode("utf-8")
+    if len(cid) > MAX_CLIENT_ID_BYTES:
+        raise InvalidArgumentError(
+            f"client_id is {len(cid)} bytes, the limit is {MAX_CLIENT_ID_BYTES}")
+    payload = _pack(body if body is not None else {})
+    head = _REQ_HEADER.pack(int(api_key), api_version, correlation_id, len(cid))
+    return b"".join((SIZE.pack(len(head) + len(cid) + len(payload)), head, cid, payload))
+
+
+def decode_request_header(payload) -> tuple[RequestHeader, int]:
+    """Decode the header at the start of a request ``payload`` (size prefix removed).
+
+    Returns (header, position of the body). Raises InvalidArgumentError if truncated or
+    if the client id is not UTF-8.
+    """
+    view = memoryview(payload)
+    if len(view) < REQUEST_HEADER_SIZE:
+        raise InvalidArgumentError(
+            f"request header truncated: {len(view)} bytes, needs {REQUEST_HEADER_SIZE}")
+    api_key, api_version, correlation_id, cid_len = _REQ_HEADER.unpack_from(view, 0)
+    end = REQUEST_HEADER_SIZE + max(cid_len, 0)
+    if cid_len < 0 or end > len(view):
+        raise InvalidArgumentError(
+            f"request header: client_id length {cid_len} does not fit in "
+            f"{len(view)} bytes (correlation id {correlation_id})")
+    try:
+        client_id = bytes(view[REQUEST_HEADER_SIZE:end]).decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidArgumentError(
+            f"request header: client_id is not UTF-8 (correlation id {correlation_id})") \
+            from None
+    return RequestHeader(api_key, api_version, correlation_id, client_id), end
+
+
+def check_version(api_key: int, api_version: int) -> None:
+    """Raise UnsupportedVersionError unless this implementation speaks the version."""
+    versions = SUPPORTED_VERSIONS.get(api_key)
+    if versions is None:
+        raise UnsupportedVersionError(f"unknown api key {api_key}")
+    lo, hi = versions
+    if not lo <= api_version <= hi:
+        raise UnsupportedVersionError(
+            f"{api_name(api_key)} version {api_version} is not supported "
+            f"(supported {lo}-{hi})")
+
+
+def decode_request_body(header: RequestHeader, payload, position: int) -> dict:
+    """Decode and validate the msgpack body of a request whose header is known."""
+    check_version(header.api_key, header.api_version)
+    name = api_name(header.api_key)
+    view = memoryview(payload)[position:]
+    body = _unpack(view, f"{name} request body") if len(view) else {}
+    return check(body, REQUESTS[header.api_key], name)
+
+
+def decode_request(payload) -> Request:
+    """Decode a whole request ``payload`` (size prefix removed): header, api/version
+    check (UnsupportedVersionError), body validation (InvalidArgumentError naming the
+    field)."""
+    header, position = decode_request_header(payload)
+    return Request(header, decode_request_body(header, payload, position))
+
+
+# --- responses --------------------------------------------------------------------------
+
+
+def encode_response(correlation_id: int, body: dict) -> bytes:
+    """A complete response message (size prefix included)."""
+    payload = _pack(body)
+    return b"".join((SIZE.pack(4 + len(payload)), _CORRELATION.pack(correlation_id), payload))
+
+
+def bin_header(n: int) -> bytes:
+    """The msgpack header of a ``bin`` of ``n`` bytes (the bytes themselves follow)."""
+    if n < 0x100:
+        return bytes((_BIN8, n))
+    if n < 0x10000:
+        return bytes((_BIN16,)) + n.to_bytes(2, "big")
+    return bytes((_BIN32,)) + n.to_bytes(4, "big")
+
+
+def _walk(value, out: list, packer: msgpack.Packer) -> None:
+    if isinstance(value, dict):
+        out.append(packer.pack_map_header(len(value)))
+        for k, v in value.items():
+            out.append(packer.pack(k))
+            _walk(v, out, packer)
+    elif isinstance(value, list):
+        out.append(packer.pack_array_header(len(value)))
+        for v in value:
+            _walk(v, out, packer)
+    elif isinstance(value, FileRegion):
+        out.append(bin_header(value.size))
+        out.append(value)
+    elif isinstance(value, (bytes, bytearray, memoryview)) and len(value) >= 4096:
+        out.append(bin_header(len(value)))
+        out.append(value)  # large data: not copied into the msgpack buffer
+    else:
+        out.append(packer.pack(value))
+
+
+def encode_response_parts(correlation_id: int, body: dict) -> tuple[list, int]:
+    """Encode a response as a list of parts: ``bytes`` (msgpack pieces, size prefix
+    first), large ``bytes``-likes passed through uncopied, and :class:`FileRegion` s to be
+    sent from their files. Returns (parts, total bytes on the wire)."""
+    packer = msgpack.Packer(use_bin_type=True, autoreset=True)
+    pieces: list = []
+    _walk(body, pieces, packer)
+    parts: list = []
+    buf = bytearray()
+    total = 0
+    for piece in pieces:
+        if isinstance(piece, bytes) and len(piece) < 4096:
+            buf += piece
+            continue
+        if buf:
+            parts.append(bytes(buf))
+            buf.clear()
+        parts.append(piece)
+    if buf:
+        parts.append(bytes(buf))
+    for part in parts:
+        total += part.size if isinstance(part, FileRegion) else len(part)
+    prefix = SIZE.pack(4 + total) + _CORRELATION.pack(correlation_id)
+    return [prefix, *parts], total + len(prefix)
+
+
+def decode_response(payload, api_key: int | None = None, *, validate: bool = True
+                    ) -> tuple[int, dict]:
+    """Decode a response ``payload`` (size prefix removed) into (correlation id, body).
+
+    With ``api_key`` the body is validated against the response spec (defaults filled).
+    """
+    view = memoryview(payload)
+    if len(view) < 4:
+        raise InvalidArgumentError(f"response truncated: {len(view)} bytes")
+    (correlation_id,) = _CORRELATION.unpack_from(view, 0)
+    body = _unpack(view[4:], "response body")
+    if api_key is not None and validate:
+        body = check(body, RESPONSES[api_key], f"{api_name(api_key)} response")
+    return correlation_id, body
+
+
+# --- errors -----------------------------------------------------------------------------
+
+
+def error_fields(exc: BaseException | None) -> dict:
+    """``{"error_code", "error_message"}`` for an error (0 and "" for None). An exception
+    that is not a SparklogError maps to code -1 (unknown server error)."""
+    if exc is None:
+        return {"error_code": 0, "error_message": ""}
+    code = exc.code if isinstance(exc, SparklogError) else -1
+    return {"error_code": code, "error_message": str(exc) or type(exc).__name__}
+
+
+def error_from(item: dict, context: str = "") -> SparklogError | None:
+    """The exception an item's ``error_code``/``error_message`` describe, or None."""
+    code = item.get("error_code", 0)
+    if not code:
+        return None
+    message = item.get("error_message") or f"error code {code}"
+    if context and context not in message:
+        message = f"{context}: {message}"
+    return error_for_code(code)(message)
+
+
+def raise_for_error(item: dict, context: str = "") -> None:
+    """Raise the error an item's ``error_code`` names (nothing if 0)."""
+    exc = error_from(item, context)
+    if exc is not None:
+        raise exc
