@@ -208,6 +208,17 @@ class BrokerNotAvailableError(SparklogError):
     retriable = True
 
 
+# --- exactly-once jobs (used by the read path's incremental jobs) ---------------------
+
+
+class ConcurrentTransactionsError(SparklogError):
+    """Another run of the same application committed the same transaction version first
+    (Kafka: CONCURRENT_TRANSACTIONS; Delta: ConcurrentTransactionException). The losing
+    run wrote nothing visible; rerunning it continues from the winner's offsets."""
+
+    code = 51
+
+
 def error_for_code(code: int) -> type[SparklogError]:
     """Return the error class that has the given wire ``code`` (SparklogError if none)."""
     return _BY_CODE.get(code, SparklogError)
