@@ -208,6 +208,18 @@ class BrokerNotAvailableError(SparklogError):
     retriable = True
 
 
+# --- cluster coordination (ZooKeeper) ------------------------------------------------
+
+
+class CoordinationError(SparklogError):
+    """ZooKeeper cannot be reached, the session expired, or a node does not hold what
+    sparklog wrote there; the message names the connect string or the node's path.
+    (sparklog's own code: codes from 1000 up are not Kafka's.)"""
+
+    code = 1001
+    retriable = True
+
+
 # --- exactly-once jobs (used by the read path's incremental jobs) ---------------------
 
 
