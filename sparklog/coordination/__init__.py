@@ -1,0 +1,15 @@
+"""Coordination layer: cluster state shared by brokers (see :mod:`.base`).
+
+``LocalCoordinationStore`` serves embedded mode (one broker, state on the storage root);
+the ZooKeeper store (``zk*.py``) serves cluster mode. Both implement
+:class:`CoordinationStore`.
+"""
+
+from .base import (
+    NO_LEADER, BrokerInfo, CoordinationStore, OffsetAndMetadata, PartitionState,
+    validate_group_id,
+)
+from .local import LocalCoordinationStore
+
+__all__ = ["NO_LEADER", "BrokerInfo", "CoordinationStore", "OffsetAndMetadata",
+           "PartitionState", "validate_group_id", "LocalCoordinationStore"]

@@ -1,0 +1,175 @@
+"""The metadata-store interface: cluster state that is not part of the log itself.
+
+Topics and their configs live on the storage (:mod:`sparklog.metadata`); what lives here
+is the state of the running cluster, the part Kafka 0.8 keeps in ZooKeeper:
+
+* live brokers (ephemeral registrations) and the controller;
+* per partition its leader and leader epoch (bumped on every change of leader, and
+  stamped into every frame the leader appends);
+* blocks of producer ids for idempotent producers;
+* committed consumer-group offsets (persistent).
+
+Two implementations: :class:`~sparklog.coordination.local.LocalCoordinationStore`
+(embedded mode, one broker, state in versioned files on the storage root) and a
+ZooKeeper store (``sparklog/coordination/zk*.py``, Kafka 0.8's layout). The broker only
+uses the methods below; each implementation documents how it makes them atomic.
+
+Group *membership* (JoinGroup/Heartbeat) is held in the memory of the broker that
+coordinates the group, as Kafka's group coordinator does; only offsets are stored here.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from dataclasses import dataclass
+
+from ..errors import InvalidArgumentError
+
+NO_LEADER = -1
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """A live broker: its id and where it listens."""
+
+    id: int
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        """``host:port``."""
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """A partition's leader (broker id, NO_LEADER if none) and leader epoch."""
+
+    leader: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True)
+class OffsetAndMetadata:
+    """A committed group offset: the next offset to consume, the client's metadata
+    string and the commit time (ms since the epoch)."""
+
+    offset: int
+    metadata: str = ""
+    commit_timestamp: int = 0
+
+    def __post_init__(self):
+        if isinstance(self.offset, bool) or not isinstance(self.offset, int) or self.offset < 0:
+            raise InvalidArgumentError(
+                f"committed offset must be a non-negative int, got {self.offset!r}")
+        if not isinstance(self.metadata, str):
+            raise InvalidArgumentError(
+                f"offset metadata must be a str, got {type(self.metadata).__name__}")
+        if not self.commit_timestamp:
+            object.__setattr__(self, "commit_timestamp", int(time.time() * 1000))
+
+
+MAX_GROUP_ID_LENGTH = 249
+
+
+def validate_group_id(group) -> str:
+    """Return ``group`` if it is a valid consumer group id (a safe single path
+    component: 1-249 characters, no ``/`` or ``\\``, no control characters, not ``.``
+    or ``..``), else raise InvalidArgumentError naming the problem."""
+    if not isinstance(group, str) or not group:
+        raise InvalidArgumentError(f"group id must be a non-empty string, got {group!r}")
+    if len(group) > MAX_GROUP_ID_LENGTH:
+        raise InvalidArgumentError(
+            f"group id is {len(group)} characters long, the limit is {MAX_GROUP_ID_LENGTH}")
+    if group in (".", "..") or "/" in group or "\\" in group \
+            or any(ord(c) < 32 or ord(c) == 127 for c in group):
+        raise InvalidArgumentError(
+            f"group id {group!r} may not contain '/', '\\' or control characters, "
+            "nor be '.' or '..'")
+    return group
+
+
+class CoordinationStore(abc.ABC):
+    """Cluster state shared by brokers (see the module docstring).
+
+    Errors: InvalidArgumentError for bad ids, NotLeaderError when another live broker
+    leads a partition, StorageError/BrokerNotAvailableError when the backing store is
+    unreachable.
+    """
+
+    # --- cluster and brokers -----------------------------------------------------------
+    @abc.abstractmethod
+    def cluster_id(self) -> str:
+        """A stable id of the cluster (created on first use)."""
+
+    @abc.abstractmethod
+    def register_broker(self, broker: BrokerInfo) -> None:
+        """Announce a live broker (ephemeral: gone when this store is closed or the
+        broker's session dies). InvalidArgumentError if the id is live elsewhere."""
+
+    @abc.abstractmethod
+    def unregister_broker(self, broker_id: int) -> None:
+        """Withdraw a broker's registration (no error if absent)."""
+
+    @abc.abstractmethod
+    def live_brokers(self) -> dict[int, BrokerInfo]:
+        """Registered live brokers by id."""
+
+    @abc.abstractmethod
+    def controller_id(self) -> int:
+        """Id of the current controller broker (NO_LEADER if none)."""
+
+    # --- partition leadership --------------------------------------------------------------
+    @abc.abstractmethod
+    def partition_state(self, topic: str, partition: int) -> PartitionState | None:
+        """The partition's leader and leader epoch (None if never assigned)."""
+
+    @abc.abstractmethod
+    def acquire_leadership(self, topic: str, partition: int, broker_id: int) -> PartitionState:
+        """Make ``broker_id`` the partition's leader with a leader epoch greater than
+        any before, and return the new state. Local store: always granted. ZooKeeper:
+        granted when the controller assigned the partition to this broker, else
+        NotLeaderError naming the leader."""
+
+    @abc.abstractmethod
+    def release_leadership(self, topic: str, partition: int, broker_id: int) -> None:
+        """Give up leadership (controlled shutdown); no-op if ``broker_id`` does not
+        lead the partition."""
+
+    # --- idempotent producers ---------------------------------------------------------------
+    @abc.abstractmethod
+    def allocate_producer_ids(self, count: int) -> int:
+        """Reserve ``count`` fresh producer ids, never handed out before by any broker
+        of this cluster, and return the first (Kafka's producer id block)."""
+
+    # --- consumer-group offsets ---------------------------------------------------------------
+    @abc.abstractmethod
+    def commit_offsets(self, group: str, offsets: dict[tuple[str, int], OffsetAndMetadata]
+                       ) -> None:
+        """Store committed offsets of ``group`` for the (topic, partition) keys given,
+        atomically (all or none); other partitions' offsets are kept."""
+
+    @abc.abstractmethod
+    def fetch_offsets(self, group: str, partitions=None) -> dict[tuple[str, int],
+                                                                   OffsetAndMetadata]:
+        """Committed offsets of ``group`` (only the (topic, partition) keys in
+        ``partitions`` if given; partitions without a commit are left out)."""
+
+    @abc.abstractmethod
+    def list_groups(self) -> list[str]:
+        """Ids of groups that have committed offsets, sorted."""
+
+    @abc.abstractmethod
+    def delete_offsets(self, group: str, topics=None) -> None:
+        """Forget ``group``'s offsets (of ``topics`` only, if given)."""
+
+    def close(self) -> None:
+        """Release the store's resources (ephemeral registrations vanish)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,225 @@
+"""The embedded metadata store: cluster state in versioned files on the storage root.
+
+Layout under ``<root>/coordination/`` (every value is a
+:class:`~sparklog.storage.versioned.VersionedFile`, so each change is one atomic
+create-and-rename, and of two concurrent writers of the same version one wins and the
+other re-reads and retries)::
+
+    cluster-id/<v>.json                     {"cluster_id"}
+    partitions/<topic>/<p>/<v>.json         {"leader", "leader_epoch"}
+    producer-ids/<v>.json                   {"block_end"}: ids below it are handed out
+    groups/<group>/<v>.json                 {"offsets": {topic: {p: [offset, metadata, ts]}}}
+
+Broker registrations are ephemeral: kept in this process's memory only.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+
+from ..errors import FileAlreadyExistsError, InvalidArgumentError
+from ..metadata.topic import validate_partition, validate_topic_name
+from ..storage import FileIO, open_fileio
+from ..storage.versioned import VersionedFile
+from .base import (
+    NO_LEADER, BrokerInfo, CoordinationStore, OffsetAndMetadata, PartitionState,
+    validate_group_id,
+)
+
+COORDINATION_DIR = "coordination"
+
+
+class LocalCoordinationStore(CoordinationStore):
+    """:class:`CoordinationStore` for embedded mode, kept under ``root`` (a storage URL).
+
+    Safe for threads of one process; several processes sharing the root stay consistent
+    for offsets, epochs and producer ids (atomic versioned writes with retry).
+    """
+
+    def __init__(self, root: str, fileio: FileIO | None = None):
+        if not isinstance(root, str) or not root:
+            raise InvalidArgumentError(f"storage root must be a non-empty string URL, got {root!r}")
+        self.root = root.rstrip("/") or root
+        self.fileio = fileio or open_fileio(self.root)
+        self.base = self.fileio.join(self.root, COORDINATION_DIR)
+        self._lock = threading.RLock()
+        self._brokers: dict[int, BrokerInfo] = {}
+        self._groups: dict[str, tuple[int, dict]] = {}  # group -> (version, offsets)
+        self._cluster_id: str | None = None
+
+    def _file(self, *parts: str) -> VersionedFile:
+        return VersionedFile(self.fileio, self.fileio.join(self.base, *parts))
+
+    @staticmethod
+    def _latest_json(vf: VersionedFile) -> tuple[int, dict]:
+        latest = vf.latest()
+        if latest is None:
+            return 0, {}
+        return latest[0], json.loads(latest[1])
+
+    def _update(self, vf: VersionedFile, change) -> dict:
+        """Read-modify-write: ``change(doc) -> new doc`` written as the next version,
+        retried when a concurrent writer got there first."""
+        while True:
+            version, doc = self._latest_json(vf)
+            new = change(doc)
+            try:
+                vf.write(version + 1, json.dumps(new, sort_keys=True).encode())
+                return new
+            except FileAlreadyExistsError:
+                continue
+
+    # --- cluster and brokers --------------------------------------------------------------
+    def cluster_id(self) -> str:
+        """A stable id written once to the storage root."""
+        with self._lock:
+            if self._cluster_id is None:
+                vf = self._file("cluster-id")
+                _, doc = self._latest_json(vf)
+                if not doc:
+                    try:
+                        vf.write(1, json.dumps({"cluster_id": uuid.uuid4().hex}).encode())
+                    except FileAlreadyExistsError:
+                        pass
+                    _, doc = self._latest_json(vf)
+                self._cluster_id = doc["cluster_id"]
+            return self._cluster_id
+
+    def register_broker(self, broker: BrokerInfo) -> None:
+        """Record a broker in memory (InvalidArgumentError if the id is registered)."""
+        with self._lock:
+            if broker.id in self._brokers and self._brokers[broker.id] != broker:
+                raise InvalidArgumentError(
+                    f"broker id {broker.id} is already registered at "
+                    f"{self._brokers[broker.id].address}")
+            self._brokers[broker.id] = broker
+
+    def unregister_broker(self, broker_id: int) -> None:
+        """Forget a broker's registration."""
+        with self._lock:
+            self._brokers.pop(broker_id, None)
+
+    def live_brokers(self) -> dict[int, BrokerInfo]:
+        """Brokers registered in this process."""
+        with self._lock:
+            return dict(self._brokers)
+
+    def controller_id(self) -> int:
+        """The lowest registered broker id (embedded mode has one broker)."""
+        with self._lock:
+            return min(self._brokers) if self._brokers else NO_LEADER
+
+    # --- partition leadership -----------------------------------------------------------------
+    def _state_file(self, topic: str, partition: int) -> VersionedFile:
+        validate_topic_name(topic)
+        validate_partition(partition, topic=topic)
+        return self._file("partitions", topic, str(partition))
+
+    def partition_state(self, topic: str, partition: int) -> PartitionState | None:
+        """The last recorded leader and epoch of the partition."""
+        _, doc = self._latest_json(self._state_file(topic, partition))
+        return PartitionState(doc["leader"], doc["leader_epoch"]) if doc else None
+
+    def acquire_leadership(self, topic: str, partition: int, broker_id: int) -> PartitionState:
+        """Always granted: the epoch becomes one more than any recorded."""
+        doc = self._update(self._state_file(topic, partition), lambda d: {
+            "leader": broker_id, "leader_epoch": d.get("leader_epoch", -1) + 1})
+        return PartitionState(doc["leader"], doc["leader_epoch"])
+
+    def release_leadership(self, topic: str, partition: int, broker_id: int) -> None:
+        """Record "no leader" (keeping the epoch) if ``broker_id`` leads."""
+        state = self.partition_state(topic, partition)
+        if state is None or state.leader != broker_id:
+            return
+        self._update(self._state_file(topic, partition), lambda d: {
+            "leader": NO_LEADER, "leader_epoch": d.get("leader_epoch", 0)})
+
+    # --- producer ids ----------------------------------------------------------------------------
+    def allocate_producer_ids(self, count: int) -> int:
+        """Reserve ``count`` ids from the persisted block counter."""
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise InvalidArgumentError(f"producer id count must be a positive int, got {count!r}")
+        got = {}
+
+        def bump(doc):
+            got["start"] = doc.get("block_end", 0)
+            return {"block_end": got["start"] + count}
+
+        self._update(self._file("producer-ids"), bump)
+        return got["start"]
+
+    # --- group offsets -----------------------------------------------------------------------------
+    def _load_group(self, group: str) -> tuple[int, dict]:
+        return self._latest_json(self._file("groups", validate_group_id(group)))
+
+    def commit_offsets(self, group: str, offsets: dict) -> None:
+        """Merge ``offsets`` into the group's offsets document (one atomic version)."""
+        validate_group_id(group)
+        entries = {}
+        for key, value in offsets.items():
+            topic, partition = key
+            validate_topic_name(topic)
+            validate_partition(partition, topic=topic)
+            if not isinstance(value, OffsetAndMetadata):
+                raise InvalidArgumentError(
+                    f"offset of {topic}-{partition} must be an OffsetAndMetadata, "
+                    f"got {type(value).__name__}")
+            entries[(topic, partition)] = value
+        vf = self._file("groups", group)
+        with self._lock:
+            version, doc = self._groups.get(group) or self._load_group(group)
+            while True:
+                table = {t: dict(ps) for t, ps in doc.get("offsets", {}).items()}
+                for (topic, partition), om in entries.items():
+                    table.setdefault(topic, {})[str(partition)] = [
+                        om.offset, om.metadata, om.commit_timestamp]
+                new = {"offsets": table}
+                try:
+                    vf.write(version + 1, json.dumps(new, sort_keys=True).encode())
+                except FileAlreadyExistsError:
+                    version, doc = self._load_group(group)  # another writer: merge again
+                    continue
+                self._groups[group] = (version + 1, new)
+                return
+
+    def fetch_offsets(self, group: str, partitions=None) -> dict:
+        """The group's committed offsets (all, or those of ``partitions``)."""
+        _, doc = self._load_group(group)
+        out = {}
+        wanted = None if partitions is None else {(t, int(p)) for t, p in partitions}
+        for topic, parts in doc.get("offsets", {}).items():
+            for p, (offset, metadata, ts) in parts.items():
+                key = (topic, int(p))
+                if wanted is None or key in wanted:
+                    out[key] = OffsetAndMetadata(offset, metadata, ts)
+        return out
+
+    def list_groups(self) -> list[str]:
+        """Groups that have an offsets document with at least one offset."""
+        out = []
+        for info in self.fileio.list(self.fileio.join(self.base, "groups")):
+            if info.is_dir and self._load_group(info.name)[1].get("offsets"):
+                out.append(info.name)
+        return sorted(out)
+
+    def delete_offsets(self, group: str, topics=None) -> None:
+        """Drop the group's offsets (of ``topics`` only if given)."""
+        validate_group_id(group)
+        keep_none = topics is None
+        drop = set(topics or ())
+        def change(doc):
+            if keep_none:
+                return {"offsets": {}}
+            return {"offsets": {t: ps for t, ps in doc.get("offsets", {}).items()
+                                if t not in drop}}
+
+        with self._lock:
+            self._update(self._file("groups", group), change)
+            self._groups.pop(group, None)
+
+    def close(self) -> None:
+        """Drop the in-memory registrations."""
+        with self._lock:
+            self._brokers.clear()
