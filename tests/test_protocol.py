@@ -177,3 +177,12 @@ def test_fuzz_request_decoder_structured_bodies(key, body):
         decode_request(payload)
     except SparklogError:
         pass
+
+
+def test_top_level_error_response_needs_only_error_fields():
+    body = error_fields(UnsupportedVersionError("Fetch version 9 is not supported"))
+    _, got = decode_response(_payload(encode_response(5, body)), ApiKey.FETCH)
+    with pytest.raises(UnsupportedVersionError, match="version 9"):
+        raise_for_error(got)
+    with pytest.raises(InvalidArgumentError, match="topics"):
+        decode_response(_payload(encode_response(5, {"error_code": 0})), ApiKey.FETCH)

@@ -23,7 +23,7 @@ from ..errors import (
     InvalidArgumentError, SparklogError, UnsupportedVersionError, error_for_code,
 )
 from .apis import REQUESTS, RESPONSES, SUPPORTED_VERSIONS, api_name
-from .schema import check
+from .schema import Opt, check
 
 SIZE = struct.Struct(">i")
 _REQ_HEADER = struct.Struct(">hhih")
@@ -35,6 +35,8 @@ DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024
 MAX_CLIENT_ID_BYTES = 1024
 
 _BIN8, _BIN16, _BIN32 = 0xC4, 0xC5, 0xC6
+#: what a response with a top-level error must carry (its other fields may be absent)
+ERROR_SPEC = {"error_code": int, "error_message": Opt(str, "")}
 
 
 @dataclass(frozen=True)
@@ -216,7 +218,8 @@ def decode_response(payload, api_key: int | None = None, *, validate: bool = Tru
                     ) -> tuple[int, dict]:
     """Decode a response ``payload`` (size prefix removed) into (correlation id, body).
 
-    With ``api_key`` the body is validated against the response spec (defaults filled).
+    With ``api_key`` the body is validated against the response spec (defaults filled);
+    a response with a top-level ``error_code`` needs only the error fields.
     """
     view = memoryview(payload)
     if len(view) < 4:
@@ -224,7 +227,10 @@ def decode_response(payload, api_key: int | None = None, *, validate: bool = Tru
     (correlation_id,) = _CORRELATION.unpack_from(view, 0)
     body = _unpack(view[4:], "response body")
     if api_key is not None and validate:
-        body = check(body, RESPONSES[api_key], f"{api_name(api_key)} response")
+        spec = RESPONSES[api_key]
+        if isinstance(body, dict) and body.get("error_code"):
+            spec = ERROR_SPEC
+        body = check(body, spec, f"{api_name(api_key)} response")
     return correlation_id, body
 
 
