@@ -1,0 +1,156 @@
+"""LogConfig: the topic-level settings the partition log obeys, under Kafka's names.
+
+``LogConfig.from_props({"segment.bytes": "1048576", ...})`` parses and checks Kafka's
+property names (values may be strings, as from a command line); an unknown key or an
+invalid value raises :class:`~sparklog.errors.InvalidConfigError` naming the key.
+:data:`LOG_CONFIGS` lists every key with its default; ``-1`` means "disabled" for the
+limits Kafka also disables that way (``retention.bytes``, ``flush.messages``...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from ..errors import InvalidConfigError
+from ..format.header import HEADER_SIZE
+
+_DAY_MS = 24 * 3600 * 1000
+_INT32_MAX = (1 << 31) - 1
+
+CREATE_TIME = "CreateTime"
+LOG_APPEND_TIME = "LogAppendTime"
+
+#: Kafka property name -> (attribute, type, default).
+LOG_CONFIGS: dict[str, tuple[str, type, object]] = {
+    "segment.bytes": ("segment_bytes", int, 256 * 1024 * 1024),
+    "segment.ms": ("segment_ms", int, 7 * _DAY_MS),
+    "index.interval.bytes": ("index_interval_bytes", int, 4096),
+    "max.message.bytes": ("max_message_bytes", int, 16 * 1024 * 1024),
+    "retention.ms": ("retention_ms", int, 7 * _DAY_MS),
+    "retention.bytes": ("retention_bytes", int, -1),
+    "cleanup.policy": ("cleanup_policy", str, "delete"),
+    "compression.type": ("compression_type", str, "producer"),
+    "message.timestamp.type": ("message_timestamp_type", str, CREATE_TIME),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", int, 0),
+    "delete.retention.ms": ("delete_retention_ms", int, _DAY_MS),
+    "flush.messages": ("flush_messages", int, -1),
+    "flush.ms": ("flush_ms", int, -1),
+}
+
+_CHOICES = {
+    "cleanup.policy": ("delete", "compact", "compact,delete", "delete,compact"),
+    "compression.type": ("producer", "none", "uncompressed", "lz4", "zstd"),
+    "message.timestamp.type": (CREATE_TIME, LOG_APPEND_TIME),
+}
+
+# (minimum, maximum) of the integer settings; -1 is allowed where it means "disabled".
+_RANGES = {
+    "segment.bytes": (HEADER_SIZE, _INT32_MAX),
+    "segment.ms": (1, None),
+    "index.interval.bytes": (1, _INT32_MAX),
+    "max.message.bytes": (HEADER_SIZE, _INT32_MAX),
+    "retention.ms": (-1, None),
+    "retention.bytes": (-1, None),
+    "min.compaction.lag.ms": (0, None),
+    "delete.retention.ms": (0, None),
+    "flush.messages": (-1, None),
+    "flush.ms": (-1, None),
+}
+
+
+def parse_log_config_value(key: str, value):
+    """Parse and check one value of ``key``; InvalidConfigError names key and value."""
+    if key not in LOG_CONFIGS:
+        raise InvalidConfigError(
+            f"unknown log config {key!r}; known: {', '.join(sorted(LOG_CONFIGS))}")
+    _, kind, _ = LOG_CONFIGS[key]
+    if kind is int:
+        if isinstance(value, bool) or isinstance(value, float) and not value.is_integer():
+            raise InvalidConfigError(f"log config {key}={value!r} is not an integer")
+        try:
+            parsed = int(value.strip()) if isinstance(value, str) else int(value)
+        except (TypeError, ValueError):
+            raise InvalidConfigError(f"log config {key}={value!r} is not an integer") from None
+        low, high = _RANGES[key]
+        if parsed < low:
+            raise InvalidConfigError(f"log config {key}={parsed} must be >= {low}")
+        if high is not None and parsed > high:
+            raise InvalidConfigError(f"log config {key}={parsed} must be <= {high}")
+        return parsed
+    if not isinstance(value, str):
+        raise InvalidConfigError(
+            f"log config {key}={value!r} must be a string, got {type(value).__name__}")
+    parsed = value.strip()
+    if key in _CHOICES and parsed not in _CHOICES[key]:
+        raise InvalidConfigError(
+            f"log config {key}={value!r} is not one of {', '.join(_CHOICES[key])}")
+    return parsed
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """Settings of one partition log (attributes are Kafka's names with ``_``).
+
+    Construct with :meth:`from_props` (Kafka names) or with keyword attributes; both
+    validate every value.
+    """
+
+    segment_bytes: int = LOG_CONFIGS["segment.bytes"][2]
+    segment_ms: int = LOG_CONFIGS["segment.ms"][2]
+    index_interval_bytes: int = LOG_CONFIGS["index.interval.bytes"][2]
+    max_message_bytes: int = LOG_CONFIGS["max.message.bytes"][2]
+    retention_ms: int = LOG_CONFIGS["retention.ms"][2]
+    retention_bytes: int = LOG_CONFIGS["retention.bytes"][2]
+    cleanup_policy: str = LOG_CONFIGS["cleanup.policy"][2]
+    compression_type: str = LOG_CONFIGS["compression.type"][2]
+    message_timestamp_type: str = LOG_CONFIGS["message.timestamp.type"][2]
+    min_compaction_lag_ms: int = LOG_CONFIGS["min.compaction.lag.ms"][2]
+    delete_retention_ms: int = LOG_CONFIGS["delete.retention.ms"][2]
+    flush_messages: int = LOG_CONFIGS["flush.messages"][2]
+    flush_ms: int = LOG_CONFIGS["flush.ms"][2]
+
+    def __post_init__(self):
+        for key, (attr, _, _) in LOG_CONFIGS.items():
+            object.__setattr__(self, attr, parse_log_config_value(key, getattr(self, attr)))
+
+    @classmethod
+    def from_props(cls, props=None, *, ignore_unknown: bool = False) -> "LogConfig":
+        """Build from a mapping of Kafka property names (missing keys take defaults).
+
+        Unknown keys raise InvalidConfigError unless ``ignore_unknown`` is true.
+        """
+        if props is None:
+            props = {}
+        if not hasattr(props, "items"):
+            raise InvalidConfigError(
+                f"log config must be a mapping of Kafka property names, got {type(props).__name__}")
+        kwargs = {}
+        for key, value in props.items():
+            if key not in LOG_CONFIGS:
+                if ignore_unknown:
+                    continue
+                parse_log_config_value(key, value)  # raises, naming the key
+            kwargs[LOG_CONFIGS[key][0]] = parse_log_config_value(key, value)
+        return cls(**kwargs)
+
+    def to_props(self) -> dict:
+        """Every setting under its Kafka name."""
+        return {key: getattr(self, attr) for key, (attr, _, _) in LOG_CONFIGS.items()}
+
+    @property
+    def log_append_time(self) -> bool:
+        """True when the log stamps its own clock as the record time (LogAppendTime)."""
+        return self.message_timestamp_type == LOG_APPEND_TIME
+
+    @property
+    def compact(self) -> bool:
+        """True when ``cleanup.policy`` includes compact."""
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        """True when ``cleanup.policy`` includes delete (time/size retention)."""
+        return "delete" in self.cleanup_policy
+
+
+assert {f.name for f in fields(LogConfig)} == {a for a, _, _ in LOG_CONFIGS.values()}

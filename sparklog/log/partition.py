@@ -1,0 +1,486 @@
+"""PartitionLog: the writer's view of one partition (Kafka's ``Log``).
+
+One PartitionLog per partition, held by the partition's leader. It appends frames to
+the active segment under the storage's single-writer lease, rolls segments by
+``segment.bytes`` and ``segment.ms``, serves reads of whole frames up to the high
+watermark, answers offset-by-timestamp lookups, and deletes whole sealed segments for
+retention. See ``docs/format.md`` (segments, indexes, recovery) for the file layout.
+
+Offsets: ``log_start_offset`` (first readable offset, persisted as a versioned
+checkpoint) <= ``high_watermark`` (end of the bytes made visible to readers by
+:meth:`PartitionLog.flush`) <= ``log_end_offset`` (next offset to assign).
+
+Opening recovers the partition: interrupted tail repairs are finished, sealed segments
+are taken from their index headers (their ``.log`` files are not read), missing indexes
+of sealed segments are rebuilt, and only the active segment is scanned; a torn or
+corrupt tail found by CRC is cut off with the copy-and-swap procedure of
+:mod:`sparklog.log.recovery`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from ..errors import (
+    CorruptRecordError, InvalidArgumentError, OffsetOutOfRangeError, RecordTooLargeError,
+    StorageError, StorageFileNotFoundError,
+)
+from ..format.frame import set_log_append_time, stamp, validate_frame
+from ..storage.base import FileIO
+from .checkpoint import JsonCheckpoint
+from .config import LogConfig
+from .epoch import LeaderEpochCache
+from .index import fits_relative
+from .layout import LEADER_EPOCH_SUFFIX, LOG_START_SUFFIX, PartitionListing, describe_partition
+from .recovery import finish_interrupted_repairs, repair_tail
+from .scan import read_frame_bytes
+from .segment import LogSegment
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """Where an appended frame went: its first and last offsets, the LogAppendTime
+    stamped (-1 for CreateTime topics), its file position and its segment's base."""
+
+    base_offset: int
+    last_offset: int
+    log_append_time: int
+    position: int
+    segment_base: int
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """Whole frames read from one segment: ``data`` is ``size`` bytes of
+    ``segment_path`` from ``position`` (empty when nothing is readable yet), with the
+    log's high watermark and log start offset at the time of the read."""
+
+    data: bytes
+    segment_path: str
+    position: int
+    size: int
+    high_watermark: int
+    log_start_offset: int
+
+
+def check_offset(value, what: str) -> int:
+    """``value`` if it is a non-negative int (bool refused), else InvalidArgumentError."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"{what} must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise InvalidArgumentError(f"{what} must be >= 0, got {value}")
+    return value
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class PartitionLog:
+    """The partition log of ``dir_url``; create with :meth:`open`."""
+
+    def __init__(self, fileio: FileIO, dir_url: str, config: LogConfig, *,
+                 clock: Callable[[], int] | None = None):
+        self.fileio = fileio
+        self.dir_url = dir_url
+        self.config = config
+        self.topic, self.partition = describe_partition(dir_url)
+        self.name = f"{self.topic}-{self.partition}" if self.topic else dir_url
+        self._clock = clock or _now_ms
+        self._lock = threading.RLock()
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self._out = None
+        self._leo = 0
+        self._hw = 0
+        self._hw_position = 0  # bytes of the active segment below the high watermark
+        self._log_start = 0
+        self._epoch = 0
+        self._closed = False
+        self._failed: BaseException | None = None
+        self._unsynced_records = 0
+        self._last_sync_ms = self._clock()
+        self._start_checkpoint = JsonCheckpoint(fileio, dir_url, LOG_START_SUFFIX)
+        self._epochs: LeaderEpochCache | None = None
+
+    # --- opening -------------------------------------------------------------------------
+    @classmethod
+    def open(cls, fileio: FileIO, dir_url: str, config: LogConfig | dict | None = None, *,
+             leader_epoch: int = 0, fence: bool = False,
+             clock: Callable[[], int] | None = None) -> "PartitionLog":
+        """Open (creating if needed) the partition log in ``dir_url`` as its writer.
+
+        Takes the lease of the active segment (LeaseHeldError if a live writer holds
+        it; ``fence=True`` first revokes it, as a new leader does), recovers the tail,
+        and records ``leader_epoch`` in the epoch history (FencedLeaderEpochError if an
+        epoch newer than it was recorded). ``config`` is a LogConfig or a mapping of
+        Kafka property names; ``clock`` (ms) replaces the wall clock.
+        """
+        if not isinstance(fileio, FileIO):
+            raise InvalidArgumentError(f"fileio must be a FileIO, got {type(fileio).__name__}")
+        if not isinstance(dir_url, str) or not dir_url:
+            raise InvalidArgumentError(f"dir_url must be a non-empty str, got {dir_url!r}")
+        if config is None or isinstance(config, dict):
+            config = LogConfig.from_props(config or {})
+        elif not isinstance(config, LogConfig):
+            raise InvalidArgumentError(
+                f"config must be a LogConfig or a dict, got {type(config).__name__}")
+        check_offset(leader_epoch, "leader_epoch")
+        self = cls(fileio, dir_url.rstrip("/"), config, clock=clock)
+        self._recover(leader_epoch, fence)
+        return self
+
+    def _new_segment(self, base: int, **kw) -> LogSegment:
+        seg = LogSegment(self.fileio, self.dir_url, base, writable=True,
+                         index_interval_bytes=self.config.index_interval_bytes, **kw)
+        seg.created_ms = self._clock()
+        return seg
+
+    def _recover(self, leader_epoch: int, fence: bool) -> None:
+        fileio = self.fileio
+        fileio.mkdirs(self.dir_url)
+        listing = PartitionListing.scan(fileio, self.dir_url)
+        if finish_interrupted_repairs(fileio, listing):
+            listing = PartitionListing.scan(fileio, self.dir_url)
+        doc = self._start_checkpoint.read() or {}
+        log_start = int(doc.get("log_start_offset", 0))
+        for files in listing.segments.values():  # stray indexes whose .log was deleted
+            if files.log is None:
+                for info in (files.index, files.timeindex):
+                    if info is not None:
+                        fileio.delete(info.path)
+        entries = listing.logs()
+        segments = []
+        for i, files in enumerate(entries):
+            last = i == len(entries) - 1
+            if not last and entries[i + 1].base_offset <= log_start:
+                LogSegment(fileio, self.dir_url, files.base_offset).delete_files()
+                continue  # retention deleted the start offset past it: finish the job
+            if last and not files.sealed:
+                if files.timeindex is not None:  # sealing was cut short
+                    fileio.delete(files.timeindex.path)
+                segments.append(self._new_segment(files.base_offset))
+            else:
+                seg = self._new_segment(files.base_offset, sealed=True,
+                                        listed_size=files.log.size)
+                if not files.sealed or files.timeindex is None:
+                    seg.rebuild_indexes()
+                segments.append(seg)
+        if not segments or segments[-1].sealed:
+            base = segments[-1].next_offset if segments else log_start
+            active = self._new_segment(base)
+            self._out = fileio.create(active.path)
+            segments.append(active)
+        else:
+            active = segments[-1]
+            if len(segments) > 1 and segments[-2].next_offset > active.base_offset:
+                raise CorruptRecordError(
+                    f"partition {self.name}: sealed segment {segments[-2].path} ends at "
+                    f"offset {segments[-2].next_offset}, after the start of the active "
+                    f"segment {active.path}", path=segments[-2].path)
+            self._out = self._take_active(active, fence)
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._leo = self._hw = active.next_offset
+        self._hw_position = active.size
+        self._log_start = min(max(log_start, segments[0].base_offset), self._leo)
+        try:
+            self._epochs = LeaderEpochCache(
+                JsonCheckpoint(fileio, self.dir_url, LEADER_EPOCH_SUFFIX), self.name)
+            self._epochs.truncate_from_end(self._leo)
+            self._epochs.assign(leader_epoch, self._leo)
+        except BaseException:
+            self._out.close()
+            raise
+        self._epoch = leader_epoch
+
+    def _take_active(self, active: LogSegment, fence: bool):
+        """Lease the active segment, scan it, cut a bad tail; return its writer."""
+        if fence:
+            self.fileio.recover_lease(active.path)
+        out = self.fileio.append(active.path)
+        scan = active.extend(contiguous=True)
+        if scan.error is None:
+            return out
+        log.warning("partition %s: cutting the active segment at byte %d (offset %d): %s",
+                    self.name, scan.valid_end, active.next_offset, scan.error)
+        out.close()
+        repair_tail(self.fileio, active.path, scan.valid_end)
+        return self.fileio.append(active.path)
+
+    # --- state ---------------------------------------------------------------------------
+    @property
+    def log_start_offset(self) -> int:
+        """First offset readers may fetch."""
+        return self._log_start
+
+    @property
+    def log_end_offset(self) -> int:
+        """Offset the next appended record gets."""
+        return self._leo
+
+    @property
+    def high_watermark(self) -> int:
+        """End of the records visible to readers (advanced by flush, sync and roll)."""
+        return self._hw
+
+    @property
+    def leader_epoch(self) -> int:
+        """Epoch stamped into appended frames."""
+        return self._epoch
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        """The segments, oldest first; the last one is active."""
+        with self._lock:
+            return list(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        """The segment appends go to."""
+        return self._segments[-1]
+
+    @property
+    def closed(self) -> bool:
+        """True after close()."""
+        return self._closed
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """Kafka's OffsetsForLeaderEpoch: (largest epoch <= ``epoch``, its end offset)."""
+        return self._epochs.end_offset_for(epoch, self._leo)
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise StorageError(f"partition log {self.name} ({self.dir_url}) is closed")
+        if self._failed is not None:
+            raise StorageError(
+                f"partition log {self.name} ({self.dir_url}) failed earlier "
+                f"({self._failed}); reopen it to recover")
+
+    # --- writing -------------------------------------------------------------------------
+    def append(self, frame, *, leader_epoch: int | None = None,
+               log_append_time_ms: int | None = None) -> AppendResult:
+        """Validate one frame, stamp its base offset (the log end offset) and leader
+        epoch in place (a bytes frame is copied first), and append it.
+
+        For LogAppendTime topics the frame gets ``log_append_time_ms`` (default: now).
+        Rolls first if the frame would overflow ``segment.bytes`` or the segment is
+        older than ``segment.ms``. CorruptRecordError for a bad frame,
+        RecordTooLargeError over ``max.message.bytes`` or ``segment.bytes``,
+        FencedLeaderEpochError for a stale ``leader_epoch``.
+        """
+        if isinstance(frame, bytearray):
+            buf = frame
+        elif isinstance(frame, (bytes, memoryview)):
+            buf = bytearray(frame)
+        else:
+            raise InvalidArgumentError(
+                f"partition {self.name}: frame must be bytes, bytearray or memoryview, "
+                f"got {type(frame).__name__}")
+        config = self.config
+        try:
+            header = validate_frame(buf, 0, max_size=config.max_message_bytes)
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(f"partition {self.name}: frame refused: {exc}") from None
+        except RecordTooLargeError as exc:
+            raise RecordTooLargeError(
+                f"partition {self.name}: frame refused (max.message.bytes): {exc}") from None
+        if header.size != len(buf):
+            raise CorruptRecordError(
+                f"partition {self.name}: frame refused: {len(buf) - header.size} bytes "
+                f"follow the {header.size}-byte frame (one frame per append)")
+        if header.size > config.segment_bytes:
+            raise RecordTooLargeError(
+                f"partition {self.name}: frame of {header.size} bytes exceeds "
+                f"segment.bytes={config.segment_bytes}")
+        with self._lock:
+            self._check_usable()
+            epoch = self._epoch
+            if leader_epoch is not None and leader_epoch != epoch:
+                self._epochs.assign(check_offset(leader_epoch, "leader_epoch"), self._leo)
+                self._epoch = epoch = leader_epoch
+            now = self._clock()
+            append_time = -1
+            max_ts = header.max_timestamp
+            if config.log_append_time:
+                append_time = now if log_append_time_ms is None else log_append_time_ms
+                set_log_append_time(buf, 0, append_time)
+                max_ts = append_time
+            seg = self._segments[-1]
+            base = self._leo
+            next_offset = base + header.last_offset_delta + 1
+            if seg._size and (seg._size + header.size > config.segment_bytes
+                              or seg.time_waited_for_roll(now, max_ts) > config.segment_ms
+                              or not fits_relative(seg.base_offset, next_offset)):
+                self._roll()
+                seg = self._segments[-1]
+            stamp(buf, 0, base, epoch)
+            position = seg._size
+            try:
+                self._out.write(buf)
+            except BaseException as exc:
+                self._failed = exc
+                raise
+            seg.track(base, next_offset, max_ts, header.record_count, header.size, position)
+            self._leo = next_offset
+            self._unsynced_records += header.record_count
+            if (0 <= config.flush_messages <= self._unsynced_records
+                    or 0 <= config.flush_ms <= now - self._last_sync_ms):
+                self.sync()
+            return AppendResult(base, next_offset - 1, append_time, position, seg.base_offset)
+
+    def flush(self) -> None:
+        """hflush the active segment: appended frames become visible to readers and
+        the high watermark moves to the log end offset."""
+        with self._lock:
+            self._check_usable()
+            try:
+                self._out.flush()
+            except BaseException as exc:
+                self._failed = exc
+                raise
+            self._hw, self._hw_position = self._leo, self._segments[-1]._size
+
+    def sync(self) -> None:
+        """hsync the active segment (durable), advancing the high watermark too."""
+        with self._lock:
+            self._check_usable()
+            try:
+                self._out.sync()
+            except BaseException as exc:
+                self._failed = exc
+                raise
+            self._hw, self._hw_position = self._leo, self._segments[-1]._size
+            self._unsynced_records = 0
+            self._last_sync_ms = self._clock()
+
+    def roll(self) -> None:
+        """Seal the active segment and start a new one at the log end offset (no-op
+        when the active segment is empty)."""
+        with self._lock:
+            self._check_usable()
+            if self._segments[-1]._size:
+                self._roll()
+
+    def _roll(self) -> None:
+        old = self._segments[-1]
+        try:
+            self._out.close()  # flush + sync + release the lease
+            old.seal()
+            self._hw, self._hw_position = self._leo, 0
+            new = self._new_segment(self._leo)
+            self._out = self.fileio.create(new.path)
+        except BaseException as exc:
+            self._failed = exc
+            raise
+        self._unsynced_records = 0
+        self._last_sync_ms = self._clock()
+        self._segments.append(new)
+        self._bases.append(new.base_offset)
+
+    def close(self) -> None:
+        """Sync and release the lease (seals nothing). Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._out is not None and self._failed is None:
+                self._out.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # --- reading -------------------------------------------------------------------------
+    def _out_of_range(self, what: str, offset: int) -> OffsetOutOfRangeError:
+        return OffsetOutOfRangeError(
+            f"{what} {offset} is out of range for partition {self.name} ({self.dir_url}): "
+            f"valid offsets are [{self._log_start}, {self._leo}]",
+            topic=self.topic, partition=self.partition, offset=offset,
+            log_start_offset=self._log_start, log_end_offset=self._leo)
+
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> FetchResult:
+        """Whole frames from the one holding ``offset``, below the high watermark (and
+        ``max_offset``), up to ``max_bytes`` but at least one frame, all from one
+        segment. OffsetOutOfRangeError outside [log start offset, log end offset]."""
+        check_offset(offset, "offset")
+        check_offset(max_bytes, "max_bytes")
+        with self._lock:
+            self._check_usable()
+            if offset < self._log_start or offset > self._leo:
+                raise self._out_of_range("fetch offset", offset)
+            hw, log_start = self._hw, self._log_start
+            limit = hw if max_offset is None else min(hw, check_offset(max_offset, "max_offset"))
+            i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
+            while i < len(self._segments) - 1 and self._segments[i].next_offset <= offset:
+                i += 1
+            seg = self._segments[i]
+            active = i == len(self._segments) - 1
+            end = self._hw_position if active else seg.size
+            if offset >= limit:
+                return FetchResult(b"", seg.path, end, 0, hw, log_start)
+            position = seg.position_for(offset)
+        try:
+            data, start = read_frame_bytes(self.fileio, seg.path, position, end, offset,
+                                           max(max_bytes, 1), limit)
+        except StorageFileNotFoundError:  # deleted by retention meanwhile
+            raise self._out_of_range("fetch offset", offset) from None
+        return FetchResult(data, seg.path, start, len(data), hw, log_start)
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        """First offset at or after the log start, below the high watermark, whose
+        record timestamp is ``>= timestamp``; None if there is none (Kafka's
+        ListOffsets by timestamp)."""
+        if isinstance(timestamp, bool) or not isinstance(timestamp, int):
+            raise InvalidArgumentError(
+                f"timestamp must be an int (ms), got {type(timestamp).__name__}")
+        with self._lock:
+            self._check_usable()
+            for i, seg in enumerate(self._segments):
+                active = i == len(self._segments) - 1
+                if seg.next_offset <= self._log_start:
+                    continue
+                found = seg.offset_for_timestamp(
+                    timestamp, self._hw_position if active else None,
+                    min_offset=self._log_start, max_offset=self._hw)
+                if found is not None:
+                    return found
+            return None
+
+    # --- retention -----------------------------------------------------------------------
+    def delete_segments_before(self, offset: int) -> list[int]:
+        """Move the log start offset up to ``offset`` (persisted first), then delete
+        the sealed segments that lie wholly below it. Returns their base offsets.
+        OffsetOutOfRangeError if ``offset`` is beyond the high watermark."""
+        check_offset(offset, "offset")
+        with self._lock:
+            self._check_usable()
+            if offset > self._hw:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records before offset {offset} of partition {self.name} "
+                    f"({self.dir_url}): the high watermark is {self._hw}",
+                    topic=self.topic, partition=self.partition, offset=offset,
+                    log_start_offset=self._log_start, log_end_offset=self._leo)
+            if offset > self._log_start:
+                self._start_checkpoint.write({"log_start_offset": offset})
+                self._log_start = offset
+            deleted = []
+            while len(self._segments) > 1 and self._segments[0].next_offset <= self._log_start:
+                seg = self._segments.pop(0)
+                self._bases.pop(0)
+                seg.delete_files()
+                deleted.append(seg.base_offset)
+            return deleted
+
+    def __repr__(self):
+        return (f"PartitionLog({self.name!r}, start={self._log_start}, hw={self._hw}, "
+                f"leo={self._leo}, segments={len(self._segments)})")

@@ -1,0 +1,254 @@
+"""LogReader: a read-only view of a partition log built from storage alone.
+
+No lease, no writes, no broker: the Spark source's ``path`` mode and ``sparklog
+dump-log`` use it. It is safe while a writer appends, rolls or repairs: it reads only
+complete, CRC-valid frames, treats the last segment's tail after the last valid frame
+as "not written yet", rebuilds missing indexes in memory, and re-lists the directory
+when a segment vanished under it.
+
+``read_batches(start, end)`` yields Arrow record batches sliced exactly to the offsets
+``[start, end)`` with an int64 :data:`OFFSET_COLUMN` added (for explicit-offset frames
+of compacted logs the ``__offset_delta`` column becomes absolute offsets), the
+``__timestamp`` column holding each record's timestamp (the log append time for
+LogAppendTime frames), and control frames skipped.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import (
+    CorruptRecordError, InvalidArgumentError, OffsetOutOfRangeError, StorageFileNotFoundError,
+)
+from ..format.frame import OFFSET_DELTA_COLUMN, TIMESTAMP_COLUMN, TIMESTAMP_TYPE, Frame
+from ..storage.base import FileIO
+from .checkpoint import JsonCheckpoint
+from .layout import LOG_START_SUFFIX, PartitionListing, describe_partition
+from .partition import check_offset
+from .scan import FrameScan
+from .segment import LogSegment
+
+#: Column of absolute record offsets that read_batches adds.
+OFFSET_COLUMN = "__offset"
+#: Column of Kafka timestamp types (0 CreateTime, 1 LogAppendTime), on request.
+TIMESTAMP_TYPE_COLUMN = "__timestamp_type"
+
+_SWAP_WAIT_S, _SWAP_TRIES = 0.05, 40
+
+
+def frame_batch(frame: Frame, start: int, end: int, *,
+                timestamp_type: bool = False) -> pa.RecordBatch | None:
+    """The records of ``frame`` with offsets in ``[start, end)`` as a RecordBatch with an
+    int64 ``__offset`` column (None if no record falls in the range); see the module
+    docstring for the columns."""
+    h = frame.header
+    if h.last_offset < start or h.base_offset >= end:
+        return None
+    batch = frame.batch()
+    if h.explicit_offsets:
+        deltas = batch.column(batch.schema.get_field_index(OFFSET_DELTA_COLUMN))
+        offsets = pc.add(deltas.cast(pa.int64()), pa.scalar(h.base_offset, pa.int64()))
+        batch = batch.drop_columns([OFFSET_DELTA_COLUMN])
+        if h.base_offset < start or h.last_offset >= end:
+            keep = pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end))
+            batch, offsets = batch.filter(keep), offsets.filter(keep)
+    else:
+        lo = max(start - h.base_offset, 0)
+        hi = min(end - h.base_offset, batch.num_rows)
+        if lo or hi < batch.num_rows:
+            batch = batch.slice(lo, hi - lo)
+        offsets = pa.array(range(h.base_offset + lo, h.base_offset + hi), pa.int64())
+    n = batch.num_rows
+    if n == 0:
+        return None
+    if h.log_append_time:
+        i = batch.schema.get_field_index(TIMESTAMP_COLUMN)
+        batch = batch.set_column(i, batch.schema.field(i),
+                                 pa.repeat(pa.scalar(h.max_timestamp, TIMESTAMP_TYPE), n))
+    batch = batch.append_column(pa.field(OFFSET_COLUMN, pa.int64(), nullable=False), offsets)
+    if timestamp_type:
+        batch = batch.append_column(pa.field(TIMESTAMP_TYPE_COLUMN, pa.int32(), nullable=False),
+                                    pa.repeat(pa.scalar(h.timestamp_type, pa.int32()), n))
+    return batch
+
+
+class LogReader:
+    """Read-only view of the partition log in ``dir_url`` (see module docstring)."""
+
+    def __init__(self, fileio: FileIO, dir_url: str):
+        if not isinstance(fileio, FileIO):
+            raise InvalidArgumentError(f"fileio must be a FileIO, got {type(fileio).__name__}")
+        if not isinstance(dir_url, str) or not dir_url:
+            raise InvalidArgumentError(f"dir_url must be a non-empty str, got {dir_url!r}")
+        self.fileio = fileio
+        self.dir_url = dir_url.rstrip("/")
+        self.topic, self.partition = describe_partition(self.dir_url)
+        self.name = f"{self.topic}-{self.partition}" if self.topic else self.dir_url
+        self._segments: list[LogSegment] = []
+        self._checkpoint = JsonCheckpoint(fileio, self.dir_url, LOG_START_SUFFIX)
+        self._log_start = 0
+        #: why the scan of the last segment stopped before its visible end (None if it
+        #: did not): a frame still being written, or a torn tail awaiting recovery.
+        self.tail_error: CorruptRecordError | None = None
+        self.refresh()
+
+    # --- listing -------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """List the directory again (new segments, retention, log start offset)."""
+        for _ in range(_SWAP_TRIES):
+            listing = PartitionListing.scan(self.fileio, self.dir_url)
+            if not any(f.swap is not None and f.log is None for f in listing.segments.values()):
+                break
+            time.sleep(_SWAP_WAIT_S)  # a writer is swapping a repaired segment in
+        old = {s.base_offset: s for s in self._segments}
+        entries = listing.logs()
+        segments = []
+        for i, files in enumerate(entries):
+            sealed = files.sealed or i < len(entries) - 1
+            seg = old.get(files.base_offset)
+            if seg is None or (sealed and not seg.sealed) or (
+                    not seg.sealed and files.log.size < seg._size):  # rolled, or repaired
+                seg = LogSegment(self.fileio, self.dir_url, files.base_offset, sealed=sealed,
+                                 listed_size=files.log.size if sealed else None)
+            segments.append(seg)
+        self._segments = segments
+        doc = self._checkpoint.read() or {}
+        first = segments[0].base_offset if segments else 0
+        self._log_start = max(int(doc.get("log_start_offset", 0)), first)
+
+    def _extend_tail(self) -> None:
+        for attempt in range(2):
+            if not self._segments or self._segments[-1].sealed:
+                return
+            try:
+                self.tail_error = self._segments[-1].extend(contiguous=False).error
+                return
+            except StorageFileNotFoundError:  # rolled away or being repaired: list again
+                if attempt:
+                    raise
+                self.refresh()
+
+    def segments(self) -> list[LogSegment]:
+        """The segments, oldest first (the last one may still be written)."""
+        return list(self._segments)
+
+    def log_start_offset(self) -> int:
+        """First readable offset (re-lists the directory)."""
+        self.refresh()
+        return self._log_start
+
+    def log_end_offset(self) -> int:
+        """One past the last record of the last complete, valid frame (re-lists the
+        directory and scans the new bytes of the last segment)."""
+        self.refresh()
+        self._extend_tail()
+        return self._segments[-1].next_offset if self._segments else self._log_start
+
+    high_watermark = log_end_offset
+
+    # --- locating ------------------------------------------------------------------------
+    def _check_range(self, start: int, end: int | None) -> tuple[int, int]:
+        check_offset(start, "start offset")
+        known_end = self._segments[-1].next_offset if self._segments else self._log_start
+        if end is None or end > known_end or start < self._log_start:
+            known_end = self.log_end_offset()
+        if end is None:
+            end = known_end
+        check_offset(end, "end offset")
+        if start > end:
+            raise InvalidArgumentError(
+                f"partition {self.name}: start offset {start} is after end offset {end}")
+        if start < self._log_start or end > known_end:
+            bad = start if start < self._log_start else end
+            raise OffsetOutOfRangeError(
+                f"offset range [{start}, {end}) is out of range for partition {self.name} "
+                f"({self.dir_url}): offset {bad} is outside the valid offsets "
+                f"[{self._log_start}, {known_end}]",
+                topic=self.topic, partition=self.partition, offset=bad,
+                log_start_offset=self._log_start, log_end_offset=known_end)
+        return start, end
+
+    def _segment_index(self, offset: int) -> int:
+        bases = [s.base_offset for s in self._segments]
+        i = max(bisect.bisect_right(bases, offset) - 1, 0)
+        while i < len(self._segments) - 1 and self._segments[i].next_offset <= offset:
+            i += 1
+        return i
+
+    def locate(self, offset: int) -> tuple[LogSegment, int]:
+        """(segment, file position) of the frame holding ``offset`` (or of the first
+        frame after it when compaction removed it; the segment's end at the log end)."""
+        self._check_range(offset, offset)
+        seg = self._segments[self._segment_index(offset)]
+        end = seg.size
+        for pos, frame in seg.scan(seg.position_for(offset), end, verify_crc=False):
+            if frame.header.last_offset >= offset:
+                return seg, pos
+        return seg, end
+
+    # --- reading -------------------------------------------------------------------------
+    def iter_frames(self, start: int, end: int | None = None) -> Iterator[Frame]:
+        """Validated frames holding offsets in ``[start, end)`` (``end`` defaults to
+        the log end offset), control frames included. OffsetOutOfRangeError outside
+        the log; CorruptRecordError (path, position) for a bad frame inside it."""
+        start, end = self._check_range(start, end)
+        if start == end:
+            return
+        i = self._segment_index(start)
+        position = self._segments[i].position_for(start)
+        while i < len(self._segments):
+            seg = self._segments[i]
+            if seg.base_offset >= end:
+                return
+            scan = seg.scan(position, seg.size)
+            try:
+                for _, frame in scan:
+                    h = frame.header
+                    if h.base_offset >= end:
+                        return
+                    if h.last_offset >= start:
+                        yield frame
+            except StorageFileNotFoundError:
+                raise OffsetOutOfRangeError(
+                    f"partition {self.name} ({self.dir_url}): segment {seg.path} was deleted "
+                    f"while being read (retention); offsets from {start} are gone",
+                    topic=self.topic, partition=self.partition, offset=start) from None
+            if scan.error is not None:
+                raise scan.error
+            i, position = i + 1, 0
+
+    def read_batches(self, start: int, end: int | None = None, *,
+                     timestamp_type: bool = False) -> Iterator[pa.RecordBatch]:
+        """RecordBatches of the records with offsets in ``[start, end)``, exactly, with
+        an int64 ``__offset`` column (and ``__timestamp_type`` if ``timestamp_type``);
+        control frames are skipped."""
+        start, end = self._check_range(start, end)
+        for frame in self.iter_frames(start, end):
+            if frame.header.is_control:
+                continue
+            batch = frame_batch(frame, start, end, timestamp_type=timestamp_type)
+            if batch is not None:
+                yield batch
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        """First offset at or after the log start whose record timestamp is
+        ``>= timestamp``; None if there is none."""
+        if isinstance(timestamp, bool) or not isinstance(timestamp, int):
+            raise InvalidArgumentError(
+                f"timestamp must be an int (ms), got {type(timestamp).__name__}")
+        self.log_end_offset()
+        for seg in self._segments:
+            if seg.next_offset <= self._log_start:
+                continue
+            found = seg.offset_for_timestamp(timestamp, seg.size, min_offset=self._log_start)
+            if found is not None:
+                return found
+        return None
+
+    def __repr__(self):
+        return f"LogReader({self.dir_url!r}, segments={len(self._segments)})"

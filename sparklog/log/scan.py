@@ -1,0 +1,158 @@
+"""Sequential reading of a segment file through FileIO: frame scans and fetch reads.
+
+Segment files are read in large chunks with :meth:`FileIO.read_range` (one round trip
+per chunk on HDFS) and frames are decoded zero-copy from the chunk buffer.
+:class:`FrameScan` validates every frame (CRC32C, length, magic, offsets) and stops at
+the first invalid or incomplete one, recording where and why; :func:`read_frame_bytes`
+serves fetches: whole frames as stored, without decoding.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import pyarrow as pa
+
+from ..errors import CorruptRecordError
+from ..format.frame import Frame, decode_frame
+from ..format.header import HEADER_SIZE, LOG_OVERHEAD, unpack_header
+from ..storage.base import FileIO
+
+#: Bytes read per round trip while scanning a segment.
+SCAN_CHUNK_BYTES = 8 << 20
+
+
+def relocate_error(exc: CorruptRecordError, buffer_pos: int, file_pos: int,
+                   path: str) -> CorruptRecordError:
+    """Re-issue a frame error found at ``buffer_pos`` of a read buffer as one at
+    ``file_pos`` of the file ``path`` (the message names both)."""
+    text = str(exc)
+    here = f" at position {buffer_pos}"
+    if here in text:
+        text = text.replace(here, f" at position {file_pos} of {path}", 1)
+    else:
+        text = f"{path} at position {file_pos}: {text}"
+    return CorruptRecordError(text, path=path, position=file_pos)
+
+
+class FrameScan:
+    """Iterate ``(position, Frame)`` over a segment file from ``position`` to ``end``.
+
+    Every frame is validated (``verify_crc`` on by default). Offsets must grow: each
+    frame's base offset must be ``>= expected_offset`` (the segment's base offset at
+    first, then the previous frame's next offset), or ``==`` it when ``contiguous``
+    (frames appended by a live log are contiguous; compacted ones may skip offsets).
+
+    The scan stops at the end or at the first bad frame. Afterwards ``valid_end`` is
+    the position after the last good frame, ``next_offset`` the offset after its last
+    record, and ``error`` the CorruptRecordError that stopped it (None for a clean
+    end); ``truncated`` is True when that frame was merely incomplete (a torn tail or
+    a frame still being written) rather than corrupt.
+    """
+
+    def __init__(self, fileio: FileIO, path: str, position: int = 0, end: int | None = None,
+                 *, expected_offset: int | None = None, contiguous: bool = False,
+                 verify_crc: bool = True, chunk_bytes: int = SCAN_CHUNK_BYTES):
+        self.fileio = fileio
+        self.path = path
+        self.position = position
+        self.end = end
+        self.expected_offset = expected_offset
+        self.contiguous = contiguous
+        self.verify_crc = verify_crc
+        self.chunk_bytes = chunk_bytes
+        self.valid_end = position
+        self.next_offset = expected_offset
+        self.error: CorruptRecordError | None = None
+        self.truncated = False
+
+    def _fail(self, message: str, pos: int, truncated: bool = False) -> None:
+        self.error = CorruptRecordError(message, path=self.path, position=pos)
+        self.truncated = truncated
+
+    def __iter__(self) -> Iterator[tuple[int, Frame]]:
+        fileio, path = self.fileio, self.path
+        end = self.end if self.end is not None else fileio.size(path)
+        pos = self.position
+        buf, buf_start = pa.py_buffer(b""), pos
+        while pos < end:
+            rel = pos - buf_start
+            if buf.size - rel < HEADER_SIZE or \
+                    buf.size - rel < unpack_header(buf, rel).length + LOG_OVERHEAD:
+                want = max(self.chunk_bytes, HEADER_SIZE)
+                if buf.size - rel >= HEADER_SIZE:
+                    want = max(want, unpack_header(buf, rel).length + LOG_OVERHEAD)
+                buf = pa.py_buffer(fileio.read_range(path, pos, min(want, end - pos)))
+                buf_start, rel = pos, 0
+                if buf.size < min(want, end - pos):  # the file is shorter than expected
+                    end = pos + buf.size
+                if buf.size == 0:
+                    break
+            try:
+                frame = decode_frame(buf, rel, verify_crc=self.verify_crc)
+            except CorruptRecordError as exc:
+                self.error = relocate_error(exc, rel, pos, path)
+                self.truncated = str(exc).startswith("truncated frame")
+                return
+            header = frame.header
+            expected = self.next_offset
+            if expected is not None and (header.base_offset < expected or
+                                         (self.contiguous and header.base_offset != expected)):
+                self._fail(f"frame at position {pos} of {path} has base offset "
+                           f"{header.base_offset}, expected "
+                           f"{'' if self.contiguous else 'at least '}{expected}", pos)
+                return
+            yield pos, frame
+            pos += header.size
+            self.valid_end = pos
+            self.next_offset = header.next_offset
+
+
+def read_frame_bytes(fileio: FileIO, path: str, position: int, end: int, offset: int,
+                     max_bytes: int, max_offset: int) -> tuple[bytes, int]:
+    """Whole frames of a segment for a fetch: ``(data, start position)``.
+
+    Starts at the first frame at or after ``position`` whose last offset is
+    ``>= offset``; takes consecutive frames whose base offset is ``< max_offset`` and
+    that lie before file position ``end``, while the total stays within ``max_bytes``,
+    but always at least one frame. Frames are not re-validated (they were validated on
+    append; consumers check CRCs).
+    """
+    chunk = min(end - position, max(max_bytes, 64 << 10) + (64 << 10))
+    buf = fileio.read_range(path, position, chunk)
+    buf_start = position
+    pos = position
+    start = None
+    while pos < end:
+        rel = pos - buf_start
+        if len(buf) - rel < HEADER_SIZE:
+            if start is not None:
+                break
+            buf, buf_start, rel = fileio.read_range(path, pos, min(chunk, end - pos)), pos, 0
+            if len(buf) < HEADER_SIZE:
+                break
+        header = unpack_header(buf, rel)
+        if header.base_offset >= max_offset or pos + header.size > end \
+                or header.length < HEADER_SIZE - LOG_OVERHEAD:
+            break
+        if start is None and header.last_offset < offset:
+            pos += header.size
+            continue
+        if start is None:
+            start = pos
+        elif pos + header.size - start > max_bytes:
+            break
+        if rel + header.size > len(buf):
+            if pos > start:
+                break
+            # the first frame is larger than the chunk: read it whole
+            buf, buf_start = fileio.read_range(path, pos, header.size), pos
+        pos += header.size
+        if pos - start >= max_bytes:
+            break
+    if start is None:
+        return b"", position
+    rel = start - buf_start
+    if rel == 0 and pos - start == len(buf):
+        return buf, start
+    return bytes(memoryview(buf)[rel:pos - buf_start]), start

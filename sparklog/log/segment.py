@@ -1,0 +1,276 @@
+"""LogSegment: one segment of a partition log (a ``.log`` file and, once sealed, its
+``.index`` and ``.timeindex``).
+
+An *active* segment keeps its counters and sparse indexes in memory, fed by
+:meth:`LogSegment.track` for every appended (or recovered) frame. A *sealed* segment
+is immutable; its summary (end offset, size, max timestamp) is read lazily from the
+72-byte header of its ``.index`` and its index entries only when a lookup needs them,
+so opening a partition never reads sealed ``.log`` files. A missing or corrupt index is
+rebuilt by scanning the ``.log`` (and rewritten when the segment is ``writable``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import CorruptRecordError, FileAlreadyExistsError, StorageFileNotFoundError
+from ..format.frame import TIMESTAMP_COLUMN, Frame
+from ..storage.base import FileIO
+from .index import INDEX_HEADER_SIZE, OffsetIndex, SegmentSummary, TimeIndex, parse_index_header
+from .layout import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_file_name
+from .scan import FrameScan
+
+log = logging.getLogger(__name__)
+
+
+def write_replacing(fileio: FileIO, path: str, data: bytes) -> None:
+    """write_atomic ``path``, first deleting a stale copy left by an interrupted run
+    (only the partition's writer may call this)."""
+    try:
+        fileio.write_atomic(path, data)
+    except FileAlreadyExistsError:
+        fileio.delete(path)
+        fileio.write_atomic(path, data)
+
+
+def first_offset_at_or_after(frame: Frame, timestamp: int, min_offset: int = 0) -> int | None:
+    """Offset of the first record of ``frame`` at or after ``min_offset`` whose
+    timestamp is ``>= timestamp`` (every record of a LogAppendTime frame has the
+    frame's max timestamp); None if there is none."""
+    header = frame.header
+    if header.max_timestamp < timestamp or header.last_offset < min_offset:
+        return None
+    offsets = frame.offsets()
+    if header.log_append_time:
+        mask = pc.greater_equal(offsets, pa.scalar(min_offset, pa.int64()))
+    else:
+        batch = frame.batch()
+        times = batch.column(batch.schema.get_field_index(TIMESTAMP_COLUMN)).cast(pa.int64())
+        mask = pc.greater_equal(times, pa.scalar(timestamp, pa.int64()))
+        if min_offset > header.base_offset:
+            mask = pc.and_(mask, pc.greater_equal(offsets, pa.scalar(min_offset, pa.int64())))
+    index = pc.index(mask, True).as_py()
+    return None if index < 0 else offsets[index].as_py()
+
+
+class LogSegment:
+    """A segment of ``directory`` starting at ``base_offset``.
+
+    Attributes ``size``, ``next_offset`` (one past the last offset), ``max_timestamp``
+    (-1 when empty), ``max_timestamp_offset``, ``record_count`` and ``frame_count``
+    describe its content; for a sealed segment they load from the index on first use.
+    """
+
+    def __init__(self, fileio: FileIO, directory: str, base_offset: int, *,
+                 sealed: bool = False, listed_size: int | None = None,
+                 index_interval_bytes: int = 4096, writable: bool = False):
+        self.fileio = fileio
+        self.directory = directory
+        self.base_offset = base_offset
+        self.path = fileio.join(directory, segment_file_name(base_offset, LOG_SUFFIX))
+        self.index_path = fileio.join(directory, segment_file_name(base_offset, INDEX_SUFFIX))
+        self.timeindex_path = fileio.join(directory,
+                                          segment_file_name(base_offset, TIMEINDEX_SUFFIX))
+        self.sealed = sealed
+        self.listed_size = listed_size
+        self.index_interval_bytes = index_interval_bytes
+        self.writable = writable
+        self.created_ms = int(time.time() * 1000)
+        self.first_frame_max_timestamp: int | None = None
+        self._lazy = sealed  # counters still to be read from the index header
+        self.offset_index: OffsetIndex | None = None if sealed else OffsetIndex(base_offset)
+        self.time_index: TimeIndex | None = None if sealed else TimeIndex(base_offset)
+        self._size = 0
+        self._next_offset = base_offset
+        self._max_timestamp = -1
+        self._max_timestamp_offset = -1
+        self._record_count = 0
+        self._frame_count = 0
+        self._bytes_since_index = 0
+
+    def __repr__(self):
+        state = "sealed" if self.sealed else "active"
+        return f"LogSegment({self.base_offset}, {state}, path={self.path!r})"
+
+    # --- counters (lazy for sealed segments) ---------------------------------------------
+    def _counter(self, name: str):
+        if self._lazy:
+            self._load_summary()
+        return getattr(self, name)
+
+    size = property(lambda self: self._counter("_size"), doc="Bytes in the ``.log``.")
+    next_offset = property(lambda self: self._counter("_next_offset"),
+                           doc="One past the last offset (base_offset when empty).")
+    max_timestamp = property(lambda self: self._counter("_max_timestamp"),
+                             doc="Largest record timestamp, -1 when empty.")
+    max_timestamp_offset = property(lambda self: self._counter("_max_timestamp_offset"),
+                                    doc="Base offset of the frame with max_timestamp.")
+    record_count = property(lambda self: self._counter("_record_count"),
+                            doc="Records in the segment.")
+    frame_count = property(lambda self: self._counter("_frame_count"),
+                           doc="Frames in the segment.")
+
+    @property
+    def summary(self) -> SegmentSummary:
+        """The segment's :class:`SegmentSummary` (what its ``.index`` header stores)."""
+        if self._lazy:
+            self._load_summary()
+        return SegmentSummary(self.base_offset, self._next_offset, self._size,
+                              self._max_timestamp, self._max_timestamp_offset,
+                              self._record_count, self._frame_count)
+
+    def _set_summary(self, s: SegmentSummary) -> None:
+        self._size, self._next_offset = s.size, s.next_offset
+        self._max_timestamp, self._max_timestamp_offset = s.max_timestamp, s.max_timestamp_offset
+        self._record_count, self._frame_count = s.record_count, s.frame_count
+        self._lazy = False
+
+    def _load_summary(self) -> None:
+        try:
+            data = self.fileio.read_range(self.index_path, 0, INDEX_HEADER_SIZE)
+            summary, _, _ = parse_index_header(data, self.index_path)
+            if summary.base_offset != self.base_offset or (
+                    self.listed_size is not None and summary.size != self.listed_size):
+                raise CorruptRecordError(
+                    f"offset index {self.index_path} describes base offset "
+                    f"{summary.base_offset} and {summary.size} bytes, the segment has "
+                    f"base offset {self.base_offset} and {self.listed_size} bytes")
+        except (CorruptRecordError, StorageFileNotFoundError) as exc:
+            log.warning("rebuilding the indexes of %s: %s", self.path, exc)
+            self.rebuild_indexes()
+            return
+        self._set_summary(summary)
+
+    # --- appending ---------------------------------------------------------------------
+    def track(self, base_offset: int, next_offset: int, max_timestamp: int,
+              record_count: int, size: int, position: int) -> None:
+        """Account for a frame of ``size`` bytes at ``position`` (appended or found by a
+        scan): counters, and a sparse index entry every ``index.interval.bytes``."""
+        if self._bytes_since_index >= self.index_interval_bytes:
+            self.offset_index.append(base_offset, position)
+            if self._max_timestamp >= 0:
+                self.time_index.maybe_append(self._max_timestamp, base_offset)
+            self._bytes_since_index = 0
+        self._bytes_since_index += size
+        if self.first_frame_max_timestamp is None:
+            self.first_frame_max_timestamp = max_timestamp
+        if max_timestamp > self._max_timestamp:
+            self._max_timestamp = max_timestamp
+            self._max_timestamp_offset = base_offset
+        self._next_offset = next_offset
+        self._record_count += record_count
+        self._frame_count += 1
+        self._size = position + size
+
+    def scan(self, position: int = 0, end: int | None = None, *, contiguous: bool = False,
+             verify_crc: bool = True) -> FrameScan:
+        """A :class:`FrameScan` of this segment's ``.log`` from ``position``."""
+        expected = self.base_offset if position == 0 else None
+        return FrameScan(self.fileio, self.path, position, end, expected_offset=expected,
+                         contiguous=contiguous, verify_crc=verify_crc)
+
+    def extend(self, end: int | None = None, *, contiguous: bool = True) -> FrameScan:
+        """Scan the active segment's file from the current ``size`` and track every valid
+        frame found; returns the finished scan (its ``error`` says why it stopped)."""
+        scan = FrameScan(self.fileio, self.path, self._size, end,
+                         expected_offset=self._next_offset, contiguous=contiguous)
+        for pos, frame in scan:
+            h = frame.header
+            self.track(h.base_offset, h.next_offset, h.max_timestamp, h.record_count,
+                       h.size, pos)
+        return scan
+
+    def time_waited_for_roll(self, now_ms: int, timestamp: int) -> int:
+        """What ``segment.ms`` is compared with, as in Kafka: the incoming frame's
+        ``timestamp`` minus the first frame's max timestamp (so backfills with old
+        timestamps do not roll every frame), or the segment's age by the clock when it
+        has no timestamp yet."""
+        first = self.first_frame_max_timestamp
+        if first is not None and first >= 0:
+            return timestamp - first
+        return now_ms - self.created_ms
+
+    # --- sealing and indexes -------------------------------------------------------------
+    def seal(self) -> SegmentSummary:
+        """Write the ``.timeindex`` then the ``.index`` (the seal marker); the segment's
+        ``.log`` must be complete and closed."""
+        summary = self.summary
+        write_replacing(self.fileio, self.timeindex_path, self.time_index.to_bytes())
+        write_replacing(self.fileio, self.index_path, self.offset_index.to_bytes(summary))
+        self.sealed = True
+        return summary
+
+    def load_indexes(self) -> None:
+        """Make the index entries available (read them for a sealed segment, rebuilding
+        them from the ``.log`` when missing or corrupt)."""
+        if self.offset_index is not None:
+            return
+        try:
+            summary, offset_index = OffsetIndex.from_bytes(
+                self.fileio.read_all(self.index_path), self.index_path)
+            time_index = TimeIndex.from_bytes(
+                self.fileio.read_all(self.timeindex_path), self.timeindex_path)
+            if summary.base_offset != self.base_offset or time_index.base_offset != self.base_offset:
+                raise CorruptRecordError(f"indexes of {self.path} name another base offset")
+        except (CorruptRecordError, StorageFileNotFoundError) as exc:
+            log.warning("rebuilding the indexes of %s: %s", self.path, exc)
+            self.rebuild_indexes()
+            return
+        self._set_summary(summary)
+        self.offset_index, self.time_index = offset_index, time_index
+
+    def rebuild_indexes(self) -> None:
+        """Rebuild counters and indexes of a sealed segment by scanning its ``.log``;
+        rewrite its index files when ``writable``. A bad frame inside a sealed segment
+        raises CorruptRecordError (path and position)."""
+        self.offset_index = OffsetIndex(self.base_offset)
+        self.time_index = TimeIndex(self.base_offset)
+        self._size, self._next_offset, self._bytes_since_index = 0, self.base_offset, 0
+        self._max_timestamp = self._max_timestamp_offset = -1
+        self._record_count = self._frame_count = 0
+        self.first_frame_max_timestamp = None
+        self._lazy = False
+        scan = self.extend(contiguous=False)
+        if scan.error is not None:
+            raise CorruptRecordError(
+                f"sealed segment {self.path} is corrupt: {scan.error}",
+                path=self.path, position=scan.error.position)
+        if self.writable:
+            self.fileio.delete(self.index_path)
+            self.fileio.delete(self.timeindex_path)
+            self.seal()
+
+    # --- lookups -------------------------------------------------------------------------
+    def position_for(self, offset: int) -> int:
+        """File position of a frame at or before the one holding ``offset`` (from the
+        sparse offset index; scan forward from there)."""
+        self.load_indexes()
+        return self.offset_index.lookup(offset)[1]
+
+    def offset_for_timestamp(self, timestamp: int, end: int | None = None,
+                             min_offset: int = 0, max_offset: int | None = None) -> int | None:
+        """First offset in [``min_offset``, ``max_offset``) of this segment whose record
+        timestamp is ``>= timestamp``, looking only at frames before file position
+        ``end``; None if there is none."""
+        if self.max_timestamp < timestamp:
+            return None
+        self.load_indexes()
+        start = max(self.time_index.lookup(timestamp), self.offset_index.lookup(min_offset)[0])
+        _, position = self.offset_index.lookup(start)
+        for _, frame in self.scan(position, end if end is not None else self.size):
+            if max_offset is not None and frame.header.base_offset >= max_offset:
+                return None
+            offset = first_offset_at_or_after(frame, timestamp, min_offset)
+            if offset is not None:
+                return offset if max_offset is None or offset < max_offset else None
+        return None
+
+    def delete_files(self) -> None:
+        """Delete the ``.log`` first, then its indexes (a crash leaves only stray
+        indexes, which the next open removes)."""
+        for path in (self.path, self.timeindex_path, self.index_path):
+            self.fileio.delete(path)
