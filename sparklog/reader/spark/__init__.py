@@ -1,0 +1,13 @@
+"""The Spark data source ``format("sparklog")``: batch and streaming scans of topics.
+
+Use :func:`register` once per session (``sparklog.spark.register(spark)`` is the same
+function). Modules: :mod:`.options` (Kafka-named options), :mod:`.schema` (output
+schema, batch shaping), :mod:`.catalog` (offsets from storage or a broker),
+:mod:`.planning` (offset ranges, data loss, splits), :mod:`.filters` (pushdown),
+:mod:`.scan` (task-side reads), :mod:`.batch` and :mod:`.stream` (the readers),
+:mod:`.source` (the DataSource and registration).
+"""
+
+from .source import FORMAT, SparklogDataSource, SparklogPushdownDataSource, register
+
+__all__ = ["register", "SparklogDataSource", "SparklogPushdownDataSource", "FORMAT"]

@@ -1,0 +1,99 @@
+"""The ``sparklog`` Python data source and its registration.
+
+``register(spark)`` makes ``spark.read.format("sparklog")``,
+``spark.readStream.format("sparklog")`` and ``df.write.format("sparklog")`` available in
+that session. The schema is Spark's Kafka source's for raw topics, or a typed topic's
+columns plus the metadata columns (see :mod:`sparklog.reader.spark.schema`).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import DataSource
+
+from ...errors import SchemaMismatchError
+from .batch import SparklogBatchReader, SparklogPushdownReader
+from .catalog import open_catalog
+from .options import parse_options
+from .planning import subscribed_partitions
+from .schema import spark_schema
+from .stream import SparklogStreamReader
+
+FORMAT = "sparklog"
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+
+def record_schema_of(catalog, opts):
+    """The record schema shared by the subscribed topics: None for raw topics, the
+    Arrow schema for typed ones. SchemaMismatchError when they disagree."""
+    topics = sorted(subscribed_partitions(catalog, opts.subscription))
+    schemas = {t: catalog.topic_config(t).schema for t in topics}
+    distinct = []
+    for t, s in schemas.items():
+        if not any((s is None and d is None) or (s is not None and d is not None and s.equals(d))
+                   for d in distinct):
+            distinct.append(s)
+    if len(distinct) > 1:
+        kinds = ", ".join(f"{t} ({'raw' if s is None else 'typed: ' + ', '.join(s.names)})"
+                          for t, s in schemas.items())
+        raise SchemaMismatchError(
+            f"the subscribed topics have different record schemas and cannot be read as one "
+            f"DataFrame: {kinds}")
+    return distinct[0] if distinct else None
+
+
+class SparklogDataSource(DataSource):
+    """``format("sparklog")`` without filter pushdown (safe under any session config)."""
+
+    reader_class = SparklogBatchReader
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name: ``sparklog``."""
+        return FORMAT
+
+    def schema(self):
+        """Kafka's record schema (raw topics) or the typed topics' columns plus the
+        metadata columns; ``headers`` is added with ``includeHeaders=true``."""
+        opts = parse_options(self.options, streaming=None)
+        catalog = open_catalog(opts)
+        try:
+            record = record_schema_of(catalog, opts)
+        finally:
+            catalog.close()
+        return spark_schema(record, opts.include_headers)
+
+    def reader(self, schema):
+        """The batch reader."""
+        return self.reader_class(parse_options(self.options, streaming=False), schema)
+
+    def streamReader(self, schema):
+        """The micro-batch stream reader."""
+        return SparklogStreamReader(parse_options(self.options, streaming=True), schema)
+
+    def writer(self, schema, overwrite: bool):
+        """The writer producing rows to a topic through the broker."""
+        from ...writer.spark_sink import SparklogWriter
+
+        return SparklogWriter(dict(self.options), schema, overwrite)
+
+
+class SparklogPushdownDataSource(SparklogDataSource):
+    """``format("sparklog")`` with filter pushdown on topic, partition, offset and
+    timestamp (needs ``spark.sql.python.filterPushdown.enabled=true``)."""
+
+    reader_class = SparklogPushdownReader
+
+
+def register(spark, *, filter_pushdown: bool = True) -> None:
+    """Register ``format("sparklog")`` in the session ``spark``.
+
+    With ``filter_pushdown`` (the default) the session config
+    ``spark.sql.python.filterPushdown.enabled`` is set to true and filters on topic,
+    partition, offset and timestamp skip data; pass False to leave the config alone and
+    register the source without pushdown.
+    """
+    if filter_pushdown:
+        spark.conf.set(PUSHDOWN_CONF, "true")
+        spark.dataSource.register(SparklogPushdownDataSource)
+    else:
+        spark.dataSource.register(SparklogDataSource)
