@@ -38,20 +38,19 @@ import os
 import shutil
 import socket
 import stat as stat_mod
-import threading
 import time
 import uuid
 
 from sparklog.errors import (
     FileAlreadyExistsError,
     InvalidArgumentError,
-    LeaseExpiredError,
     LeaseHeldError,
     StorageError,
     StorageFileNotFoundError,
 )
-from sparklog.storage.base import FileInfo, FileIO, OutputStream
-from sparklog.storage.paths import check_bytes, check_int, check_path, strip_scheme
+from sparklog.storage.base import FileInfo, FileIO
+from sparklog.storage.paths import check_int, check_path, strip_scheme
+from sparklog.storage.stream import BufferedOutputStream, LeaseLost
 
 LEASE_SUFFIX = ".sparklog-lease"
 DEFAULT_BUFFER_SIZE = 1 << 20  # bytes buffered before write() hands them to the OS
@@ -208,122 +207,57 @@ def _acquire_lease(os_path: str, display: str) -> dict:
 # --- streams -----------------------------------------------------------------------------
 
 
-class LocalOutputStream(OutputStream):
+class LocalOutputStream(BufferedOutputStream):
     """Append-only writer of one local file under a lease (see module docstring)."""
 
-    def __init__(self, fileio: "LocalFileIO", path: str, os_path: str, fd: int,
-                 lease: dict, length: int, buffer_size: int):
-        self.path = path
-        self._fileio = fileio
+    def __init__(self, path: str, os_path: str, fd: int, lease: dict, length: int,
+                 buffer_size: int):
+        super().__init__(path, length, buffer_size)
         self._os_path = os_path
         self._dir = os.path.dirname(os_path)
         self._lease_path = lease_path(os_path)
-        self._lease = lease
+        self._token = lease["token"]
         self._lease_ino = os.stat(self._lease_path).st_ino
         self._fd = fd
-        self._flushed = length
-        self._buf = bytearray()
-        self._buffer_size = buffer_size
-        self._closed = False
-        self._lost = False
-        self._lock = threading.RLock()
 
-    # lease checks -------------------------------------------------------------------
     def _lease_ok(self) -> bool:
         rec = read_lease(self._os_path)
-        return rec is not None and rec.get("token") == self._lease["token"]
+        return rec is not None and rec.get("token") == self._token
 
-    def _fenced(self, op: str):
-        """Mark the lease lost, drop the buffer, close the fd; return the error."""
-        dropped = len(self._buf)
-        self._buf.clear()
-        self._lost = True
-        self._close_fd()
-        return LeaseExpiredError(
-            f"{self.path}: lease lost (file recovered or deleted by another writer); "
-            f"{op} refused, {dropped} unflushed bytes dropped")
+    def _precheck_write(self) -> None:
+        # one stat(2); _push re-checks the token authoritatively under the dir lock
+        try:
+            if os.stat(self._lease_path).st_ino != self._lease_ino:
+                raise LeaseLost()
+        except FileNotFoundError:
+            raise LeaseLost() from None
 
-    def _check_open(self, op: str) -> None:
-        if self._lost:
-            raise LeaseExpiredError(f"{self.path}: lease lost earlier; {op} refused")
-        if self._closed:
-            raise StorageError(f"{self.path}: stream is closed; {op} refused")
-
-    # OutputStream ---------------------------------------------------------------------
-    def write(self, data) -> int:
-        """Buffer ``data``; hand the buffer to the OS once it exceeds the buffer size."""
-        view = check_bytes(data)
-        with self._lock:
-            self._check_open("write")
-            try:  # cheap check (one stat); flush() re-checks the token authoritatively
-                if os.stat(self._lease_path).st_ino != self._lease_ino:
-                    raise self._fenced("write")
-            except FileNotFoundError:
-                raise self._fenced("write") from None
-            self._buf += view
-            if len(self._buf) >= self._buffer_size:
-                self._flush_locked("write")
-            return len(view)
-
-    def _flush_locked(self, op: str) -> None:
-        with _DirLock(self._dir, shared=True):
+    def _push(self, data: memoryview) -> None:
+        with _DirLock(self._dir, shared=True):  # recover_lease waits for this write
             if not self._lease_ok():
-                raise self._fenced(op)
-            with memoryview(self._buf) as view:
-                done = 0
-                while done < len(view):
-                    with view[done:] as rest:
-                        done += os.write(self._fd, rest)
-            self._flushed += len(self._buf)
-        self._buf.clear()
+                raise LeaseLost()
+            done = 0
+            while done < len(data):
+                with data[done:] as rest:
+                    done += os.write(self._fd, rest)
 
-    def flush(self) -> None:
-        """hflush: check the lease, then write(2) the buffer (visible to new readers)."""
-        with self._lock:
-            self._check_open("flush")
-            self._flush_locked("flush")
+    def _persist(self) -> None:
+        if not self._lease_ok():
+            raise LeaseLost()
+        os.fsync(self._fd)
 
-    def sync(self) -> None:
-        """hsync: flush, then fsync(2) the file (durable)."""
-        with self._lock:
-            self._check_open("sync")
-            self._flush_locked("sync")
-            os.fsync(self._fd)
+    def _release(self) -> None:
+        try:
+            with _DirLock(self._dir):
+                if self._lease_ok():
+                    os.unlink(self._lease_path)
+        finally:
+            self._abandon()
 
-    def tell(self) -> int:
-        """Length of the file including bytes still buffered here."""
-        return self._flushed + len(self._buf)
-
-    def _close_fd(self) -> None:
+    def _abandon(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-
-    def close(self) -> None:
-        """Flush, fsync, release the lease. Idempotent; LeaseExpiredError if the lease
-        was lost with bytes still buffered (they were not written)."""
-        with self._lock:
-            if self._closed or self._lost:
-                self._closed = True
-                return
-            try:
-                if self._buf:
-                    self._flush_locked("close")
-                os.fsync(self._fd)
-                with _DirLock(self._dir):
-                    if self._lease_ok():
-                        os.unlink(self._lease_path)
-            finally:
-                self._closed = True
-                self._close_fd()
-
-    @property
-    def closed(self) -> bool:
-        """True after close() or once the lease was found lost."""
-        return self._closed or self._lost
-
-    def __repr__(self):
-        return f"LocalOutputStream({self.path!r}, tell={self.tell()})"
 
 
 class LocalInputStream:
@@ -432,7 +366,7 @@ class LocalFileIO(FileIO):
                 os.close(fd)
                 os.unlink(p)
                 raise
-        return LocalOutputStream(self, path, p, fd, lease, 0, self.buffer_size)
+        return LocalOutputStream(path, p, fd, lease, 0, self.buffer_size)
 
     def append(self, path: str) -> LocalOutputStream:
         """Open an existing file for appending under a new lease (an expired lease of a
@@ -454,8 +388,7 @@ class LocalFileIO(FileIO):
             except BaseException:
                 os.unlink(lease_path(p))
                 raise
-        return LocalOutputStream(self, path, p, fd, lease, os.fstat(fd).st_size,
-                                 self.buffer_size)
+        return LocalOutputStream(path, p, fd, lease, os.fstat(fd).st_size, self.buffer_size)
 
     def recover_lease(self, path: str) -> None:
         """Revoke whatever lease ``path`` has (live or dead); the fenced writer cannot

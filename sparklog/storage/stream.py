@@ -1,0 +1,151 @@
+"""BufferedOutputStream: the write-buffering and lease-loss logic every backend shares.
+
+A backend subclasses it and supplies four hooks: ``_push`` (hand the buffered bytes to
+the storage so new readers see them: write(2), hdfsWrite+hdfsHFlush, WebHDFS APPEND),
+``_persist`` (make them durable), ``_release`` (close and give the lease back) and
+``_abandon`` (drop the handle after the lease was lost). A hook signals that the lease
+is gone by raising :class:`LeaseLost`; the stream then drops its buffer, refuses every
+later write/flush/sync with LeaseExpiredError and reports ``closed``.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from sparklog.errors import LeaseExpiredError, StorageError
+from sparklog.storage.base import OutputStream
+from sparklog.storage.paths import check_bytes
+
+
+class LeaseLost(Exception):
+    """Raised by a backend hook when the writer's lease was revoked (internal)."""
+
+
+class BufferedOutputStream(OutputStream):
+    """Buffers writes in user space until flush (or ``buffer_size``), tracks the length,
+    turns a lost lease into LeaseExpiredError. Thread-safe."""
+
+    def __init__(self, path: str, length: int, buffer_size: int):
+        self.path = path
+        self._pushed = length
+        self._buf = bytearray()
+        self._buffer_size = buffer_size
+        self._closed = False
+        self._lost = False
+        self._lock = threading.RLock()
+
+    # hooks ------------------------------------------------------------------------------
+    def _precheck_write(self) -> None:
+        """Cheap lease check on every write (raise LeaseLost); default none."""
+
+    def _push(self, data: memoryview) -> None:
+        """Hand ``data`` to the storage, visible to new readers (raise LeaseLost)."""
+        raise NotImplementedError
+
+    def _persist(self) -> None:
+        """Make everything pushed so far durable (raise LeaseLost)."""
+        raise NotImplementedError
+
+    def _release(self) -> None:
+        """Close the handle and release the lease."""
+        raise NotImplementedError
+
+    def _abandon(self) -> None:
+        """Drop the handle after the lease was lost (no release)."""
+
+    # machinery ------------------------------------------------------------------------
+    def _fenced(self, op: str) -> LeaseExpiredError:
+        dropped = len(self._buf)
+        self._buf.clear()
+        self._lost = True
+        try:
+            self._abandon()
+        except Exception:  # the handle is useless anyway
+            pass
+        return LeaseExpiredError(
+            f"{self.path}: lease lost (the file was recovered or deleted by another "
+            f"writer); {op} refused, {dropped} unflushed bytes dropped")
+
+    def _check_open(self, op: str) -> None:
+        if self._lost:
+            raise LeaseExpiredError(f"{self.path}: lease lost earlier; {op} refused")
+        if self._closed:
+            raise StorageError(f"{self.path}: stream is closed; {op} refused")
+
+    def _push_buffer(self, op: str) -> None:
+        if not self._buf:
+            return
+        try:
+            with memoryview(self._buf) as view:
+                self._push(view)
+        except LeaseLost:
+            raise self._fenced(op) from None
+        self._pushed += len(self._buf)
+        self._buf.clear()
+
+    # OutputStream ---------------------------------------------------------------------
+    def write(self, data) -> int:
+        """Buffer ``data`` (bytes-like); push the buffer once it reaches buffer_size."""
+        view = check_bytes(data)
+        with self._lock:
+            self._check_open("write")
+            try:
+                self._precheck_write()
+            except LeaseLost:
+                raise self._fenced("write") from None
+            self._buf += view
+            if len(self._buf) >= self._buffer_size:
+                self._push_buffer("write")
+            return len(view)
+
+    def flush(self) -> None:
+        """hflush: push the buffer; the bytes are visible to readers opening now."""
+        with self._lock:
+            self._check_open("flush")
+            try:
+                if not self._buf:
+                    self._precheck_write()  # an empty flush still notices a lost lease
+            except LeaseLost:
+                raise self._fenced("flush") from None
+            self._push_buffer("flush")
+
+    def sync(self) -> None:
+        """hsync: flush, then make the bytes durable."""
+        with self._lock:
+            self._check_open("sync")
+            self._push_buffer("sync")
+            try:
+                self._persist()
+            except LeaseLost:
+                raise self._fenced("sync") from None
+
+    def tell(self) -> int:
+        """Length of the file including bytes still buffered here."""
+        return self._pushed + len(self._buf)
+
+    def close(self) -> None:
+        """Flush, persist, release the lease; idempotent. Raises LeaseExpiredError only
+        if the lease was lost with bytes still buffered (they were not written)."""
+        with self._lock:
+            if self._closed or self._lost:
+                self._closed = True
+                return
+            try:
+                self._push_buffer("close")
+                try:
+                    self._persist()
+                except LeaseLost:
+                    self._lost = True
+                    self._abandon()
+                    return
+                self._release()
+            finally:
+                self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        """True after close() or once the lease was found lost."""
+        return self._closed or self._lost
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.path!r}, tell={self.tell()})"
