@@ -1,0 +1,457 @@
+"""The broker: lifecycle, partition ownership, request dispatch, produce and fetch.
+
+A :class:`Broker` runs on one asyncio event loop. ``await broker.start()`` recovers
+every partition found on the storage (each opened by its own
+:class:`~sparklog.writer.broker.partition.PartitionWriter`), registers the broker in the
+coordination store and listens; ``await broker.stop()`` shuts down gracefully: stop
+accepting, stop reading new requests, answer those already read, drain every
+partition's queue, sync, snapshot producer state, close the logs (releasing their
+leases) and withdraw the registration.
+
+API handlers of topics and of groups live in :mod:`.admin` and :mod:`.groups_api`;
+networking (framing, ordering, limits, sendfile) in :mod:`.server`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import time
+
+from ...coordination.base import BrokerInfo, CoordinationStore
+from ...coordination.local import LocalCoordinationStore
+from ...errors import (
+    InvalidArgumentError, OffsetOutOfRangeError, RequestTimedOutError, SparklogError,
+    UnknownTopicOrPartitionError, UnsupportedVersionError,
+)
+from ...log.config import LogConfig
+from ...metadata import TopicStore, validate_partition
+from ...metadata.topic import TopicConfig
+from ...protocol.apis import (
+    ACKS_ALL, ACKS_LEADER, ACKS_NONE, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, NO_OFFSET,
+    SUPPORTED_VERSIONS, ApiKey, api_name,
+)
+from ...protocol.codec import FileRegion, RequestHeader, decode_request_body, error_fields
+from ...storage import FileIO, open_fileio
+from . import admin, groups_api, server
+from .config import BrokerConfig
+from .group import GroupCoordinator
+from .partition import PartitionWriter
+
+log = logging.getLogger(__name__)
+
+_NO_ERROR = {"error_code": 0, "error_message": ""}
+
+
+class RequestContext:
+    """Who sent a request (client id and host) and the connection's ordering lock:
+    produce requests of one connection reach their partitions' queues in the order
+    they arrived, though they are handled concurrently."""
+
+    __slots__ = ("client_id", "client_host", "order")
+
+    def __init__(self, client_id: str, client_host: str, order: asyncio.Lock | None = None):
+        self.client_id = client_id
+        self.client_host = client_host
+        self.order = order or asyncio.Lock()
+
+
+class Broker:
+    """A sparklog broker serving ``storage_uri`` (see the module docstring)."""
+
+    def __init__(self, storage_uri: str, config: BrokerConfig | None = None, *,
+                 store: CoordinationStore | None = None, fileio: FileIO | None = None,
+                 metrics: bool = True):
+        if not isinstance(storage_uri, str) or not storage_uri:
+            raise InvalidArgumentError(
+                f"storage URI must be a non-empty string, got {storage_uri!r}")
+        self.storage_uri = storage_uri.rstrip("/") or storage_uri
+        self.config = config or BrokerConfig()
+        self.fileio = fileio or open_fileio(self.storage_uri)
+        self.topics = TopicStore(self.storage_uri, self.fileio)
+        self.store = store or LocalCoordinationStore(self.storage_uri, self.fileio)
+        self.broker_id = self.config.broker_id
+        self.metrics = None
+        if metrics:
+            try:
+                from .metrics import BrokerMetrics
+
+                self.metrics = BrokerMetrics()
+            except ImportError:  # prometheus-client is an optional extra
+                log.warning("prometheus-client is not installed: broker metrics are off")
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.pool = concurrent.futures.ThreadPoolExecutor(
+            self.config.num_io_threads, thread_name_prefix="sparklog-io")
+        self.partitions: dict[tuple[str, int], PartitionWriter] = {}
+        self._opening: dict[tuple[str, int], asyncio.Task] = {}
+        self._topic_cache: dict[str, TopicConfig] = {}
+        self.deleting: set[str] = set()
+        self.groups: GroupCoordinator | None = None
+        self.stopping = False
+        self.host, self.port = self.config.listen_host_port
+        self._server: asyncio.AbstractServer | None = None
+        self.connections: set = set()
+        self.budget: server.ByteBudget | None = None
+        self._pid_next = self._pid_end = 0
+        self._stopped: asyncio.Event | None = None
+        #: api key -> ``handler(broker, body, ctx)``
+        self.handlers = {
+            ApiKey.API_VERSIONS: Broker._api_versions,
+            ApiKey.PRODUCE: Broker._produce,
+            ApiKey.FETCH: Broker._fetch,
+            ApiKey.LIST_OFFSETS: Broker._list_offsets,
+            ApiKey.INIT_PRODUCER_ID: Broker._init_producer_id,
+            **admin.HANDLERS, **groups_api.HANDLERS,
+        }
+
+    # --- lifecycle -------------------------------------------------------------------------
+    @property
+    def address(self) -> str:
+        """``host:port`` the broker listens on (the real port after binding port 0)."""
+        return f"{self.host}:{self.port}"
+
+    async def run_io(self, fn, *args):
+        """Run a blocking storage call on the broker's I/O threads."""
+        return await self.loop.run_in_executor(self.pool, fn, *args)
+
+    async def start(self) -> str:
+        """Recover every partition, start listening, register; return the address."""
+        self.loop = asyncio.get_running_loop()
+        self._stopped = asyncio.Event()
+        self.budget = server.ByteBudget(self.config.queued_max_request_bytes)
+        self.groups = GroupCoordinator(
+            self.loop, self.partition_counts,
+            min_session_ms=self.config.group_min_session_timeout_ms,
+            max_session_ms=self.config.group_max_session_timeout_ms)
+        started = time.monotonic()
+        await self.run_io(self.store.cluster_id)
+        names = await self.run_io(self.topics.list_topics)
+        opened = 0
+        for name in names:
+            try:
+                tc = await self.topic_config(name)
+            except SparklogError as exc:
+                log.error("topic %s: cannot read its config: %s", name, exc)
+                continue
+            results = await asyncio.gather(
+                *(self.writer(name, p) for p in range(tc.partitions)), return_exceptions=True)
+            for p, res in enumerate(results):
+                if isinstance(res, BaseException):
+                    log.error("partition %s-%d: recovery failed: %s", name, p, res)
+                else:
+                    opened += 1
+        self._server = await asyncio.start_server(
+            lambda r, w: server.serve_connection(self, r, w), self.host, self.port,
+            reuse_address=True, limit=1 << 20)
+        self.host, self.port = self._server.sockets[0].getsockname()[:2]
+        await self.run_io(self.store.register_broker,
+                          BrokerInfo(self.broker_id, self.host, self.port))
+        if self.metrics is not None and self.config.metrics_port >= 0:
+            port = self.metrics.serve(self.config.metrics_port, self.host)
+            log.info("metrics on http://%s:%d/metrics", self.host, port)
+        log.info("broker %d listening on %s (storage %s): %d partition(s) of %d topic(s) "
+                 "recovered in %.2fs", self.broker_id, self.address, self.storage_uri, opened,
+                 len(names), time.monotonic() - started)
+        return self.address
+
+    async def stop(self) -> None:
+        """Graceful shutdown (see the module docstring). Idempotent."""
+        if self.stopping:
+            await self._stopped.wait()
+            return
+        self.stopping = True
+        try:
+            if self._server is not None:
+                self._server.close()
+            timeout = self.config.shutdown_timeout_ms / 1000
+            conns = list(self.connections)
+            for conn in conns:
+                conn.stop_reading()
+            if conns:
+                await asyncio.wait([c.task for c in conns], timeout=timeout)
+            if self.groups is not None:
+                self.groups.close()
+            writers = list(self.partitions.items())
+            self.partitions.clear()
+            await asyncio.gather(*(w.close() for _, w in writers), return_exceptions=True)
+            for (topic, p), _ in writers:
+                try:
+                    await self.run_io(self.store.release_leadership, topic, p, self.broker_id)
+                except SparklogError as exc:
+                    log.warning("partition %s-%d: releasing leadership failed: %s", topic, p, exc)
+            await self.run_io(self.store.unregister_broker, self.broker_id)
+            if self.metrics is not None:
+                self.metrics.close()
+            log.info("broker %d stopped: %d partition(s) synced and closed", self.broker_id,
+                     len(writers))
+        finally:
+            self.pool.shutdown(wait=True)
+            self._stopped.set()
+
+    async def wait_stopped(self) -> None:
+        """Return once :meth:`stop` finished."""
+        await self._stopped.wait()
+
+    # --- topics and partitions ---------------------------------------------------------------
+    async def topic_config(self, name: str, refresh: bool = False) -> TopicConfig:
+        """The topic's config (cached; UnknownTopicOrPartitionError if absent)."""
+        if name in self.deleting:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} is being deleted")
+        tc = None if refresh else self._topic_cache.get(name)
+        if tc is None:
+            tc = await self.run_io(self.topics.describe_topic, name)
+            self._topic_cache[name] = tc
+        return tc
+
+    def forget_topic(self, name: str) -> None:
+        """Drop a topic from the cache (after create/alter/delete)."""
+        self._topic_cache.pop(name, None)
+
+    async def partition_counts(self, topics) -> dict[str, int]:
+        """{topic: partition count} of the existing topics among ``topics``."""
+        out = {}
+        for name in topics:
+            try:
+                out[name] = (await self.topic_config(name)).partitions
+            except SparklogError:
+                continue
+        return out
+
+    def log_config(self, tc: TopicConfig) -> LogConfig:
+        """Broker defaults overlaid with the topic's own configs."""
+        return LogConfig.from_props({**self.config.log_defaults, **tc.configs},
+                                    ignore_unknown=True)
+
+    async def writer(self, topic: str, partition: int) -> PartitionWriter:
+        """The partition's writer, opened (and recovered) on first use."""
+        key = (topic, partition)
+        found = self.partitions.get(key)
+        if found is not None:
+            return found
+        tc = await self.topic_config(topic)
+        if partition >= tc.partitions:  # maybe grown by another broker/process
+            tc = await self.topic_config(topic, refresh=True)
+        validate_partition(partition, tc.partitions, topic)
+        if self.stopping:
+            raise UnknownTopicOrPartitionError(
+                f"partition {topic}-{partition}: broker {self.broker_id} is shutting down")
+        task = self._opening.get(key)
+        if task is None:
+            task = self._opening[key] = self.loop.create_task(self._open(tc, partition))
+            task.add_done_callback(lambda _t: self._opening.pop(key, None))
+        return await asyncio.shield(task)
+
+    async def _open(self, tc: TopicConfig, partition: int) -> PartitionWriter:
+        name = f"{tc.name}-{partition}"
+
+        def open_blocking():
+            state = self.store.acquire_leadership(tc.name, partition, self.broker_id)
+            opened = PartitionWriter.open_blocking(
+                self.fileio, self.topics.partition_dir(tc.name, partition), self.log_config(tc),
+                state.leader_epoch, f"partition {name}")
+            return opened, state.leader_epoch
+
+        (plog, state, snapshots), epoch = await self.run_io(open_blocking)
+        writer = PartitionWriter(tc, partition, plog, state, snapshots, loop=self.loop,
+                                 pool=self.pool,
+                                 snapshot_interval_ms=self.config.producer_snapshot_interval_ms,
+                                 metrics=self.metrics)
+        self.partitions[(tc.name, partition)] = writer
+        if self.metrics is not None:
+            self.metrics.partition_offsets(tc.name, partition, plog.log_end_offset,
+                                           plog.high_watermark)
+        log.info("partition %s: leader epoch %d, log [%d, %d), %d producer(s)", name, epoch,
+                 plog.log_start_offset, plog.log_end_offset, len(state.producers))
+        return writer
+
+    # --- dispatch -------------------------------------------------------------------------------
+    async def handle(self, header: RequestHeader, payload, position: int,
+                     ctx: RequestContext) -> dict | None:
+        """Decode and answer one request; None when no response is due (acks=0)."""
+        started = time.perf_counter()
+        name = api_name(header.api_key)
+        try:
+            body = decode_request_body(header, payload, position)
+            response = await self.handlers[header.api_key](self, body, ctx)
+        except SparklogError as exc:
+            log.info("%s request %d from %s (%s) refused: %s", name, header.correlation_id,
+                     ctx.client_host, ctx.client_id, exc)
+            response = error_fields(exc)
+            if isinstance(exc, UnsupportedVersionError) and header.api_key == ApiKey.API_VERSIONS:
+                response.update(self._versions_body())
+        except Exception as exc:  # a bug: answer it, log it, keep serving
+            log.exception("%s request %d from %s failed", name, header.correlation_id,
+                          ctx.client_host)
+            response = error_fields(exc)
+        if self.metrics is not None:
+            self.metrics.requests.labels(name).inc()
+            self.metrics.latency.labels(name).observe(time.perf_counter() - started)
+            if response is not None and response.get("error_code"):
+                self.metrics.errors.labels(name, str(response["error_code"])).inc()
+        return response
+
+    def _versions_body(self) -> dict:
+        return {"api_versions": [[k, lo, hi] for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())],
+                "broker_id": self.broker_id}
+
+    async def _api_versions(self, body, ctx) -> dict:
+        return {**_NO_ERROR, **self._versions_body(),
+                "cluster_id": await self.run_io(self.store.cluster_id)}
+
+    # --- produce ---------------------------------------------------------------------------------
+    async def _produce(self, body, ctx) -> dict | None:
+        acks = body["acks"]
+        if acks not in (ACKS_NONE, ACKS_LEADER, ACKS_ALL):
+            raise InvalidArgumentError(f"Produce.acks={acks} must be 0, 1 or -1 (all)")
+        pending = []   # (topic, partition, future | error, size)
+        async with ctx.order:  # requests of a connection are queued in arrival order
+            for t in body["topics"]:
+                for p in t["partitions"]:
+                    try:
+                        w = await self.writer(t["name"], p["partition"])
+                        pending.append((t["name"], p["partition"],
+                                        w.submit(p["records"], acks), len(p["records"])))
+                    except SparklogError as exc:
+                        pending.append((t["name"], p["partition"], exc, 0))
+        futures = [f for _, _, f, _ in pending if isinstance(f, asyncio.Future)]
+        if futures:
+            await asyncio.wait(futures, timeout=max(body["timeout_ms"], 0) / 1000)
+        topics: dict[str, list] = {}
+        for topic, partition, fut, size in pending:
+            if not isinstance(fut, asyncio.Future):
+                item = {"partition": partition, **error_fields(fut), "base_offset": -1}
+            elif not fut.done():
+                item = {"partition": partition, "base_offset": -1, **error_fields(
+                    RequestTimedOutError(f"partition {topic}-{partition}: not appended within "
+                                         f"timeout_ms={body['timeout_ms']}"))}
+            else:
+                res = fut.result()
+                item = {"partition": partition, **error_fields(res.error),
+                        "base_offset": res.base_offset,
+                        "log_append_time_ms": res.log_append_time_ms,
+                        "log_start_offset": res.log_start_offset}
+                if res.error is None and self.metrics is not None and not res.duplicate:
+                    self.metrics.bytes_in.labels(topic).inc(size)
+            topics.setdefault(topic, []).append(item)
+        if acks == ACKS_NONE:
+            for topic, items in topics.items():
+                for item in items:
+                    if item["error_code"]:
+                        log.warning("acks=0 produce to %s-%d from %s failed: %s", topic,
+                                    item["partition"], ctx.client_host, item["error_message"])
+            return None
+        return {**_NO_ERROR, "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
+
+    # --- fetch -----------------------------------------------------------------------------------
+    async def _fetch(self, body, ctx) -> dict:
+        deadline = self.loop.time() + max(body["max_wait_ms"], 0) / 1000
+        while True:
+            results, total, waiters, errors = await self._fetch_once(body)
+            remaining = deadline - self.loop.time()
+            if total >= body["min_bytes"] or errors or remaining <= 0 or self.stopping \
+                    or not waiters:
+                break
+            await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            for w in waiters:
+                w.cancel()
+        topics: dict[str, list] = {}
+        for topic, item in results:
+            topics.setdefault(topic, []).append(item)
+        return {**_NO_ERROR, "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
+
+    async def _fetch_once(self, body):
+        wanted = []
+        waiters = []
+        errors = 0
+        for t in body["topics"]:
+            for p in t["partitions"]:
+                try:
+                    w = await self.writer(t["name"], p["partition"])
+                    waiters.append(w.data_waiter())  # before reading: no lost wake-up
+                    wanted.append((t["name"], p, w, None))
+                except SparklogError as exc:
+                    wanted.append((t["name"], p, None, exc))
+        budget = max(min(body["max_bytes"], self.config.fetch_max_bytes), 1)
+
+        def read_all():
+            out, total, errs = [], 0, 0
+            for topic, p, w, exc in wanted:
+                base = {"partition": p["partition"], "high_watermark": -1,
+                        "log_start_offset": -1, "records": b""}
+                if exc is None:
+                    try:
+                        limit = min(p["partition_max_bytes"], budget - total)
+                        if limit <= 0 and total:
+                            base.update(_NO_ERROR, high_watermark=w.log.high_watermark,
+                                        log_start_offset=w.log.log_start_offset)
+                            out.append((topic, base))
+                            continue
+                        res = w.log.read(p["fetch_offset"], max(limit, 1))
+                        records = res.data
+                        local = self.fileio.local_path(res.segment_path) if res.size else None
+                        if local is not None:
+                            records = FileRegion(local, res.position, res.size)
+                        base.update(_NO_ERROR, high_watermark=res.high_watermark,
+                                    log_start_offset=res.log_start_offset, records=records)
+                        total += res.size
+                        if self.metrics is not None and res.size:
+                            self.metrics.bytes_out.labels(topic).inc(res.size)
+                    except OffsetOutOfRangeError as e:
+                        base.update(error_fields(e), high_watermark=w.log.high_watermark,
+                                    log_start_offset=w.log.log_start_offset)
+                        errs += 1
+                    except SparklogError as e:
+                        base.update(error_fields(e))
+                        errs += 1
+                else:
+                    base.update(error_fields(exc))
+                    errs += 1
+                out.append((topic, base))
+            return out, total, errs
+
+        results, total, errors = await self.run_io(read_all)
+        return results, total, waiters, errors
+
+    # --- offsets and producer ids --------------------------------------------------------------
+    async def _list_offsets(self, body, ctx) -> dict:
+        topics = []
+        for t in body["topics"]:
+            items = []
+            for p in t["partitions"]:
+                item = {"partition": p["partition"], "offset": NO_OFFSET, "timestamp": -1}
+                try:
+                    w = await self.writer(t["name"], p["partition"])
+                    ts = p["timestamp"]
+                    if ts == LATEST_TIMESTAMP:
+                        item["offset"] = w.log.high_watermark
+                    elif ts == EARLIEST_TIMESTAMP:
+                        item["offset"] = w.log.log_start_offset
+                    elif ts < 0:
+                        raise InvalidArgumentError(
+                            f"ListOffsets timestamp {ts} for {t['name']}-{p['partition']}: use "
+                            "-1 (latest), -2 (earliest) or a time in ms")
+                    else:
+                        found = await self.run_io(w.log.offset_for_timestamp, ts)
+                        if found is not None:
+                            item["offset"], item["timestamp"] = found, ts
+                    item.update(_NO_ERROR)
+                except SparklogError as exc:
+                    item.update(error_fields(exc))
+                items.append(item)
+            topics.append({"name": t["name"], "partitions": items})
+        return {**_NO_ERROR, "topics": topics}
+
+    async def _init_producer_id(self, body, ctx) -> dict:
+        pid, epoch = body["producer_id"], body["producer_epoch"]
+        if pid >= 0 and 0 <= epoch < 32766:
+            return {**_NO_ERROR, "producer_id": pid, "producer_epoch": epoch + 1}
+        if pid >= 0 and epoch < 0:
+            raise InvalidArgumentError(
+                f"InitProducerId: producer_id {pid} given without its producer_epoch")
+        if self._pid_next >= self._pid_end:
+            size = self.config.producer_id_block_size
+            self._pid_next = await self.run_io(self.store.allocate_producer_ids, size)
+            self._pid_end = self._pid_next + size
+        pid, self._pid_next = self._pid_next, self._pid_next + 1
+        return {**_NO_ERROR, "producer_id": pid, "producer_epoch": 0}

@@ -1,0 +1,205 @@
+"""Broker settings under Kafka's property names (``server.properties`` style).
+
+``BrokerConfig.from_props(props)`` parses a mapping of Kafka names (string values, as
+read from a properties file, or typed values); :func:`load_properties` reads a Java
+``.properties`` file. Broker-wide ``log.*`` settings are the defaults of every topic's
+log settings (a topic's own configs override them), as in Kafka:
+
+==============================  ===========================  =================
+broker property                 topic config it defaults     default
+==============================  ===========================  =================
+log.segment.bytes               segment.bytes                256 MiB
+log.roll.ms                     segment.ms                   7 days
+log.retention.ms                retention.ms                 7 days
+log.retention.bytes             retention.bytes              -1
+log.index.interval.bytes        index.interval.bytes         4096
+message.max.bytes               max.message.bytes            16 MiB
+log.flush.interval.messages     flush.messages               -1 (sync only for acks=all)
+log.flush.interval.ms           flush.ms                     -1
+log.cleanup.policy              cleanup.policy               delete
+log.message.timestamp.type      message.timestamp.type       CreateTime
+compression.type                compression.type             producer
+==============================  ===========================  =================
+
+Unknown keys are logged and ignored (Kafka does the same), so an existing Kafka
+``server.properties`` can be reused; invalid values raise InvalidConfigError naming the
+key.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from ...errors import InvalidConfigError
+from ...log.config import LOG_CONFIGS, parse_log_config_value
+
+log = logging.getLogger(__name__)
+
+#: broker property -> topic/log config key it supplies the default of
+LOG_DEFAULT_KEYS = {
+    "log.segment.bytes": "segment.bytes",
+    "log.roll.ms": "segment.ms",
+    "log.retention.ms": "retention.ms",
+    "log.retention.bytes": "retention.bytes",
+    "log.index.interval.bytes": "index.interval.bytes",
+    "message.max.bytes": "max.message.bytes",
+    "log.flush.interval.messages": "flush.messages",
+    "log.flush.interval.ms": "flush.ms",
+    "log.cleanup.policy": "cleanup.policy",
+    "log.message.timestamp.type": "message.timestamp.type",
+    "compression.type": "compression.type",
+}
+
+#: broker-only property -> (attribute, type, default, minimum)
+BROKER_SETTINGS = {
+    "broker.id": ("broker_id", int, 0, 0),
+    "listeners": ("listeners", str, "127.0.0.1:9092", None),
+    "advertised.listeners": ("advertised_listeners", str, "", None),
+    "num.partitions": ("num_partitions", int, 1, 1),
+    "auto.create.topics.enable": ("auto_create_topics_enable", bool, True, None),
+    "delete.topic.enable": ("delete_topic_enable", bool, True, None),
+    "socket.request.max.bytes": ("socket_request_max_bytes", int, 100 * 1024 * 1024, 64),
+    "queued.max.requests": ("queued_max_requests", int, 500, 1),
+    "queued.max.request.bytes": ("queued_max_request_bytes", int, 512 * 1024 * 1024, 1024),
+    "fetch.max.bytes": ("fetch_max_bytes", int, 55 * 1024 * 1024, 1024),
+    "num.io.threads": ("num_io_threads", int, 8, 1),
+    "group.min.session.timeout.ms": ("group_min_session_timeout_ms", int, 100, 1),
+    "group.max.session.timeout.ms": ("group_max_session_timeout_ms", int, 1800000, 1),
+    "producer.id.block.size": ("producer_id_block_size", int, 1000, 1),
+    "producer.state.snapshot.interval.ms": ("producer_snapshot_interval_ms", int, 60000, 0),
+    "controlled.shutdown.timeout.ms": ("shutdown_timeout_ms", int, 30000, 0),
+    "metrics.port": ("metrics_port", int, -1, -1),
+}
+
+
+def _parse_bool(key: str, value) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise InvalidConfigError(f"broker config {key}={value!r} is not a boolean (true/false)")
+
+
+def _parse_setting(key: str, value):
+    _, kind, _, minimum = BROKER_SETTINGS[key]
+    if kind is bool:
+        return _parse_bool(key, value)
+    if kind is int:
+        if isinstance(value, bool):
+            raise InvalidConfigError(f"broker config {key}={value!r} is not an integer")
+        try:
+            parsed = int(value.strip()) if isinstance(value, str) else int(value)
+        except (TypeError, ValueError):
+            raise InvalidConfigError(f"broker config {key}={value!r} is not an integer") from None
+        if minimum is not None and parsed < minimum:
+            raise InvalidConfigError(f"broker config {key}={parsed} must be >= {minimum}")
+        return parsed
+    return str(value).strip()
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """Parsed broker settings; ``log_defaults`` maps topic config keys to the broker's
+    defaults for them (only the keys the properties set)."""
+
+    broker_id: int = 0
+    listeners: str = "127.0.0.1:9092"
+    advertised_listeners: str = ""
+    num_partitions: int = 1
+    auto_create_topics_enable: bool = True
+    delete_topic_enable: bool = True
+    socket_request_max_bytes: int = 100 * 1024 * 1024
+    queued_max_requests: int = 500
+    queued_max_request_bytes: int = 512 * 1024 * 1024
+    fetch_max_bytes: int = 55 * 1024 * 1024
+    num_io_threads: int = 8
+    group_min_session_timeout_ms: int = 100
+    group_max_session_timeout_ms: int = 1800000
+    producer_id_block_size: int = 1000
+    producer_snapshot_interval_ms: int = 60000
+    shutdown_timeout_ms: int = 30000
+    metrics_port: int = -1
+    log_defaults: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_props(cls, props=None) -> "BrokerConfig":
+        """Build from Kafka property names (see the module docstring)."""
+        kwargs, defaults = {}, {}
+        for key, value in (props or {}).items():
+            key = str(key).strip()
+            if key in BROKER_SETTINGS:
+                kwargs[BROKER_SETTINGS[key][0]] = _parse_setting(key, value)
+            elif key in LOG_DEFAULT_KEYS:
+                topic_key = LOG_DEFAULT_KEYS[key]
+                try:
+                    defaults[topic_key] = parse_log_config_value(topic_key, value)
+                except InvalidConfigError as exc:
+                    raise InvalidConfigError(f"broker config {key}: {exc}") from None
+            elif key in LOG_CONFIGS:
+                broker_key = {v: k for k, v in LOG_DEFAULT_KEYS.items()}.get(key)
+                hint = f"; its broker-wide default is {broker_key!r}" if broker_key else ""
+                raise InvalidConfigError(f"{key!r} is a topic config, not a broker config{hint}")
+            else:
+                log.warning("the configuration %r was supplied but is not a known broker "
+                            "config; ignored", key)
+        return cls(**kwargs, log_defaults=defaults)
+
+    @property
+    def listen_host_port(self) -> tuple[str, int]:
+        """(host, port) of ``listeners`` (``PLAINTEXT://`` prefixes are accepted)."""
+        from ...protocol.connection import parse_address
+
+        text = self.listeners.split(",")[0].strip()
+        if "://" in text:
+            text = text.split("://", 1)[1]
+        try:
+            return parse_address(text)
+        except Exception as exc:
+            raise InvalidConfigError(f"broker config listeners={self.listeners!r}: {exc}") from None
+
+    def with_(self, **changes) -> "BrokerConfig":
+        """A copy with some attributes changed."""
+        from dataclasses import replace
+
+        return replace(self, **changes)
+
+
+def parse_properties(text: str, source: str = "properties") -> dict:
+    """Parse Java ``.properties`` text: ``key=value`` or ``key: value`` lines, ``#``/``!``
+    comments, blank lines, backslash line continuations. InvalidConfigError names the
+    line of a key without a value separator."""
+    props: dict = {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].strip()
+        number = i + 1
+        i += 1
+        while line.endswith("\\") and i < len(lines):
+            line = line[:-1] + lines[i].strip()
+            i += 1
+        if not line or line[0] in "#!":
+            continue
+        positions = [p for p in (line.find("="), line.find(":")) if p >= 0]
+        if not positions:
+            raise InvalidConfigError(f"{source} line {number}: {line!r} is not key=value")
+        cut = min(positions)
+        key, value = line[:cut].strip(), line[cut + 1:].strip()
+        if not key:
+            raise InvalidConfigError(f"{source} line {number}: empty key")
+        props[key] = value
+    return props
+
+
+def load_properties(path: str) -> dict:
+    """Read a ``broker.properties`` file (InvalidConfigError if it cannot be read)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise InvalidConfigError(f"cannot read broker config file {path}: {exc}") from None
+    return parse_properties(text, path)

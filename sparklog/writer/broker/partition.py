@@ -1,0 +1,311 @@
+"""One partition on the broker: its log, its single writer task, its fetch waiters.
+
+Produce requests for a partition are queued; one writer task per partition drains the
+queue and hands the whole batch to an I/O thread, which validates each request's
+frames (size, CRC32C, record columns against the topic's schema, producer sequences),
+appends them, and then does ONE flush — or one sync when any request in the batch asked
+for acks=all — for all of them (group commit). Fetches that found too little data wait
+on the partition until the next flush advances the high watermark, or their timeout.
+
+All calls into :class:`~sparklog.log.partition.PartitionLog` run on I/O threads, never
+on the event loop (HDFS calls are network round trips).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import time
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from ...errors import (
+    CorruptRecordError, RecordTooLargeError, SchemaMismatchError, SparklogError,
+)
+from ...format.frame import TIMESTAMP_COLUMN, body_schema, iter_frames, validate_frame
+from ...format.header import HEADER_SIZE, FrameHeader
+from ...log.config import LogConfig
+from ...log.partition import PartitionLog
+from ...metadata.topic import TopicConfig
+from ...protocol.apis import ACKS_ALL
+from .producer_state import ProducerSnapshots, ProducerState
+
+log = logging.getLogger(__name__)
+
+_IPC_PREFIX = struct.Struct("<Ii")  # Arrow IPC continuation marker + metadata length
+#: most queued requests one drain hands to a single append batch
+MAX_BATCH_REQUESTS = 1024
+
+
+@dataclass
+class ProduceItem:
+    """One partition's part of a Produce request, waiting for the writer."""
+
+    records: bytes
+    acks: int
+    future: asyncio.Future
+    frames: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ProduceResult:
+    """What the writer did with one request: the first frame's offsets (or the error)."""
+
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+    error: BaseException | None = None
+    duplicate: bool = False
+
+
+def _same_columns(got: pa.Schema, expected: pa.Schema) -> bool:
+    if len(got) != len(expected):
+        return False
+    return all(a.name == b.name and a.type.equals(b.type) for a, b in zip(got, expected))
+
+
+class SchemaChecker:
+    """Checks that frame bodies carry the topic's record columns (plus the timestamp);
+    remembers the schema messages already accepted so a repeated schema costs a byte
+    comparison instead of a parse."""
+
+    def __init__(self, topic: TopicConfig):
+        self.topic = topic
+        self.expected = topic.record_schema
+        self._accepted: set[bytes] = set()
+
+    def check(self, buf, pos: int, header: FrameHeader, where: str) -> None:
+        """Raise SchemaMismatchError (or CorruptRecordError) for a frame whose body does
+        not have the topic's columns."""
+        body = memoryview(buf)[pos + HEADER_SIZE:pos + header.size]
+        if len(body) >= 8:
+            marker, meta_len = _IPC_PREFIX.unpack_from(body, 0)
+            if marker == 0xFFFFFFFF and 0 < meta_len <= len(body) - 8:
+                key = bytes(body[:8 + meta_len])
+                if key in self._accepted:
+                    return
+            else:
+                key = None
+        else:
+            key = None
+        schema = body_schema(pa.py_buffer(body))
+        names = schema.names
+        if TIMESTAMP_COLUMN not in names:
+            raise CorruptRecordError(f"{where}: frame body has no {TIMESTAMP_COLUMN} column")
+        records = pa.schema([f for f in schema if not f.name.startswith("__")])
+        if not _same_columns(records, self.expected):
+            kind = "typed topic schema" if self.topic.typed else "raw record columns"
+            raise SchemaMismatchError(
+                f"{where}: frame columns {records} do not match the {kind} {self.expected}")
+        if key is not None and len(self._accepted) < 64:
+            self._accepted.add(key)
+
+
+class PartitionWriter:
+    """The broker's handle on one partition it leads (see the module docstring)."""
+
+    def __init__(self, topic: TopicConfig, partition: int, plog: PartitionLog,
+                 state: ProducerState, snapshots: ProducerSnapshots, *, loop, pool,
+                 snapshot_interval_ms: int = 60000, metrics=None):
+        self.topic = topic
+        self.topic_name = topic.name
+        self.partition = partition
+        self.name = f"{topic.name}-{partition}"
+        self.log = plog
+        self.state = state
+        self.snapshots = snapshots
+        self.loop = loop
+        self.pool = pool
+        self.snapshot_interval_ms = snapshot_interval_ms
+        self.metrics = metrics
+        self.schema = SchemaChecker(topic)
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._waiters: list[asyncio.Future] = []
+        self._last_snapshot = time.monotonic()
+        self._task = loop.create_task(self._run(), name=f"writer-{self.name}")
+        self._closing = False
+
+    # --- opening (I/O thread) ----------------------------------------------------------------
+    @staticmethod
+    def open_blocking(fileio, partition_dir: str, log_config: LogConfig, leader_epoch: int,
+                      where: str) -> tuple[PartitionLog, ProducerState, ProducerSnapshots]:
+        """Open the log (recovering its tail) and load or rebuild the producer state."""
+        plog = PartitionLog.open(fileio, partition_dir, log_config, leader_epoch=leader_epoch,
+                                 fence=True)
+        try:
+            state = ProducerState(where)
+            snapshots = ProducerSnapshots(fileio, partition_dir)
+            covered = snapshots.load(state)
+            if covered is None or covered > plog.log_end_offset:
+                state.producers = {}
+                covered = plog.log_start_offset
+            replay_producer_state(plog, state, max(covered, plog.log_start_offset))
+        except BaseException:
+            plog.close()
+            raise
+        return plog, state, snapshots
+
+    # --- produce --------------------------------------------------------------------------------
+    def submit(self, records: bytes, acks: int) -> asyncio.Future:
+        """Queue one request's records; the future gets a ProduceResult."""
+        future = self.loop.create_future()
+        if self._closing:
+            future.set_result(ProduceResult(error=SparklogError(
+                f"partition {self.name} is shutting down")))
+            return future
+        self._queue.put_nowait(ProduceItem(records, acks, future))
+        return future
+
+    async def _run(self) -> None:
+        while True:
+            item = await self._queue.get()
+            if item is None:
+                return
+            batch = [item]
+            stop = False
+            while len(batch) < MAX_BATCH_REQUESTS and not self._queue.empty():
+                nxt = self._queue.get_nowait()
+                if nxt is None:
+                    stop = True
+                    break
+                batch.append(nxt)
+            try:
+                results = await self.loop.run_in_executor(self.pool, self._append_batch, batch)
+            except BaseException as exc:  # the log failed as a whole
+                log.error("partition %s: append failed: %s", self.name, exc)
+                results = [ProduceResult(error=exc)] * len(batch)
+            for it, res in zip(batch, results):
+                if not it.future.done():
+                    it.future.set_result(res)
+            self._wake_fetchers()
+            if self.metrics is not None:
+                self.metrics.partition_offsets(self.topic_name, self.partition,
+                                               self.log.log_end_offset, self.log.high_watermark)
+            if stop:
+                return
+
+    def _validate(self, item: ProduceItem, max_size: int) -> None:
+        buf = item.records
+        if not buf:
+            raise CorruptRecordError(f"partition {self.name}: produce request has no frames")
+        pos, end = 0, len(buf)
+        while pos < end:
+            where = f"partition {self.name}, frame at byte {pos} of the request"
+            try:
+                header = validate_frame(buf, pos, max_size=max_size)
+            except CorruptRecordError as exc:
+                raise CorruptRecordError(f"partition {self.name}: {exc}") from None
+            except RecordTooLargeError as exc:
+                raise RecordTooLargeError(
+                    f"partition {self.name}: {exc} (max.message.bytes)") from None
+            self.schema.check(buf, pos, header, where)
+            item.frames.append((pos, header))
+            pos += header.size
+
+    def _append_batch(self, batch: list[ProduceItem]) -> list[ProduceResult]:
+        """I/O thread: validate, de-duplicate and append every request, then one
+        flush/sync for all."""
+        plog, state = self.log, self.state
+        max_size = plog.config.max_message_bytes
+        results: list[ProduceResult] = []
+        durable = False
+        for item in batch:
+            try:
+                self._validate(item, max_size)
+                first = None
+                for pos, header in item.frames:
+                    dup = state.check(header)
+                    if dup is not None:
+                        out = ProduceResult(dup.first_offset, -1, plog.log_start_offset,
+                                            duplicate=True)
+                    else:
+                        frame = memoryview(item.records)[pos:pos + header.size]
+                        res = plog.append(frame)
+                        state.update(header, res.base_offset)
+                        out = ProduceResult(res.base_offset, res.log_append_time,
+                                            plog.log_start_offset)
+                    first = first or out
+                results.append(first)
+                durable = durable or item.acks == ACKS_ALL
+            except (SparklogError, ValueError) as exc:
+                results.append(ProduceResult(error=exc))
+            item.records = b""  # release the request bytes early
+            item.frames = []
+        if durable:
+            plog.sync()
+        else:
+            plog.flush()
+        if state.changed and (time.monotonic() - self._last_snapshot) * 1000 \
+                >= self.snapshot_interval_ms:
+            self._snapshot()
+        return results
+
+    def _snapshot(self) -> None:
+        try:
+            self.snapshots.write(self.state, self.log.log_end_offset)
+        except SparklogError as exc:
+            log.warning("partition %s: producer state snapshot failed: %s", self.name, exc)
+        self._last_snapshot = time.monotonic()
+
+    # --- fetch ----------------------------------------------------------------------------------
+    def _wake_fetchers(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    def data_waiter(self) -> asyncio.Future:
+        """A future completed at the next advance of the high watermark (or close)."""
+        future = self.loop.create_future()
+        if len(self._waiters) >= 64:  # drop the cancelled waiters of idle long polls
+            self._waiters = [w for w in self._waiters if not w.done()]
+        self._waiters.append(future)
+        return future
+
+    # --- closing --------------------------------------------------------------------------------
+    async def close(self) -> None:
+        """Drain queued requests, sync, snapshot the producer state, close the log."""
+        if self._closing:
+            await asyncio.shield(self._task)
+            return
+        self._closing = True
+        self._queue.put_nowait(None)
+        await self._task
+        self._wake_fetchers()
+
+        def finish():
+            try:
+                if not self.log.closed:
+                    self.log.sync()
+                    self.snapshots.write(self.state, self.log.log_end_offset)
+            except SparklogError as exc:
+                log.warning("partition %s: final sync/snapshot failed: %s", self.name, exc)
+            finally:
+                self.log.close()
+
+        await self.loop.run_in_executor(self.pool, finish)
+
+
+def replay_producer_state(plog: PartitionLog, state: ProducerState, start: int,
+                          chunk: int = 8 << 20) -> int:
+    """Apply the headers of the frames from ``start`` to the high watermark to
+    ``state`` (recovery after a snapshot); return the number of frames replayed."""
+    offset, count = start, 0
+    end = plog.high_watermark
+    while offset < end:
+        result = plog.read(offset, chunk)
+        if not result.size:
+            break
+        for frame in iter_frames(result.data, verify_crc=False):
+            header = frame.header
+            if header.last_offset >= start:
+                state.update(header, header.base_offset)
+                count += 1
+            offset = max(offset, header.next_offset)
+    state.changed = count > 0
+    return count
+
+
+__all__ = ["PartitionWriter", "ProduceResult", "SchemaChecker", "replay_producer_state"]
