@@ -48,6 +48,7 @@ class RecordingFileIO(FileIO):
         self.calls: list[tuple[str, str]] = []
         self.crash_after = None
         self.mutations = 0
+        self.crashed = None
 
     def crash_at(self, n: int | None) -> None:
         """Crash at the n-th mutating call from now (None: never)."""
@@ -59,7 +60,9 @@ class RecordingFileIO(FileIO):
         if method in self.MUTATING:
             self.mutations += 1
             if self.crash_after is not None and self.mutations >= self.crash_after:
-                raise SimulatedCrash(f"{method} {path}")
+                # a crashed process does nothing more: every later call fails too
+                self.crashed = self.crashed or f"{method} {path}"
+                raise SimulatedCrash(self.crashed)
 
     def read_paths(self) -> list[str]:
         """Paths whose bytes were read."""
