@@ -246,10 +246,15 @@ class Broker:
         name = f"{tc.name}-{partition}"
 
         def open_blocking():
+            before = self.store.partition_state(tc.name, partition)
             state = self.store.acquire_leadership(tc.name, partition, self.broker_id)
+            # taking over from another broker fences its lease; the same broker id (a
+            # restart) only takes over an expired lease, so two processes on one root
+            # cannot both write: the second gets LeaseHeldError
+            fence = before is not None and before.leader not in (-1, self.broker_id)
             opened = PartitionWriter.open_blocking(
                 self.fileio, self.topics.partition_dir(tc.name, partition), self.log_config(tc),
-                state.leader_epoch, f"partition {name}")
+                state.leader_epoch, f"partition {name}", fence=fence)
             return opened, state.leader_epoch
 
         (plog, state, snapshots), epoch = await self.run_io(open_blocking)

@@ -130,10 +130,12 @@ class PartitionWriter:
     # --- opening (I/O thread) ----------------------------------------------------------------
     @staticmethod
     def open_blocking(fileio, partition_dir: str, log_config: LogConfig, leader_epoch: int,
-                      where: str) -> tuple[PartitionLog, ProducerState, ProducerSnapshots]:
-        """Open the log (recovering its tail) and load or rebuild the producer state."""
+                      where: str, *, fence: bool = False
+                      ) -> tuple[PartitionLog, ProducerState, ProducerSnapshots]:
+        """Open the log (recovering its tail; ``fence`` revokes another writer's lease)
+        and load or rebuild the producer state."""
         plog = PartitionLog.open(fileio, partition_dir, log_config, leader_epoch=leader_epoch,
-                                 fence=True)
+                                 fence=fence)
         try:
             state = ProducerState(where)
             snapshots = ProducerSnapshots(fileio, partition_dir)
