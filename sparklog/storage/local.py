@@ -49,10 +49,11 @@ from sparklog.errors import (
     StorageFileNotFoundError,
 )
 from sparklog.storage.base import FileInfo, FileIO
-from sparklog.storage.paths import check_int, check_path, strip_scheme
+from sparklog.storage.paths import (
+    check_int, check_path, is_lease_file, lease_name, strip_scheme,
+)
 from sparklog.storage.stream import BufferedOutputStream, LeaseLost
 
-LEASE_SUFFIX = ".sparklog-lease"
 DEFAULT_BUFFER_SIZE = 1 << 20  # bytes buffered before write() hands them to the OS
 
 _HOST = socket.gethostname()
@@ -160,12 +161,7 @@ class _DirLock:
 def lease_path(os_path: str) -> str:
     """The sidecar lease file of data file ``os_path``."""
     head, name = os.path.split(os_path)
-    return os.path.join(head, f".{name}{LEASE_SUFFIX}")
-
-
-def is_lease_file(name: str) -> bool:
-    """True if directory entry ``name`` is a lease sidecar (hidden from list())."""
-    return name.startswith(".") and name.endswith(LEASE_SUFFIX)
+    return os.path.join(head, lease_name(name))
 
 
 def read_lease(os_path: str) -> dict | None:

@@ -69,3 +69,17 @@ def strip_scheme(url: str, scheme: str) -> tuple[str, str]:
         raise InvalidArgumentError(f"expected a {scheme}:// URL or a plain path, got {url!r}")
     parts = urlsplit(url)
     return parts.netloc, parts.path or "/"
+
+
+#: Suffix of a writer's lease sidecar file (local and WebHDFS backends).
+LEASE_SUFFIX = ".sparklog-lease"
+
+
+def lease_name(name: str) -> str:
+    """Name of the lease sidecar of a file called ``name`` (in the same directory)."""
+    return f".{name}{LEASE_SUFFIX}"
+
+
+def is_lease_file(name: str) -> bool:
+    """True if directory entry ``name`` is a lease sidecar (hidden from list())."""
+    return name.startswith(".") and name.endswith(LEASE_SUFFIX)
