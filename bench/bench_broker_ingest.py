@@ -1,0 +1,129 @@
+"""Broker ingest rate beside a raw sequential write of the same bytes (same run).
+
+A real broker process (``sparklog broker start``) on a temporary local storage root;
+a simple pipelined client sends pre-built frames (100-byte values, acks=1, one
+partition) with several requests in flight. The baseline writes the same request-sized
+chunks to a file with ``os.write`` and flushes nothing more (acks=1 means visible, not
+durable, as the broker's hflush). Prints both rates and their ratio (target >= 50%).
+
+    .venv/bin/python bench/bench_broker_ingest.py [--mb 256] [--records-per-frame 1000]
+        [--frames-per-request 8] [--in-flight 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from brokerproc import BrokerProcess  # noqa: E402  (the tests' broker process helper)
+from sparklog.format.frame import encode_frame, raw_batch  # noqa: E402
+from sparklog.protocol import ApiKey, Connection, raise_for_error  # noqa: E402
+
+
+def build_requests(records_per_frame: int, frames_per_request: int, distinct: int = 4):
+    """A few distinct request payloads (concatenated frames) of 100-byte values."""
+    payloads = []
+    for d in range(distinct):
+        frames = []
+        for f in range(frames_per_request):
+            values = [(b"%08d-%04d-%04d-" % (i, d, f)).ljust(100, b"v")
+                      for i in range(records_per_frame)]
+            frames.append(encode_frame(raw_batch(values)))
+        payloads.append(b"".join(frames))
+    return payloads
+
+
+def raw_write(directory: str, payloads, count: int) -> float:
+    """Seconds to write ``count`` payloads sequentially with os.write."""
+    path = os.path.join(directory, "raw.bin")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+    start = time.perf_counter()
+    try:
+        for i in range(count):
+            os.write(fd, payloads[i % len(payloads)])
+    finally:
+        elapsed = time.perf_counter() - start
+        os.close(fd)
+        os.unlink(path)
+    return elapsed
+
+
+def broker_ingest(address: str, payloads, count: int, in_flight: int) -> float:
+    """Seconds to produce ``count`` requests with ``in_flight`` outstanding, acks=1."""
+    with Connection(address, client_id="bench") as conn:
+        conn.request(ApiKey.CREATE_TOPICS, {"topics": [{"name": "ingest", "num_partitions": 1}]})
+
+        def body(i):
+            return {"acks": 1, "topics": [{"name": "ingest", "partitions": [
+                {"partition": 0, "records": payloads[i % len(payloads)]}]}]}
+
+        bar = tqdm(total=count, desc="produce", unit="req", file=sys.stderr, leave=False)
+        start = time.perf_counter()
+        sent = 0
+        while sent < min(in_flight, count):
+            conn.send(ApiKey.PRODUCE, body(sent))
+            sent += 1
+        done = 0
+        while done < count:
+            res = conn.receive()
+            raise_for_error(res)
+            raise_for_error(res["topics"][0]["partitions"][0], "ingest-0")
+            done += 1
+            bar.update()
+            if sent < count:
+                conn.send(ApiKey.PRODUCE, body(sent))
+                sent += 1
+        elapsed = time.perf_counter() - start
+        bar.close()
+        hw = conn.request(ApiKey.LIST_OFFSETS, {"topics": [{"name": "ingest", "partitions": [
+            {"partition": 0, "timestamp": -1}]}]})["topics"][0]["partitions"][0]["offset"]
+    return elapsed, hw
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--mb", type=int, default=256, help="MiB of frames to send")
+    parser.add_argument("--records-per-frame", type=int, default=1000)
+    parser.add_argument("--frames-per-request", type=int, default=8)
+    parser.add_argument("--in-flight", type=int, default=8)
+    parser.add_argument("--extra-arg", action="append", default=[],
+                        help="extra broker command-line argument (repeatable)")
+    args = parser.parse_args(argv)
+    payloads = build_requests(args.records_per_frame, args.frames_per_request)
+    size = len(payloads[0])
+    count = max(1, args.mb * 1024 * 1024 // size)
+    total = sum(len(payloads[i % len(payloads)]) for i in range(count))
+    records = count * args.records_per_frame * args.frames_per_request
+    print(f"{count} requests of {size / 1024:.0f} KiB ({args.frames_per_request} frames of "
+          f"{args.records_per_frame} 100-byte records): {total / 2**20:.0f} MiB, "
+          f"{records} records, {args.in_flight} in flight, acks=1, one partition")
+    with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
+        raw_s = raw_write(tmp, payloads, count)
+        storage = Path(tmp, "log")
+        storage.mkdir()
+        broker = BrokerProcess(storage.as_uri(), args.extra_arg,
+                               log_path=Path(tmp, "broker.log"), log_level="WARNING")
+        with broker:
+            broker_s, hw = broker_ingest(broker.address, payloads, count, args.in_flight)
+        assert hw == records, f"high watermark {hw} != {records} records sent"
+    raw_rate = total / raw_s / 2**20
+    broker_rate = total / broker_s / 2**20
+    print(f"raw sequential write : {raw_rate:9.1f} MiB/s  ({raw_s:.2f} s)")
+    print(f"broker ingest        : {broker_rate:9.1f} MiB/s  ({broker_s:.2f} s, "
+          f"{records / broker_s / 1e6:.2f} M records/s)")
+    print(f"ratio broker/raw     : {broker_rate / raw_rate:9.1%}  (target >= 50%)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
