@@ -1,0 +1,343 @@
+"""The Admin client: topics, configs, offsets and consumer groups (Kafka's AdminClient).
+
+Every method sends one request and raises the first error the broker reports, as a
+:mod:`sparklog.errors` class whose message names the topic or partition. Typed topics
+take an Arrow schema, given as a ``pyarrow.Schema`` or as a schema spec string (see
+:func:`parse_schema`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import NamedTuple
+
+import pyarrow as pa
+
+from .client.network import NetworkClient
+from .client.offsets import fetch_committed, list_offsets
+from .client.types import OffsetAndTimestamp, PartitionInfo, TopicPartition
+from .errors import InvalidArgumentError, UnknownTopicOrPartitionError
+from .metadata.topic import validate_topic_name
+from .protocol.apis import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ApiKey
+from .protocol.codec import raise_for_error
+
+
+class NewTopic(NamedTuple):
+    """A topic to create: ``num_partitions`` (-1: the broker's ``num.partitions``),
+    Kafka-named ``configs`` and, for a typed topic, a ``schema`` (pyarrow.Schema or a
+    spec string for :func:`parse_schema`)."""
+
+    name: str
+    num_partitions: int = -1
+    configs: dict | None = None
+    schema: object = None
+
+
+class TopicDescription(NamedTuple):
+    """A topic as :meth:`Admin.describe_topics` reports it."""
+
+    name: str
+    partitions: list  # of PartitionInfo
+    schema: pa.Schema | None
+    configs: dict
+    explicit: list  # config keys set on the topic (the rest are defaults)
+
+    @property
+    def typed(self) -> bool:
+        """True for a topic with a declared schema."""
+        return self.schema is not None
+
+
+class GroupDescription(NamedTuple):
+    """A consumer group: state, generation and members (each a dict with member_id,
+    client_id, client_host and assignment)."""
+
+    group_id: str
+    state: str
+    generation_id: int
+    members: list
+
+
+# --- schema specs -------------------------------------------------------------------------
+
+_FIELD = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.$-]*)\s*:?\s+(.+?)\s*$", re.S)
+
+
+def parse_schema(spec) -> pa.Schema:
+    """An Arrow schema from a spec; raises InvalidArgumentError naming the bad part.
+
+    Accepted forms:
+
+    * a ``pyarrow.Schema`` (returned as is);
+    * DDL-ish text: ``"id int64 not null, name string, price double,
+      tags list<string>, at timestamp[ms], amount decimal128(10, 2)"``; types are
+      Arrow's aliases (``int8``..``int64``, ``uint*``, ``float``/``double``, ``bool``,
+      ``string``, ``binary``, ``date32``, ``timestamp[ms, tz=UTC]``...), ``list<T>`` and
+      ``struct<a: T, b: T>``;
+    * JSON: ``[{"name": "id", "type": "int64", "nullable": false}, ...]``.
+    """
+    if isinstance(spec, pa.Schema):
+        return spec
+    if not isinstance(spec, str) or not spec.strip():
+        raise InvalidArgumentError(f"schema spec must be a non-empty string, got {spec!r}")
+    text = spec.strip()
+    if text.startswith("["):
+        try:
+            items = json.loads(text)
+            fields = [pa.field(i["name"], _parse_type(i["type"]), i.get("nullable", True))
+                      for i in items]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise InvalidArgumentError(f"schema JSON is invalid: {exc}") from None
+    else:
+        fields = [_parse_field(part) for part in _split_top(text, ",")]
+    names = [f.name for f in fields]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise InvalidArgumentError(f"schema has duplicate columns {dupes}")
+    return pa.schema(fields)
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    """Split at ``sep`` outside of <>, () and []."""
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "<([":
+            depth += 1
+        elif ch in ">)]":
+            depth -= 1
+        if ch == sep and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _parse_field(text: str) -> pa.Field:
+    m = _FIELD.match(text)
+    if not m:
+        raise InvalidArgumentError(f"schema column {text!r} is not 'name type'")
+    name, rest = m.group(1), m.group(2)
+    nullable = True
+    if re.search(r"\s+not\s+null$", rest, re.I):
+        nullable = False
+        rest = re.sub(r"\s+not\s+null$", "", rest, flags=re.I)
+    return pa.field(name, _parse_type(rest), nullable)
+
+
+def _parse_type(text: str) -> pa.DataType:
+    t = text.strip()
+    low = t.lower()
+    if low.startswith("list<") and low.endswith(">"):
+        return pa.list_(_parse_type(t[5:-1]))
+    if low.startswith("struct<") and low.endswith(">"):
+        return pa.struct([_parse_field(p) for p in _split_top(t[7:-1], ",")])
+    m = re.fullmatch(r"decimal(?:128)?\(\s*(\d+)\s*,\s*(\d+)\s*\)", low)
+    if m:
+        return pa.decimal128(int(m.group(1)), int(m.group(2)))
+    m = re.fullmatch(r"timestamp\[\s*(s|ms|us|ns)\s*(?:,\s*tz\s*=\s*([^\]]+))?\]", t)
+    if m:
+        return pa.timestamp(m.group(1), tz=m.group(2).strip() if m.group(2) else None)
+    aliases = {"long": "int64", "int": "int32", "integer": "int32", "short": "int16",
+               "byte": "int8", "boolean": "bool", "str": "string", "text": "string",
+               "bytes": "binary", "date": "date32", "timestamp": "timestamp[ms]"}
+    try:
+        return pa.type_for_alias(aliases.get(low, low))
+    except (ValueError, KeyError):
+        raise InvalidArgumentError(f"unknown column type {t!r} in schema spec") from None
+
+
+def schema_to_spec(schema: pa.Schema) -> str:
+    """The DDL-ish text of a schema (inverse of :func:`parse_schema` for the types it
+    knows)."""
+    def typ(t):
+        if pa.types.is_list(t):
+            return f"list<{typ(t.value_type)}>"
+        if pa.types.is_struct(t):
+            return "struct<" + ", ".join(fld(t.field(i)) for i in range(t.num_fields)) + ">"
+        if pa.types.is_decimal(t):
+            return f"decimal128({t.precision}, {t.scale})"
+        if pa.types.is_timestamp(t):
+            return f"timestamp[{t.unit}" + (f", tz={t.tz}]" if t.tz else "]")
+        return str(t)
+
+    def fld(f):
+        return f"{f.name} {typ(f.type)}" + ("" if f.nullable else " not null")
+
+    return ", ".join(fld(f) for f in schema)
+
+
+class Admin:
+    """Administrative operations; ``Admin(bootstrap_servers="host:port")``."""
+
+    def __init__(self, bootstrap_servers=None, *, client_id: str = "sparklog-admin",
+                 request_timeout_ms: int = 30000):
+        self._client = NetworkClient(bootstrap_servers, client_id=client_id,
+                                     request_timeout_ms=request_timeout_ms)
+        self._timeout_ms = request_timeout_ms
+
+    # --- topics -----------------------------------------------------------------------
+    def create_topics(self, new_topics, validate_only: bool = False) -> None:
+        """Create topics (NewTopic items, or names for default settings)."""
+        items = []
+        for t in new_topics:
+            t = NewTopic(t) if isinstance(t, str) else NewTopic(*t)
+            validate_topic_name(t.name)
+            if isinstance(t.num_partitions, bool) or not isinstance(t.num_partitions, int) \
+                    or t.num_partitions == 0 or t.num_partitions < -1:
+                raise InvalidArgumentError(
+                    f"topic {t.name!r}: num_partitions must be a positive int, "
+                    f"got {t.num_partitions!r}")
+            item = {"name": t.name, "num_partitions": t.num_partitions,
+                    "configs": dict(t.configs or {})}
+            if t.schema is not None:
+                item["schema"] = parse_schema(t.schema).serialize().to_pybytes()
+            items.append(item)
+        resp = self._client.request(ApiKey.CREATE_TOPICS, {
+            "topics": items, "validate_only": validate_only, "timeout_ms": self._timeout_ms})
+        for t in resp["topics"]:
+            raise_for_error(t, f"create topic {t['name']!r}")
+
+    def create_topic(self, name: str, partitions: int = -1, configs: dict | None = None,
+                     schema=None) -> None:
+        """Create one topic (see :class:`NewTopic`)."""
+        self.create_topics([NewTopic(name, partitions, configs, schema)])
+
+    def delete_topics(self, topics) -> None:
+        """Delete topics and their data."""
+        topics = [validate_topic_name(t) for t in ([topics] if isinstance(topics, str)
+                                                    else topics)]
+        resp = self._client.request(ApiKey.DELETE_TOPICS, {
+            "topics": topics, "timeout_ms": self._timeout_ms})
+        for t in resp["topics"]:
+            raise_for_error(t, f"delete topic {t['name']!r}")
+
+    def list_topics(self) -> list[str]:
+        """Names of every topic, sorted."""
+        return sorted(self._client.refresh_metadata().topics)
+
+    def describe_topics(self, topics=None) -> list[TopicDescription]:
+        """Partitions (leader, epoch), schema and configs of topics (default: all)."""
+        if topics is None:
+            topics = self.list_topics()
+        elif isinstance(topics, str):
+            topics = [topics]
+        topics = [validate_topic_name(t) for t in topics]
+        if not topics:
+            return []
+        meta = self._client.refresh_metadata(topics)
+        configs = self._describe_configs(topics)
+        out = []
+        for name in topics:
+            info = meta.topic(name)
+            if info is None:
+                raise meta.unknown.get(name) or UnknownTopicOrPartitionError(
+                    f"topic {name!r} does not exist")
+            c = configs[name]
+            schema = pa.ipc.read_schema(pa.py_buffer(c["schema"])) if c.get("schema") \
+                else None
+            out.append(TopicDescription(name, list(info.partitions), schema,
+                                        dict(c.get("configs", {})), list(c.get("explicit", []))))
+        return out
+
+    def _describe_configs(self, topics) -> dict:
+        resp = self._client.request(ApiKey.DESCRIBE_CONFIGS, {"topics": list(topics)})
+        out = {}
+        for t in resp["topics"]:
+            raise_for_error(t, f"topic {t['name']!r}")
+            out[t["name"]] = t
+        return out
+
+    def describe_configs(self, topics) -> dict:
+        """``{topic: {config: effective value}}``."""
+        topics = [topics] if isinstance(topics, str) else list(topics)
+        return {n: dict(t.get("configs", {})) for n, t in self._describe_configs(topics).items()}
+
+    def alter_configs(self, configs: dict, *, delete: dict | None = None,
+                      validate_only: bool = False) -> None:
+        """Set topic configs: ``{topic: {key: value}}``; ``delete``: ``{topic: [keys]}``
+        back to their defaults."""
+        delete = delete or {}
+        items = []
+        for topic in sorted(set(configs) | set(delete)):
+            validate_topic_name(topic)
+            items.append({"name": topic, "set": dict(configs.get(topic) or {}),
+                          "delete": list(delete.get(topic) or [])})
+        self._alter(items, validate_only)
+
+    def create_partitions(self, topic: str, total: int) -> None:
+        """Grow ``topic`` to ``total`` partitions (Kafka's CreatePartitions)."""
+        validate_topic_name(topic)
+        if isinstance(total, bool) or not isinstance(total, int) or total < 1:
+            raise InvalidArgumentError(f"partition count must be a positive int, got {total!r}")
+        self._alter([{"name": topic, "num_partitions": total}], False)
+
+    def _alter(self, items, validate_only) -> None:
+        resp = self._client.request(ApiKey.ALTER_CONFIGS,
+                                    {"topics": items, "validate_only": validate_only})
+        for t in resp["topics"]:
+            raise_for_error(t, f"alter topic {t['name']!r}")
+
+    # --- offsets ----------------------------------------------------------------------
+    def list_offsets(self, specs: dict) -> dict:
+        """``{TopicPartition: "earliest" | "latest" | ms timestamp}`` ->
+        ``{TopicPartition: OffsetAndTimestamp}`` (offset -1: no record at or after the
+        timestamp)."""
+        wanted = {}
+        for tp, spec in specs.items():
+            tp = TopicPartition(*tp)
+            if spec == "earliest":
+                wanted[tp] = EARLIEST_TIMESTAMP
+            elif spec == "latest":
+                wanted[tp] = LATEST_TIMESTAMP
+            elif isinstance(spec, int) and not isinstance(spec, bool) and spec >= 0:
+                wanted[tp] = spec
+            else:
+                raise InvalidArgumentError(
+                    f"offset spec for {tp} must be 'earliest', 'latest' or a ms timestamp, "
+                    f"got {spec!r}")
+        for topic in {tp.topic for tp in wanted}:
+            self._client.topic_info(topic, refresh=True)
+        return {tp: OffsetAndTimestamp(o, t)
+                for tp, (o, t) in list_offsets(self._client, wanted).items()}
+
+    # --- groups -----------------------------------------------------------------------
+    def list_consumer_groups(self) -> list[tuple[str, str]]:
+        """``[(group_id, state)]`` of every group the broker knows."""
+        resp = self._client.request(ApiKey.LIST_GROUPS, {})
+        return sorted((g["group_id"], g["state"]) for g in resp["groups"])
+
+    def describe_consumer_groups(self, group_ids) -> list[GroupDescription]:
+        """State, generation and members of groups."""
+        group_ids = [group_ids] if isinstance(group_ids, str) else list(group_ids)
+        resp = self._client.request(ApiKey.DESCRIBE_GROUPS, {"groups": group_ids})
+        out = []
+        for g in resp["groups"]:
+            raise_for_error(g, f"group {g['group_id']!r}")
+            out.append(GroupDescription(g["group_id"], g["state"], g.get("generation_id", -1),
+                                        list(g.get("members", []))))
+        return out
+
+    def list_consumer_group_offsets(self, group_id: str, partitions=None) -> dict:
+        """``{TopicPartition: OffsetAndMetadata}`` committed by ``group_id`` (all its
+        partitions, or those given)."""
+        if not isinstance(group_id, str) or not group_id:
+            raise InvalidArgumentError(f"group id must be a non-empty str, got {group_id!r}")
+        return fetch_committed(self._client, group_id, partitions)
+
+    # --- lifecycle --------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the connections."""
+        self._client.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+__all__ = ["Admin", "NewTopic", "TopicDescription", "GroupDescription", "PartitionInfo",
+           "parse_schema", "schema_to_spec"]

@@ -1,0 +1,253 @@
+"""One TCP connection to one broker, with several requests in flight.
+
+Requests are written in the caller's thread (under a lock, so writes never interleave)
+and get a correlation id; the broker answers in order, and a reader thread matches each
+response to the oldest in-flight request (checking the correlation id) and completes
+its :class:`~sparklog.client.future.Future` with the decoded body. At most
+``max_in_flight`` requests wait for answers: a further :meth:`send` blocks until one
+completes (back-pressure instead of growth).
+
+When the connection breaks (the broker died, a response is malformed, a request timed
+out) every waiting request fails with a retriable
+:class:`~sparklog.errors.BrokerNotAvailableError` or
+:class:`~sparklog.errors.RequestTimedOutError` and the connection is closed; the owner
+(the :class:`~sparklog.client.network.NetworkClient`) opens a new one on the next use.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import socket
+import threading
+import time
+import weakref
+
+from ..errors import BrokerNotAvailableError, RequestTimedOutError, SparklogError
+from ..protocol.apis import api_name
+from ..protocol.codec import decode_response, encode_request
+from ..protocol.stream import recv_message
+from .future import Future
+
+log = logging.getLogger(__name__)
+
+#: Largest response accepted (a fetch is bounded by its max_bytes; this is a sanity cap).
+MAX_RESPONSE_BYTES = 1 << 30
+
+
+class BrokerConnection:
+    """A connection to ``host:port``; see the module docstring.
+
+    ``request_timeout_ms`` bounds how long a request may wait for its response (a fetch
+    adds its own ``max_wait_ms``); ``node_id`` is the broker id (-1 for a bootstrap
+    address not yet identified).
+    """
+
+    def __init__(self, host: str, port: int, *, node_id: int = -1, client_id: str = "",
+                 max_in_flight: int = 5, request_timeout_ms: int = 30000,
+                 connect_timeout_ms: int = 10000):
+        self.host = host
+        self.port = int(port)
+        self.node_id = node_id
+        self.client_id = client_id
+        self.max_in_flight = max(1, int(max_in_flight))
+        self.request_timeout = request_timeout_ms / 1000.0
+        self._ids = itertools.count(1)
+        self._write_lock = threading.Lock()
+        self._state = threading.Condition()
+        # (correlation id, api key, future, deadline)
+        self._in_flight: collections.deque = collections.deque()
+        self._closed = False
+        self._error: SparklogError | None = None
+        try:
+            self._sock = socket.create_connection((host, self.port),
+                                                  timeout=connect_timeout_ms / 1000.0)
+        except OSError as exc:
+            raise BrokerNotAvailableError(
+                f"cannot connect to broker {host}:{port}: {exc.strerror or exc}") from None
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock.settimeout(None)  # deadlines are enforced by the watchdog thread
+        self._reader = threading.Thread(
+            target=self._read_loop, name=f"sparklog-conn-{host}:{port}", daemon=True)
+        self._reader.start()
+        _WATCHDOG.watch(self)
+
+    def __repr__(self) -> str:
+        return f"BrokerConnection({self.host}:{self.port}, node {self.node_id})"
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of the broker."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def connected(self) -> bool:
+        """False once the connection broke or was closed."""
+        return not self._closed
+
+    @property
+    def in_flight(self) -> int:
+        """Number of requests waiting for their response."""
+        return len(self._in_flight)
+
+    # --- requests ------------------------------------------------------------------
+    def send(self, api_key: int, body: dict | None, *, expect_response: bool = True,
+             extra_timeout_ms: int = 0, block: bool = True) -> Future:
+        """Send one request; return a future of its decoded response body.
+
+        With ``expect_response=False`` (produce with acks=0) the future completes with
+        None once the bytes are written. ``block=False`` fails at once with
+        RequestTimedOutError instead of waiting when ``max_in_flight`` are waiting.
+        """
+        future = Future()
+        with self._state:
+            while not self._closed and len(self._in_flight) >= self.max_in_flight:
+                if not block:
+                    return future.failure(RequestTimedOutError(
+                        f"{self.max_in_flight} requests already in flight to {self.address}"))
+                self._state.wait(0.5)
+            if self._closed:
+                return future.failure(self._broken(f"{api_name(api_key)} request"))
+            correlation_id = next(self._ids)
+            data = encode_request(api_key, body, correlation_id, self.client_id)
+            if expect_response:
+                deadline = time.monotonic() + self.request_timeout + extra_timeout_ms / 1000.0
+                self._in_flight.append((correlation_id, api_key, future, deadline))
+                self._state.notify_all()
+            # the write lock is taken inside the state lock so that the in-flight order
+            # is the write order
+            self._write_lock.acquire()
+        try:
+            self._sock.sendall(data)
+        except OSError as exc:
+            self._write_lock.release()
+            self._fail(BrokerNotAvailableError(
+                f"connection to broker {self.address} broke while sending "
+                f"{api_name(api_key)}: {exc.strerror or exc}"))
+            if not expect_response:
+                future.failure(self._error)
+            return future
+        self._write_lock.release()
+        if not expect_response:
+            future.success(None)
+        return future
+
+    def request(self, api_key: int, body: dict | None, timeout: float | None = None):
+        """Send and wait: the decoded response body (raises the request's error)."""
+        wait = timeout if timeout is not None else self.request_timeout + 1.0
+        return self.send(api_key, body).get(wait)
+
+    def _broken(self, what: str) -> SparklogError:
+        if self._error is not None:
+            return type(self._error)(f"{what} not sent: {self._error}")
+        return BrokerNotAvailableError(f"{what} not sent: connection to {self.address} "
+                                       "is closed")
+
+    # --- reading --------------------------------------------------------------------
+    def check_deadline(self, now: float) -> None:
+        """Close the connection if its oldest request is past its deadline (called by
+        the watchdog thread; closing unblocks the reader)."""
+        with self._state:
+            head = self._in_flight[0] if self._in_flight else None
+        if head is not None and now > head[3]:
+            self._fail(RequestTimedOutError(
+                f"{api_name(head[1])} request to broker {self.address} got no response "
+                "within its timeout"))
+
+    def _read_loop(self) -> None:
+        try:
+            while True:
+                with self._state:
+                    while not self._in_flight and not self._closed:
+                        self._state.wait()
+                    if self._closed:
+                        return
+                payload = recv_message(self._sock, MAX_RESPONSE_BYTES)
+                with self._state:
+                    if not self._in_flight:  # failed meanwhile (timeout, close)
+                        return
+                    correlation_id, api_key, future, _ = self._in_flight.popleft()
+                    self._state.notify_all()
+                try:
+                    got_id, body = decode_response(payload, api_key)
+                except SparklogError as exc:
+                    future.failure(exc)
+                    raise _Protocol(f"malformed {api_name(api_key)} response from broker "
+                                    f"{self.address}: {exc}") from None
+                if got_id != correlation_id:
+                    future.failure(BrokerNotAvailableError("correlation id mismatch"))
+                    raise _Protocol(
+                        f"broker {self.address} answered correlation id {got_id}, "
+                        f"expected {correlation_id}")
+                future.success(body)
+        except _Protocol as exc:
+            self._fail(BrokerNotAvailableError(str(exc)))
+        except (OSError, ValueError, SparklogError) as exc:
+            if not self._closed:
+                self._fail(BrokerNotAvailableError(
+                    f"connection to broker {self.address} broke: {exc}"))
+
+    def _fail(self, error: SparklogError) -> None:
+        with self._state:
+            if self._error is None:
+                self._error = error
+            was_closed = self._closed
+            self._closed = True
+            pending = list(self._in_flight)
+            self._in_flight.clear()
+            self._state.notify_all()
+        if not was_closed:
+            log.info("%s", error)
+            self._shutdown_socket()
+        for _, api_key, future, _ in pending:
+            future.failure(type(error)(f"{api_name(api_key)}: {error}"))
+
+    def _shutdown_socket(self) -> None:
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+
+    def close(self) -> None:
+        """Close the connection; waiting requests fail with BrokerNotAvailableError."""
+        self._fail(BrokerNotAvailableError(f"connection to broker {self.address} closed"))
+        if self._reader is not threading.current_thread():
+            self._reader.join(2.0)
+
+
+class _Protocol(Exception):
+    pass
+
+
+class _Watchdog:
+    """One daemon thread that enforces the request deadlines of every open connection."""
+
+    def __init__(self):
+        self._conns: "weakref.WeakSet[BrokerConnection]" = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._thread = None
+
+    def watch(self, conn: BrokerConnection) -> None:
+        with self._lock:
+            self._conns.add(conn)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="sparklog-request-deadlines")
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(0.1)
+            with self._lock:
+                conns = [c for c in self._conns if c.connected]
+                if not conns:
+                    self._thread = None
+                    return
+            now = time.monotonic()
+            for conn in conns:
+                conn.check_deadline(now)
+
+
+_WATCHDOG = _Watchdog()

@@ -1,0 +1,471 @@
+"""The Producer: Kafka's producer API over sparklog's brokers.
+
+``send()`` picks the partition (explicit, murmur2 of the key, or sticky for null keys),
+appends the record to the accumulator's columnar batch and returns a future; the
+:class:`~.sender.Sender` thread turns batches into frames and Produce requests.
+``send_batch()`` takes whole Arrow tables or pandas frames: partitioning, framing and
+sending stay columnar (no per-row Python).
+
+Configuration uses Kafka's names with ``_`` for ``.`` (``linger_ms``, ``batch_size``,
+``buffer_memory``, ``max_block_ms``...), as kafka-python does; unknown names raise
+InvalidConfigError.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from typing import NamedTuple
+
+import numpy as np
+import pyarrow as pa
+
+from ...client.network import NetworkClient
+from ...errors import (
+    InvalidArgumentError, InvalidConfigError, RecordTooLargeError, RequestTimedOutError,
+    SchemaMismatchError,
+)
+from ...format.frame import (
+    HEADER_TYPE, RAW_SCHEMA, TIMESTAMP_COLUMN, TIMESTAMP_TYPE, to_record_batch,
+)
+from ...metadata.topic import validate_partition, validate_topic_name
+from ...protocol.apis import ACKS_ALL, ApiKey
+from ...protocol.codec import raise_for_error
+from .accumulator import RECORD_OVERHEAD, RecordAccumulator
+from .partitioner import DefaultPartitioner
+from .sender import IdempotenceState, Sender
+
+log = logging.getLogger(__name__)
+
+_ACKS = {0: 0, 1: 1, -1: ACKS_ALL, "all": ACKS_ALL, "-1": ACKS_ALL, "0": 0, "1": 1}
+_CLIENT_IDS = itertools.count(1)
+
+DEFAULT_CONFIG = {
+    "client_id": None,
+    "acks": 1,
+    "compression_type": "none",
+    "batch_size": 16384,
+    "linger_ms": 5,
+    "buffer_memory": 32 * 1024 * 1024,
+    "max_block_ms": 60000,
+    "max_request_size": 1048576,
+    "retries": 2147483647,
+    "retry_backoff_ms": 100,
+    "request_timeout_ms": 30000,
+    "delivery_timeout_ms": 120000,
+    "max_in_flight_requests_per_connection": 5,
+    "enable_idempotence": False,
+    "key_serializer": None,
+    "value_serializer": None,
+    "partitioner": None,
+    "metadata_max_age_ms": 300000,
+}
+
+
+class BatchMetadata(NamedTuple):
+    """Where one frame of a :meth:`Producer.send_batch` call landed: records
+    ``base_offset`` to ``base_offset + record_count - 1`` of the partition."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    record_count: int
+
+
+class BatchFuture:
+    """Future of a :meth:`Producer.send_batch` call: ``get(timeout)`` returns the list
+    of :class:`BatchMetadata` (one per frame) or raises the first delivery error."""
+
+    def __init__(self, parts: list):
+        self._parts = parts  # (ProduceRequestResult, record_count)
+
+    @property
+    def is_done(self) -> bool:
+        """True once every frame is acknowledged or failed."""
+        return all(r.event.is_set() for r, _ in self._parts)
+
+    def get(self, timeout: float | None = None) -> list[BatchMetadata]:
+        """Wait for every frame; see the class docstring."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        out = []
+        for result, count in self._parts:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not result.event.wait(left):
+                raise RequestTimedOutError(
+                    f"batch for {result.topic}-{result.partition} not acknowledged within "
+                    f"{timeout} s")
+            if result.error is not None:
+                raise result.error
+            out.append(BatchMetadata(result.topic, result.partition, result.base_offset,
+                                     count))
+        return out
+
+
+class _Topic(NamedTuple):
+    num_partitions: int
+    schema: pa.Schema | None
+    max_message_bytes: int
+
+
+class Producer:
+    """A thread-safe producer; see the module docstring. Use as a context manager or
+    call :meth:`close`."""
+
+    def __init__(self, bootstrap_servers=None, **configs):
+        unknown = set(configs) - set(DEFAULT_CONFIG)
+        if unknown:
+            raise InvalidConfigError(
+                f"unknown producer config(s) {sorted(unknown)}; known: "
+                f"{', '.join(sorted(DEFAULT_CONFIG))}")
+        cfg = dict(DEFAULT_CONFIG, **configs)
+        self.config = cfg
+        if cfg["acks"] not in _ACKS:
+            raise InvalidConfigError(f"acks must be 0, 1 or 'all', got {cfg['acks']!r}")
+        self._acks = _ACKS[cfg["acks"]]
+        for name in ("batch_size", "buffer_memory", "max_request_size",
+                     "max_in_flight_requests_per_connection", "request_timeout_ms",
+                     "delivery_timeout_ms"):
+            if isinstance(cfg[name], bool) or not isinstance(cfg[name], int) or cfg[name] < 1:
+                raise InvalidConfigError(f"{name} must be a positive int, got {cfg[name]!r}")
+        for name in ("linger_ms", "max_block_ms", "retries", "retry_backoff_ms"):
+            if isinstance(cfg[name], bool) or not isinstance(cfg[name], (int, float)) \
+                    or cfg[name] < 0:
+                raise InvalidConfigError(f"{name} must be >= 0, got {cfg[name]!r}")
+        codec = (cfg["compression_type"] or "none").lower()
+        if codec not in ("none", "lz4", "zstd"):
+            raise InvalidConfigError(
+                f"compression_type must be none, lz4 or zstd, got {cfg['compression_type']!r}")
+        if cfg["enable_idempotence"] and self._acks == 0:
+            raise InvalidConfigError("enable_idempotence requires acks=1 or 'all', not 0")
+        self.client_id = cfg["client_id"] or f"producer-{next(_CLIENT_IDS)}"
+        self._key_serializer = cfg["key_serializer"]
+        self._value_serializer = cfg["value_serializer"]
+        self._max_request_size = cfg["max_request_size"]
+        self._partitioner = cfg["partitioner"] or DefaultPartitioner(cfg["batch_size"])
+        self._topics: dict[str, _Topic] = {}
+        self._closed = False
+        self._client = NetworkClient(
+            bootstrap_servers, client_id=self.client_id,
+            request_timeout_ms=cfg["request_timeout_ms"],
+            max_in_flight=cfg["max_in_flight_requests_per_connection"],
+            retry_backoff_ms=cfg["retry_backoff_ms"],
+            metadata_max_age_ms=cfg["metadata_max_age_ms"])
+        self._accumulator = RecordAccumulator(
+            batch_size=cfg["batch_size"], linger_ms=cfg["linger_ms"],
+            buffer_memory=cfg["buffer_memory"], max_block_ms=cfg["max_block_ms"],
+            max_request_size=cfg["max_request_size"])
+        idempotence = None
+        try:
+            self._client.refresh_metadata([])  # fail fast if no broker is reachable
+            if cfg["enable_idempotence"]:
+                idempotence = IdempotenceState(self._client)
+                idempotence.init()
+        except BaseException:
+            self._client.close()
+            raise
+        self._idempotence = idempotence
+        self._sender = Sender(
+            self._client, self._accumulator, acks=self._acks, retries=cfg["retries"],
+            retry_backoff_ms=cfg["retry_backoff_ms"],
+            request_timeout_ms=cfg["request_timeout_ms"],
+            delivery_timeout_ms=cfg["delivery_timeout_ms"], compression_type=codec,
+            idempotence=idempotence, schema_of=self._schema_of, client_id=self.client_id)
+        self._sender.start()
+
+    # --- topic metadata -------------------------------------------------------------
+    def _topic(self, topic: str) -> _Topic:
+        info = self._topics.get(topic)
+        if info is None:
+            validate_topic_name(topic)
+            meta = self._client.topic_info(topic)
+            schema, max_bytes = None, None
+            resp = self._client.request(ApiKey.DESCRIBE_CONFIGS, {"topics": [topic]})
+            for t in resp["topics"]:
+                raise_for_error(t, f"topic {topic!r}")
+                if t.get("schema"):
+                    schema = pa.ipc.read_schema(pa.py_buffer(t["schema"]))
+                max_bytes = t.get("configs", {}).get("max.message.bytes")
+            info = _Topic(meta.num_partitions, schema,
+                          int(max_bytes) if max_bytes else self._max_request_size)
+            self._topics[topic] = info
+        return info
+
+    def _schema_of(self, topic: str):
+        info = self._topics.get(topic)
+        return info.schema if info is not None else None
+
+    def topic_schema(self, topic: str):
+        """The Arrow schema of a typed topic (None for a raw topic)."""
+        return self._topic(topic).schema
+
+    def partitions_for(self, topic: str) -> set[int]:
+        """Partition numbers of ``topic`` (refreshing its metadata)."""
+        self._topics.pop(topic, None)
+        return set(range(self._topic(topic).num_partitions))
+
+    # --- send -----------------------------------------------------------------------
+    def send(self, topic: str, value=None, key=None, headers=None, partition=None,
+             timestamp=None):
+        """Send one record; returns a future of its RecordMetadata (see module doc).
+
+        ``value``/``key``: bytes (str is UTF-8 encoded; other types need a
+        value/key_serializer); for a typed topic ``value`` is a dict of the row's columns.
+        ``headers``: list of ``(str, bytes)``. ``timestamp``: ms since the epoch
+        (default now). Blocks up to ``max_block_ms`` when the buffer is full.
+        """
+        if self._closed:
+            raise InvalidArgumentError("send() on a closed producer")
+        info = self._topics.get(topic)
+        if info is None:
+            info = self._topic(topic)
+        if self._value_serializer is not None:
+            value = self._value_serializer(value)
+        if self._key_serializer is not None and key is not None:
+            key = self._key_serializer(key)
+        if info.schema is None:
+            if value.__class__ is not bytes and value is not None:
+                value = _to_bytes(value, "value", topic)
+            size = RECORD_OVERHEAD + (len(value) if value is not None else 0)
+        else:
+            if not isinstance(value, dict):
+                raise SchemaMismatchError(
+                    f"topic {topic!r} is typed: value must be a dict of the columns "
+                    f"{info.schema.names}, got {type(value).__name__}")
+            size = RECORD_OVERHEAD + 8 * len(value)
+        if key is not None:
+            if key.__class__ is not bytes:
+                key = _to_bytes(key, "key", topic)
+            size += len(key)
+        if headers is not None:
+            headers = _check_headers(headers, topic)
+            size += sum(len(k) + len(v or b"") for k, v in headers)
+        if size > self._max_request_size or size > info.max_message_bytes:
+            raise RecordTooLargeError(
+                f"record of {size} bytes for topic {topic!r} exceeds max_request_size "
+                f"({self._max_request_size}) or the topic's max.message.bytes "
+                f"({info.max_message_bytes})")
+        if partition is None:
+            if key is None:
+                partition = self._partitioner.sticky_partition(topic, info.num_partitions, size)
+            else:
+                partition = self._partitioner.partition_for_key(key, info.num_partitions)
+        else:
+            validate_partition(partition, info.num_partitions, topic)
+        if timestamp is None:
+            timestamp = time.time_ns() // 1000000
+        elif isinstance(timestamp, bool) or not isinstance(timestamp, int):
+            raise InvalidArgumentError(
+                f"timestamp must be an int (ms since the epoch), got {type(timestamp).__name__}")
+        return self._accumulator.append((topic, partition), timestamp, key, value, headers,
+                                        size)
+
+    def send_batch(self, topic: str, data, *, partition: int | None = None,
+                   timestamp: int | None = None) -> BatchFuture:
+        """Send many records at once from a pyarrow Table/RecordBatch or a pandas
+        DataFrame; returns a :class:`BatchFuture`.
+
+        Raw topics take columns ``value`` (required), ``key``, ``headers`` and
+        ``timestamp`` (ms or an Arrow timestamp); rows with a key go to
+        ``murmur2(key) % partitions`` (computed vectorized), the others to one sticky
+        partition. Typed topics take the topic's schema (plus an optional ``timestamp``
+        column). ``partition`` sends everything to one partition; ``timestamp`` sets
+        the timestamp of rows that have none.
+        """
+        if self._closed:
+            raise InvalidArgumentError("send_batch() on a closed producer")
+        info = self._topic(topic)
+        table = _to_table(data)
+        if table.num_rows == 0:
+            return BatchFuture([])
+        ts = _timestamps(table, timestamp)
+        if "timestamp" in table.column_names:
+            table = table.drop_columns(["timestamp"])
+        if info.schema is None:
+            table = _raw_table(table, topic)
+        else:
+            table = pa.Table.from_batches([to_record_batch(table, info.schema)]) \
+                if table.schema != info.schema else table
+        table = table.append_column(pa.field(TIMESTAMP_COLUMN, TIMESTAMP_TYPE, False), ts)
+        if partition is not None:
+            validate_partition(partition, info.num_partitions, topic)
+            groups = [(partition, table)]
+        elif info.schema is None and info.num_partitions > 1 and \
+                table.column("key").null_count < table.num_rows:
+            groups = self._split_by_key(topic, table, info.num_partitions)
+        else:
+            groups = [(None, table)]
+        limit = min(self._max_request_size, info.max_message_bytes) - 4096
+        parts = []
+        for part, rows in groups:
+            for chunk in _chunks(rows, limit):
+                p = part if part is not None else self._partitioner.sticky_partition(
+                    topic, info.num_partitions, self._partitioner.batch_size)
+                records = chunk.combine_chunks().to_batches()[0]
+                result = self._accumulator.append_arrow((topic, p), records, chunk.nbytes)
+                parts.append((result, records.num_rows))
+        return BatchFuture(parts)
+
+    def _split_by_key(self, topic, table, num_partitions):
+        keys = table.column("key")
+        parts = self._partitioner.partitions_for_keys(keys, num_partitions)
+        if (parts < 0).any():  # null keys: one sticky partition for this call
+            parts[parts < 0] = self._partitioner.sticky_partition(
+                topic, num_partitions, self._partitioner.batch_size)
+        order = np.argsort(parts, kind="stable")
+        sorted_parts = parts[order]
+        bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
+        starts = np.concatenate([[0], bounds])
+        ends = np.concatenate([bounds, [len(parts)]])
+        table = table.take(pa.array(order))
+        return [(int(sorted_parts[s]), table.slice(s, e - s)) for s, e in zip(starts, ends)]
+
+    # --- flush / close --------------------------------------------------------------
+    def flush(self, timeout: float | None = None) -> None:
+        """Send every buffered record now and wait until all are acknowledged or failed
+        (RequestTimedOutError after ``timeout`` seconds)."""
+        self._accumulator.begin_flush()
+        try:
+            if not self._accumulator.await_complete(timeout):
+                raise RequestTimedOutError(
+                    f"flush: {self._accumulator.incomplete} records not acknowledged "
+                    f"within {timeout} s")
+        finally:
+            self._accumulator.end_flush()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Send what is buffered (waiting up to ``timeout`` seconds; 0: drop it), stop the
+        sender and close the connections. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if timeout == 0:
+            self._sender.force_close()
+        else:
+            self._sender.initiate_close()
+        self._sender.join(timeout)
+        if self._sender.is_alive():
+            self._sender.force_close()
+            self._sender.join(5)
+        self._client.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def metrics(self) -> dict:
+        """A few counters: buffered records, producer id and epoch."""
+        idem = self._idempotence
+        return {"incomplete_records": self._accumulator.incomplete,
+                "producer_id": idem.producer_id if idem else -1,
+                "producer_epoch": idem.producer_epoch if idem else -1}
+
+    @property
+    def bootstrap_servers(self) -> list[str]:
+        """The bootstrap addresses as ``host:port`` strings."""
+        return [f"{h}:{p}" for h, p in self._client.bootstrap]
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def _to_bytes(value, what: str, topic: str) -> bytes:
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    raise InvalidArgumentError(
+        f"record {what} for topic {topic!r} must be bytes or str (or configure a "
+        f"{what}_serializer), got {type(value).__name__}")
+
+
+def _check_headers(headers, topic: str) -> list:
+    out = []
+    try:
+        for k, v in headers:
+            if not isinstance(k, str):
+                raise TypeError(f"header key {k!r} is not a str")
+            if v is not None and v.__class__ is not bytes:
+                v = _to_bytes(v, "header value", topic)
+            out.append((k, v))
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(
+            f"headers for topic {topic!r} must be a list of (str, bytes) pairs: {exc}") \
+            from None
+    return out
+
+
+def _to_table(data) -> pa.Table:
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    if type(data).__name__ == "DataFrame" and hasattr(data, "to_dict"):
+        try:
+            return pa.Table.from_pandas(data, preserve_index=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise SchemaMismatchError(f"DataFrame cannot be converted to Arrow: {exc}") \
+                from None
+    raise InvalidArgumentError(
+        f"send_batch takes a pyarrow Table/RecordBatch or a pandas DataFrame, "
+        f"got {type(data).__name__}")
+
+
+def _timestamps(table: pa.Table, default: int | None) -> pa.ChunkedArray:
+    now = default if default is not None else time.time_ns() // 1000000
+    if "timestamp" not in table.column_names:
+        return pa.chunked_array([pa.array(np.full(table.num_rows, now, np.int64))
+                                 .cast(TIMESTAMP_TYPE)])
+    col = table.column("timestamp")
+    try:
+        if pa.types.is_integer(col.type):
+            col = col.cast(pa.int64()).cast(TIMESTAMP_TYPE)
+        else:
+            col = col.cast(TIMESTAMP_TYPE)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise SchemaMismatchError(f"column 'timestamp' is not a timestamp: {exc}") from None
+    if col.null_count:
+        col = pa.compute.fill_null(col, pa.scalar(now, pa.int64()).cast(TIMESTAMP_TYPE))
+    return col
+
+
+def _raw_table(table: pa.Table, topic: str) -> pa.Table:
+    names = table.column_names
+    if "value" not in names:
+        raise SchemaMismatchError(
+            f"send_batch to raw topic {topic!r} needs a 'value' column, got {names}")
+    extra = set(names) - {"key", "value", "headers"}
+    if extra:
+        raise SchemaMismatchError(
+            f"send_batch to raw topic {topic!r}: unexpected columns {sorted(extra)} "
+            "(raw topics take key, value, headers, timestamp)")
+    n = table.num_rows
+    cols = []
+    for field in RAW_SCHEMA:
+        if field.name in names:
+            col = table.column(field.name)
+            try:
+                col = col.cast(field.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise SchemaMismatchError(
+                    f"send_batch to {topic!r}: column {field.name!r} of type {col.type} "
+                    f"cannot become {field.type}: {exc}") from None
+        else:
+            col = pa.chunked_array([pa.nulls(n, field.type if field.name != "headers"
+                                             else HEADER_TYPE)])
+        cols.append(col)
+    return pa.Table.from_arrays(cols, schema=RAW_SCHEMA)
+
+
+def _chunks(table: pa.Table, limit: int):
+    """Slices of ``table`` of at most about ``limit`` bytes each (at least one row)."""
+    n = table.num_rows
+    per_row = max(1, table.nbytes // max(n, 1))
+    rows = max(1, limit // per_row)
+    for start in range(0, n, rows):
+        yield table.slice(start, rows)
+
+
+__all__ = ["Producer", "BatchFuture", "BatchMetadata"]

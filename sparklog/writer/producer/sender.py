@@ -1,0 +1,296 @@
+"""The producer's Sender: a background thread that drains the
+:class:`~.accumulator.RecordAccumulator`, encodes each partition's records as one frame,
+sends one Produce request per broker, and completes, retries or fails the batches when
+the responses arrive (Kafka's Sender).
+
+Frames are built here, not in ``send()``: the records of a drain become one Arrow
+record batch (:func:`~sparklog.format.frame.raw_batch` for raw topics, the topic's
+schema for typed ones) encoded by :func:`~sparklog.format.frame.encode_frame` with the
+producer's ``compression_type``.
+
+Retries keep the frame bytes, hence the idempotent producer's producer id, epoch and
+sequence numbers, so a broker that already appended a retried frame acknowledges it
+with its original offset instead of appending it twice. Retriable errors (a broken
+connection, a timeout, NotLeader, an unknown partition) mark the topic's metadata stale
+and retry after ``retry.backoff.ms`` until ``retries`` or ``delivery.timeout.ms`` run
+out. When an idempotent batch fails with an unknown outcome (it may or may not be in the
+log), the producer epoch is bumped before the next frame so that sequences restart
+cleanly.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections import defaultdict
+
+from ...client.network import NetworkClient
+from ...errors import (
+    BrokerNotAvailableError, FencedLeaderEpochError, NotLeaderError, SparklogError,
+    UnknownTopicOrPartitionError,
+)
+from ...format.frame import encode_frame, raw_batch, to_record_batch
+from ...protocol.apis import ACKS_NONE, ApiKey
+from ...protocol.codec import error_from, raise_for_error
+from .accumulator import InFlightBatch, RecordAccumulator
+
+log = logging.getLogger(__name__)
+
+_METADATA_ERRORS = (NotLeaderError, UnknownTopicOrPartitionError, FencedLeaderEpochError,
+                    BrokerNotAvailableError)
+_SEQUENCE_LIMIT = 1 << 31
+
+
+class IdempotenceState:
+    """Producer id, epoch and the next sequence number of every partition."""
+
+    def __init__(self, client: NetworkClient):
+        self.client = client
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.sequences: dict[tuple, int] = {}
+        self.bump_needed = False
+
+    def init(self) -> None:
+        """Get a producer id (or bump the epoch of ours) from the broker; sequences
+        restart at 0."""
+        body = {"producer_id": self.producer_id, "producer_epoch": self.producer_epoch}
+        resp = self.client.request(ApiKey.INIT_PRODUCER_ID, body)
+        raise_for_error(resp, "InitProducerId")
+        self.producer_id = resp["producer_id"]
+        self.producer_epoch = resp["producer_epoch"]
+        self.sequences.clear()
+        self.bump_needed = False
+
+    def next_sequence(self, tp: tuple, count: int) -> int:
+        """The base sequence of a frame of ``count`` records for ``tp`` (advances it)."""
+        seq = self.sequences.get(tp, 0)
+        self.sequences[tp] = (seq + count) % _SEQUENCE_LIMIT
+        return seq
+
+
+class Sender(threading.Thread):
+    """See the module docstring. ``schema_of(topic)`` returns a typed topic's Arrow
+    schema (None for raw topics)."""
+
+    def __init__(self, client: NetworkClient, accumulator: RecordAccumulator, *,
+                 acks: int, retries: int, retry_backoff_ms: int, request_timeout_ms: int,
+                 delivery_timeout_ms: int, compression_type: str,
+                 idempotence: IdempotenceState | None, schema_of, client_id: str = ""):
+        super().__init__(name=f"sparklog-producer-sender-{client_id}", daemon=True)
+        self.client = client
+        self.acc = accumulator
+        self.acks = acks
+        self.retries = retries
+        self.retry_backoff = retry_backoff_ms / 1000.0
+        self.request_timeout_ms = request_timeout_ms
+        self.delivery_timeout = delivery_timeout_ms / 1000.0
+        self.compression = compression_type
+        self.idempotence = idempotence
+        self.schema_of = schema_of
+        self._stale: set[str] = set()
+        self._closing = False
+        self._forced = False
+
+    # --- lifecycle ----------------------------------------------------------------
+    def initiate_close(self) -> None:
+        """Send what is buffered, wait for the responses, then stop."""
+        self._closing = True
+        self.acc.close()
+
+    def force_close(self) -> None:
+        """Stop at once; unsent records fail."""
+        self._forced = True
+        self.initiate_close()
+
+    # --- main loop ----------------------------------------------------------------
+    def run(self) -> None:
+        acc = self.acc
+        try:
+            while True:
+                with acc.cond:
+                    while True:
+                        if self._forced:
+                            items = None
+                            break
+                        items, wait = acc.drain(time.monotonic())
+                        if items:
+                            break
+                        if self._closing and acc.incomplete <= 0:
+                            return
+                        acc.sender_waiting = True
+                        acc.cond.wait(min(wait, 1.0))
+                        acc.sender_waiting = False
+                if items is None:
+                    break
+                try:
+                    self._send(items)
+                except Exception as exc:  # a bug must not leave callers waiting forever
+                    log.exception("producer sender failed on %d batches", len(items))
+                    for item in items:
+                        self._finish_failed(item, exc)
+        finally:
+            self._drop_unsent()
+
+    def _drop_unsent(self) -> None:
+        for item in self.acc.unsent():
+            self._finish_failed(item, BrokerNotAvailableError(
+                f"producer closed before records for {item.tp[0]}-{item.tp[1]} were sent"))
+
+    def _send(self, items: list[InFlightBatch]) -> None:
+        by_node: dict[int, list[InFlightBatch]] = defaultdict(list)
+        if self._stale:
+            self._refresh_metadata()
+        if self.idempotence is not None and self.idempotence.bump_needed:
+            try:
+                self.idempotence.init()
+            except SparklogError as exc:
+                for item in items:
+                    self._handle_error(item, exc, outcome_known=True)
+                return
+        for item in items:
+            try:
+                leader = self.client.metadata.leader_for(item.tp)
+                if leader < 0:
+                    self._refresh_metadata(item.tp[0])
+                    leader = self.client.metadata.leader_for(item.tp)
+                if leader < 0:
+                    raise NotLeaderError(
+                        f"no leader known for partition {item.tp[0]}-{item.tp[1]}")
+                if item.frame is None:
+                    self._build_frame(item)
+            except SparklogError as exc:
+                self._handle_error(item, exc, outcome_known=True)
+                continue
+            by_node[leader].append(item)
+        for node_id, group in by_node.items():
+            self._send_request(node_id, group)
+
+    def _refresh_metadata(self, topic: str | None = None) -> None:
+        topics, self._stale = self._stale, set()
+        if topic is not None:
+            topics.add(topic)
+        try:
+            self.client.refresh_metadata(sorted(topics))
+        except SparklogError as exc:
+            log.info("metadata refresh for %s failed: %s", sorted(topics), exc)
+            self._stale.update(topics)
+
+    def _build_frame(self, item: InFlightBatch) -> None:
+        batches = item.batches
+        topic = item.tp[0]
+        if batches[0].arrow is not None:  # from send_batch: one Arrow batch, alone
+            records, timestamps = batches[0].arrow, None
+        else:
+            if len(batches) == 1:
+                values, keys, timestamps = batches[0].values, batches[0].keys, \
+                    batches[0].timestamps
+                headers = batches[0].headers
+                has_keys = batches[0].has_keys
+            else:
+                chain = itertools.chain.from_iterable
+                values = list(chain(b.values for b in batches))
+                keys = list(chain(b.keys for b in batches))
+                timestamps = list(chain(b.timestamps for b in batches))
+                has_keys = any(b.has_keys for b in batches)
+                headers = None
+                if any(b.headers is not None for b in batches):
+                    headers = list(chain(b.headers if b.headers is not None
+                                         else [None] * b.count for b in batches))
+            schema = self.schema_of(topic)
+            if schema is None:
+                records = raw_batch(values, keys if has_keys else None, headers)
+            else:
+                records = to_record_batch(values, schema)
+        if self.idempotence is not None:
+            item.base_sequence = self.idempotence.next_sequence(item.tp, item.record_count)
+            pid, epoch = self.idempotence.producer_id, self.idempotence.producer_epoch
+        else:
+            pid = epoch = -1
+        item.frame = encode_frame(records, timestamps=timestamps, compression=self.compression,
+                                  producer_id=pid, producer_epoch=epoch,
+                                  base_sequence=item.base_sequence)
+        item.epoch = epoch
+
+    def _send_request(self, node_id: int, group: list[InFlightBatch]) -> None:
+        topics: dict[str, list] = defaultdict(list)
+        for item in group:
+            topics[item.tp[0]].append({"partition": item.tp[1], "records": item.frame})
+        body = {"acks": self.acks, "timeout_ms": self.request_timeout_ms,
+                "topics": [{"name": t, "partitions": p} for t, p in topics.items()]}
+        expect = self.acks != ACKS_NONE
+        try:
+            future = self.client.send(node_id, ApiKey.PRODUCE, body, expect_response=expect,
+                                      extra_timeout_ms=self.request_timeout_ms)
+        except SparklogError as exc:
+            for item in group:
+                self._handle_error(item, exc, outcome_known=True)
+            return
+        if expect:
+            future.add_callback(self._on_response, group)
+        else:
+            future.add_callback(self._on_written, group)
+        future.add_errback(self._on_failure, group, expect)
+
+    # --- completion (connection reader threads) --------------------------------------
+    def _on_written(self, group, _none) -> None:
+        for item in group:  # acks=0: no offsets are known
+            if item.complete(-1):
+                self.acc.release(item)
+
+    def _on_response(self, group, body: dict) -> None:
+        request_error = error_from(body, "Produce")
+        results = {}
+        for topic in body.get("topics", ()):
+            for p in topic["partitions"]:
+                results[(topic["name"], p["partition"])] = p
+        for item in group:
+            result = results.get(item.tp)
+            if request_error is not None:
+                self._handle_error(item, request_error, outcome_known=True)
+            elif result is None:
+                self._handle_error(item, BrokerNotAvailableError(
+                    f"Produce response has no answer for {item.tp[0]}-{item.tp[1]}"),
+                    outcome_known=False)
+            else:
+                exc = error_from(result, f"{item.tp[0]}-{item.tp[1]}")
+                if exc is None:
+                    if item.complete(result["base_offset"],
+                                     result.get("log_append_time_ms", -1)):
+                        self.acc.release(item)
+                else:
+                    self._handle_error(item, exc, outcome_known=True)
+
+    def _on_failure(self, group, expect_response: bool, exc) -> None:
+        for item in group:
+            self._handle_error(item, exc, outcome_known=False)
+
+    def _handle_error(self, item: InFlightBatch, exc: BaseException, *,
+                      outcome_known: bool) -> None:
+        item.attempts += 1
+        item.last_error = exc
+        retriable = isinstance(exc, SparklogError) and exc.retriable
+        if isinstance(exc, _METADATA_ERRORS):
+            self._stale.add(item.tp[0])
+        expired = time.monotonic() - item.created >= self.delivery_timeout
+        if retriable and item.attempts <= self.retries and not expired and not self._forced:
+            log.debug("retrying %s-%s (attempt %d): %s", item.tp[0], item.tp[1],
+                      item.attempts, exc)
+            self.acc.requeue(item, self.retry_backoff)
+            return
+        idem = self.idempotence
+        if idem is not None and item.base_sequence >= 0 \
+                and item.epoch == idem.producer_epoch:
+            if outcome_known:  # not appended: the sequence can be reused
+                idem.sequences[item.tp] = item.base_sequence
+            else:  # may be in the log: restart sequences under a new epoch
+                idem.bump_needed = True
+        self._finish_failed(item, exc)
+
+    def _finish_failed(self, item: InFlightBatch, exc: BaseException) -> None:
+        if not isinstance(exc, SparklogError):
+            exc = BrokerNotAvailableError(f"producer sender failed: {exc!r}")
+        if item.fail(exc):
+            self.acc.release(item)
