@@ -55,20 +55,34 @@ class Frame:
     body: pa.Buffer
 
     def batch(self) -> pa.RecordBatch:
-        """The body's record batch (zero-copy for uncompressed bodies)."""
-        return decode_body(self.body)
+        """The body's record batch (zero-copy for uncompressed bodies). Raises
+        CorruptRecordError if its row count differs from the header's record count."""
+        batch = decode_body(self.body)
+        if batch.num_rows != self.header.record_count:
+            raise CorruptRecordError(
+                f"frame at offset {self.header.base_offset}: header says "
+                f"{self.header.record_count} records, body holds {batch.num_rows}")
+        return batch
 
     def offsets(self) -> pa.Array:
         """Offsets of the frame's records (implicit unless the explicit-offsets bit)."""
         n = self.header.record_count
         base = self.header.base_offset
         if self.header.explicit_offsets:
-            deltas = self.batch().column(OFFSET_DELTA_COLUMN).cast(pa.int64())
+            batch = self.batch()
+            if OFFSET_DELTA_COLUMN not in batch.schema.names:
+                raise CorruptRecordError(
+                    f"frame at offset {base}: explicit-offsets bit set but the body has "
+                    f"no {OFFSET_DELTA_COLUMN} column")
+            deltas = batch.column(OFFSET_DELTA_COLUMN).cast(pa.int64())
             return pa.compute.add(deltas, pa.scalar(base, pa.int64()))
         return pa.array(range(base, base + n), pa.int64())
 
 
 def _normalise_compression(compression: str | None) -> str:
+    if compression is not None and not isinstance(compression, str):
+        raise InvalidArgumentError(
+            f"compression must be a str (none, lz4, zstd), got {type(compression).__name__}")
     name = (compression or "none").lower()
     if name in ("uncompressed", "producer"):
         name = "none"
@@ -76,6 +90,33 @@ def _normalise_compression(compression: str | None) -> str:
         raise InvalidArgumentError(
             f"unknown compression type {compression!r}: expected one of none, lz4, zstd")
     return name
+
+
+_INT_RANGES = {
+    "base_offset": 64, "leader_epoch": 32, "producer_id": 64, "producer_epoch": 16,
+    "base_sequence": 32,
+}
+
+
+def _check_header_int(name: str, value) -> None:
+    bits = _INT_RANGES[name]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"{name} must be an int, got {type(value).__name__}")
+    if not -(1 << (bits - 1)) <= value < (1 << (bits - 1)):
+        raise InvalidArgumentError(f"{name} {value} does not fit in a signed {bits}-bit field")
+
+
+def _frame_view(buf, pos) -> memoryview:
+    """memoryview of ``buf`` after checking the argument types (InvalidArgumentError)."""
+    if isinstance(pos, bool) or not isinstance(pos, int) or pos < 0:
+        raise InvalidArgumentError(f"pos must be an int >= 0, got {pos!r}")
+    if isinstance(buf, str):
+        raise InvalidArgumentError("frame data must be bytes-like, got str")
+    try:
+        return memoryview(buf)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"frame data must be bytes-like, got {type(buf).__name__}") from None
 
 
 def to_record_batch(data, schema: pa.Schema | None = None) -> pa.RecordBatch:
@@ -89,6 +130,14 @@ def to_record_batch(data, schema: pa.Schema | None = None) -> pa.RecordBatch:
         batch = data.combine_chunks().to_batches()[0] if data.num_rows else \
             pa.RecordBatch.from_pylist([], schema=data.schema)
     elif isinstance(data, list):
+        if schema is not None:
+            known = set(schema.names) | RESERVED_COLUMNS
+            for i, row in enumerate(data):
+                extra = sorted(set(row) - known) if isinstance(row, dict) else None
+                if extra:
+                    raise SchemaMismatchError(
+                        f"record {i} has fields {extra} that are not in the topic schema "
+                        f"{schema.names}")
         try:
             batch = pa.RecordBatch.from_pylist(data, schema=schema)
         except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, TypeError) as exc:
@@ -158,6 +207,10 @@ def encode_frame(
     ``__timestamp`` column keeps it. ``offset_deltas`` (compacted data) stores explicit
     offsets relative to ``base_offset`` and sets the explicit-offsets bit.
     """
+    for name, value in (("base_offset", base_offset), ("leader_epoch", leader_epoch),
+                        ("producer_id", producer_id), ("producer_epoch", producer_epoch),
+                        ("base_sequence", base_sequence)):
+        _check_header_int(name, value)
     batch = to_record_batch(batch)
     n = batch.num_rows
     if n == 0:
@@ -251,8 +304,9 @@ def validate_frame(buf, pos: int = 0, *, max_size: int | None = None,
                    verify_crc: bool = True, path=None) -> FrameHeader:
     """Check the frame at ``buf[pos:]``: complete, sane length, known magic, CRC32C,
     record count vs offset delta. Returns its header or raises CorruptRecordError
-    (RecordTooLargeError if it exceeds ``max_size``)."""
-    view = memoryview(buf)
+    (RecordTooLargeError if it exceeds ``max_size``); InvalidArgumentError for a ``buf``
+    that is not bytes-like or a negative ``pos``."""
+    view = _frame_view(buf, pos)
     avail = len(view) - pos
     where = f" at position {pos}" + (f" of {path}" if path else "")
     if avail < HEADER_SIZE:
@@ -300,6 +354,8 @@ def decode_frame(buf, pos: int = 0, *, verify_crc: bool = True, path=None) -> Fr
 def iter_frames(buf, pos: int = 0, *, verify_crc: bool = True, path=None) -> Iterator[Frame]:
     """Yield consecutive frames of ``buf`` from ``pos``; raises CorruptRecordError at the
     first invalid or incomplete frame."""
+    if not isinstance(buf, pa.Buffer):
+        _frame_view(buf, pos)
     data = buf if isinstance(buf, pa.Buffer) else pa.py_buffer(buf)
     end = data.size
     while pos < end:
@@ -311,6 +367,16 @@ def iter_frames(buf, pos: int = 0, *, verify_crc: bool = True, path=None) -> Ite
 def stamp(buf: bytearray, pos: int, base_offset: int, leader_epoch: int) -> None:
     """Write the broker-assigned base offset and leader epoch into a frame in place
     (both fields lie outside the CRC)."""
+    if not isinstance(buf, bytearray):
+        raise InvalidArgumentError(
+            f"stamp() patches in place: buf must be a bytearray, got {type(buf).__name__}")
+    _frame_view(buf, pos)
+    if len(buf) - pos < HEADER_SIZE:
+        raise InvalidArgumentError(
+            f"no frame header at position {pos}: {len(buf) - pos} bytes left, "
+            f"{HEADER_SIZE} needed")
+    _check_header_int("base_offset", base_offset)
+    _check_header_int("leader_epoch", leader_epoch)
     _I64.pack_into(buf, pos + BASE_OFFSET_POS, base_offset)
     _I32.pack_into(buf, pos + LEADER_EPOCH_POS, leader_epoch)
 
