@@ -617,3 +617,24 @@ def test_open_fileio_webhdfs_unreachable_is_storage_error():
     with pytest.raises(StorageError) as ei:
         fs.exists("/x")
     assert f"127.0.0.1:{port}" in str(ei.value)
+
+
+def test_deleting_an_open_file_fences_its_writer(backend):
+    fs, root, _ = backend
+    d = fs.join(root, "topic", "0")
+    path = fs.join(d, "seg.log")
+    out = fs.create(path)
+    out.write(b"a")
+    out.flush()
+    assert fs.delete(path) is True
+    with pytest.raises(LeaseExpiredError):  # at the write (local) or the flush (HDFS)
+        out.write(b"b")
+        out.flush()
+    out.close()
+    assert not fs.exists(path)
+    out2 = fs.create(fs.join(d, "seg2.log"))
+    out2.write(b"x")
+    assert fs.delete(fs.join(root, "topic"), recursive=True) is True
+    with pytest.raises(LeaseExpiredError):
+        out2.flush()
+    out2.close()

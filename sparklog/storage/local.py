@@ -229,13 +229,19 @@ class LocalOutputStream(BufferedOutputStream):
             raise LeaseLost() from None
 
     def _push(self, data: memoryview) -> None:
-        with _DirLock(self._dir, shared=True):  # recover_lease waits for this write
+        try:
+            lock = _DirLock(self._dir, shared=True).__enter__()
+        except StorageFileNotFoundError:  # the directory was deleted: so was the lease
+            raise LeaseLost() from None
+        try:  # recover_lease (exclusive) waits for this write
             if not self._lease_ok():
                 raise LeaseLost()
             done = 0
             while done < len(data):
                 with data[done:] as rest:
                     done += os.write(self._fd, rest)
+        finally:
+            lock.__exit__()
 
     def _persist(self) -> None:
         if not self._lease_ok():
@@ -247,6 +253,8 @@ class LocalOutputStream(BufferedOutputStream):
             with _DirLock(self._dir):
                 if self._lease_ok():
                     os.unlink(self._lease_path)
+        except StorageFileNotFoundError:
+            pass  # directory deleted meanwhile: nothing left to release
         finally:
             self._abandon()
 
