@@ -638,3 +638,38 @@ def test_deleting_an_open_file_fences_its_writer(backend):
     with pytest.raises(LeaseExpiredError):
         out2.flush()
     out2.close()
+
+
+def _hold_in_forked_child(path, ready, done):
+    from sparklog.storage.local import LocalFileIO
+
+    with LocalFileIO().create(path) as out:
+        out.write(b"child")
+        out.flush()
+        ready.set()
+        done.wait(30)
+
+
+def test_local_lease_of_a_forked_child_is_live(backend):
+    """Spark's Python workers are forked: their leases must name their own process."""
+    import multiprocessing
+
+    fs, root, name = backend
+    if name != "local":
+        pytest.skip("process liveness is a local-backend rule")
+    ctx = multiprocessing.get_context("fork")
+    path = fs.join(root, "forked.log")
+    ready, done = ctx.Event(), ctx.Event()
+    child = ctx.Process(target=_hold_in_forked_child, args=(path, ready, done))
+    child.start()
+    try:
+        assert ready.wait(30)
+        with pytest.raises(LeaseHeldError):
+            fs.append(path)
+    finally:
+        done.set()
+        child.join(30)
+    assert child.exitcode == 0
+    with fs.append(path) as out:
+        out.write(b"+parent")
+    assert fs.read_all(path) == b"child+parent"

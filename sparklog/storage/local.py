@@ -86,9 +86,6 @@ def _proc_start(pid: int) -> str | None:
     return fields[19] if len(fields) > 19 else None
 
 
-_MY_START = _proc_start(os.getpid())
-
-
 def _owner_alive(record: dict) -> bool:
     """True if the process named by a lease record is (as far as we can tell) alive."""
     if record.get("host") != _HOST:
@@ -188,7 +185,8 @@ def _acquire_lease(os_path: str, display: str) -> dict:
                 f"{display}: lease held by pid {old.get('pid')} on host {old.get('host')} "
                 f"(epoch {old.get('epoch')}); call recover_lease() to take it over")
         os.unlink(lpath)  # expired (owner dead): soft-limit takeover
-    record = {"host": _HOST, "pid": os.getpid(), "start": _MY_START,
+    pid = os.getpid()  # read now, not at import: a forked child has its own pid and start
+    record = {"host": _HOST, "pid": pid, "start": _proc_start(pid),
               "token": uuid.uuid4().hex,
               "epoch": max(time.time_ns(), int((old or {}).get("epoch") or 0) + 1)}
     fd = os.open(lpath, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)

@@ -32,6 +32,7 @@ class BufferedOutputStream(OutputStream):
         self._buffer_size = buffer_size
         self._closed = False
         self._lost = False
+        self._dirty = False  # bytes pushed since the last _persist
         self._lock = threading.RLock()
 
     # hooks ------------------------------------------------------------------------------
@@ -82,6 +83,7 @@ class BufferedOutputStream(OutputStream):
             raise self._fenced(op) from None
         self._pushed += len(self._buf)
         self._buf.clear()
+        self._dirty = True
 
     # OutputStream ---------------------------------------------------------------------
     def write(self, data) -> int:
@@ -118,6 +120,7 @@ class BufferedOutputStream(OutputStream):
                 self._persist()
             except LeaseLost:
                 raise self._fenced("sync") from None
+            self._dirty = False
 
     def tell(self) -> int:
         """Length of the file including bytes still buffered here."""
@@ -133,7 +136,8 @@ class BufferedOutputStream(OutputStream):
             try:
                 self._push_buffer("close")
                 try:
-                    self._persist()
+                    if self._dirty:
+                        self._persist()
                 except LeaseLost:
                     self._lost = True
                     self._abandon()
