@@ -30,16 +30,10 @@ into a missing parent directory raises StorageFileNotFoundError.
 
 from __future__ import annotations
 
-import ctypes
 import errno
-import fcntl
-import json
 import os
 import shutil
-import socket
 import stat as stat_mod
-import time
-import uuid
 
 from sparklog.errors import (
     FileAlreadyExistsError,
@@ -49,154 +43,13 @@ from sparklog.errors import (
     StorageFileNotFoundError,
 )
 from sparklog.storage.base import FileInfo, FileIO
-from sparklog.storage.paths import (
-    check_int, check_path, is_lease_file, lease_name, strip_scheme,
+from sparklog.storage.paths import check_int, check_path, is_lease_file, strip_scheme
+from sparklog.storage.posix import (
+    DirLock, acquire_lease, fsync_dir, lease_path, owner_alive, read_lease, rename_noreplace,
 )
 from sparklog.storage.stream import BufferedOutputStream, LeaseLost
 
 DEFAULT_BUFFER_SIZE = 1 << 20  # bytes buffered before write() hands them to the OS
-
-_HOST = socket.gethostname()
-
-
-# --- small OS helpers ------------------------------------------------------------------
-
-
-def _fsync_dir(dirpath: str) -> None:
-    fd = os.open(dirpath, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _proc_start(pid: int) -> str | None:
-    """Start time of ``pid`` in clock ticks since boot ('' for a zombie, None if gone
-    or unknown)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read().decode("ascii", "replace")
-    except FileNotFoundError:
-        return None
-    except OSError:
-        return None
-    fields = raw[raw.rfind(")") + 2:].split()
-    if fields and fields[0] in ("Z", "X"):
-        return ""
-    return fields[19] if len(fields) > 19 else None
-
-
-def _owner_alive(record: dict) -> bool:
-    """True if the process named by a lease record is (as far as we can tell) alive."""
-    if record.get("host") != _HOST:
-        return True  # cannot see another host's processes: only recover_lease ends it
-    pid = record.get("pid")
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # exists, owned by someone else
-    start = _proc_start(pid)
-    if start == "":
-        return False  # zombie: dead but not yet reaped
-    if start is not None and record.get("start") not in (None, start):
-        return False  # pid reused by another process
-    return True
-
-
-_LIBC = ctypes.CDLL(None, use_errno=True)
-_RENAMEAT2 = getattr(_LIBC, "renameat2", None)
-_AT_FDCWD = -100
-_RENAME_NOREPLACE = 1
-
-
-def _rename_noreplace(src: str, dst: str) -> None:
-    """Atomically rename src to dst, raising FileExistsError if dst exists."""
-    if _RENAMEAT2 is not None:
-        rc = _RENAMEAT2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst),
-                        _RENAME_NOREPLACE)
-        if rc == 0:
-            return
-        err = ctypes.get_errno()
-        if err not in (errno.EINVAL, errno.ENOSYS):
-            raise OSError(err, os.strerror(err), src, None, dst)
-    if os.path.isdir(src):
-        raise StorageError(
-            f"cannot rename directory {src!r} to {dst!r} atomically without replacing: "
-            "this file system lacks renameat2(RENAME_NOREPLACE)")
-    os.link(src, dst)  # FileExistsError if dst exists: the atomic no-replace check
-    os.unlink(src)
-
-
-class _DirLock:
-    """flock on a directory's fd: exclusive for lease transitions, shared for flushes."""
-
-    def __init__(self, dirpath: str, shared: bool = False):
-        self.dirpath = dirpath
-        self.mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
-        self.fd = -1
-
-    def __enter__(self):
-        try:
-            self.fd = os.open(self.dirpath, os.O_RDONLY | os.O_DIRECTORY)
-        except FileNotFoundError:
-            raise StorageFileNotFoundError(
-                f"directory {self.dirpath!r} does not exist") from None
-        fcntl.flock(self.fd, self.mode)
-        return self
-
-    def __exit__(self, *exc):
-        os.close(self.fd)  # closing the only descriptor releases the flock
-
-
-# --- leases ------------------------------------------------------------------------------
-
-
-def lease_path(os_path: str) -> str:
-    """The sidecar lease file of data file ``os_path``."""
-    head, name = os.path.split(os_path)
-    return os.path.join(head, lease_name(name))
-
-
-def read_lease(os_path: str) -> dict | None:
-    """The lease record of ``os_path`` (dict), or None if nobody holds a lease."""
-    try:
-        with open(lease_path(os_path), "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        return None
-    try:
-        record = json.loads(raw)
-        return record if isinstance(record, dict) else {}
-    except ValueError:
-        return {}  # torn lease file (writer died while writing it): counts as expired
-
-
-def _acquire_lease(os_path: str, display: str) -> dict:
-    """Take the lease of ``os_path``; caller holds the directory's exclusive lock."""
-    lpath = lease_path(os_path)
-    old = read_lease(os_path)
-    if old is not None:
-        if _owner_alive(old):
-            raise LeaseHeldError(
-                f"{display}: lease held by pid {old.get('pid')} on host {old.get('host')} "
-                f"(epoch {old.get('epoch')}); call recover_lease() to take it over")
-        os.unlink(lpath)  # expired (owner dead): soft-limit takeover
-    pid = os.getpid()  # read now, not at import: a forked child has its own pid and start
-    record = {"host": _HOST, "pid": pid, "start": _proc_start(pid),
-              "token": uuid.uuid4().hex,
-              "epoch": max(time.time_ns(), int((old or {}).get("epoch") or 0) + 1)}
-    fd = os.open(lpath, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        os.write(fd, json.dumps(record).encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return record
-
 
 # --- streams -----------------------------------------------------------------------------
 
@@ -228,7 +81,7 @@ class LocalOutputStream(BufferedOutputStream):
 
     def _push(self, data: memoryview) -> None:
         try:
-            lock = _DirLock(self._dir, shared=True).__enter__()
+            lock = DirLock(self._dir, shared=True).__enter__()
         except StorageFileNotFoundError:  # the directory was deleted: so was the lease
             raise LeaseLost() from None
         try:  # recover_lease (exclusive) waits for this write
@@ -248,7 +101,7 @@ class LocalOutputStream(BufferedOutputStream):
 
     def _release(self) -> None:
         try:
-            with _DirLock(self._dir):
+            with DirLock(self._dir):
                 if self._lease_ok():
                     os.unlink(self._lease_path)
         except StorageFileNotFoundError:
@@ -344,10 +197,10 @@ class LocalFileIO(FileIO):
             raise InvalidArgumentError(f"overwrite must be a bool, got {overwrite!r}")
         parent = os.path.dirname(p)
         self._mkdirs_os(parent, path)
-        with _DirLock(parent):
+        with DirLock(parent):
             if overwrite:
                 rec = read_lease(p)
-                if rec is not None and _owner_alive(rec):
+                if rec is not None and owner_alive(rec):
                     raise LeaseHeldError(
                         f"{path}: cannot overwrite, lease held by pid {rec.get('pid')} "
                         f"on host {rec.get('host')}")
@@ -362,8 +215,8 @@ class LocalFileIO(FileIO):
             except FileExistsError:
                 raise FileAlreadyExistsError(f"{path}: file already exists") from None
             try:
-                lease = _acquire_lease(p, path)
-                _fsync_dir(parent)
+                lease = acquire_lease(p, path)
+                fsync_dir(parent)
             except BaseException:
                 os.close(fd)
                 os.unlink(p)
@@ -377,14 +230,14 @@ class LocalFileIO(FileIO):
         parent = os.path.dirname(p)
         if not os.path.isdir(parent):
             raise StorageFileNotFoundError(f"{path}: file does not exist")
-        with _DirLock(parent):
+        with DirLock(parent):
             try:
                 st = os.stat(p)
             except FileNotFoundError:
                 raise StorageFileNotFoundError(f"{path}: file does not exist") from None
             if stat_mod.S_ISDIR(st.st_mode):
                 raise StorageError(f"{path}: is a directory, cannot append")
-            lease = _acquire_lease(p, path)
+            lease = acquire_lease(p, path)
             try:
                 fd = os.open(p, os.O_WRONLY | os.O_APPEND)
             except BaseException:
@@ -399,7 +252,7 @@ class LocalFileIO(FileIO):
         parent = os.path.dirname(p)
         if not os.path.isfile(p):
             raise StorageFileNotFoundError(f"{path}: file does not exist")
-        with _DirLock(parent):
+        with DirLock(parent):
             try:
                 os.unlink(lease_path(p))
             except FileNotFoundError:
@@ -451,14 +304,14 @@ class LocalFileIO(FileIO):
         if not os.path.isdir(os.path.dirname(dp)):
             raise StorageFileNotFoundError(
                 f"rename destination {dst}: parent directory does not exist")
-        with _DirLock(os.path.dirname(sp)):
+        with DirLock(os.path.dirname(sp)):
             rec = read_lease(sp)
-            if rec is not None and _owner_alive(rec):
+            if rec is not None and owner_alive(rec):
                 raise LeaseHeldError(
                     f"rename source {src}: a writer (pid {rec.get('pid')}) still holds "
                     "its lease; close it first")
             try:
-                _rename_noreplace(sp, dp)
+                rename_noreplace(sp, dp)
             except FileExistsError:
                 raise FileAlreadyExistsError(
                     f"rename {src} -> {dst}: destination already exists") from None
@@ -475,9 +328,9 @@ class LocalFileIO(FileIO):
                     os.unlink(lease_path(sp))
                 except FileNotFoundError:
                     pass
-        _fsync_dir(os.path.dirname(dp))
+        fsync_dir(os.path.dirname(dp))
         if os.path.dirname(dp) != os.path.dirname(sp):
-            _fsync_dir(os.path.dirname(sp))
+            fsync_dir(os.path.dirname(sp))
 
     def delete(self, path: str, recursive: bool = False) -> bool:
         """Delete a file (its writer is fenced) or, if ``recursive``, a tree; False if
@@ -497,7 +350,7 @@ class LocalFileIO(FileIO):
                         f"{path}: directory not empty (use recursive=True)") from None
                 raise StorageError(f"{path}: {e}") from e
             return True
-        with _DirLock(os.path.dirname(p)):
+        with DirLock(os.path.dirname(p)):
             try:
                 os.unlink(p)
             except FileNotFoundError:
