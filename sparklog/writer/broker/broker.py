@@ -141,9 +141,8 @@ class Broker:
                     log.error("partition %s-%d: recovery failed: %s", name, p, res)
                 else:
                     opened += 1
-        self._server = await asyncio.start_server(
-            lambda r, w: server.serve_connection(self, r, w), self.host, self.port,
-            reuse_address=True, limit=1 << 20)
+        self._server = await self.loop.create_server(
+            server.protocol_factory(self), self.host, self.port, reuse_address=True)
         self.host, self.port = self._server.sockets[0].getsockname()[:2]
         await self.run_io(self.store.register_broker,
                           BrokerInfo(self.broker_id, self.host, self.port))

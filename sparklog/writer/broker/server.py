@@ -28,7 +28,7 @@ from ...errors import InvalidArgumentError, RecordTooLargeError, SparklogError
 from ...protocol.codec import (
     FileRegion, decode_request_header, encode_response_parts, error_fields,
 )
-from ...protocol.stream import discard, read_exact, read_size
+from .receiver import RequestReceiver
 
 log = logging.getLogger(__name__)
 
@@ -60,11 +60,10 @@ class ByteBudget:
 class Connection:
     """One client connection (see the module docstring)."""
 
-    def __init__(self, broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+    def __init__(self, broker, receiver):
         self.broker = broker
-        self.reader = reader
-        self.writer = writer
-        peer = writer.get_extra_info("peername") or ("?", 0)
+        self.io = receiver
+        peer = receiver.transport.get_extra_info("peername") or ("?", 0)
         self.peer = f"{peer[0]}:{peer[1]}"
         self.client_host = str(peer[0])
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=broker.config.queued_max_requests)
@@ -81,8 +80,9 @@ class Connection:
         """Serve the connection until the client closes it or the broker stops."""
         from .broker import RequestContext
 
-        sender = asyncio.get_running_loop().create_task(self._send_loop())
-        self._read_task = asyncio.get_running_loop().create_task(self._read_loop(RequestContext))
+        loop = asyncio.get_running_loop()
+        sender = loop.create_task(self._send_loop())
+        self._read_task = loop.create_task(self._read_loop(RequestContext))
         try:
             await self._read_task
         except asyncio.CancelledError:
@@ -93,14 +93,15 @@ class Connection:
             try:
                 await sender
             finally:
-                self.writer.close()
+                self.io.close()
 
     async def _read_loop(self, context_type) -> None:
         broker = self.broker
+        io = self.io
         max_size = broker.config.socket_request_max_bytes
         try:
             while not broker.stopping:
-                size = await read_size(self.reader)
+                size = await io.read_size()
                 if size is None:
                     return
                 if size < 0:
@@ -110,7 +111,7 @@ class Connection:
                     continue
                 await broker.budget.acquire(size)
                 try:
-                    payload = await read_exact(self.reader, size)
+                    payload = await io.read_exact(size)
                     header, position = decode_request_header(payload)
                 except BaseException:
                     await broker.budget.release(size)
@@ -124,7 +125,7 @@ class Connection:
             log.warning("closing connection from %s: %s", self.peer, exc)
 
     async def _refuse_oversized(self, size: int, max_size: int) -> None:
-        head = await read_exact(self.reader, min(size, _HEAD.size))
+        head = await self.io.read_exact(min(size, _HEAD.size))
         if len(head) < _HEAD.size:
             raise InvalidArgumentError(
                 f"oversized request of {size} bytes without a complete header")
@@ -136,7 +137,7 @@ class Connection:
         done = asyncio.get_running_loop().create_future()
         done.set_result(error_fields(exc))
         await self.queue.put((correlation_id, done, 0))
-        await discard(self.reader, size - len(head))
+        await self.io.discard(size - len(head))
 
     async def _send_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -167,28 +168,31 @@ class Connection:
 
     async def _write(self, loop, correlation_id: int, response: dict) -> None:
         parts, _total = encode_response_parts(correlation_id, response)
-        writer = self.writer
+        io = self.io
         if not any(isinstance(p, FileRegion) for p in parts):
-            writer.writelines(parts)
-            await writer.drain()
+            io.writelines(parts)
+            await io.drain()
             return
         for part in parts:
             if isinstance(part, FileRegion):
-                await writer.drain()
+                await io.drain()
                 with open(part.path, "rb") as f:
-                    sent = await loop.sendfile(writer.transport, f, part.offset, part.size)
+                    sent = await loop.sendfile(io.transport, f, part.offset, part.size)
                 if sent != part.size:
                     raise ConnectionError(
                         f"sendfile of {part.path} sent {sent} of {part.size} bytes")
             else:
-                writer.write(part)
-        await writer.drain()
+                io.write(part)
+        await io.drain()
 
 
-async def serve_connection(broker, reader, writer) -> None:
-    """``asyncio.start_server`` callback: serve one connection."""
-    conn = Connection(broker, reader, writer)
-    conn.task = asyncio.current_task()
+def accept(broker, receiver) -> None:
+    """A new connection arrived (its :class:`RequestReceiver` is connected): serve it."""
+    conn = Connection(broker, receiver)
+    conn.task = asyncio.get_running_loop().create_task(_serve(broker, conn))
+
+
+async def _serve(broker, conn: Connection) -> None:
     broker.connections.add(conn)
     if broker.metrics is not None:
         broker.metrics.connections.inc()
@@ -202,4 +206,9 @@ async def serve_connection(broker, reader, writer) -> None:
             broker.metrics.connections.dec()
 
 
-__all__ = ["ByteBudget", "Connection", "serve_connection"]
+def protocol_factory(broker):
+    """The protocol factory for ``loop.create_server``."""
+    return lambda: RequestReceiver(lambda receiver: accept(broker, receiver))
+
+
+__all__ = ["ByteBudget", "Connection", "accept", "protocol_factory"]
