@@ -1,0 +1,113 @@
+"""spark.readStream.format("sparklog"): restart from a checkpoint with no gap and no
+duplicate, Trigger.AvailableNow, per-trigger limits, new partitions and topics picked up
+between runs, and data loss in streams. Output goes to Spark's exactly-once file sink."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pyspark", reason="pyspark is not installed")
+chispa = pytest.importorskip("chispa", reason="chispa is not installed")
+
+from sparklog.log.partition import PartitionLog
+
+from .logdata import append_records, expected_rows, make_topic, record
+from .test_batch import KAFKA_SCHEMA, assert_same
+
+pytestmark = pytest.mark.spark
+
+
+def stream(spark, root, **options):
+    reader = spark.readStream.format("sparklog").option("path", root)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def run_available_now(df, out, checkpoint):
+    query = (df.writeStream.format("parquet").option("path", out)
+             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    try:
+        query.awaitTermination(120)
+    except Exception:  # StreamingQueryException: the test inspects query.exception()
+        pass
+    return query
+
+
+def output(spark, out):
+    return spark.read.schema(KAFKA_SCHEMA).parquet(out)
+
+
+def append_more(store, topic, partition, offsets):
+    append_records(store, topic, partition, [record(topic, partition, o) for o in offsets])
+
+
+def test_restart_from_checkpoint_available_now(sl_spark, storage_root, tmp_path):
+    store = make_topic(storage_root, "s", partitions=2, count=10)
+    out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
+    df = stream(sl_spark, storage_root, subscribe="s", startingOffsets="earliest")
+    q = run_available_now(df, out, ckpt)
+    assert q.exception() is None
+    assert_same(output(sl_spark, out),
+                sl_spark.createDataFrame(expected_rows("s", {0: range(10), 1: range(10)}),
+                                         KAFKA_SCHEMA))
+    # more records, and a new partition: the restarted query reads exactly the rest
+    for p in (0, 1):
+        append_more(store, "s", p, range(10, 15))
+    store.alter_topic("s", partitions=3)
+    append_more(store, "s", 2, range(3))
+    q = run_available_now(stream(sl_spark, storage_root, subscribe="s"), out, ckpt)
+    assert q.exception() is None
+    want = expected_rows("s", {0: range(15), 1: range(15), 2: range(3)})
+    assert_same(output(sl_spark, out), sl_spark.createDataFrame(want, KAFKA_SCHEMA))
+
+
+def test_max_offsets_per_trigger_across_restart(sl_spark, storage_root, tmp_path):
+    store = make_topic(storage_root, "r", partitions=2, count=10)
+    out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
+
+    def run():
+        df = stream(sl_spark, storage_root, subscribe="r", startingOffsets="earliest",
+                    maxOffsetsPerTrigger=7)
+        q = (df.writeStream.format("parquet").option("path", out)
+             .option("checkpointLocation", ckpt).trigger(processingTime="0 seconds").start())
+        try:
+            q.processAllAvailable()
+        finally:
+            q.stop()
+        return [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+
+    sizes = run()
+    assert sum(sizes) == 20 and max(sizes) <= 7 and len(sizes) >= 3
+    for p in (0, 1):
+        append_more(store, "r", p, range(10, 16))
+    sizes = run()  # a new reader process learns the position from the checkpoint
+    assert sum(sizes) == 12 and max(sizes) <= 7
+    want = expected_rows("r", {0: range(16), 1: range(16)})
+    assert_same(output(sl_spark, out), sl_spark.createDataFrame(want, KAFKA_SCHEMA))
+
+
+def test_new_topics_and_data_loss_in_streams(sl_spark, storage_root, tmp_path):
+    config = {"segment.bytes": "3000"}
+    store = make_topic(storage_root, "p-a", partitions=1, count=10, config=config)
+    out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
+    q = run_available_now(stream(sl_spark, storage_root, subscribePattern="p-.*",
+                                 startingOffsets="earliest"), out, ckpt)
+    assert q.exception() is None
+    # a new topic matching the pattern, and retention removing unread records of p-a
+    make_topic(storage_root, "p-b", partitions=1, count=4, config=config)
+    append_more(store, "p-a", 0, range(10, 40))
+    plog = PartitionLog.open(store.fileio, store.partition_dir("p-a", 0), config)
+    plog.delete_segments_before(25)
+    plog.close()
+    start = plog.log_start_offset
+    assert start == 25
+    q = run_available_now(stream(sl_spark, storage_root, subscribePattern="p-.*"), out, ckpt)
+    assert q.exception() is not None
+    assert "topic 'p-a' partition 0: offsets [10, 25) are no longer available" in str(q.exception())
+    q = run_available_now(stream(sl_spark, storage_root, subscribePattern="p-.*",
+                                 failOnDataLoss="false"), out, ckpt)
+    assert q.exception() is None
+    want = expected_rows("p-a", {0: list(range(10)) + list(range(25, 40))}) + \
+        expected_rows("p-b", {0: range(4)})
+    assert_same(output(sl_spark, out), sl_spark.createDataFrame(want, KAFKA_SCHEMA))
