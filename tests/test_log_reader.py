@@ -98,6 +98,8 @@ def test_bad_ranges(fio, pdir):
     err = info.value
     assert (err.topic, err.partition, err.offset, err.log_end_offset) == ("clicks", 0, 11, 10)
     assert "clicks-0" in str(err) and pdir in str(err)
+    with pytest.raises(OffsetOutOfRangeError, match="offset 12 is outside"):
+        list(reader.read_batches(12))
     with pytest.raises(InvalidArgumentError, match="start offset 6 is after end offset 5"):
         list(reader.read_batches(6, 5))
     with pytest.raises(InvalidArgumentError, match="start offset must be an int"):
@@ -179,3 +181,13 @@ def test_reading_while_a_writer_appends_and_rolls(fio, pdir):
         writer.join()
     assert not errors
     assert seen == per * frames and reads > 2
+
+
+def test_a_fresh_reader_reads_the_active_segment_once(fio, pdir):
+    write_numbers(fio, pdir, frames=6, config={"segment.bytes": 100 * FRAME5})
+    recording = RecordingFileIO(fio)
+    reader = LogReader(recording, pdir)
+    assert rows(reader.read_batches(10, 25)) == [(o, o) for o in range(10, 25)]
+    active = reader.segments()[-1].path
+    assert recording.read_paths().count(active) == 1  # no separate scan for the log end
+    assert reader.log_end_offset() == 30

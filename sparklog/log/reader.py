@@ -41,6 +41,17 @@ TIMESTAMP_TYPE_COLUMN = "__timestamp_type"
 _SWAP_WAIT_S, _SWAP_TRIES = 0.05, 40
 
 
+_IOTA = pa.array(range(1 << 16), pa.int64())
+
+
+def offset_range(first: int, count: int) -> pa.Array:
+    """int64 array ``first, first + 1, ..., first + count - 1`` (vectorised)."""
+    global _IOTA
+    if count > len(_IOTA):
+        _IOTA = pa.array(range(max(count, 2 * len(_IOTA))), pa.int64())
+    return pc.add(_IOTA.slice(0, count), pa.scalar(first, pa.int64()))
+
+
 def frame_batch(frame: Frame, start: int, end: int, *,
                 timestamp_type: bool = False) -> pa.RecordBatch | None:
     """The records of ``frame`` with offsets in ``[start, end)`` as a RecordBatch with an
@@ -62,7 +73,7 @@ def frame_batch(frame: Frame, start: int, end: int, *,
         hi = min(end - h.base_offset, batch.num_rows)
         if lo or hi < batch.num_rows:
             batch = batch.slice(lo, hi - lo)
-        offsets = pa.array(range(h.base_offset + lo, h.base_offset + hi), pa.int64())
+        offsets = offset_range(h.base_offset + lo, hi - lo)
     n = batch.num_rows
     if n == 0:
         return None
@@ -152,26 +163,30 @@ class LogReader:
     high_watermark = log_end_offset
 
     # --- locating ------------------------------------------------------------------------
-    def _check_range(self, start: int, end: int | None) -> tuple[int, int]:
-        check_offset(start, "start offset")
+    def _out_of_range(self, start: int, end: int | None, bad: int) -> OffsetOutOfRangeError:
         known_end = self._segments[-1].next_offset if self._segments else self._log_start
-        if end is None or end > known_end or start < self._log_start:
-            known_end = self.log_end_offset()
-        if end is None:
-            end = known_end
-        check_offset(end, "end offset")
-        if start > end:
-            raise InvalidArgumentError(
-                f"partition {self.name}: start offset {start} is after end offset {end}")
-        if start < self._log_start or end > known_end:
-            bad = start if start < self._log_start else end
-            raise OffsetOutOfRangeError(
-                f"offset range [{start}, {end}) is out of range for partition {self.name} "
-                f"({self.dir_url}): offset {bad} is outside the valid offsets "
-                f"[{self._log_start}, {known_end}]",
-                topic=self.topic, partition=self.partition, offset=bad,
-                log_start_offset=self._log_start, log_end_offset=known_end)
-        return start, end
+        shown = "" if end is None else f", {end})"
+        return OffsetOutOfRangeError(
+            f"offset range [{start}{shown or ', end)'} is out of range for partition "
+            f"{self.name} ({self.dir_url}): offset {bad} is outside the valid offsets "
+            f"[{self._log_start}, {known_end}]",
+            topic=self.topic, partition=self.partition, offset=bad,
+            log_start_offset=self._log_start, log_end_offset=known_end)
+
+    def _check_range(self, start: int, end: int | None) -> None:
+        """Check types and the log start; an end beyond the frames known so far is
+        checked by the reads themselves (the last segment is scanned once, lazily)."""
+        check_offset(start, "start offset")
+        if end is not None:
+            check_offset(end, "end offset")
+            if start > end:
+                raise InvalidArgumentError(
+                    f"partition {self.name}: start offset {start} is after end offset {end}")
+        known_end = self._segments[-1].next_offset if self._segments else self._log_start
+        if start < self._log_start or (end if end is not None else start) > known_end:
+            self.refresh()
+        if start < self._log_start:
+            raise self._out_of_range(start, end, start)
 
     def _segment_index(self, offset: int) -> int:
         bases = [s.base_offset for s in self._segments]
@@ -184,54 +199,94 @@ class LogReader:
         """(segment, file position) of the frame holding ``offset`` (or of the first
         frame after it when compaction removed it; the segment's end at the log end)."""
         self._check_range(offset, offset)
+        end = self.log_end_offset()
+        if offset > end:
+            raise self._out_of_range(offset, offset, offset)
         seg = self._segments[self._segment_index(offset)]
-        end = seg.size
-        for pos, frame in seg.scan(seg.position_for(offset), end, verify_crc=False):
+        for pos, frame in seg.scan(seg.position_for(offset), seg.size, verify_crc=False):
             if frame.header.last_offset >= offset:
                 return seg, pos
-        return seg, end
+        return seg, seg.size
 
     # --- reading -------------------------------------------------------------------------
     def iter_frames(self, start: int, end: int | None = None) -> Iterator[Frame]:
-        """Validated frames holding offsets in ``[start, end)`` (``end`` defaults to
-        the log end offset), control frames included. OffsetOutOfRangeError outside
-        the log; CorruptRecordError (path, position) for a bad frame inside it."""
-        start, end = self._check_range(start, end)
-        if start == end:
+        """Validated frames holding offsets in ``[start, end)``, control frames included;
+        ``end=None`` reads to the current end of the log. OffsetOutOfRangeError when
+        the range starts before the log start or ends after the log end (found while
+        reading: earlier frames may have been yielded); CorruptRecordError (path,
+        position) for a bad frame inside a sealed segment."""
+        self._check_range(start, end)
+        if end is not None and start == end:
+            return
+        if not self._segments:
+            if end is not None or start > self._log_start:
+                raise self._out_of_range(start, end, end if end is not None else start)
             return
         i = self._segment_index(start)
-        position = self._segments[i].position_for(start)
         while i < len(self._segments):
             seg = self._segments[i]
-            if seg.base_offset >= end:
+            if end is not None and seg.base_offset >= end:
                 return
-            scan = seg.scan(position, seg.size)
             try:
-                for _, frame in scan:
-                    h = frame.header
-                    if h.base_offset >= end:
-                        return
-                    if h.last_offset >= start:
-                        yield frame
+                if i == len(self._segments) - 1 and not seg.sealed:
+                    yield from self._active_frames(seg, start, end)
+                    return
+                for _, frame in self._frames_in(seg, seg.scan(seg.position_for(start), seg.size),
+                                                start, end):
+                    yield frame
             except StorageFileNotFoundError:
                 raise OffsetOutOfRangeError(
                     f"partition {self.name} ({self.dir_url}): segment {seg.path} was deleted "
                     f"while being read (retention); offsets from {start} are gone",
                     topic=self.topic, partition=self.partition, offset=start) from None
-            if scan.error is not None:
-                raise scan.error
-            i, position = i + 1, 0
+            if end is not None and seg.next_offset >= end:
+                return
+            i += 1
+        last = self._segments[-1].next_offset
+        if end is not None and end > last or start > last:
+            raise self._out_of_range(start, end, end if end is not None and end > last else start)
+
+    @staticmethod
+    def _frames_in(seg: LogSegment, scan, start: int, end: int | None):
+        """Frames of ``scan`` in [start, end); a bad frame raises its CorruptRecordError."""
+        for pos, frame in scan:
+            h = frame.header
+            if end is not None and h.base_offset >= end:
+                return
+            if h.last_offset >= start:
+                yield pos, frame
+        if scan.error is not None:
+            raise scan.error
+
+    def _active_frames(self, seg: LogSegment, start: int, end: int | None):
+        """Frames of the last, unsealed segment: the part already scanned, then new
+        frames, tracked as they are read (one pass over the file)."""
+        if start < seg.next_offset:
+            for _, frame in self._frames_in(seg, seg.scan(seg.position_for(start), seg.size),
+                                            start, end):
+                yield frame
+        scan = seg.scan_new(contiguous=False)
+        for _, frame in seg.tracking(scan):
+            h = frame.header
+            if end is not None and h.base_offset >= end:
+                return
+            if h.last_offset >= start:
+                yield frame
+        self.tail_error = scan.error  # the unwritten or torn tail: the end of the log
+        last = seg.next_offset
+        if end is not None and end > last or start > last:
+            raise self._out_of_range(start, end, end if end is not None and end > last else start)
 
     def read_batches(self, start: int, end: int | None = None, *,
                      timestamp_type: bool = False) -> Iterator[pa.RecordBatch]:
         """RecordBatches of the records with offsets in ``[start, end)``, exactly, with
         an int64 ``__offset`` column (and ``__timestamp_type`` if ``timestamp_type``);
-        control frames are skipped."""
-        start, end = self._check_range(start, end)
+        control frames are skipped. Errors as :meth:`iter_frames`."""
+        stop = end if end is not None else 1 << 63
         for frame in self.iter_frames(start, end):
             if frame.header.is_control:
                 continue
-            batch = frame_batch(frame, start, end, timestamp_type=timestamp_type)
+            batch = frame_batch(frame, start, stop, timestamp_type=timestamp_type)
             if batch is not None:
                 yield batch
 

@@ -173,15 +173,27 @@ class LogSegment:
         return FrameScan(self.fileio, self.path, position, end, expected_offset=expected,
                          contiguous=contiguous, verify_crc=verify_crc)
 
-    def extend(self, end: int | None = None, *, contiguous: bool = True) -> FrameScan:
-        """Scan the active segment's file from the current ``size`` and track every valid
-        frame found; returns the finished scan (its ``error`` says why it stopped)."""
-        scan = FrameScan(self.fileio, self.path, self._size, end,
+    def scan_new(self, end: int | None = None, *, contiguous: bool = True) -> FrameScan:
+        """A scan of the bytes after the tracked ``size`` (new frames of an active
+        segment); pass it to :meth:`tracking` to account for them."""
+        return FrameScan(self.fileio, self.path, self._size, end,
                          expected_offset=self._next_offset, contiguous=contiguous)
+
+    def tracking(self, scan: FrameScan):
+        """Yield ``(position, frame)`` of ``scan`` (from :meth:`scan_new`), tracking
+        each frame before it is yielded."""
         for pos, frame in scan:
             h = frame.header
             self.track(h.base_offset, h.next_offset, h.max_timestamp, h.record_count,
                        h.size, pos)
+            yield pos, frame
+
+    def extend(self, end: int | None = None, *, contiguous: bool = True) -> FrameScan:
+        """Scan the active segment's file from the tracked ``size`` and track every valid
+        frame found; returns the finished scan (its ``error`` says why it stopped)."""
+        scan = self.scan_new(end, contiguous=contiguous)
+        for _ in self.tracking(scan):
+            pass
         return scan
 
     def time_waited_for_roll(self, now_ms: int, timestamp: int) -> int:
