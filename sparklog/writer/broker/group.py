@@ -23,7 +23,6 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from ...coordination.assignment import range_assign
 from ...coordination.base import validate_group_id
 from ...errors import (
     IllegalGenerationError, InvalidArgumentError, RebalanceInProgressError,
@@ -166,6 +165,8 @@ class GroupCoordinator:
             group.completing = False
             group.state = EMPTY if not group.members else STABLE
             return
+        from ...coordination.assignment import range_assign  # shared with ZooKeeper groups
+
         group.completing = False
         members = dict(group.members)
         group.generation += 1
