@@ -1,0 +1,80 @@
+"""Arguments shared by the client tools (topics, produce, consume, groups).
+
+``--bootstrap-server`` takes ``host:port[,host:port]`` as Kafka's tools do (default: the
+``SPARKLOG_BOOTSTRAP_SERVERS`` environment variable, else ``127.0.0.1:9092``), or a
+storage URI (``file:///path``) to run an embedded broker for the command's duration.
+``--property key=value`` options are Kafka's console-tool properties.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..errors import InvalidArgumentError
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+def add_bootstrap(parser) -> None:
+    """Add ``--bootstrap-server``."""
+    parser.add_argument(
+        "--bootstrap-server", dest="bootstrap_server", metavar="HOST:PORT",
+        default=os.environ.get("SPARKLOG_BOOTSTRAP_SERVERS", DEFAULT_BOOTSTRAP),
+        help="broker address(es), or a storage URI (file:///path) for an embedded broker "
+             "(default $SPARKLOG_BOOTSTRAP_SERVERS or %(default)s)")
+
+
+def add_properties(parser, help_text: str) -> None:
+    """Add repeatable ``--property key=value``."""
+    parser.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
+                        help=help_text)
+
+
+def parse_key_values(items, what: str = "--property") -> dict:
+    """``["a=1", "b=2"]`` -> ``{"a": "1", "b": "2"}``; InvalidArgumentError otherwise."""
+    out = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InvalidArgumentError(f"{what} {item!r} is not of the form key=value")
+        out[key.strip()] = value
+    return out
+
+
+def client_configs(items, what: str) -> dict:
+    """``--producer-property``/``--consumer-property`` values with Kafka's dotted names
+    (``linger.ms=5``) -> client keyword arguments (``linger_ms=5``)."""
+    out = {}
+    for key, value in parse_key_values(items, what).items():
+        name = key.replace(".", "_")
+        try:
+            out[name] = int(value)
+        except ValueError:
+            low = value.lower()
+            out[name] = True if low == "true" else False if low == "false" else value
+    return out
+
+
+def bool_property(props: dict, key: str, default: bool = False) -> bool:
+    """A true/false property; InvalidArgumentError naming the key otherwise."""
+    value = props.get(key)
+    if value is None:
+        return default
+    low = value.strip().lower()
+    if low in ("true", "1", "yes"):
+        return True
+    if low in ("false", "0", "no"):
+        return False
+    raise InvalidArgumentError(f"property {key}={value!r} must be true or false")
+
+
+def unescape(text: str) -> str:
+    """Interpret ``\\t``, ``\\n`` and ``\\\\`` in a separator given on the command line."""
+    return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
+
+
+def session(args):
+    """A :class:`sparklog.connect.Session` for ``--bootstrap-server``."""
+    from ..connect import connect
+
+    return connect(args.bootstrap_server)

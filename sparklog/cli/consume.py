@@ -1,0 +1,146 @@
+"""``sparklog consume TOPIC``: the console consumer (Kafka's kafka-console-consumer.sh).
+
+Prints one record per line (values as bytes, typed rows as JSON). Without ``--group``
+it reads every partition (or ``--partition``) from the end, or from the beginning with
+``--from-beginning``; with ``--group`` it joins the group, starts at its committed
+offsets and commits what it printed. Stops after ``--max-messages`` records or
+``--timeout-ms`` without one, then prints ``Processed a total of N messages`` on stderr.
+
+Properties (Kafka's formatter): ``print.key``, ``print.timestamp``, ``print.offset``,
+``print.partition``, ``print.headers``, ``key.separator`` (default tab),
+``line.separator`` (default newline).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from ..client.types import TopicPartition
+from ..errors import InvalidArgumentError, UnknownTopicOrPartitionError
+from .clientargs import (
+    add_bootstrap, add_properties, bool_property, client_configs, parse_key_values, session,
+    unescape,
+)
+
+_PROPERTIES = {"print.key", "print.timestamp", "print.offset", "print.partition",
+               "print.headers", "key.separator", "line.separator"}
+
+
+def add_parser(subparsers) -> None:
+    """Register ``consume``."""
+    p = subparsers.add_parser("consume", help="print records of a topic",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("topic", metavar="TOPIC")
+    add_bootstrap(p)
+    p.add_argument("--from-beginning", action="store_true",
+                   help="start at the earliest offset when there is no committed one")
+    p.add_argument("--group", help="consumer group: join it and commit offsets")
+    p.add_argument("--partition", type=int, help="read only this partition")
+    p.add_argument("--offset", help="with --partition: earliest, latest or an offset")
+    p.add_argument("--max-messages", type=int, help="stop after this many records")
+    p.add_argument("--timeout-ms", type=int,
+                   help="stop when no record arrives for this long")
+    add_properties(p, "formatter property (print.key=true, key.separator=:...), repeatable")
+    p.add_argument("--consumer-property", action="append", default=[], metavar="KEY=VALUE",
+                   help="consumer config, Kafka name, repeatable")
+    p.set_defaults(func=run)
+
+
+def _text(value) -> bytes:
+    if value is None:
+        return b"null"
+    if isinstance(value, bytes):
+        return value
+    return json.dumps(value, default=str, sort_keys=True).encode()
+
+
+def run(args) -> int:
+    """Print records; see the module docstring."""
+    props = parse_key_values(args.property)
+    unknown = set(props) - _PROPERTIES
+    if unknown:
+        raise InvalidArgumentError(
+            f"unknown --property {sorted(unknown)}; known: {sorted(_PROPERTIES)}")
+    flags = {k: bool_property(props, k) for k in _PROPERTIES if k.startswith("print.")}
+    sep = unescape(props.get("key.separator", "\t")).encode()
+    eol = unescape(props.get("line.separator", "\n")).encode()
+    if args.max_messages is not None and args.max_messages < 1:
+        raise InvalidArgumentError("--max-messages must be >= 1")
+    if args.offset is not None and args.partition is None:
+        raise InvalidArgumentError("--offset needs --partition")
+    if args.group and args.partition is not None:
+        raise InvalidArgumentError("--group and --partition cannot be combined")
+    configs = client_configs(args.consumer_property, "--consumer-property")
+    configs.setdefault("auto_offset_reset", "earliest" if args.from_beginning else "latest")
+    out = sys.stdout.buffer
+    count = 0
+    with session(args) as s:
+        consumer = s.consumer(group_id=args.group, **configs)
+        if args.group:
+            consumer.subscribe([args.topic])
+        else:
+            parts = consumer.partitions_for_topic(args.topic)
+            if parts is None:
+                raise UnknownTopicOrPartitionError(f"topic {args.topic!r} does not exist")
+            if args.partition is not None and args.partition not in parts:
+                raise InvalidArgumentError(
+                    f"topic {args.topic!r} has no partition {args.partition} "
+                    f"(it has {len(parts)})")
+            chosen = [args.partition] if args.partition is not None else sorted(parts)
+            tps = [TopicPartition(args.topic, p) for p in chosen]
+            consumer.assign(tps)
+            if args.offset is not None:
+                _seek(consumer, tps[0], args.offset)
+        last = time.monotonic()
+        try:
+            while args.max_messages is None or count < args.max_messages:
+                left = None if args.max_messages is None else args.max_messages - count
+                batch = consumer.poll(timeout_ms=200, max_records=left)
+                if not batch:
+                    if args.timeout_ms is not None and \
+                            (time.monotonic() - last) * 1000 >= args.timeout_ms:
+                        break
+                    continue
+                last = time.monotonic()
+                for records in batch.values():
+                    for r in records:
+                        out.write(_format(r, flags, sep) + eol)
+                        count += 1
+                out.flush()
+        finally:
+            print(f"Processed a total of {count} messages", file=sys.stderr)
+    return 0
+
+
+def _seek(consumer, tp, spec: str) -> None:
+    if spec == "earliest":
+        consumer.seek_to_beginning(tp)
+    elif spec == "latest":
+        consumer.seek_to_end(tp)
+    else:
+        try:
+            offset = int(spec)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"--offset must be earliest, latest or a number, got {spec!r}") from None
+        consumer.seek(tp, offset)
+
+
+def _format(r, flags, sep: bytes) -> bytes:
+    parts = []
+    if flags["print.timestamp"]:
+        kind = "LogAppendTime" if r.timestamp_type == 1 else "CreateTime"
+        parts.append(f"{kind}:{r.timestamp}".encode())
+    if flags["print.partition"]:
+        parts.append(f"Partition:{r.partition}".encode())
+    if flags["print.offset"]:
+        parts.append(f"Offset:{r.offset}".encode())
+    if flags["print.headers"]:
+        parts.append(b",".join(k.encode() + b":" + (v if v is not None else b"null")
+                               for k, v in r.headers) or b"NO_HEADERS")
+    if flags["print.key"]:
+        parts.append(_text(r.key))
+    parts.append(_text(r.value))
+    return sep.join(parts)

@@ -1,0 +1,122 @@
+"""``sparklog topics create|list|describe|delete|alter`` (Kafka's kafka-topics.sh).
+
+Examples::
+
+    sparklog topics create --topic events --partitions 3 --config retention.ms=86400000
+    sparklog topics create --topic trades --schema "sym string not null, px double, qty int64"
+    sparklog topics describe --topic events
+    sparklog topics alter --topic events --partitions 6 --config retention.ms=3600000
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ..errors import InvalidArgumentError, TopicExistsError, UnknownTopicOrPartitionError
+from .clientargs import add_bootstrap, parse_key_values, session
+
+
+def add_parser(subparsers) -> None:
+    """Register ``topics`` and its actions."""
+    parser = subparsers.add_parser("topics", help="create, list, describe, alter, delete topics",
+                                   description=__doc__.split("\n\n")[0])
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    def action(name, help_text):
+        p = actions.add_parser(name, help=help_text)
+        add_bootstrap(p)
+        p.set_defaults(func=run)
+        return p
+
+    def topic_arg(p, required=True):
+        p.add_argument("topic_pos", nargs="?", metavar="TOPIC", help="topic name")
+        p.add_argument("--topic", help="topic name (same as TOPIC)")
+        p.set_defaults(topic_required=required)
+
+    p = action("create", "create a topic")
+    topic_arg(p)
+    p.add_argument("--partitions", type=int, default=-1,
+                   help="number of partitions (default: the broker's num.partitions)")
+    p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                   help="topic config (Kafka names), repeatable")
+    p.add_argument("--schema", help="make a typed topic: columns as 'name type[, ...]' or "
+                                    "a JSON list of {name, type, nullable}")
+    p.add_argument("--if-not-exists", action="store_true",
+                   help="succeed if the topic already exists")
+    p = action("list", "list topic names")
+    p = action("describe", "describe topics: partitions, leaders, configs, schema")
+    topic_arg(p, required=False)
+    p = action("delete", "delete a topic and its data")
+    topic_arg(p)
+    p.add_argument("--if-exists", action="store_true", help="succeed if there is no such topic")
+    p = action("alter", "change a topic's configs or grow its partitions")
+    topic_arg(p)
+    p.add_argument("--partitions", type=int, help="new (larger) partition count")
+    p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                   help="config to set, repeatable")
+    p.add_argument("--delete-config", action="append", default=[], metavar="KEY",
+                   help="config to reset to its default, repeatable")
+
+
+def _topic(args) -> str | None:
+    if args.topic and args.topic_pos and args.topic != args.topic_pos:
+        raise InvalidArgumentError(
+            f"two different topics given: {args.topic_pos!r} and --topic {args.topic!r}")
+    topic = args.topic or args.topic_pos
+    if topic is None and getattr(args, "topic_required", False):
+        raise InvalidArgumentError(f"topics {args.action}: a topic is required (--topic NAME)")
+    return topic
+
+
+def run(args) -> int:
+    """Carry out one ``topics`` action."""
+    from ..admin import NewTopic, parse_schema, schema_to_spec
+
+    topic = _topic(args) if args.action != "list" else None
+    out = sys.stdout
+    with session(args) as s:
+        admin = s.admin()
+        if args.action == "create":
+            configs = parse_key_values(args.config, "--config")
+            schema = parse_schema(args.schema) if args.schema else None
+            try:
+                admin.create_topics([NewTopic(topic, args.partitions, configs, schema)])
+            except TopicExistsError:
+                if not args.if_not_exists:
+                    raise
+                return 0
+            print(f"Created topic {topic}.", file=out)
+        elif args.action == "list":
+            for name in admin.list_topics():
+                print(name, file=out)
+        elif args.action == "describe":
+            for d in admin.describe_topics([topic] if topic else None):
+                explicit = ",".join(f"{k}={d.configs[k]}" for k in sorted(d.explicit)
+                                    if k in d.configs)
+                print(f"Topic: {d.name}\tPartitionCount: {len(d.partitions)}\t"
+                      f"Typed: {'yes' if d.typed else 'no'}\tConfigs: {explicit}", file=out)
+                if d.schema is not None:
+                    print(f"\tSchema: {schema_to_spec(d.schema)}", file=out)
+                for p in d.partitions:
+                    print(f"\tTopic: {d.name}\tPartition: {p.partition}\tLeader: {p.leader}"
+                          f"\tLeaderEpoch: {p.leader_epoch}", file=out)
+        elif args.action == "delete":
+            try:
+                admin.delete_topics([topic])
+            except UnknownTopicOrPartitionError:
+                if not args.if_exists:
+                    raise
+                return 0
+            print(f"Deleted topic {topic}.", file=out)
+        elif args.action == "alter":
+            configs = parse_key_values(args.config, "--config")
+            if args.partitions is None and not configs and not args.delete_config:
+                raise InvalidArgumentError(
+                    "topics alter: nothing to change (give --partitions, --config or "
+                    "--delete-config)")
+            if args.partitions is not None:
+                admin.create_partitions(topic, args.partitions)
+            if configs or args.delete_config:
+                admin.alter_configs({topic: configs}, delete={topic: args.delete_config})
+            print(f"Altered topic {topic}.", file=out)
+    return 0
