@@ -83,3 +83,42 @@ def test_config_parsing():
             BrokerConfig.from_props(bad)
     with pytest.raises(InvalidConfigError, match="line 1"):
         parse_properties("no separator here")
+
+
+def test_partition_reopened_after_its_lease_was_revoked(storage_root):
+    from sparklog.storage import open_fileio
+
+    with EmbeddedBroker(storage_root) as broker, Connection(broker.address) as c:
+        create(c, "fenced")
+        assert produce(c, "fenced", 0, encode_frame(raw_batch([b"a"])), acks=-1)["error_code"] == 0
+        desc = c.request(ApiKey.DESCRIBE_LOG, {"topics": [{"name": "fenced"}]})
+        segment = desc["topics"][0]["partitions"][0]["segments"][-1]["path"]
+        open_fileio(storage_root).recover_lease(segment)  # someone fences the broker
+        item = produce(c, "fenced", 0, encode_frame(raw_batch([b"lost"])), acks=-1)
+        assert item["error_code"] == LeaseHeldError.code and "lease" in item["error_message"]
+        item = produce(c, "fenced", 0, encode_frame(raw_batch([b"b"])), acks=-1)
+        assert item["error_code"] == 0 and item["base_offset"] == 1
+        assert read_values(c, "fenced", 0) == [b"a", b"b"]
+
+
+def test_stop_answers_pending_long_poll_quickly(storage_root):
+    import threading
+    import time
+
+    broker = EmbeddedBroker(storage_root).start()
+    got = {}
+    with Connection(broker.address) as c:
+        create(c, "lp")
+
+        def poll():
+            got["res"] = c.request(ApiKey.FETCH, {"max_wait_ms": 20000, "topics": [
+                {"name": "lp", "partitions": [{"partition": 0, "fetch_offset": 0}]}]})
+
+        t = threading.Thread(target=poll)
+        t.start()
+        time.sleep(0.3)
+        start = time.monotonic()
+        broker.stop()
+        t.join(10)
+        assert time.monotonic() - start < 5
+        assert got["res"]["topics"][0]["partitions"][0]["records"] == b""

@@ -87,6 +87,7 @@ class Broker:
         self._opening: dict[tuple[str, int], asyncio.Task] = {}
         self._topic_cache: dict[str, TopicConfig] = {}
         self.deleting: set[str] = set()
+        self._refence: set[tuple[str, int]] = set()
         self.groups: GroupCoordinator | None = None
         self.stopping = False
         self.host, self.port = self.config.listen_host_port
@@ -167,10 +168,12 @@ class Broker:
             conns = list(self.connections)
             for conn in conns:
                 conn.stop_reading()
+            if self.groups is not None:
+                self.groups.close()  # pending joins answer now
+            for w in self.partitions.values():
+                w.wake_fetchers()  # long polls answer now with what they have
             if conns:
                 await asyncio.wait([c.task for c in conns], timeout=timeout)
-            if self.groups is not None:
-                self.groups.close()
             writers = list(self.partitions.items())
             self.partitions.clear()
             await asyncio.gather(*(w.close() for _, w in writers), return_exceptions=True)
@@ -227,7 +230,14 @@ class Broker:
         key = (topic, partition)
         found = self.partitions.get(key)
         if found is not None:
-            return found
+            if not found.failed:
+                return found
+            # the log failed (a storage error): close it and recover it afresh
+            log.warning("partition %s-%d: reopening after a storage failure", topic, partition)
+            if self.partitions.get(key) is found:
+                del self.partitions[key]
+                self._refence.add(key)  # our own dead stream may still hold the lease
+            await found.close()
         tc = await self.topic_config(topic)
         if partition >= tc.partitions:  # maybe grown by another broker/process
             tc = await self.topic_config(topic, refresh=True)
@@ -250,7 +260,9 @@ class Broker:
             # taking over from another broker fences its lease; the same broker id (a
             # restart) only takes over an expired lease, so two processes on one root
             # cannot both write: the second gets LeaseHeldError
-            fence = before is not None and before.leader not in (-1, self.broker_id)
+            fence = (before is not None and before.leader not in (-1, self.broker_id)) \
+                or (tc.name, partition) in self._refence
+            self._refence.discard((tc.name, partition))
             opened = PartitionWriter.open_blocking(
                 self.fileio, self.topics.partition_dir(tc.name, partition), self.log_config(tc),
                 state.leader_epoch, f"partition {name}", fence=fence)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from ...errors import (
-    CorruptRecordError, RecordTooLargeError, SchemaMismatchError, SparklogError,
+    CorruptRecordError, RecordTooLargeError, SchemaMismatchError, SparklogError, StorageError,
 )
 from ...format.frame import TIMESTAMP_COLUMN, body_schema, iter_frames, validate_frame
 from ...format.header import HEADER_SIZE, FrameHeader, unpack_header
@@ -126,6 +126,8 @@ class PartitionWriter:
         self._last_snapshot = time.monotonic()
         self._task = loop.create_task(self._run(), name=f"writer-{self.name}")
         self._closing = False
+        #: True once the log failed (storage error): the broker reopens the partition
+        self.failed = False
 
     # --- opening (I/O thread) ----------------------------------------------------------------
     @staticmethod
@@ -181,7 +183,7 @@ class PartitionWriter:
             for it, res in zip(batch, results):
                 if not it.future.done():
                     it.future.set_result(res)
-            self._wake_fetchers()
+            self.wake_fetchers()
             if self.metrics is not None:
                 self.metrics.partition_offsets(self.topic_name, self.partition,
                                                self.log.log_end_offset, self.log.high_watermark)
@@ -235,14 +237,21 @@ class PartitionWriter:
                     first = first or out
                 results.append(first)
                 durable = durable or item.acks == ACKS_ALL
+            except StorageError as exc:
+                self.failed = True
+                results.append(ProduceResult(error=exc))
             except (SparklogError, ValueError) as exc:
                 results.append(ProduceResult(error=exc))
             item.records = b""  # release the request bytes early
             item.frames = []
-        if durable:
-            plog.sync()
-        else:
-            plog.flush()
+        try:
+            if durable:
+                plog.sync()
+            else:
+                plog.flush()
+        except StorageError:
+            self.failed = True
+            raise
         if state.changed and (time.monotonic() - self._last_snapshot) * 1000 \
                 >= self.snapshot_interval_ms:
             self._snapshot()
@@ -256,7 +265,8 @@ class PartitionWriter:
         self._last_snapshot = time.monotonic()
 
     # --- fetch ----------------------------------------------------------------------------------
-    def _wake_fetchers(self) -> None:
+    def wake_fetchers(self) -> None:
+        """Complete every waiting fetch (new data, or the broker is stopping)."""
         waiters, self._waiters = self._waiters, []
         for w in waiters:
             if not w.done():
@@ -279,7 +289,7 @@ class PartitionWriter:
         self._closing = True
         self._queue.put_nowait(None)
         await self._task
-        self._wake_fetchers()
+        self.wake_fetchers()
 
         def finish():
             try:
