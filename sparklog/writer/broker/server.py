@@ -21,6 +21,7 @@ reason; the broker keeps serving everyone else.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import struct
 
@@ -37,24 +38,29 @@ _HEAD = struct.Struct(">hhi")  # api key, version, correlation id
 
 class ByteBudget:
     """Request bytes in flight across the broker; ``acquire`` waits for room (a single
-    request larger than the whole budget is admitted alone)."""
+    request larger than the whole budget is admitted alone). A request's bytes are
+    given back as soon as its handler finishes, whatever the order of responses."""
 
     def __init__(self, limit: int):
         self.limit = limit
         self.used = 0
-        self._cond = asyncio.Condition()
+        self._waiters: collections.deque = collections.deque()
 
     async def acquire(self, n: int) -> None:
         """Wait until ``n`` more bytes fit, then take them."""
-        async with self._cond:
-            await self._cond.wait_for(lambda: self.used == 0 or self.used + n <= self.limit)
-            self.used += n
+        while not (self.used == 0 or self.used + n <= self.limit):
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter
+        self.used += n
 
-    async def release(self, n: int) -> None:
-        """Give back ``n`` bytes."""
-        async with self._cond:
-            self.used -= n
-            self._cond.notify_all()
+    def release(self, n: int) -> None:
+        """Give back ``n`` bytes and let the waiting readers try again."""
+        self.used -= n
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
 
 
 class Connection:
@@ -114,13 +120,14 @@ class Connection:
                     payload = await io.read_exact(size)
                     header, position = decode_request_header(payload)
                 except BaseException:
-                    await broker.budget.release(size)
+                    broker.budget.release(size)
                     raise
                 ctx = context_type(header.client_id, self.client_host, self.order)
                 task = asyncio.get_running_loop().create_task(
                     broker.handle(header, payload, position, ctx))
+                task.add_done_callback(lambda _t, n=size: broker.budget.release(n))
                 del payload
-                await self.queue.put((header.correlation_id, task, size))
+                await self.queue.put((header.correlation_id, task))
         except (InvalidArgumentError, ConnectionError) as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
 
@@ -136,26 +143,22 @@ class Connection:
         log.warning("refusing a request from %s: %s", self.peer, exc)
         done = asyncio.get_running_loop().create_future()
         done.set_result(error_fields(exc))
-        await self.queue.put((correlation_id, done, 0))
+        await self.queue.put((correlation_id, done))
         await self.io.discard(size - len(head))
 
     async def _send_loop(self) -> None:
         loop = asyncio.get_running_loop()
-        broker = self.broker
         broken = False
         while True:
             item = await self.queue.get()
             if item is None:
                 return
-            correlation_id, task, size = item
+            correlation_id, task = item
             try:
                 response = await task
             except BaseException as exc:  # handler crashed: answer with the error
                 log.exception("request %d from %s failed", correlation_id, self.peer)
                 response = error_fields(exc)
-            finally:
-                if size:
-                    await broker.budget.release(size)
             if response is None or broken:
                 continue
             try:
