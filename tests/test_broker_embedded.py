@@ -122,3 +122,37 @@ def test_stop_answers_pending_long_poll_quickly(storage_root):
         t.join(10)
         assert time.monotonic() - start < 5
         assert got["res"]["topics"][0]["partitions"][0]["records"] == b""
+
+
+def test_back_pressure_stops_reading_a_flooding_client(storage_root):
+    """With queued.max.requests=2 and the head request a long poll, the broker stops
+    reading the connection: a flood of 1 MB requests stalls in the socket buffers instead
+    of piling up in the broker; after the poll answers, every request is answered."""
+    import socket
+    import time
+
+    from sparklog.protocol import encode_request
+
+    props = {"queued.max.requests": "2"}
+    with EmbeddedBroker(storage_root, props) as broker, Connection(broker.address) as c:
+        create(c, "flood")
+        record = encode_frame(raw_batch([b"v" * (1 << 20)]))
+        c.send(ApiKey.FETCH, {"max_wait_ms": 2000, "min_bytes": 1 << 30, "topics": [
+            {"name": "flood", "partitions": [{"partition": 0, "fetch_offset": 0}]}]})
+        c.sock.settimeout(0.5)
+        sent = 0
+        try:
+            for i in range(64):
+                c.sock.sendall(encode_request(ApiKey.PRODUCE, {"acks": 1, "topics": [
+                    {"name": "flood", "partitions": [{"partition": 0, "records": record}]}]},
+                    100 + i))
+                c._pending.append((100 + i, ApiKey.PRODUCE))
+                sent += 1
+        except socket.timeout:
+            pass
+        assert sent < 40, f"{sent} MB accepted while the broker should have stopped reading"
+        c.sock.settimeout(30)
+        time.sleep(0.1)
+        assert c.receive()["error_code"] == 0  # the long poll
+        for _ in range(sent):
+            assert c.receive()["topics"][0]["partitions"][0]["error_code"] == 0
