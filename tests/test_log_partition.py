@@ -172,7 +172,9 @@ def test_offset_for_timestamp_with_unordered_timestamps(fio, pdir):
         for i, ts in enumerate(stamps):
             plog.append(typed_frame([2 * i, 2 * i + 1], ts))
         flat = [t for pair in stamps for t in pair]
-        assert plog.offset_for_timestamp(0) is None  # nothing below the high watermark yet
+        assert plog.high_watermark == 8  # the rolls made the sealed segments visible
+        assert plog.offset_for_timestamp(0) == 0
+        assert plog.offset_for_timestamp(95) == 6
         plog.flush()
         for target in range(0, 110, 5):
             expected = next((o for o, t in enumerate(flat) if t >= target), None)
@@ -280,9 +282,9 @@ def test_single_writer_lease_and_fencing(fio, pdir):
         PartitionLog.open(fio, pdir, leader_epoch=1)
     new = PartitionLog.open(fio, pdir, leader_epoch=1, fence=True)
     assert new.log_end_offset == 1
-    old.append(typed_frame([2]))  # buffered...
-    with pytest.raises(LeaseExpiredError):
-        old.flush()                # ...but refused: the old leader is fenced
+    with pytest.raises(LeaseExpiredError):  # the old leader is fenced: at the write
+        old.append(typed_frame([2]))         # (or, if only buffered, at the flush)
+        old.flush()
     with pytest.raises(StorageError, match="failed earlier"):
         old.append(typed_frame([3]))
     old.close()
