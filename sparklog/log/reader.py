@@ -2,9 +2,10 @@
 
 No lease, no writes, no broker: the Spark source's ``path`` mode and ``sparklog
 dump-log`` use it. It is safe while a writer appends, rolls or repairs: it reads only
-complete, CRC-valid frames, treats the last segment's tail after the last valid frame
-as "not written yet", rebuilds missing indexes in memory, and re-lists the directory
-when a segment vanished under it.
+complete, CRC-valid, contiguous frames (the same test the writer's recovery applies, so
+both agree on where the valid data of the last segment ends), treats what follows as
+"not written yet", rebuilds missing indexes in memory, and re-lists the directory when
+a segment vanished under it.
 
 ``read_batches(start, end)`` yields Arrow record batches sliced exactly to the offsets
 ``[start, end)`` with an int64 :data:`OFFSET_COLUMN` added (for explicit-offset frames
@@ -137,7 +138,7 @@ class LogReader:
             if not self._segments or self._segments[-1].sealed:
                 return
             try:
-                self.tail_error = self._segments[-1].extend(contiguous=False).error
+                self.tail_error = self._segments[-1].extend(contiguous=True).error
                 return
             except StorageFileNotFoundError:  # rolled away or being repaired: list again
                 if attempt:
@@ -231,7 +232,7 @@ class LogReader:
                 if i == len(self._segments) - 1 and not seg.sealed:
                     yield from self._active_frames(seg, start, end)
                     return
-                for _, frame in self._frames_in(seg, seg.scan(seg.position_for(start), seg.size),
+                for _, frame in self._frames_in(seg.scan(seg.position_for(start), seg.size),
                                                 start, end):
                     yield frame
             except StorageFileNotFoundError:
@@ -247,7 +248,7 @@ class LogReader:
             raise self._out_of_range(start, end, end if end is not None and end > last else start)
 
     @staticmethod
-    def _frames_in(seg: LogSegment, scan, start: int, end: int | None):
+    def _frames_in(scan, start: int, end: int | None):
         """Frames of ``scan`` in [start, end); a bad frame raises its CorruptRecordError."""
         for pos, frame in scan:
             h = frame.header
@@ -262,10 +263,10 @@ class LogReader:
         """Frames of the last, unsealed segment: the part already scanned, then new
         frames, tracked as they are read (one pass over the file)."""
         if start < seg.next_offset:
-            for _, frame in self._frames_in(seg, seg.scan(seg.position_for(start), seg.size),
+            for _, frame in self._frames_in(seg.scan(seg.position_for(start), seg.size),
                                             start, end):
                 yield frame
-        scan = seg.scan_new(contiguous=False)
+        scan = seg.scan_new(contiguous=True)
         for _, frame in seg.tracking(scan):
             h = frame.header
             if end is not None and h.base_offset >= end:
