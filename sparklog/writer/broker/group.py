@@ -155,18 +155,21 @@ class GroupCoordinator:
         self.loop.create_task(self._complete(group))
 
     async def _complete(self, group: Group) -> None:
-        topics = sorted({t for m in group.members.values() for t in m.topics})
         try:
-            counts = await self.partition_counts(topics)
-        except Exception as exc:  # storage trouble: fail the joins, keep the broker up
+            await self._assign(group)
+        except Exception as exc:  # storage trouble or a bug: fail the joins, stay up
+            log.error("group %s: rebalance failed: %s", group.group_id, exc)
             for m in group.members.values():
                 if m.join is not None and not m.join.done():
                     m.join.set_exception(exc)
             group.completing = False
             group.state = EMPTY if not group.members else STABLE
-            return
+
+    async def _assign(self, group: Group) -> None:
         from ...coordination.assignment import range_assign  # shared with ZooKeeper groups
 
+        topics = sorted({t for m in group.members.values() for t in m.topics})
+        counts = await self.partition_counts(topics)
         group.completing = False
         members = dict(group.members)
         group.generation += 1
