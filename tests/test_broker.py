@@ -224,7 +224,7 @@ def test_oversized_frame_and_request(conn):
 
 def test_unknown_api_and_version_keep_connection(conn):
     conn.send(999, {})
-    res = conn.receive(validate=False)
+    res = conn.receive()
     assert error_for_code(res["error_code"]) is UnsupportedVersionError
     res = conn.request(ApiKey.API_VERSIONS)
     assert [ApiKey.FETCH, 0, 0] in res["api_versions"]

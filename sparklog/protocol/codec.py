@@ -227,7 +227,7 @@ def decode_response(payload, api_key: int | None = None, *, validate: bool = Tru
     (correlation_id,) = _CORRELATION.unpack_from(view, 0)
     body = _unpack(view[4:], "response body")
     if api_key is not None and validate:
-        spec = RESPONSES[api_key]
+        spec = RESPONSES.get(api_key, ERROR_SPEC)  # an unknown api: only errors expected
         if isinstance(body, dict) and body.get("error_code"):
             spec = ERROR_SPEC
         body = check(body, spec, f"{api_name(api_key)} response")
