@@ -39,7 +39,6 @@ def opts(root, **kw):
 
 @pytest.mark.parametrize("options, message", [
     ({"subscribe": "t"}, "bootstrap.servers"),
-    ({"path": "x", "bootstrap.servers": "h:1", "subscribe": "t"}, "only one"),
     ({"path": "x"}, "exactly one of the options subscribe"),
     ({"path": "x", "subscribe": "a", "assign": '{"a":[0]}'}, "(got 2)"),
     ({"path": "x", "subscribePattern": "("}, "not a valid regular expression"),

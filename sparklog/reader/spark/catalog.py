@@ -110,5 +110,5 @@ def open_catalog(opts) -> Catalog:
     if opts.bootstrap_servers:
         from .broker_catalog import BrokerCatalog
 
-        return BrokerCatalog(opts.bootstrap_servers)
+        return BrokerCatalog(opts.bootstrap_servers, opts.path)
     return StorageCatalog(opts.path)

@@ -9,7 +9,9 @@ Kafka source spells it, ``kafka.bootstrap.servers`` is accepted as an alias of
 option                         meaning
 =============================  ==========================================================
 bootstrap.servers              broker address(es) ``host:port,...``: offsets from the broker
-path                           a storage root URL: offsets from storage alone (no broker)
+path                           a storage root URL: offsets from storage alone (no broker);
+                               with bootstrap.servers, where the tasks read the segments
+                               (when executors see the storage under another URL)
 subscribe                      comma-separated topic list
 subscribePattern               regular expression matched against whole topic names
 assign                         JSON ``{"topicA":[0,1],"topicB":[2]}``
@@ -297,9 +299,6 @@ def parse_options(options, *, streaming: bool | None = False) -> SourceOptions:
     opts = {str(k).lower(): v for k, v in dict(options or {}).items()}
     servers = opts.get("bootstrap.servers") or opts.get("kafka.bootstrap.servers")
     path = opts.get("path")
-    if servers and path:
-        raise InvalidArgumentError(
-            "set only one of the options bootstrap.servers (broker) and path (storage root)")
     if not servers and not path:
         raise InvalidArgumentError(
             "set the option bootstrap.servers (a broker) or path (a storage root URL)")

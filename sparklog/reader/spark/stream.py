@@ -11,8 +11,11 @@ checkpoint: ``{"events": {"0": 1200, "1": 1187}}`` (the next offset to read).
   shared among partitions in proportion to their backlog (Kafka's rule).
 * ``partitions(start, end)`` plans ``[start, end)`` per partition (data-loss checks,
   ``minPartitions`` splits); the tasks read storage directly.
-* ``commit(end)`` publishes the processed offsets to the consumer group named by
-  ``kafka.group.id`` when a broker is configured (for lag monitoring only).
+* with ``kafka.group.id`` and a broker, the processed offsets are published to that
+  consumer group for lag monitoring (the checkpoint stays the truth): on ``commit(end)``
+  and, since Spark commits a batch to its source only when it constructs the next one,
+  also as the start of each planned batch (the end of a batch Spark has committed).
+  The published offsets therefore trail by one micro-batch when a query stops.
 
 PySpark 4.1 gives Python sources no admission control (``latestOffset()`` takes no
 start or limit), so the reader caps batches itself from the last end offset it handed
@@ -138,6 +141,7 @@ class SparklogStreamReader(DataSourceStreamReader):
         self._advance(until)
         if begin == until:
             return []
+        self._publish(begin)
         fail = self.opts.fail_on_data_loss
         for tp in sorted(set(begin) - set(until)):
             report_data_loss(fail, tp[0], tp[1], begin[tp], begin[tp],
@@ -179,8 +183,15 @@ class SparklogStreamReader(DataSourceStreamReader):
         """Spark finished every offset before ``end``: publish them to the consumer group
         (``kafka.group.id``, broker mode only)."""
         self._advance(offsets_from_json(end))
-        if self.opts.group_id and self.opts.bootstrap_servers:
-            self._cat().commit_group_offsets(self.opts.group_id, offsets_from_json(end))
+        self._publish(offsets_from_json(end))
+
+    def _publish(self, offsets: dict) -> None:
+        if self.opts.group_id and self.opts.bootstrap_servers and offsets:
+            try:
+                self._cat().commit_group_offsets(self.opts.group_id, offsets)
+            except Exception as exc:  # monitoring only: never fail the query for it
+                log.warning("could not publish offsets of group %r: %s",
+                            self.opts.group_id, exc)
 
     def stop(self) -> None:
         """Close the catalog connection."""
