@@ -379,6 +379,24 @@ def test_without_idempotence_the_same_retry_duplicates(proxy):
     assert (first.offset, second.offset) == (1, 2)
 
 
+def test_idempotent_send_batch_frames_survive_a_dropped_response(proxy):
+    # several ~1 MiB frames built by send_batch get the producer's id and sequences when
+    # sent (CRC redone), travel several per request, and are not duplicated by a retry
+    topic = new_topic(proxy.admin)
+    proxy.reset(drop_produce=1)
+    n = 40_000
+    table = pa.table({"value": [b"%06d" % i + b"." * 94 for i in range(n)]})
+    with Producer(proxy.address, enable_idempotence=True, retry_backoff_ms=20,
+                  max_request_size=4 << 20) as producer:
+        metas = producer.send_batch(topic, table).get(60)
+    assert proxy.dropped == 1
+    assert len(metas) >= 4 and sum(m.record_count for m in metas) == n
+    assert [m.base_offset for m in metas] == \
+        [sum(m.record_count for m in metas[:i]) for i in range(len(metas))]
+    got = consume_all(proxy.address, topic, 1, n)[0]
+    assert [int(r.value[:6]) for r in got] == list(range(n))
+
+
 def test_buffer_memory_back_pressure_blocks_then_times_out(proxy):
     topic = new_topic(proxy.admin)
     proxy.reset()

@@ -12,7 +12,8 @@ per-record frame work. Kafka's knobs:
 * ``buffer.memory``: bytes of unsent records held; ``send()`` blocks up to
   ``max.block.ms`` when the buffer is full (back-pressure), then raises;
 * ``max.request.size``: one drain takes several full batches of a partition into one
-  frame, up to this many bytes.
+  frame (or, for the frames ``send_batch`` builds, several frames into one request),
+  up to this many bytes.
 
 One request per partition is in flight at a time (the partition is *muted* until its
 response arrives), which keeps records in order across retries and lets an idempotent
@@ -159,7 +160,7 @@ class ProducerBatch:
     """Records appended to one partition, as columns (see the module docstring)."""
 
     __slots__ = ("tp", "values", "keys", "headers", "timestamps", "size", "count",
-                 "created", "result", "has_keys", "arrow")
+                 "created", "result", "has_keys", "frame")
 
     def __init__(self, tp: tuple, now: float):
         self.tp = tp
@@ -172,7 +173,7 @@ class ProducerBatch:
         self.created = now
         self.result = ProduceRequestResult(tp[0], tp[1])
         self.has_keys = False
-        self.arrow = None  # a whole Arrow RecordBatch from send_batch (no lists then)
+        self.frame = None  # a frame built by send_batch (no lists then)
 
 
 class InFlightBatch:
@@ -231,7 +232,8 @@ class RecordAccumulator:
         self.buffer_memory = int(buffer_memory)
         self.max_block = max_block_ms / 1000.0
         self.max_request_size = int(max_request_size)
-        self.cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()  # taken directly on the hot path (cheaper than cond)
+        self.cond = threading.Condition(self._lock)
         self._queues: dict[tuple, collections.deque] = {}
         self._retries: dict[tuple, InFlightBatch] = {}
         self._muted: set[tuple] = set()
@@ -246,21 +248,19 @@ class RecordAccumulator:
     def append(self, tp: tuple, timestamp: int, key, value, headers, size: int
                ) -> FutureRecordMetadata:
         """Append one record to the open batch of ``tp``; returns its future."""
-        with self.cond:
+        with self._lock:
             if self._used + size > self.buffer_memory:
                 self._wait_for_memory(tp, size)
             queue = self._queues.get(tp)
             if queue is None:
                 queue = self._queues[tp] = collections.deque()
             batch = queue[-1] if queue else None
-            if batch is None or batch.arrow is not None or (
+            if batch is None or batch.frame is not None or (
                     batch.count and batch.size + size > self.batch_size):
                 batch = ProducerBatch(tp, time.monotonic())
                 queue.append(batch)
-                if self.sender_waiting and (len(queue) > 1 or not self.linger):
+                if self.sender_waiting:  # a new linger deadline, or a full batch before
                     self.cond.notify_all()
-            elif self.sender_waiting and not self.linger:
-                self.cond.notify_all()
             index = batch.count
             batch.count = index + 1
             batch.size += size
@@ -275,11 +275,14 @@ class RecordAccumulator:
                 batch.headers.append(headers)
             self._used += size
             self._incomplete += 1
+            if self.sender_waiting and batch.size >= self.batch_size:
+                self.cond.notify_all()  # full: ready now
             return FutureRecordMetadata(batch.result, index, timestamp)
 
-    def append_arrow(self, tp: tuple, records, size: int) -> ProduceRequestResult:
-        """Queue a whole Arrow RecordBatch (``send_batch``) as its own batch of ``tp``;
-        returns the batch's result (base offset of its first record once acknowledged)."""
+    def append_frame(self, tp: tuple, frame: bytes, count: int) -> ProduceRequestResult:
+        """Queue a frame of ``count`` records built by ``send_batch`` as its own batch of
+        ``tp``; returns the batch's result (its base offset once acknowledged)."""
+        size = len(frame)
         with self.cond:
             if self._used + size > self.buffer_memory:
                 self._wait_for_memory(tp, size)
@@ -287,8 +290,8 @@ class RecordAccumulator:
             if queue is None:
                 queue = self._queues[tp] = collections.deque()
             batch = ProducerBatch(tp, time.monotonic())
-            batch.arrow = records
-            batch.count = records.num_rows
+            batch.frame = frame
+            batch.count = count
             batch.size = size
             queue.append(batch)
             self._used += size
@@ -331,6 +334,7 @@ class RecordAccumulator:
             if item.retry_at <= now:
                 del self._retries[tp]
                 out.append(item)
+                self._muted.add(tp)  # its queue waits until the retry is answered
             else:
                 wait = min(wait, item.retry_at - now)
         for tp, queue in self._queues.items():
@@ -338,12 +342,12 @@ class RecordAccumulator:
                 continue
             first = queue[0]
             if not (hurry or len(queue) > 1 or first.size >= self.batch_size
-                    or first.arrow is not None or now - first.created >= self.linger):
+                    or first.frame is not None or now - first.created >= self.linger):
                 wait = min(wait, first.created + self.linger - now)
                 continue
             taken = [queue.popleft()]
             size = first.size
-            while queue and first.arrow is None and queue[0].arrow is None \
+            while queue and (first.frame is None) == (queue[0].frame is None) \
                     and size + queue[0].size <= self.max_request_size and (
                     hurry or len(queue) > 1 or queue[0].size >= self.batch_size
                     or now - queue[0].created >= self.linger):

@@ -27,7 +27,7 @@ from ...errors import (
     SchemaMismatchError,
 )
 from ...format.frame import (
-    HEADER_TYPE, RAW_SCHEMA, TIMESTAMP_COLUMN, TIMESTAMP_TYPE, to_record_batch,
+    HEADER_TYPE, RAW_SCHEMA, TIMESTAMP_COLUMN, TIMESTAMP_TYPE, encode_frame, to_record_batch,
 )
 from ...metadata.topic import validate_partition, validate_topic_name
 from ...protocol.apis import ACKS_ALL, ApiKey
@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 
 _ACKS = {0: 0, 1: 1, -1: ACKS_ALL, "all": ACKS_ALL, "-1": ACKS_ALL, "0": 0, "1": 1}
 _CLIENT_IDS = itertools.count(1)
+#: target size of the frames send_batch builds
+FRAME_TARGET = 1 << 20
 
 DEFAULT_CONFIG = {
     "client_id": None,
@@ -142,6 +144,7 @@ class Producer:
         self._key_serializer = cfg["key_serializer"]
         self._value_serializer = cfg["value_serializer"]
         self._max_request_size = cfg["max_request_size"]
+        self._compression = codec
         self._partitioner = cfg["partitioner"] or DefaultPartitioner(cfg["batch_size"])
         self._topics: dict[str, _Topic] = {}
         self._closed = False
@@ -295,15 +298,19 @@ class Producer:
             groups = self._split_by_key(topic, table, info.num_partitions)
         else:
             groups = [(None, table)]
-        limit = min(self._max_request_size, info.max_message_bytes) - 4096
+        # frames of about 1 MiB (the broker appends those fastest); several of them
+        # travel in one request, up to max_request_size
+        limit = min(self._max_request_size, info.max_message_bytes, FRAME_TARGET) - 4096
         parts = []
         for part, rows in groups:
             for chunk in _chunks(rows, limit):
                 p = part if part is not None else self._partitioner.sticky_partition(
                     topic, info.num_partitions, self._partitioner.batch_size)
-                records = chunk.combine_chunks().to_batches()[0]
-                result = self._accumulator.append_arrow((topic, p), records, chunk.nbytes)
-                parts.append((result, records.num_rows))
+                # the frame is built here, in the caller's thread, while the sender
+                # thread and the broker work on the previous one
+                frame = encode_frame(chunk, compression=self._compression)
+                result = self._accumulator.append_frame((topic, p), frame, chunk.num_rows)
+                parts.append((result, chunk.num_rows))
         return BatchFuture(parts)
 
     def _split_by_key(self, topic, table, num_partitions):
@@ -460,9 +467,10 @@ def _raw_table(table: pa.Table, topic: str) -> pa.Table:
 
 
 def _chunks(table: pa.Table, limit: int):
-    """Slices of ``table`` of at most about ``limit`` bytes each (at least one row)."""
+    """Slices of ``table`` of at most about ``limit`` encoded bytes each (at least one
+    row); a variable-width or null column costs 4 offset bytes per row in the frame."""
     n = table.num_rows
-    per_row = max(1, table.nbytes // max(n, 1))
+    per_row = max(1, table.nbytes // max(n, 1) + 4 * table.num_columns)
     rows = max(1, limit // per_row)
     for start in range(0, n, rows):
         yield table.slice(start, rows)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import struct
 import threading
 import time
 from collections import defaultdict
@@ -31,7 +32,8 @@ from ...errors import (
     BrokerNotAvailableError, FencedLeaderEpochError, NotLeaderError, SparklogError,
     UnknownTopicOrPartitionError,
 )
-from ...format.frame import encode_frame, raw_batch, to_record_batch
+from ...format.frame import crc32c, encode_frame, raw_batch, to_record_batch
+from ...format.header import CRC_START
 from ...protocol.apis import ACKS_NONE, ApiKey
 from ...protocol.codec import error_from, raise_for_error
 from .accumulator import InFlightBatch, RecordAccumulator
@@ -41,6 +43,10 @@ log = logging.getLogger(__name__)
 _METADATA_ERRORS = (NotLeaderError, UnknownTopicOrPartitionError, FencedLeaderEpochError,
                     BrokerNotAvailableError)
 _SEQUENCE_LIMIT = 1 << 31
+# header fields rewritten in frames built before the sequence is known (see header.py)
+CRC_POS, PRODUCER_ID_POS = 17, 43
+_CRC = struct.Struct(">I")
+_PRODUCER_FIELDS = struct.Struct(">qhi")  # producer id, producer epoch, base sequence
 
 
 class IdempotenceState:
@@ -180,30 +186,31 @@ class Sender(threading.Thread):
 
     def _build_frame(self, item: InFlightBatch) -> None:
         batches = item.batches
-        topic = item.tp[0]
-        if batches[0].arrow is not None:  # from send_batch: one Arrow batch, alone
-            records, timestamps = batches[0].arrow, None
+        if batches[0].frame is not None:  # frames built by send_batch, sent together
+            if self.idempotence is not None:
+                item.epoch = self.idempotence.producer_epoch
+            frames = [self._own_frame(item, b.frame, b.count) for b in batches]
+            item.frame = frames[0] if len(frames) == 1 else b"".join(frames)
+            return
+        if len(batches) == 1:
+            b = batches[0]
+            values, keys, timestamps, headers, has_keys = \
+                b.values, b.keys, b.timestamps, b.headers, b.has_keys
         else:
-            if len(batches) == 1:
-                values, keys, timestamps = batches[0].values, batches[0].keys, \
-                    batches[0].timestamps
-                headers = batches[0].headers
-                has_keys = batches[0].has_keys
-            else:
-                chain = itertools.chain.from_iterable
-                values = list(chain(b.values for b in batches))
-                keys = list(chain(b.keys for b in batches))
-                timestamps = list(chain(b.timestamps for b in batches))
-                has_keys = any(b.has_keys for b in batches)
-                headers = None
-                if any(b.headers is not None for b in batches):
-                    headers = list(chain(b.headers if b.headers is not None
-                                         else [None] * b.count for b in batches))
-            schema = self.schema_of(topic)
-            if schema is None:
-                records = raw_batch(values, keys if has_keys else None, headers)
-            else:
-                records = to_record_batch(values, schema)
+            chain = itertools.chain.from_iterable
+            values = list(chain(b.values for b in batches))
+            keys = list(chain(b.keys for b in batches))
+            timestamps = list(chain(b.timestamps for b in batches))
+            has_keys = any(b.has_keys for b in batches)
+            headers = None
+            if any(b.headers is not None for b in batches):
+                headers = list(chain(b.headers if b.headers is not None
+                                     else [None] * b.count for b in batches))
+        schema = self.schema_of(item.tp[0])
+        if schema is None:
+            records = raw_batch(values, keys if has_keys else None, headers)
+        else:
+            records = to_record_batch(values, schema)
         if self.idempotence is not None:
             item.base_sequence = self.idempotence.next_sequence(item.tp, item.record_count)
             pid, epoch = self.idempotence.producer_id, self.idempotence.producer_epoch
@@ -213,6 +220,21 @@ class Sender(threading.Thread):
                                   producer_id=pid, producer_epoch=epoch,
                                   base_sequence=item.base_sequence)
         item.epoch = epoch
+
+    def _own_frame(self, item: InFlightBatch, frame: bytes, count: int):
+        """A send_batch frame with this producer's id, epoch and next sequence (CRC
+        redone); the first frame's sequence becomes the item's base sequence."""
+        idem = self.idempotence
+        if idem is None:
+            return frame
+        seq = idem.next_sequence(item.tp, count)
+        if item.base_sequence < 0:
+            item.base_sequence = seq
+        out = bytearray(frame)
+        _PRODUCER_FIELDS.pack_into(out, PRODUCER_ID_POS, idem.producer_id, idem.producer_epoch,
+                                   seq)
+        _CRC.pack_into(out, CRC_POS, crc32c(memoryview(out)[CRC_START:]))
+        return out
 
     def _send_request(self, node_id: int, group: list[InFlightBatch]) -> None:
         topics: dict[str, list] = defaultdict(list)
