@@ -1,0 +1,187 @@
+"""``sparklog etl``: exactly-once incremental jobs from the command line.
+
+``sparklog etl run --subscribe T --app-id A --output URI --format delta|parquet
+(--sql "SELECT ... FROM input" | --transform module:function)
+[--path ROOT | --bootstrap-server H:P] [--max-records-per-run N]`` reads what ``A``
+has not committed to ``URI`` yet, transforms it and commits the result with the offsets
+in one atomic step (see docs/exactly-once.md). Run it again and it picks up exactly the
+new records. The same arguments work under ``spark-submit`` (deploy/spark-submit/).
+
+``sparklog etl describe --output URI [--app-id A] [--path ROOT | --bootstrap-server H:P]``
+prints the applications' committed offsets and lag, as ``sparklog groups describe``
+does for consumer groups.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+
+from ..errors import InvalidArgumentError
+
+
+def add_parser(subparsers) -> None:
+    """Register ``etl run`` and ``etl describe``."""
+    parser = subparsers.add_parser(
+        "etl", help="exactly-once incremental jobs (topic -> Delta/Parquet)",
+        description="Exactly-once incremental Spark jobs: offsets committed with the output.")
+    sub = parser.add_subparsers(dest="etl_command", metavar="ACTION")
+    run_p = sub.add_parser("run", help="run one incremental job")
+    add_run_arguments(run_p)
+    run_p.set_defaults(func=run)
+    desc = sub.add_parser("describe", help="committed offsets and lag of applications")
+    desc.add_argument("--output", required=True, help="output URI (Delta table or Parquet dir)")
+    desc.add_argument("--app-id", default=None, help="one application (default: all)")
+    _add_source_arguments(desc, required=False)
+    desc.set_defaults(func=describe)
+    parser.set_defaults(func=lambda args: parser.print_help() or 2)
+
+
+def _add_source_arguments(parser, required: bool) -> None:
+    where = parser.add_mutually_exclusive_group(required=required)
+    where.add_argument("--path", default=None, help="storage root URL of the log (no broker)")
+    where.add_argument("--bootstrap-server", default=None, help="broker HOST:PORT[,...]")
+
+
+def add_run_arguments(parser) -> None:
+    """The arguments of ``etl run`` (shared with the spark-submit entry script)."""
+    parser.add_argument("--subscribe", required=True, help="topic(s), comma-separated")
+    parser.add_argument("--app-id", required=True,
+                        help="application id: names the job's transaction in the output")
+    parser.add_argument("--output", required=True, help="output URI (path, file://, hdfs://)")
+    parser.add_argument("--format", choices=("delta", "parquet"), default="delta",
+                        help="output format (default delta)")
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument("--sql", default=None, help='SQL over the view "input"')
+    how.add_argument("--transform", default=None, metavar="MODULE:FUNCTION",
+                     help="a function DataFrame -> DataFrame")
+    _add_source_arguments(parser, required=True)
+    parser.add_argument("--max-records-per-run", type=int, default=None,
+                        help="cap the records one run reads (shared across partitions)")
+    parser.add_argument("--partition-by", default=None,
+                        help="output partition columns, comma-separated")
+    parser.add_argument("--starting-offsets", default="earliest",
+                        help="first run only: earliest (default), latest or Kafka JSON")
+    parser.add_argument("--fail-on-data-loss", choices=("true", "false"), default="true",
+                        help="fail (default) or skip when offsets were deleted by retention")
+    parser.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="another option of the sparklog source (repeatable)")
+    parser.add_argument("--master", default=None,
+                        help="Spark master when not run by spark-submit (default local[*])")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def load_transform(spec: str | None):
+    """``module:function`` -> the function (InvalidArgumentError naming what is missing)."""
+    if spec is None:
+        return None
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise InvalidArgumentError(f"--transform {spec!r} must be MODULE:FUNCTION")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InvalidArgumentError(f"--transform {spec!r}: cannot import {module_name}: {exc}") \
+            from None
+    func = getattr(module, attr, None)
+    if not callable(func):
+        raise InvalidArgumentError(f"--transform {spec!r}: {module_name} has no function {attr}")
+    return func
+
+
+def _source_options(items) -> dict:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InvalidArgumentError(f"--source-option {item!r} is not KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def spark_session(app_name: str, master: str | None = None):
+    """The active session (spark-submit, notebooks) or a new one; workers run this
+    interpreter."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    return builder.getOrCreate()
+
+
+def run(args) -> int:
+    """``etl run``: one incremental job; prints its summary (or JSON)."""
+    from ..reader.job import run_incremental
+
+    transform = args.sql if args.sql is not None else load_transform(args.transform)
+    partition_by = [c.strip() for c in args.partition_by.split(",") if c.strip()] \
+        if args.partition_by else None
+    spark = spark_session(f"sparklog-etl-{args.app_id}", args.master)
+
+    def progress(line: str) -> None:
+        if not args.quiet:
+            print(f"[etl {args.app_id}] {line}", file=sys.stderr, flush=True)
+
+    result = run_incremental(
+        spark, app_id=args.app_id, subscribe=args.subscribe, output=args.output,
+        format=args.format, transform=transform, path=args.path,
+        bootstrap_servers=args.bootstrap_server, max_records_per_run=args.max_records_per_run,
+        partition_by=partition_by, starting_offsets=args.starting_offsets,
+        fail_on_data_loss=args.fail_on_data_loss == "true",
+        source_options=_source_options(args.source_option), progress=progress)
+    print(json.dumps(result.to_dict(), indent=1) if args.json else result.summary())
+    return 0
+
+
+def submit_main(argv=None) -> int:
+    """Entry point of the spark-submit script: ``etl run``'s arguments, exit status 1
+    with one line on a sparklog error."""
+    import argparse
+
+    from ..errors import SparklogError
+
+    parser = argparse.ArgumentParser(
+        prog="sparklog_etl.py", description="sparklog exactly-once incremental job")
+    add_run_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except SparklogError as exc:
+        print(f"sparklog: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def format_descriptions(descriptions) -> list[str]:
+    """Kafka-style table lines (GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG,
+    then the application's committed VERSION and its OUTPUT) for
+    :class:`~sparklog.reader.job.ApplicationDescription` objects."""
+    rows = [("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
+             "VERSION", "OUTPUT")]
+    for d in descriptions:
+        for p in d.partitions:
+            rows.append((d.app_id, p.topic, str(p.partition),
+                         "-" if p.current_offset is None else str(p.current_offset),
+                         "-" if p.log_end_offset is None else str(p.log_end_offset),
+                         "-" if p.lag is None else str(p.lag),
+                         "-" if d.version is None else str(d.version),
+                         f"{d.format}:{d.output}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
+def describe(args) -> int:
+    """``etl describe``: committed offsets and lag of the output's applications."""
+    from ..reader.job import describe_application, list_applications
+
+    apps = [args.app_id] if args.app_id else list_applications(args.output)
+    descriptions = [describe_application(args.output, a, path=args.path,
+                                         bootstrap_servers=args.bootstrap_server)
+                    for a in apps]
+    for line in format_descriptions(descriptions):
+        print(line)
+    return 0
