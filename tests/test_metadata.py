@@ -64,9 +64,9 @@ def test_partition_checks():
 
 
 def test_config_validation_names_the_key():
-    with pytest.raises(InvalidConfigError, match="unknown topic config 'segment.byte'"):
+    with pytest.raises(InvalidConfigError, match="unknown log config .segment.byte."):
         TopicConfig("t", 1, configs={"segment.byte": 10})
-    with pytest.raises(InvalidConfigError, match="segment.bytes='big' is not a valid int"):
+    with pytest.raises(InvalidConfigError, match="segment.bytes=.big. is not an integer"):
         TopicConfig("t", 1, configs={"segment.bytes": "big"})
     with pytest.raises(InvalidConfigError, match="cleanup.policy"):
         TopicConfig("t", 1, configs={"cleanup.policy": "forever"})

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from ..errors import InvalidArgumentError, InvalidConfigError, InvalidTopicError
 from ..format.frame import RAW_SCHEMA, RESERVED_COLUMNS
+from ..log.config import LOG_CONFIGS, parse_log_config_value
 
 MAX_TOPIC_NAME_LENGTH = 249  # Kafka's limit
 _LEGAL_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -60,50 +61,14 @@ def validate_partition(partition, num_partitions: int | None = None, topic: str 
     return partition
 
 
-#: Topic-level configs: Kafka name -> (parser, default). Defaults are Kafka's where
-#: sensible for HDFS (smaller segments keep Spark tasks fine-grained).
-TOPIC_CONFIGS: dict[str, tuple] = {
-    "segment.bytes": (int, 256 * 1024 * 1024),
-    "segment.ms": (int, 7 * 24 * 3600 * 1000),
-    "index.interval.bytes": (int, 4096),
-    "max.message.bytes": (int, 16 * 1024 * 1024),
-    "retention.ms": (int, 7 * 24 * 3600 * 1000),
-    "retention.bytes": (int, -1),
-    "cleanup.policy": (str, "delete"),
-    "compression.type": (str, "producer"),
-    "message.timestamp.type": (str, "CreateTime"),
-    "min.compaction.lag.ms": (int, 0),
-    "delete.retention.ms": (int, 24 * 3600 * 1000),
-    "flush.messages": (int, -1),
-    "flush.ms": (int, -1),
-}
-
-_CHOICES = {
-    "cleanup.policy": {"delete", "compact", "compact,delete", "delete,compact"},
-    "compression.type": {"producer", "none", "uncompressed", "lz4", "zstd"},
-    "message.timestamp.type": {"CreateTime", "LogAppendTime"},
-}
+#: Topic-level configs: Kafka name -> (type, default); the partition log's table.
+TOPIC_CONFIGS: dict[str, tuple] = {k: (kind, default)
+                                   for k, (_, kind, default) in LOG_CONFIGS.items()}
 
 
 def parse_config_value(key: str, value):
     """Parse and check one topic config value; InvalidConfigError names the key."""
-    if key not in TOPIC_CONFIGS:
-        raise InvalidConfigError(
-            f"unknown topic config {key!r}; known: {', '.join(sorted(TOPIC_CONFIGS))}")
-    kind, _ = TOPIC_CONFIGS[key]
-    try:
-        parsed = kind(value)
-    except (TypeError, ValueError):
-        raise InvalidConfigError(
-            f"topic config {key}={value!r} is not a valid {kind.__name__}") from None
-    if kind is int and parsed < -1:
-        raise InvalidConfigError(f"topic config {key}={parsed} must be >= -1")
-    if key in ("segment.bytes", "max.message.bytes", "index.interval.bytes") and parsed < 1:
-        raise InvalidConfigError(f"topic config {key}={parsed} must be positive")
-    if key in _CHOICES and parsed not in _CHOICES[key]:
-        raise InvalidConfigError(
-            f"topic config {key}={parsed!r} is not one of {sorted(_CHOICES[key])}")
-    return parsed
+    return parse_log_config_value(key, value)
 
 
 def schema_to_text(schema: pa.Schema) -> str:
