@@ -27,6 +27,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("group_pos", nargs="?", metavar="GROUP")
     p.add_argument("--group", help="group id (same as GROUP)")
     p.add_argument("--all-groups", action="store_true", help="describe every group")
+    p.add_argument("--output", action="append", default=[], metavar="URI",
+                   help="also describe the exactly-once applications (sparklog etl) that "
+                        "committed to this Delta table or Parquet directory (repeatable)")
     add_bootstrap(p)
     p.set_defaults(func=run)
 
@@ -77,6 +80,8 @@ def run(args) -> int:
             groups = [g for g, _ in admin.list_consumer_groups()]
         elif group:
             groups = [group]
+        elif args.output:
+            groups = []
         else:
             raise InvalidArgumentError("groups describe: give --group GROUP or --all-groups")
         known = dict(admin.list_consumer_groups())
@@ -90,5 +95,33 @@ def run(args) -> int:
                 print(f"Consumer group {group_id!r} has no committed offsets and no members.")
                 continue
             print(_table([_COLUMNS] + rows))
+        for i, uri in enumerate(args.output):  # applications keep offsets in their output
+            if groups or i:
+                print()
+            rows = application_rows(admin, uri)
+            print(_table([_COLUMNS] + rows) if rows else
+                  f"No exactly-once application has committed to {uri}.")
     sys.stdout.flush()
     return 0
+
+
+def application_rows(admin, output_uri: str) -> list:
+    """Rows of ``_COLUMNS`` for the exactly-once applications committed to
+    ``output_uri`` (their offsets live in the output, not in a group; CLIENT-ID shows
+    the output format and committed version)."""
+    from ..reader.job import describe_application, list_applications
+
+    def ends(tps):
+        return {tuple(tp): o.offset
+                for tp, o in admin.list_offsets({tp: "latest" for tp in tps}).items()}
+
+    rows = []
+    for app in list_applications(output_uri):
+        d = describe_application(output_uri, app, log_end_offsets=ends)
+        for p in d.partitions:
+            rows.append([app, p.topic, p.partition,
+                         "-" if p.current_offset is None else p.current_offset,
+                         "-" if p.log_end_offset is None else p.log_end_offset,
+                         "-" if p.lag is None else p.lag, "-", "-",
+                         f"etl-{d.format}-v{d.version}"])
+    return rows

@@ -86,17 +86,24 @@ def list_applications(output_uri, format: str | None = None) -> list[str]:
 
 
 def describe_application(output_uri, app_id: str, *, path: str | None = None,
-                         bootstrap_servers: str | None = None,
+                         bootstrap_servers: str | None = None, log_end_offsets=None,
                          format: str | None = None) -> ApplicationDescription:
     """Committed offsets of ``app_id`` in ``output_uri`` and, given the log's storage
     root ``path`` or a broker, the log end offsets and lag of every partition of the
-    topics it consumed (partitions it never read show CURRENT-OFFSET None)."""
+    topics it consumed (partitions it never read show CURRENT-OFFSET None).
+
+    ``log_end_offsets``, instead of ``path``/``bootstrap_servers``: a callable taking the
+    committed ``[(topic, partition), ...]`` and returning ``{(topic, partition): offset}``
+    (e.g. an admin client's ListOffsets ``latest``).
+    """
     validate_app_id(app_id)
     sink = open_sink(output_uri, format)
     last = sink.last_commit(app_id)
     committed = dict(last.offsets) if last is not None else {}
     ends = {}
-    if committed and (path or bootstrap_servers):
+    if committed and log_end_offsets is not None:
+        ends = {tuple(tp): int(o) for tp, o in log_end_offsets(sorted(committed)).items()}
+    elif committed and (path or bootstrap_servers):
         ends = _log_end_offsets(sorted({t for t, _ in committed}), path, bootstrap_servers)
     keys = sorted(set(committed) | set(ends))
     rows = [PartitionLag(t, p, committed.get((t, p)), ends.get((t, p))) for t, p in keys]
