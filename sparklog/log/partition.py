@@ -31,6 +31,7 @@ from ..errors import (
     StorageError, StorageFileNotFoundError,
 )
 from ..format.frame import set_log_append_time, stamp, validate_frame
+from ..format.header import HEADER_SIZE
 from ..storage.base import FileIO
 from .checkpoint import JsonCheckpoint
 from .config import LogConfig
@@ -268,7 +269,8 @@ class PartitionLog:
     def append(self, frame, *, leader_epoch: int | None = None,
                log_append_time_ms: int | None = None) -> AppendResult:
         """Validate one frame, stamp its base offset (the log end offset) and leader
-        epoch in place (a bytes frame is copied first), and append it.
+        epoch in place (a bytearray or writable memoryview is patched where it lies; a
+        bytes or read-only frame is copied first), and append it.
 
         For LogAppendTime topics the frame gets ``log_append_time_ms`` (default: now).
         Rolls first if the frame would overflow ``segment.bytes`` or the segment is
@@ -278,6 +280,8 @@ class PartitionLog:
         """
         if isinstance(frame, bytearray):
             buf = frame
+        elif isinstance(frame, memoryview) and not frame.readonly and frame.c_contiguous:
+            buf = frame.cast("B") if frame.format != "B" or frame.ndim != 1 else frame
         elif isinstance(frame, (bytes, memoryview)):
             buf = bytearray(frame)
         else:
@@ -321,7 +325,12 @@ class PartitionLog:
                               or not fits_relative(seg.base_offset, next_offset)):
                 self._roll()
                 seg = self._segments[-1]
-            stamp(buf, 0, base, epoch)
+            if isinstance(buf, bytearray):
+                stamp(buf, 0, base, epoch)
+            else:  # a writable view: stamp its header and put it back (no frame copy)
+                head = bytearray(buf[:HEADER_SIZE])
+                stamp(head, 0, base, epoch)
+                buf[:HEADER_SIZE] = head
             position = seg._size
             try:
                 self._out.write(buf)

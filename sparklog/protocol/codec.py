@@ -24,12 +24,16 @@ from ..errors import (
 )
 from .apis import REQUESTS, RESPONSES, SUPPORTED_VERSIONS, api_name
 from .schema import Opt, check
+from .unpack import unpack_views
 
 SIZE = struct.Struct(">i")
 _REQ_HEADER = struct.Struct(">hhih")
 _CORRELATION = struct.Struct(">i")
 #: bytes of a request header without the client id
 REQUEST_HEADER_SIZE = _REQ_HEADER.size
+#: request bodies from this size on are decoded with their large bins left in place
+#: (:func:`~sparklog.protocol.unpack.unpack_views`) instead of copied out by msgpack
+VIEW_DECODE_MIN_BYTES = 64 * 1024
 #: Kafka's socket.request.max.bytes default (100 MiB)
 DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024
 MAX_CLIENT_ID_BYTES = 1024
@@ -134,11 +138,19 @@ def check_version(api_key: int, api_version: int) -> None:
 
 
 def decode_request_body(header: RequestHeader, payload, position: int) -> dict:
-    """Decode and validate the msgpack body of a request whose header is known."""
+    """Decode and validate the msgpack body of a request whose header is known.
+
+    In a large body (``VIEW_DECODE_MIN_BYTES``) the large ``bin`` values (record data)
+    are memoryviews of ``payload``, not copies: keep ``payload`` unchanged while the
+    body is in use."""
     check_version(header.api_key, header.api_version)
     name = api_name(header.api_key)
     view = memoryview(payload)[position:]
-    body = _unpack(view, f"{name} request body") if len(view) else {}
+    what = f"{name} request body"
+    if len(view) >= VIEW_DECODE_MIN_BYTES:
+        body = unpack_views(view, what)
+    else:
+        body = _unpack(view, what) if len(view) else {}
     return check(body, REQUESTS[header.api_key], name)
 
 

@@ -80,6 +80,9 @@ class LocalOutputStream(BufferedOutputStream):
             raise LeaseLost() from None
 
     def _push(self, data: memoryview) -> None:
+        self._push_parts([data])
+
+    def _push_parts(self, parts: list) -> None:
         try:
             lock = DirLock(self._dir, shared=True).__enter__()
         except StorageFileNotFoundError:  # the directory was deleted: so was the lease
@@ -87,10 +90,15 @@ class LocalOutputStream(BufferedOutputStream):
         try:  # recover_lease (exclusive) waits for this write
             if not self._lease_ok():
                 raise LeaseLost()
-            done = 0
-            while done < len(data):
-                with data[done:] as rest:
-                    done += os.write(self._fd, rest)
+            pending = [p for p in parts if len(p)]
+            while pending:  # writev(2), resumed after a partial write
+                n = os.writev(self._fd, pending)
+                while n:
+                    if n >= len(pending[0]):
+                        n -= len(pending.pop(0))
+                    else:
+                        pending[0] = pending[0][n:]
+                        n = 0
         finally:
             lock.__exit__()
 

@@ -43,6 +43,12 @@ class BufferedOutputStream(OutputStream):
         """Hand ``data`` to the storage, visible to new readers (raise LeaseLost)."""
         raise NotImplementedError
 
+    def _push_parts(self, parts: list) -> None:
+        """Push several views in order, as one ``_push`` of their concatenation (raise
+        LeaseLost). The default joins them; a backend with a vectored write overrides
+        it to avoid the copy."""
+        self._push(parts[0] if len(parts) == 1 else memoryview(b"".join(parts)))
+
     def _persist(self) -> None:
         """Make everything pushed so far durable (raise LeaseLost)."""
         raise NotImplementedError
@@ -73,21 +79,28 @@ class BufferedOutputStream(OutputStream):
         if self._closed:
             raise StorageError(f"{self.path}: stream is closed; {op} refused")
 
-    def _push_buffer(self, op: str) -> None:
-        if not self._buf:
+    def _push_buffer(self, op: str, data: memoryview | None = None) -> None:
+        """Push the buffer, followed by ``data`` (pushed from the caller's memory)."""
+        if not self._buf and data is None:
             return
         try:
             with memoryview(self._buf) as view:
-                self._push(view)
+                parts = [view] if self._buf else []
+                if data is not None:
+                    parts.append(data)
+                self._push_parts(parts)
         except LeaseLost:
             raise self._fenced(op) from None
-        self._pushed += len(self._buf)
+        self._pushed += len(self._buf) + (len(data) if data is not None else 0)
         self._buf.clear()
         self._dirty = True
 
     # OutputStream ---------------------------------------------------------------------
     def write(self, data) -> int:
-        """Buffer ``data`` (bytes-like); push the buffer once it reaches buffer_size."""
+        """Buffer ``data`` (bytes-like); push the buffer once it reaches buffer_size.
+
+        Large data (half of buffer_size or more) is not copied into the buffer: it is
+        pushed at once, after the buffered bytes, straight from the caller's memory."""
         view = check_bytes(data)
         with self._lock:
             self._check_open("write")
@@ -95,6 +108,9 @@ class BufferedOutputStream(OutputStream):
                 self._precheck_write()
             except LeaseLost:
                 raise self._fenced("write") from None
+            if len(view) * 2 >= self._buffer_size:
+                self._push_buffer("write", view)
+                return len(view)
             self._buf += view
             if len(self._buf) >= self._buffer_size:
                 self._push_buffer("write")
