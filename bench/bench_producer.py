@@ -15,6 +15,7 @@ takes a pyarrow Table (target >= 2M records/s). Prints rates and ratios to the b
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -56,26 +57,28 @@ def baseline(address: str, topic: str, records: int) -> float:
 
 
 def bench_send(address: str, topic: str, records: int, desc: str) -> float:
-    """Seconds to send ``records`` records one send() call each, then flush."""
+    """(wall, client CPU) seconds to send ``records`` records one send() call each, then
+    flush (CPU: every thread of this process; the broker is another process)."""
     with Producer(address, acks=1, linger_ms=5, batch_size=256 * 1024) as producer:
         producer.send(topic, VALUE).get(10)  # metadata and connection ready
         send = producer.send
         step = max(1, records // 20)
         bar = tqdm(total=records, desc=desc, unit="rec", file=sys.stderr, leave=False,
                    unit_scale=True)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         for chunk in range(0, records, step):
             for _ in range(min(step, records - chunk)):
                 send(topic, VALUE)
             bar.update(min(step, records - chunk))
         producer.flush()
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
         bar.close()
-    return elapsed
+    return elapsed, cpu
 
 
 def bench_send_batch(address: str, topic: str, records: int, desc: str) -> float:
-    """Seconds to send ``records`` records as pyarrow Tables of 100k rows."""
+    """(wall, client CPU) seconds to send ``records`` records as pyarrow Tables of 100k
+    rows."""
     rows = 100_000
     table = pa.table({"value": pa.array([VALUE] * rows, pa.binary())})
     with Producer(address, acks=1, buffer_memory=64 * 1024 * 1024,
@@ -83,16 +86,16 @@ def bench_send_batch(address: str, topic: str, records: int, desc: str) -> float
         producer.send_batch(topic, table.slice(0, 10)).get(10)
         bar = tqdm(total=records, desc=desc, unit="rec", file=sys.stderr, leave=False,
                    unit_scale=True)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         futures = []
         for chunk in range(0, records, rows):
             futures.append(producer.send_batch(topic, table.slice(0, min(rows, records - chunk))))
             bar.update(min(rows, records - chunk))
         for f in futures:
             f.get(60)
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
         bar.close()
-    return elapsed
+    return elapsed, cpu
 
 
 def main(argv=None) -> int:
@@ -105,6 +108,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     n = args.records
     times = {"baseline": [], "send": [], "send_batch": []}
+    cpus = {"send": [], "send_batch": []}
     with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
         storage = Path(tmp, "log")
         with BrokerProcess(storage.as_uri(), log_path=Path(tmp, "broker.log"),
@@ -120,19 +124,24 @@ def main(argv=None) -> int:
                 print(profiler.output_text(unicode=False, color=False, show_all=False))
             for r in range(args.rounds):
                 times["baseline"].append(baseline(broker.address, "bench", 5 * n))
-                times["send"].append(bench_send(broker.address, "bench", n,
-                                                f"send() round {r + 1}"))
-                times["send_batch"].append(bench_send_batch(
-                    broker.address, "bench", 5 * n, f"send_batch() round {r + 1}"))
+                for name, fn, count in (("send", bench_send, n),
+                                        ("send_batch", bench_send_batch, 5 * n)):
+                    wall, cpu = fn(broker.address, "bench", count, f"{name}() round {r + 1}")
+                    times[name].append(wall)
+                    cpus[name].append(cpu / count * 1e6)
     base = 5 * n // FRAME_RECORDS * FRAME_RECORDS / min(times["baseline"])
     send = n / min(times["send"])
     batch = 5 * n / min(times["send_batch"])
     print(f"100-byte values, acks=1, one partition, local storage, best of {args.rounds}")
     print(f"baseline (pre-built frames) : {base / 1e6:8.2f} M records/s")
     print(f"send()                      : {send / 1e6:8.2f} M records/s  "
-          f"({send / base:6.1%} of baseline; target >= 0.30 M)")
+          f"({send / base:6.1%} of baseline; target >= 0.30 M); client CPU "
+          f"{min(cpus['send']):.2f} us/record")
     print(f"send_batch()                : {batch / 1e6:8.2f} M records/s  "
-          f"({batch / base:6.1%} of baseline; target >= 2.00 M)")
+          f"({batch / base:6.1%} of baseline; target >= 2.00 M); client CPU "
+          f"{min(cpus['send_batch']):.3f} us/record")
+    print(f"(machine load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs: the "
+          "broker and this client share them)")
     return 0
 
 

@@ -15,14 +15,23 @@ per-record frame work. Kafka's knobs:
   frame (or, for the frames ``send_batch`` builds, several frames into one request),
   up to this many bytes.
 
-One request per partition is in flight at a time (the partition is *muted* until its
-response arrives), which keeps records in order across retries and lets an idempotent
-producer keep its sequence numbers without gaps.
+Up to ``max.in.flight.requests.per.connection`` requests per partition are in flight
+(pipelined on the leader's connection, which the broker answers and appends in order).
+A failed batch is retried before anything newer of its partition, once the partition's
+in-flight requests are answered. As in Kafka, a retry can reorder records of a producer
+without idempotence when more than one request is in flight (set the limit to 1 to
+forbid that); an idempotent producer keeps order: the broker refuses a sequence gap
+(OutOfOrderSequence, retried while an earlier batch is pending) and acknowledges a
+resent batch once. The broker remembers an idempotent producer's last 5 frames per
+partition, so such a producer keeps at most 5 frames in flight per partition (one frame
+per request, at most 5 requests).
 """
 
 from __future__ import annotations
 
+import bisect
 import collections
+import itertools
 import logging
 import threading
 import time
@@ -181,7 +190,8 @@ class InFlightBatch:
     encoded as one frame, with its sequence number; kept unchanged across retries."""
 
     __slots__ = ("tp", "batches", "record_count", "size", "frame", "base_sequence",
-                 "epoch", "attempts", "retry_at", "created", "last_error", "finished")
+                 "epoch", "attempts", "retry_at", "created", "last_error", "finished",
+                 "order")
 
     def __init__(self, tp: tuple, batches: list):
         self.tp = tp
@@ -196,6 +206,7 @@ class InFlightBatch:
         self.created = batches[0].created
         self.last_error = None
         self.finished = False
+        self.order = 0  # drain order within the partition
 
     def complete(self, base_offset: int, log_append_time: int = -1) -> bool:
         """Acknowledge every record (offsets from ``base_offset`` on; -1 for acks=0).
@@ -226,17 +237,21 @@ class RecordAccumulator:
 
     def __init__(self, *, batch_size: int = 16384, linger_ms: float = 5,
                  buffer_memory: int = 32 * 1024 * 1024, max_block_ms: int = 60000,
-                 max_request_size: int = 1048576):
+                 max_request_size: int = 1048576, max_in_flight: int = 5,
+                 frames_per_request: int | None = None):
         self.batch_size = int(batch_size)
         self.linger = linger_ms / 1000.0
         self.buffer_memory = int(buffer_memory)
         self.max_block = max_block_ms / 1000.0
         self.max_request_size = int(max_request_size)
+        self.max_in_flight = max(1, int(max_in_flight))
+        self.frames_per_request = frames_per_request  # None: as many as fit
         self._lock = threading.Lock()  # taken directly on the hot path (cheaper than cond)
         self.cond = threading.Condition(self._lock)
         self._queues: dict[tuple, collections.deque] = {}
-        self._retries: dict[tuple, InFlightBatch] = {}
-        self._muted: set[tuple] = set()
+        self._retries: dict[tuple, list] = {}    # tp -> failed batches, in drain order
+        self._in_flight: dict[tuple, list] = {}  # tp -> batches sent, not yet answered
+        self._orders = itertools.count()
         self._used = 0
         self._incomplete = 0  # InFlight/ProducerBatches not yet completed (records)
         self._flushing = 0
@@ -324,21 +339,29 @@ class RecordAccumulator:
 
     # --- drain (sender thread, under self.cond) ----------------------------------------
     def drain(self, now: float) -> tuple[list[InFlightBatch], float]:
-        """Take what is ready to send: retries due, and per unmuted partition its full,
-        lingered or flushed batches (up to max.request.size). Mutes each partition taken.
-        Returns (in-flight batches, seconds until the next batch gets ready)."""
+        """Take what is ready to send, at most one batch per partition: the oldest retry
+        once its partition has nothing in flight, else (below the in-flight limit) the
+        full, lingered or flushed batches of the partition's queue, up to
+        max.request.size. Returns (in-flight batches, seconds until the next is ready)."""
         out: list[InFlightBatch] = []
         wait = 3600.0
         hurry = self._flushing or self._closing or self._memory_waiters
-        for tp, item in list(self._retries.items()):
-            if item.retry_at <= now:
-                del self._retries[tp]
-                out.append(item)
-                self._muted.add(tp)  # its queue waits until the retry is answered
-            else:
+        for tp, pending in list(self._retries.items()):
+            if self._in_flight.get(tp):
+                continue  # retried after every earlier request is answered
+            item = pending[0]
+            if item.retry_at > now:
                 wait = min(wait, item.retry_at - now)
+                continue
+            pending.pop(0)
+            if not pending:
+                del self._retries[tp]
+            self._in_flight.setdefault(tp, []).append(item)
+            out.append(item)
         for tp, queue in self._queues.items():
-            if not queue or tp in self._muted or tp in self._retries:
+            if not queue or tp in self._retries or \
+                    len(self._in_flight.get(tp, ())) >= self.max_in_flight or \
+                    any(item.tp == tp for item in out):
                 continue
             first = queue[0]
             if not (hurry or len(queue) > 1 or first.size >= self.batch_size
@@ -348,30 +371,52 @@ class RecordAccumulator:
             taken = [queue.popleft()]
             size = first.size
             while queue and (first.frame is None) == (queue[0].frame is None) \
+                    and (first.frame is None or self.frames_per_request is None
+                         or len(taken) < self.frames_per_request) \
                     and size + queue[0].size <= self.max_request_size and (
                     hurry or len(queue) > 1 or queue[0].size >= self.batch_size
                     or now - queue[0].created >= self.linger):
                 size += queue[0].size
                 taken.append(queue.popleft())
-            out.append(InFlightBatch(tp, taken))
-        for item in out:
-            self._muted.add(item.tp)
+            item = InFlightBatch(tp, taken)
+            item.order = next(self._orders)
+            self._in_flight.setdefault(tp, []).append(item)
+            out.append(item)
         return out, max(wait, 0.0)
+
+    def _forget(self, item: InFlightBatch) -> None:
+        sent = self._in_flight.get(item.tp)
+        if sent and item in sent:
+            sent.remove(item)
 
     def requeue(self, item: InFlightBatch, backoff: float) -> None:
         """Put a failed in-flight batch back for a retry after ``backoff`` seconds (its
-        frame and sequence are kept)."""
+        frame and sequence are kept), in drain order among the partition's retries."""
         with self.cond:
+            self._forget(item)
             item.retry_at = time.monotonic() + backoff
-            self._retries[item.tp] = item
-            self._muted.discard(item.tp)
+            pending = self._retries.setdefault(item.tp, [])
+            pending.insert(bisect.bisect([i.order for i in pending], item.order), item)
             self.cond.notify_all()
 
+    def earlier_pending(self, item: InFlightBatch) -> bool:
+        """True when a batch of the same partition drained before ``item`` is still in
+        flight or waiting for a retry (so a sequence gap at the broker is expected)."""
+        with self.cond:
+            others = self._in_flight.get(item.tp, []) + self._retries.get(item.tp, [])
+            return any(o.order < item.order for o in others if o is not item)
+
+    def others_pending(self, item: InFlightBatch) -> bool:
+        """True when another batch of the same partition is in flight or to be retried."""
+        with self.cond:
+            others = self._in_flight.get(item.tp, []) + self._retries.get(item.tp, [])
+            return any(o is not item for o in others)
+
     def release(self, item: InFlightBatch) -> None:
-        """The batch is done (acknowledged or failed): unmute its partition, free its
+        """The batch is done (acknowledged or failed): free its in-flight slot and
         buffer memory, wake the sender and waiting senders/flushers."""
         with self.cond:
-            self._muted.discard(item.tp)
+            self._forget(item)
             self._used -= item.size
             self._incomplete -= item.record_count
             self.cond.notify_all()
@@ -379,7 +424,7 @@ class RecordAccumulator:
     def unsent(self) -> list[InFlightBatch]:
         """Remove and return everything not yet sent (used when closing without waiting)."""
         with self.cond:
-            items = list(self._retries.values())
+            items = [i for pending in self._retries.values() for i in pending]
             self._retries.clear()
             for tp, queue in self._queues.items():
                 if queue:

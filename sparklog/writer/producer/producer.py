@@ -42,6 +42,8 @@ _ACKS = {0: 0, 1: 1, -1: ACKS_ALL, "all": ACKS_ALL, "-1": ACKS_ALL, "0": 0, "1":
 _CLIENT_IDS = itertools.count(1)
 #: target size of the frames send_batch builds
 FRAME_TARGET = 1 << 20
+#: frames per partition a broker remembers for an idempotent producer (Kafka's 5)
+IDEMPOTENT_MAX_IN_FLIGHT = 5
 
 DEFAULT_CONFIG = {
     "client_id": None,
@@ -140,6 +142,12 @@ class Producer:
                 f"compression_type must be none, lz4 or zstd, got {cfg['compression_type']!r}")
         if cfg["enable_idempotence"] and self._acks == 0:
             raise InvalidConfigError("enable_idempotence requires acks=1 or 'all', not 0")
+        if cfg["enable_idempotence"] and cfg["max_in_flight_requests_per_connection"] > \
+                IDEMPOTENT_MAX_IN_FLIGHT:
+            raise InvalidConfigError(
+                "max_in_flight_requests_per_connection must be at most "
+                f"{IDEMPOTENT_MAX_IN_FLIGHT} with enable_idempotence (the broker remembers "
+                f"an idempotent producer's last {IDEMPOTENT_MAX_IN_FLIGHT} frames)")
         self.client_id = cfg["client_id"] or f"producer-{next(_CLIENT_IDS)}"
         self._key_serializer = cfg["key_serializer"]
         self._value_serializer = cfg["value_serializer"]
@@ -157,7 +165,9 @@ class Producer:
         self._accumulator = RecordAccumulator(
             batch_size=cfg["batch_size"], linger_ms=cfg["linger_ms"],
             buffer_memory=cfg["buffer_memory"], max_block_ms=cfg["max_block_ms"],
-            max_request_size=cfg["max_request_size"])
+            max_request_size=cfg["max_request_size"],
+            max_in_flight=cfg["max_in_flight_requests_per_connection"],
+            frames_per_request=1 if cfg["enable_idempotence"] else None)
         idempotence = None
         try:
             self._client.refresh_metadata([])  # fail fast if no broker is reachable

@@ -29,8 +29,8 @@ from collections import defaultdict
 
 from ...client.network import NetworkClient
 from ...errors import (
-    BrokerNotAvailableError, FencedLeaderEpochError, NotLeaderError, SparklogError,
-    UnknownTopicOrPartitionError,
+    BrokerNotAvailableError, FencedLeaderEpochError, NotLeaderError, OutOfOrderSequenceError,
+    SparklogError, UnknownTopicOrPartitionError,
 )
 from ...format.frame import crc32c, encode_frame, raw_batch, to_record_batch
 from ...format.header import CRC_START
@@ -294,6 +294,8 @@ class Sender(threading.Thread):
         item.attempts += 1
         item.last_error = exc
         retriable = isinstance(exc, SparklogError) and exc.retriable
+        if isinstance(exc, OutOfOrderSequenceError) and self.acc.earlier_pending(item):
+            retriable = True  # the gap is an earlier batch of ours, being retried
         if isinstance(exc, _METADATA_ERRORS):
             self._stale.add(item.tp[0])
         expired = time.monotonic() - item.created >= self.delivery_timeout
@@ -305,7 +307,8 @@ class Sender(threading.Thread):
         idem = self.idempotence
         if idem is not None and item.base_sequence >= 0 \
                 and item.epoch == idem.producer_epoch:
-            if outcome_known:  # not appended: the sequence can be reused
+            if outcome_known and not self.acc.others_pending(item):
+                # not appended, nothing after it: the sequence can be reused
                 idem.sequences[item.tp] = item.base_sequence
             else:  # may be in the log: restart sequences under a new epoch
                 idem.bump_needed = True
