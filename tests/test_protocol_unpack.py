@@ -64,3 +64,27 @@ def test_large_produce_request_keeps_records_in_the_payload():
     got = req.body["topics"][0]["partitions"][0]["records"]
     assert isinstance(got, memoryview) and got.obj is payload and bytes(got) == records
     assert req.body["acks"] == 1 and req.header.correlation_id == 7
+
+
+def test_request_parts_are_the_encoded_request():
+    import socket
+
+    from sparklog.protocol import encode_request_parts, recv_message, send_parts
+
+    body = {"acks": -1, "topics": [{"name": "t", "partitions": [
+        {"partition": 0, "records": b"r" * 200_000}, {"partition": 1, "records": b"s"}]}]}
+    parts = encode_request_parts(ApiKey.PRODUCE, body, 9, "me")
+    assert any(len(p) == 200_000 for p in parts)  # the records travel uncopied
+    assert b"".join(parts) == encode_request(ApiKey.PRODUCE, body, 9, "me")
+    a, b = socket.socketpair()
+    with a, b:
+        a.settimeout(10)
+        b.settimeout(10)
+        import threading
+        t = threading.Thread(target=send_parts, args=(a, parts))
+        t.start()
+        payload = recv_message(b)
+        t.join()
+    got = decode_request(payload).body["topics"][0]["partitions"]
+    assert [(p["partition"], bytes(p["records"])) for p in got] == [
+        (0, b"r" * 200_000), (1, b"s")]

@@ -91,13 +91,31 @@ def _unpack(data, what: str):
 def encode_request(api_key: int, body: dict | None, correlation_id: int,
                    client_id: str = "", api_version: int = 0) -> bytes:
     """A complete request message (size prefix included)."""
+    payload = _pack(body if body is not None else {})
+    return _request_prefix(api_key, client_id, correlation_id, api_version,
+                           len(payload)) + payload
+
+
+def _request_prefix(api_key: int, client_id: str, correlation_id: int, api_version: int,
+                    body_size: int) -> bytes:
+    """Size prefix and header of a request whose body has ``body_size`` bytes."""
     cid = (client_id or "").encode("utf-8")
     if len(cid) > MAX_CLIENT_ID_BYTES:
         raise InvalidArgumentError(
             f"client_id is {len(cid)} bytes, the limit is {MAX_CLIENT_ID_BYTES}")
-    payload = _pack(body if body is not None else {})
     head = _REQ_HEADER.pack(int(api_key), api_version, correlation_id, len(cid))
-    return b"".join((SIZE.pack(len(head) + len(cid) + len(payload)), head, cid, payload))
+    return SIZE.pack(len(head) + len(cid) + body_size) + head + cid
+
+
+def encode_request_parts(api_key: int, body: dict | None, correlation_id: int,
+                         client_id: str = "", api_version: int = 0) -> list:
+    """The request :func:`encode_request` makes, as a list of byte strings for a
+    vectored send (``socket.sendmsg``): large bins of ``body`` (record data) are parts
+    of their own, not copied."""
+    parts, total = _body_parts(body if body is not None else {})
+    if any(isinstance(p, FileRegion) for p in parts):
+        raise InvalidArgumentError("a request body cannot hold a FileRegion")
+    return [_request_prefix(api_key, client_id, correlation_id, api_version, total), *parts]
 
 
 def decode_request_header(payload) -> tuple[RequestHeader, int]:
@@ -200,10 +218,9 @@ def _walk(value, out: list, packer: msgpack.Packer) -> None:
         out.append(packer.pack(value))
 
 
-def encode_response_parts(correlation_id: int, body: dict) -> tuple[list, int]:
-    """Encode a response as a list of parts: ``bytes`` (msgpack pieces, size prefix
-    first), large ``bytes``-likes passed through uncopied, and :class:`FileRegion` s to be
-    sent from their files. Returns (parts, total bytes on the wire)."""
+def _body_parts(body: dict) -> tuple[list, int]:
+    """A msgpack ``body`` as parts (small pieces merged, large data and FileRegions
+    as they are) and their total size."""
     packer = msgpack.Packer(use_bin_type=True, autoreset=True)
     pieces: list = []
     _walk(body, pieces, packer)
@@ -222,6 +239,14 @@ def encode_response_parts(correlation_id: int, body: dict) -> tuple[list, int]:
         parts.append(bytes(buf))
     for part in parts:
         total += part.size if isinstance(part, FileRegion) else len(part)
+    return parts, total
+
+
+def encode_response_parts(correlation_id: int, body: dict) -> tuple[list, int]:
+    """Encode a response as a list of parts: ``bytes`` (msgpack pieces, size prefix
+    first), large ``bytes``-likes passed through uncopied, and :class:`FileRegion` s to be
+    sent from their files. Returns (parts, total bytes on the wire)."""
+    parts, total = _body_parts(body)
     prefix = SIZE.pack(4 + total) + _CORRELATION.pack(correlation_id)
     return [prefix, *parts], total + len(prefix)
 

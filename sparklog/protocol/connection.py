@@ -13,8 +13,10 @@ import socket
 
 from ..errors import BrokerNotAvailableError, InvalidArgumentError
 from .apis import ACKS_NONE, ApiKey
-from .codec import DEFAULT_MAX_REQUEST_BYTES, decode_response, encode_request, raise_for_error
-from .stream import recv_message
+from .codec import (
+    DEFAULT_MAX_REQUEST_BYTES, decode_response, encode_request_parts, raise_for_error,
+)
+from .stream import recv_message, send_parts
 
 
 def parse_address(address: str, default_port: int = 9092) -> tuple[str, int]:
@@ -60,8 +62,8 @@ class Connection:
     def send(self, api_key: int, body: dict | None = None, api_version: int = 0) -> int:
         """Send a request; return its correlation id."""
         correlation_id = next(self._ids) & 0x7FFFFFFF
-        self.sock.sendall(encode_request(api_key, body, correlation_id, self.client_id,
-                                         api_version))
+        send_parts(self.sock, encode_request_parts(api_key, body, correlation_id,
+                                                   self.client_id, api_version))
         expects_response = not (api_key == ApiKey.PRODUCE and body
                                 and body.get("acks") == ACKS_NONE)
         if expects_response:

@@ -57,6 +57,19 @@ def send_message(sock: socket.socket, data) -> None:
     sock.sendall(data)
 
 
+def send_parts(sock: socket.socket, parts: list) -> None:
+    """Send byte strings back to back with vectored sends (no joining copy)."""
+    pending = [memoryview(p) for p in parts if len(p)]
+    while pending:
+        n = sock.sendmsg(pending[:512])
+        while n:
+            if n >= len(pending[0]):
+                n -= len(pending.pop(0))
+            else:
+                pending[0] = pending[0][n:]
+                n = 0
+
+
 # --- asyncio streams (the broker) ------------------------------------------------------------
 
 
