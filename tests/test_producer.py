@@ -196,6 +196,21 @@ def test_typed_topic_send_and_send_batch(broker, admin):
                                          {"id": 3, "name": None}]
 
 
+def test_partitions_added_later_are_used(broker, admin):
+    topic = new_topic(admin, 1)
+    key = next(k for k in (b"k%d" % i for i in range(100)) if to_positive(murmur2(k)) % 3 == 1)
+    with Producer(broker.address, metadata_max_age_ms=200) as producer:
+        assert producer.send(topic, b"before", key=key).get(10).partition == 0
+        admin.create_partitions(topic, 3)
+        time.sleep(0.3)
+        producer.send(topic, b"tick").get(10)  # the sender refreshes stale metadata
+        assert producer.send(topic, b"keyed", key=key).get(10).partition == 1
+    with Producer(broker.address) as producer:
+        producer.send(topic, b"x").get(10)
+        admin.create_partitions(topic, 4)
+        assert producer.send(topic, b"explicit", partition=3).get(10).partition == 3
+
+
 def test_bad_arguments_raise_clear_errors(broker, admin):
     topic = new_topic(admin, 2)
     with pytest.raises(InvalidConfigError, match="lingerms"):

@@ -24,7 +24,7 @@ import pyarrow as pa
 from ...client.network import NetworkClient
 from ...errors import (
     InvalidArgumentError, InvalidConfigError, RecordTooLargeError, RequestTimedOutError,
-    SchemaMismatchError,
+    SchemaMismatchError, SparklogError,
 )
 from ...format.frame import (
     HEADER_TYPE, RAW_SCHEMA, TIMESTAMP_COLUMN, TIMESTAMP_TYPE, encode_frame, to_record_batch,
@@ -183,26 +183,41 @@ class Producer:
             retry_backoff_ms=cfg["retry_backoff_ms"],
             request_timeout_ms=cfg["request_timeout_ms"],
             delivery_timeout_ms=cfg["delivery_timeout_ms"], compression_type=codec,
-            idempotence=idempotence, schema_of=self._schema_of, client_id=self.client_id)
+            idempotence=idempotence, schema_of=self._schema_of, client_id=self.client_id,
+            refresh_topics=self._refresh_topics,
+            metadata_max_age_ms=cfg["metadata_max_age_ms"])
         self._sender.start()
 
     # --- topic metadata -------------------------------------------------------------
     def _topic(self, topic: str) -> _Topic:
         info = self._topics.get(topic)
         if info is None:
-            validate_topic_name(topic)
-            meta = self._client.topic_info(topic)
-            schema, max_bytes = None, None
-            resp = self._client.request(ApiKey.DESCRIBE_CONFIGS, {"topics": [topic]})
-            for t in resp["topics"]:
-                raise_for_error(t, f"topic {topic!r}")
-                if t.get("schema"):
-                    schema = pa.ipc.read_schema(pa.py_buffer(t["schema"]))
-                max_bytes = t.get("configs", {}).get("max.message.bytes")
-            info = _Topic(meta.num_partitions, schema,
-                          int(max_bytes) if max_bytes else self._max_request_size)
-            self._topics[topic] = info
+            info = self._topics[topic] = self._load_topic(topic)
         return info
+
+    def _load_topic(self, topic: str) -> _Topic:
+        """Partition count, schema and max.message.bytes of ``topic`` from the broker."""
+        validate_topic_name(topic)
+        meta = self._client.topic_info(topic, refresh=True)
+        schema, max_bytes = None, None
+        resp = self._client.request(ApiKey.DESCRIBE_CONFIGS, {"topics": [topic]})
+        for t in resp["topics"]:
+            raise_for_error(t, f"topic {topic!r}")
+            if t.get("schema"):
+                schema = pa.ipc.read_schema(pa.py_buffer(t["schema"]))
+            max_bytes = t.get("configs", {}).get("max.message.bytes")
+        return _Topic(meta.num_partitions, schema,
+                      int(max_bytes) if max_bytes else self._max_request_size)
+
+    def _refresh_topics(self) -> None:
+        """Reload the metadata of every topic sent to (partition counts grow, schemas
+        and max.message.bytes change); called by the sender every metadata_max_age_ms."""
+        for topic in list(self._topics):
+            try:
+                self._topics[topic] = self._load_topic(topic)
+            except SparklogError as exc:  # deleted or unreachable: looked up on next send
+                log.info("metadata of topic %r not refreshed: %s", topic, exc)
+                self._topics.pop(topic, None)
 
     def _schema_of(self, topic: str):
         info = self._topics.get(topic)
@@ -264,6 +279,9 @@ class Producer:
             else:
                 partition = self._partitioner.partition_for_key(key, info.num_partitions)
         else:
+            if isinstance(partition, int) and partition >= info.num_partitions:
+                self._topics.pop(topic, None)  # the topic may have grown: look again
+                info = self._topic(topic)
             validate_partition(partition, info.num_partitions, topic)
         if timestamp is None:
             timestamp = time.time_ns() // 1000000

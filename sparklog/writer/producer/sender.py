@@ -84,7 +84,8 @@ class Sender(threading.Thread):
     def __init__(self, client: NetworkClient, accumulator: RecordAccumulator, *,
                  acks: int, retries: int, retry_backoff_ms: int, request_timeout_ms: int,
                  delivery_timeout_ms: int, compression_type: str,
-                 idempotence: IdempotenceState | None, schema_of, client_id: str = ""):
+                 idempotence: IdempotenceState | None, schema_of, client_id: str = "",
+                 refresh_topics=None, metadata_max_age_ms: int = 300000):
         super().__init__(name=f"sparklog-producer-sender-{client_id}", daemon=True)
         self.client = client
         self.acc = accumulator
@@ -96,6 +97,9 @@ class Sender(threading.Thread):
         self.compression = compression_type
         self.idempotence = idempotence
         self.schema_of = schema_of
+        self.refresh_topics = refresh_topics
+        self.metadata_max_age = metadata_max_age_ms / 1000.0
+        self._topics_refreshed = time.monotonic()
         self._stale: set[str] = set()
         self._closing = False
         self._forced = False
@@ -149,6 +153,10 @@ class Sender(threading.Thread):
         by_node: dict[int, list[InFlightBatch]] = defaultdict(list)
         if self._stale:
             self._refresh_metadata()
+        if self.refresh_topics is not None and \
+                time.monotonic() - self._topics_refreshed > self.metadata_max_age:
+            self._topics_refreshed = time.monotonic()
+            self.refresh_topics()
         if self.idempotence is not None and self.idempotence.bump_needed:
             try:
                 self.idempotence.init()
