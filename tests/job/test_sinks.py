@@ -212,3 +212,24 @@ def test_commit_record_round_trip_and_errors(tmp_path):
         open_sink(tmp_path.as_uri())
     with pytest.raises(InvalidArgumentError, match="must be one of"):
         open_sink(tmp_path.as_uri(), "orc")
+
+
+def _delta_spark_available(spark) -> bool:
+    try:
+        spark._jvm.java.lang.Class.forName("io.delta.sql.DeltaSparkSessionExtension")
+    except Exception:
+        return False
+    return True
+
+
+def test_delta_spark_reads_the_table(spark, tmp_path):
+    if not _delta_spark_available(spark):
+        pytest.skip("delta-spark's jars are not on the Spark classpath (no Maven repository "
+                    "is reachable here), so spark.read.format('delta') cannot run")
+    uri = (tmp_path / "table").as_uri()
+    sink = DeltaSink(uri, partition_by=["partition"])
+    s0, r0 = stage_and_record(sink, spark, "app", 0, 0, 9)
+    sink.commit(s0, r0)
+    lost, _ = stage_and_record(sink, spark, "app", 0, 0, 20)  # never committed
+    df = spark.read.format("delta").load(uri)
+    assert sorted(r.offset for r in df.collect()) == list(range(9))
