@@ -1,0 +1,215 @@
+"""Spark scan rate of format("sparklog") beside Spark's native Parquet reader (same run,
+same records).
+
+Writes a topic of P partitions holding N records of V-byte values (8-byte keys) through
+the partition log (frames of R records, uncompressed, as a producer with
+compression_type=none sends them), and the same records, in the Kafka source's columns,
+as one Parquet file per partition (pyarrow, snappy). Then, in one local Spark session,
+times two queries on each: ``count()`` and an aggregate over ``value``
+(``sum(length(value))``, ``max(value)``), best of K runs after a warm-up, and prints
+rows/s and the ratio sparklog / Parquet (target >= 0.7).
+
+Parquet answers ``count()`` from its footers without reading data, while a Python data
+source always reads every column (PySpark 4.1 offers no column pruning), so the count
+ratio mostly measures that difference; the aggregate compares full scans.
+
+A third column, "py-ds floor", times a Python data source that yields the same number
+of pre-built Arrow batches of the same shape without any I/O: the cost of Spark's
+Python data source plumbing alone (worker, Arrow transfer, row conversion in the JVM),
+an upper bound for any Python source on this machine.
+
+    .venv/bin/python bench/bench_spark_scan.py [--records 2000000] [--partitions 4]
+        [--value-bytes 100] [--records-per-frame 8192] [--repeat 3] [--root DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sparklog.format.frame import encode_frame, raw_batch  # noqa: E402
+from sparklog.log.partition import PartitionLog  # noqa: E402
+from sparklog.metadata import TopicStore  # noqa: E402
+from sparklog.storage import open_fileio  # noqa: E402
+
+TOPIC = "bench"
+BASE_TS = 1_700_000_000_000
+
+
+def fixed_binary(data: bytes, width: int, n: int) -> pa.Array:
+    """A binary array of ``n`` values of ``width`` bytes cut from ``data`` (no copies)."""
+    offsets = pa.py_buffer((np.arange(n + 1, dtype=np.int32) * width).tobytes())
+    return pa.Array.from_buffers(pa.binary(), n, [None, offsets, pa.py_buffer(data)])
+
+
+def generate(root_uri: str, parquet_dir: Path, records: int, partitions: int, width: int,
+             per_frame: int) -> None:
+    """Write the topic through the log and the same records as Parquet."""
+    store = TopicStore(root_uri, open_fileio(root_uri))
+    store.create_topic(TOPIC, partitions, configs={"segment.bytes": str(64 << 20)})
+    rng = np.random.default_rng(7)
+    per_partition = records // partitions
+    bar = tqdm(total=per_partition * partitions, desc="generate", unit="rec", file=sys.stderr)
+    for p in range(partitions):
+        plog = PartitionLog.open(store.fileio, store.partition_dir(TOPIC, p),
+                                 {"segment.bytes": str(64 << 20)})
+        writer = None
+        offset = 0
+        while offset < per_partition:
+            n = min(per_frame, per_partition - offset)
+            values = fixed_binary(rng.bytes(n * width), width, n)
+            keys = fixed_binary(rng.bytes(n * 8), 8, n)
+            stamps = BASE_TS + np.arange(offset, offset + n, dtype=np.int64)
+            plog.append(encode_frame(raw_batch(values, keys), timestamps=pa.array(stamps)))
+            table = pa.table({
+                "key": keys, "value": values,
+                "topic": pa.array([TOPIC] * n, pa.string()),
+                "partition": pa.array(np.full(n, p, np.int32)),
+                "offset": pa.array(np.arange(offset, offset + n, dtype=np.int64)),
+                "timestamp": pa.array(stamps).cast(pa.timestamp("ms", tz="UTC"))
+                .cast(pa.timestamp("us", tz="UTC")),
+                "timestampType": pa.array(np.zeros(n, np.int32)),
+            })
+            if writer is None:
+                writer = pq.ParquetWriter(parquet_dir / f"part-{p}.parquet", table.schema)
+            writer.write_table(table)
+            offset += n
+            bar.update(n)
+        plog.flush()
+        plog.close()
+        writer.close()
+    bar.close()
+
+
+def floor_source(per_partition: int, per_frame: int, width: int):
+    """A Python data source class yielding pre-built Kafka-shaped batches (no I/O)."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from sparklog.reader.spark.schema import arrow_schema, kafka_schema
+
+    class FloorReader(DataSourceReader):
+        def __init__(self, schema, partitions):
+            self.schema, self.partitions_n = schema, partitions
+
+        def partitions(self):
+            return [InputPartition(i) for i in range(self.partitions_n)]
+
+        def read(self, part):
+            n = per_frame
+            rng = np.random.default_rng(part.value)
+            batch = pa.RecordBatch.from_arrays([
+                fixed_binary(rng.bytes(n * 8), 8, n), fixed_binary(rng.bytes(n * width), width, n),
+                pa.array([TOPIC] * n), pa.array(np.full(n, part.value, np.int32)),
+                pa.array(np.arange(n, dtype=np.int64)),
+                pa.array(np.arange(n, dtype=np.int64)).cast(pa.timestamp("us", tz="UTC")),
+                pa.array(np.zeros(n, np.int32))], schema=arrow_schema(self.schema))
+            for start in range(0, per_partition, n):
+                yield batch.slice(0, min(n, per_partition - start))
+
+    class FloorSource(DataSource):
+        @classmethod
+        def name(cls):
+            return "pyds_floor"
+
+        def schema(self):
+            return kafka_schema()
+
+        def reader(self, schema):
+            return FloorReader(schema, int(self.options.get("partitions", 4)))
+
+    return FloorSource
+
+
+def best_time(action, repeat: int) -> float:
+    """Best wall time of ``repeat`` runs of ``action`` after one warm-up run."""
+    action()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=2_000_000)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--value-bytes", type=int, default=100)
+    ap.add_argument("--records-per-frame", type=int, default=8192)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--root", help="work directory (default: a temporary one, removed)")
+    args = ap.parse_args(argv)
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    work = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="bench-spark-"))
+    log_root, parquet_dir = work / "log", work / "parquet"
+    log_root.mkdir(parents=True, exist_ok=True)
+    parquet_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        generate(log_root.as_uri(), parquet_dir, args.records, args.partitions,
+                 args.value_bytes, args.records_per_frame)
+        from pyspark.sql import SparkSession
+        from pyspark.sql import functions as F
+
+        import sparklog.spark
+
+        spark = (SparkSession.builder.master("local[2]").appName("bench-spark-scan")
+                 .config("spark.ui.enabled", "false")
+                 .config("spark.sql.shuffle.partitions", "2")
+                 .config("spark.sql.session.timeZone", "UTC")
+                 .config("spark.driver.memory", "2g")
+                 .config("spark.ui.showConsoleProgress", "false")
+                 .getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+        sparklog.spark.register(spark)
+        per_partition = args.records // args.partitions
+        spark.dataSource.register(floor_source(per_partition, args.records_per_frame,
+                                               args.value_bytes))
+        sources = {
+            "sparklog": lambda: spark.read.format("sparklog").option("path", log_root.as_uri())
+            .option("subscribe", TOPIC).load(),
+            "parquet": lambda: spark.read.parquet(str(parquet_dir)),
+            "floor": lambda: spark.read.format("pyds_floor")
+            .option("partitions", args.partitions).load(),
+        }
+        n = sources["sparklog"]().count()
+        assert n == sources["parquet"]().count() == sources["floor"]().count() \
+            == per_partition * args.partitions
+        queries = {
+            "count()": lambda df: df.count(),
+            "agg(value)": lambda df: df.agg(F.sum(F.length("value")), F.max("value")).collect(),
+        }
+        print(f"\n{n:,} records of {args.value_bytes}-byte values in {args.partitions} "
+              f"partitions; best of {args.repeat} runs after a warm-up (local[2])")
+        print(f"{'query':<12} {'sparklog rows/s':>16} {'parquet rows/s':>16} {'ratio':>7} "
+              f"{'py-ds floor rows/s':>19}")
+        ratios = {}
+        for qname, query in tqdm(queries.items(), desc="queries", file=sys.stderr, leave=False):
+            rates = {s: n / best_time(lambda: query(make()), args.repeat)
+                     for s, make in sources.items()}
+            ratios[qname] = rates["sparklog"] / rates["parquet"]
+            print(f"{qname:<12} {rates['sparklog']:>16,.0f} {rates['parquet']:>16,.0f} "
+                  f"{ratios[qname]:>7.2f} {rates['floor']:>19,.0f}")
+        print("target: ratio >= 0.7 (sparklog rows/s / Parquet rows/s)")
+        spark.stop()
+    finally:
+        if not args.root:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
