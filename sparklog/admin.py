@@ -17,7 +17,7 @@ import pyarrow as pa
 from .client.network import NetworkClient
 from .client.offsets import fetch_committed, list_offsets
 from .client.types import OffsetAndTimestamp, PartitionInfo, TopicPartition
-from .errors import InvalidArgumentError, UnknownTopicOrPartitionError
+from .errors import InvalidArgumentError
 from .metadata.topic import validate_topic_name
 from .protocol.apis import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ApiKey
 from .protocol.codec import raise_for_error
@@ -233,8 +233,7 @@ class Admin:
         for name in topics:
             info = meta.topic(name)
             if info is None:
-                raise meta.unknown.get(name) or UnknownTopicOrPartitionError(
-                    f"topic {name!r} does not exist")
+                raise meta.missing(name)
             c = configs[name]
             schema = pa.ipc.read_schema(pa.py_buffer(c["schema"])) if c.get("schema") \
                 else None

@@ -20,7 +20,7 @@ import time
 
 from ..errors import (
     IllegalGenerationError, InvalidArgumentError, RebalanceInProgressError, SparklogError,
-    UnknownMemberIdError, UnknownTopicOrPartitionError,
+    UnknownMemberIdError,
 )
 from ..protocol.apis import ApiKey
 from .network import NetworkClient
@@ -79,8 +79,7 @@ class StaticMembership(GroupMembership):
         for topic in self._topics:
             info = meta.topic(topic)
             if info is None:
-                raise meta.unknown.get(topic) or UnknownTopicOrPartitionError(
-                    f"topic {topic!r} is not in the cluster metadata")
+                raise meta.missing(topic)
             out.extend(TopicPartition(topic, p) for p in range(info.num_partitions))
         return out
 

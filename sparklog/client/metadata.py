@@ -11,7 +11,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ..errors import UnknownTopicOrPartitionError
+from ..errors import SparklogError, UnknownTopicOrPartitionError
 from ..protocol.codec import error_from
 from .types import PartitionInfo
 
@@ -111,6 +111,14 @@ class ClusterMetadata:
                 f"partition {partition} does not exist in topic {topic!r} "
                 f"(it has {len(info.partitions)})")
         return info.partitions[partition].leader
+
+    def missing(self, topic: str) -> SparklogError:
+        """A new exception saying why ``topic`` is not in the cache (the broker's error
+        from the last refresh, else UnknownTopicOrPartitionError)."""
+        exc = self.unknown.get(topic)
+        if exc is not None:
+            return type(exc)(str(exc))
+        return UnknownTopicOrPartitionError(f"topic {topic!r} is not in the cluster metadata")
 
     def broker(self, node_id: int) -> BrokerInfo | None:
         """The broker with that id, or None."""

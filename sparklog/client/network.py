@@ -198,8 +198,7 @@ class NetworkClient:
             self.refresh_metadata([topic], auto_create=auto_create)
             info = self.metadata.topic(topic)
             if info is None:
-                raise self.metadata.unknown.get(topic) or BrokerNotAvailableError(
-                    f"metadata has no topic {topic!r}")
+                raise self.metadata.missing(topic)
         return info
 
     def close(self) -> None:
