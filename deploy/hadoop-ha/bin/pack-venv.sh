@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Pack sparklog and its dependencies into a relocatable venv archive for YARN.
+#
+# Usage: pack-venv.sh [--python PY] [--source SPEC] [--extras LIST] [--output FILE]
+#                     [--upload HDFS_URL] [--pip-args "ARGS"]
+#   --python   interpreter the venv is made from (default python3). The archive holds
+#              the venv, not the interpreter: the same Python (same path, same version)
+#              must be installed on every NodeManager host.
+#   --source   a sparklog source tree (default: this repository), a wheel file or a
+#              requirement such as "sparklog[spark,hdfs,cluster]==X.Y"
+#   --extras   extras installed with a source tree (default spark,hdfs,cluster)
+#   --output   archive to write (default sparklog-venv.tar.gz)
+#   --upload   also copy it to HDFS, e.g. hdfs://ns1/apps/sparklog/sparklog-venv.tar.gz
+#              (the spark.archives of sparklog/spark-defaults.conf)
+#   --pip-args extra pip arguments (e.g. "--no-index --find-links wheels/")
+#
+# The venv also gets sparklog/pyspark_sparklog.py, through which Spark registers
+# format("sparklog") by itself. Containers unpack the archive as ./venv and run
+# ./venv/bin/python (spark.archives ...#venv).
+set -euo pipefail
+
+HERE="$(cd "$(dirname "$0")" && pwd)"
+DEPLOY="$(dirname "$HERE")"
+REPO="$(cd "$DEPLOY/../.." && pwd)"
+PYTHON=python3
+SOURCE="$REPO"
+EXTRAS="spark,hdfs,cluster"
+OUTPUT=sparklog-venv.tar.gz
+UPLOAD=""
+PIP_ARGS=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --python) PYTHON="$2"; shift ;;
+        --source) SOURCE="$2"; shift ;;
+        --extras) EXTRAS="$2"; shift ;;
+        --output) OUTPUT="$2"; shift ;;
+        --upload) UPLOAD="$2"; shift ;;
+        --pip-args) PIP_ARGS="$2"; shift ;;
+        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        *) echo "pack-venv.sh: unknown argument: $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+VENV="$WORK/venv"
+
+echo "pack-venv: creating a venv with $PYTHON"
+"$PYTHON" -m venv "$VENV"
+if [ -d "$SOURCE" ]; then
+    # build from a copy of the files git does not ignore: pip leaves its build/ there,
+    # and no local venv or data directory of the tree is copied
+    mkdir "$WORK/src"
+    if git -C "$SOURCE" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+        (cd "$SOURCE" && git ls-files -z --cached --others --exclude-standard . |
+            tar --null --ignore-failed-read -T - -cf -) | tar -C "$WORK/src" -xf -
+    else
+        tar -C "$SOURCE" --exclude=.git --exclude=.venv --exclude=build --exclude=dist \
+            --exclude='*.egg-info' --exclude=__pycache__ -cf - . | tar -C "$WORK/src" -xf -
+    fi
+    SOURCE="$WORK/src[$EXTRAS]"
+fi
+echo "pack-venv: installing $SOURCE"
+# shellcheck disable=SC2086  # PIP_ARGS is a list of words
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check $PIP_ARGS "$SOURCE"
+
+SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+cp "$DEPLOY/sparklog/pyspark_sparklog.py" "$SITE/pyspark_sparklog.py"
+
+# the archive must work from any directory: check imports from the venv itself
+"$VENV/bin/python" -I - <<'PY'
+import importlib.util
+import sparklog
+assert importlib.util.find_spec("pyspark_sparklog"), "pyspark_sparklog is not importable"
+print(f"pack-venv: sparklog {sparklog.__version__} importable")
+PY
+
+# bin/python is a symlink to the base interpreter: say which one the nodes need
+BASE="$(readlink -f "$VENV/bin/python")"
+VERSION="$("$VENV/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+tar -C "$VENV" -czf "$OUTPUT" .
+echo "pack-venv: wrote $OUTPUT ($(du -h "$OUTPUT" | cut -f1)); NodeManagers need Python $VERSION at $BASE"
+
+if [ -n "$UPLOAD" ]; then
+    hdfs dfs -mkdir -p "$(dirname "$UPLOAD")"
+    hdfs dfs -put -f "$OUTPUT" "$UPLOAD"
+    echo "pack-venv: uploaded to $UPLOAD"
+fi

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Run one exactly-once sparklog ETL job on YARN (cluster deploy mode).
+#
+# Usage: submit-etl.sh [--dry-run] [--queue Q] [--conf KEY=VALUE ...] -- ETL-ARGS...
+#   ETL-ARGS are those of `sparklog etl run` (see docs/exactly-once.md), e.g.
+#     -- --app-id clicks-hourly --subscribe clicks --path hdfs://ns1/sparklog \
+#        --output hdfs://ns1/warehouse/clicks --format delta --sql "SELECT ... FROM input"
+#   --dry-run  print the spark-submit command instead of running it
+#   --queue    YARN queue (default: the cluster's default queue)
+#   --conf     extra Spark settings (repeatable), after sparklog/spark-defaults.conf
+#
+# The job commits the offsets it read together with its output, so running it again
+# after any failure (the script's, the application master's, an RM failover) neither
+# loses nor repeats a record. The exit status is the application's final status.
+# Needs spark-submit on PATH (or SPARK_HOME) and the `hadoop` command.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "$0")" && pwd)"
+DEPLOY="$(dirname "$HERE")"
+DRY_RUN=0
+EXTRA=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --dry-run) DRY_RUN=1 ;;
+        --queue) EXTRA+=(--queue "$2"); shift ;;
+        --conf) EXTRA+=(--conf "$2"); shift ;;
+        --) shift; break ;;
+        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        *) echo "submit-etl.sh: unknown argument $1 (ETL arguments go after --)" >&2; exit 2 ;;
+    esac
+    shift
+done
+ETL_ARGS=("$@")
+
+APP_ID=""
+for ((i = 0; i < ${#ETL_ARGS[@]}; i++)); do
+    case "${ETL_ARGS[$i]}" in
+        --app-id) APP_ID="${ETL_ARGS[$((i + 1))]:-}" ;;
+        --app-id=*) APP_ID="${ETL_ARGS[$i]#--app-id=}" ;;
+    esac
+done
+if [ -z "$APP_ID" ]; then
+    echo "submit-etl.sh: the ETL arguments need --app-id (it names the job's commits)" >&2
+    exit 2
+fi
+for arg in "${ETL_ARGS[@]}"; do
+    if [ "$arg" = "--master" ]; then
+        echo "submit-etl.sh: --master is spark-submit's here (YARN); drop it" >&2
+        exit 2
+    fi
+done
+
+SPARK_SUBMIT="${SPARK_HOME:+$SPARK_HOME/bin/}spark-submit"
+# libhdfs in the Python workers needs every Hadoop jar listed (no "dir/*" entries);
+# Spark appends a CLASSPATH given this way to the container's own.
+if [ "$DRY_RUN" = 1 ]; then
+    HADOOP_CP='$(hadoop classpath --glob)'
+else
+    HADOOP_CP="$(hadoop classpath --glob)"
+fi
+
+CMD=("$SPARK_SUBMIT"
+     --master yarn --deploy-mode cluster
+     --name "sparklog-etl-$APP_ID"
+     --properties-file "$DEPLOY/sparklog/spark-defaults.conf"
+     --conf "spark.executorEnv.CLASSPATH=$HADOOP_CP"
+     --conf "spark.yarn.appMasterEnv.CLASSPATH=$HADOOP_CP"
+     --conf spark.yarn.submit.waitAppCompletion=true
+     ${EXTRA[@]+"${EXTRA[@]}"}
+     "$DEPLOY/sparklog/etl_driver.py"
+     "${ETL_ARGS[@]}")
+
+if [ "$DRY_RUN" = 1 ]; then
+    printf '%q ' "${CMD[@]}"
+    echo
+    exit 0
+fi
+exec "${CMD[@]}"
