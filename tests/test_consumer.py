@@ -253,6 +253,17 @@ def test_poll_batches_returns_arrow_with_offsets(broker, admin, producer):
     assert table.column("value").to_pylist() == [b"0:%d" % i for i in range(2, 12)]
 
 
+def test_typed_topic_rows_through_a_group(broker, admin, producer):
+    topic = f"typed{next(_names)}"
+    admin.create_topic(topic, 1, schema="value double, key string")  # raw-looking names
+    producer.send_batch(topic, pa.table({"value": [1.5, 2.5], "key": ["a", None]})).get(10)
+    with Consumer(topic, bootstrap_servers=broker.address, group_id=f"g{next(_names)}",
+                  auto_offset_reset="earliest") as c:
+        got = drain(c, 2)[TopicPartition(topic, 0)]
+    assert [r.value for r in got] == [{"value": 1.5, "key": "a"}, {"value": 2.5, "key": None}]
+    assert all(r.key is None for r in got)
+
+
 def test_bad_arguments(broker, admin, producer):
     topic = filled_topic(admin, producer, 1, 1)
     with pytest.raises(InvalidConfigError, match="auto_offset_reset"):

@@ -186,11 +186,17 @@ class Consumer:
         self._set_assignment([])
 
     def _set_assignment(self, tps) -> None:
+        tps = [TopicPartition(*tp) for tp in tps]
+        unknown = sorted({tp.topic for tp in tps if self._client.metadata.topic(tp.topic) is None})
+        if unknown:  # leaders, and whether a topic is typed, come from the metadata
+            try:
+                self._client.refresh_metadata(unknown)
+            except SparklogError as exc:
+                log.info("metadata of %s not loaded yet: %s", unknown, exc)
         with self._cond:
             old = dict(self._states)
             self._states.clear()
             for tp in tps:
-                tp = TopicPartition(*tp)
                 self._states[tp] = old.get(tp) or PartitionState()
                 info = self._client.metadata.topic(tp.topic)
                 self._states[tp].typed = bool(info and info.typed)
@@ -443,7 +449,9 @@ class Consumer:
         if now >= self._next_auto_commit:
             self._next_auto_commit = now + self.config["auto_commit_interval_ms"] / 1000
             if self._current_offsets():
-                self.commit_async()
+                self.commit_async().add_errback(
+                    lambda exc: log.warning("auto-commit of group %r failed: %s",
+                                            self.group_id, exc))
 
     # --- offset lookups -------------------------------------------------------------------
     def _list_offsets(self, wanted: dict) -> dict:
