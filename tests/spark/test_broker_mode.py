@@ -19,7 +19,7 @@ from brokerproc import BrokerProcess
 from sparklog.admin import Admin
 from sparklog.errors import SchemaMismatchError
 
-from .logdata import expected_rows, make_topic
+from .logdata import BASE_TS, expected_rows, make_topic
 from .test_batch import KAFKA_SCHEMA, KAFKA_SCHEMA_HEADERS, assert_same
 from .test_stream import output, run_available_now
 
@@ -57,8 +57,12 @@ def test_kafka_options_through_the_broker(sl_spark, broker):
                     endingOffsets='{"pre":{"0":-1,"1":3}}', includeHeaders="true",
                     failOnDataLoss="true", **{"kafka.security.protocol": "PLAINTEXT"})
     assert df.schema == KAFKA_SCHEMA_HEADERS
-    want = expected_rows("pre", {0: range(20, 25), 1: range(3)}, headers=True)
-    assert_same(df, sl_spark.createDataFrame(want, KAFKA_SCHEMA_HEADERS))
+    # timestamps through the broker's ListOffsets (record o of partition p: BASE_TS+1000o+p)
+    by_time = kafka_read(sl_spark, broker, subscribe="pre", includeHeaders="true",
+                         startingTimestamp=BASE_TS + 22_000, endingTimestamp=BASE_TS + 24_000)
+    want = expected_rows("pre", {0: range(20, 25), 1: range(3)}, headers=True) + \
+        expected_rows("pre", {0: range(22, 24), 1: range(22, 24)}, headers=True)
+    assert_same(df.unionByName(by_time), sl_spark.createDataFrame(want, KAFKA_SCHEMA_HEADERS))
 
 
 def test_write_read_round_trip(sl_spark, broker, admin):

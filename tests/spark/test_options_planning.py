@@ -97,6 +97,14 @@ def spans(ranges):
     return [(r.topic, r.partition, r.start, r.end) for r in ranges]
 
 
+def test_missing_storage_root_is_named(tmp_path):
+    from sparklog.errors import StorageFileNotFoundError
+
+    missing = (tmp_path / "nowhere").as_uri()
+    with pytest.raises(StorageFileNotFoundError, match="nowhere.*option path"):
+        StorageCatalog(missing)
+
+
 def test_plan_offset_specs(topic_t):
     cat = StorageCatalog(topic_t)
     assert spans(plan_batch(cat, opts(topic_t))) == [("t", 0, 0, 30), ("t", 1, 0, 30)]
@@ -175,6 +183,32 @@ def test_rate_limit_shares_by_backlog(topic_t):
     per_record = states[("t", 0)].bytes_per_record()
     capped = rate_limit(begin, latest, states, None, int(per_record * 10))
     assert 0 < capped[("t", 0)] <= 10 and capped[("t", 1)] >= 29
+
+
+def test_running_stream_sees_new_partitions_and_caps_batches(topic_t):
+    from pyspark.sql.types import StructType
+
+    from sparklog.metadata import TopicStore
+    from sparklog.reader.spark.stream import SparklogStreamReader
+
+    from .logdata import append_records, record
+
+    options = {"path": topic_t, "subscribe": "t", "startingOffsets": "earliest",
+               "maxOffsetsPerTrigger": "40"}
+    reader = SparklogStreamReader(parse_options(options, streaming=True), StructType())
+    start = reader.initialOffset()
+    assert start == {"t": {"0": 0, "1": 0}}
+    first = reader.latestOffset()
+    assert first == {"t": {"0": 20, "1": 20}}  # 40 records shared by backlog
+    assert spans(reader.partitions(start, first)) == [("t", 0, 0, 20), ("t", 1, 0, 20)]
+    store = TopicStore(topic_t)
+    store.alter_topic("t", partitions=3)
+    append_records(store, "t", 2, [record("t", 2, o) for o in range(5)])
+    second = reader.latestOffset()  # the same reader: no restart, no new process
+    assert second == {"t": {"0": 30, "1": 30, "2": 5}}  # 25 records left: under the cap
+    assert spans(reader.partitions(first, second)) == \
+        [("t", 0, 20, 30), ("t", 1, 20, 30), ("t", 2, 0, 5)]
+    reader.stop()
 
 
 # --- data loss -------------------------------------------------------------------------------------

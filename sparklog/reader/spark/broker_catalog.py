@@ -44,9 +44,11 @@ class BrokerCatalog(Catalog):
         return self._root
 
     def list_topics(self) -> list[str]:
+        """Names of existing topics."""
         return self.admin.list_topics()
 
     def topic_config(self, topic: str) -> TopicConfig | None:
+        """The topic's config, or None if it does not exist (cached)."""
         if topic not in self._configs:
             try:
                 (desc,) = self.admin.describe_topics([topic])
@@ -95,6 +97,7 @@ class BrokerCatalog(Catalog):
         return out
 
     def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
+        """First offset whose timestamp is >= ``timestamp_ms``, or None."""
         found = self.admin.list_offsets({(topic, partition): int(timestamp_ms)})
         (result,) = found.values()
         return None if result.offset < 0 else result.offset
@@ -114,5 +117,6 @@ class BrokerCatalog(Catalog):
                                    f"{group_id!r}")
 
     def close(self) -> None:
+        """Release connections and file handles."""
         self.admin.close()
         self.client.close()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import abc
 
-from ...errors import UnknownTopicOrPartitionError
+from ...errors import StorageFileNotFoundError, UnknownTopicOrPartitionError
 from ...metadata import TopicConfig, TopicStore
 from .planning import PartitionState
 
@@ -45,6 +45,10 @@ class Catalog(abc.ABC):
     def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
         """The first offset whose record timestamp is >= ``timestamp_ms``, or None."""
 
+    def refresh(self) -> None:
+        """Forget cached topic configs (a long-running stream sees new partitions)."""
+        getattr(self, "_configs", {}).clear()
+
     def close(self) -> None:
         """Release connections."""
 
@@ -57,15 +61,20 @@ class StorageCatalog(Catalog):
 
         self.storage_options = dict(storage_options or {})
         fileio = open_fileio(root, **self.storage_options)
+        if not fileio.exists(root):
+            raise StorageFileNotFoundError(
+                f"storage root {root!r} (option path) does not exist")
         self.store = TopicStore(root, fileio)
         self.root = self.store.root
         self._configs: dict = {}
         self._readers: dict = {}
 
     def list_topics(self) -> list[str]:
+        """Names of existing topics."""
         return self.store.list_topics()
 
     def topic_config(self, topic: str) -> TopicConfig | None:
+        """The topic's config, or None if it does not exist (cached)."""
         if topic not in self._configs:
             try:
                 self._configs[topic] = self.store.describe_topic(topic)
@@ -81,6 +90,7 @@ class StorageCatalog(Catalog):
         return self._readers[key]
 
     def partition_states(self, topic: str, partitions) -> dict:
+        """{partition: PartitionState} read from the partition logs."""
         out = {}
         for p in partitions:
             reader = self.log_reader(topic, p)
@@ -91,9 +101,11 @@ class StorageCatalog(Catalog):
         return out
 
     def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
+        """First offset whose timestamp is >= ``timestamp_ms``, or None."""
         return self.log_reader(topic, partition).offset_for_timestamp(timestamp_ms)
 
     def close(self) -> None:
+        """Release connections and file handles."""
         self.store.fileio.close()
 
 

@@ -56,7 +56,7 @@ LATEST = -1
 
 #: Kafka source options accepted for compatibility but without effect here.
 _IGNORED = {"fetchoffset.numretries", "fetchoffset.retryintervalms", "kafkaconsumer.polltimeoutms",
-            "maxtriggerdelay", "minoffsetspertrigger", "includeheaders.legacy"}
+            "maxtriggerdelay", "minoffsetspertrigger"}
 
 
 @dataclass(frozen=True)

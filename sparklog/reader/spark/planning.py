@@ -63,15 +63,17 @@ class OffsetRange(InputPartition):
         return max(self.end - self.start, 0)
 
 
-def data_loss_message(topic: str, partition: int, first: int, end: int, why: str) -> str:
+def data_loss_message(topic: str, partition: int, first: int, end: int | None,
+                      why: str) -> str:
     """The text of a data-loss error or warning: names the topic, the partition and the
-    missing offset range ``[first, end)``."""
-    return (f"topic {topic!r} partition {partition}: offsets [{first}, {end}) are no longer "
+    missing offset range ``[first, end)`` (``end`` None: from ``first`` on)."""
+    span = f"offsets [{first}, {end})" if end is not None else f"offsets from {first} on"
+    return (f"topic {topic!r} partition {partition}: {span} are no longer "
             f"available ({why}); some data may have been lost. If you don't want the query "
             "to fail on such cases, set the source option failOnDataLoss to false.")
 
 
-def report_data_loss(fail: bool, topic: str, partition: int, first: int, end: int,
+def report_data_loss(fail: bool, topic: str, partition: int, first: int, end: int | None,
                      why: str, log_start=None, log_end=None) -> None:
     """Raise OffsetOutOfRangeError (``fail``) or log a warning for a lost range."""
     message = data_loss_message(topic, partition, first, end, why)

@@ -104,6 +104,7 @@ class SparklogStreamReader(DataSourceStreamReader):
 
     def _states(self) -> dict:
         cat = self._cat()
+        cat.refresh()
         return partition_states(cat, subscribed_partitions(cat, self.opts.subscription))
 
     def _advance(self, offsets: dict) -> None:
@@ -144,7 +145,7 @@ class SparklogStreamReader(DataSourceStreamReader):
         self._publish(begin)
         fail = self.opts.fail_on_data_loss
         for tp in sorted(set(begin) - set(until)):
-            report_data_loss(fail, tp[0], tp[1], begin[tp], begin[tp],
+            report_data_loss(fail, tp[0], tp[1], begin[tp], None,
                              "the partition no longer exists")
         cat = self._cat()
         wanted: dict = {}
