@@ -178,6 +178,10 @@ class SparklogWriter(DataSourceArrowWriter):
                     continue
                 for topic, partition, rows in self._groups(batch):
                     payload = rows.drop_columns([c for c in ROUTING_COLUMNS if c in rows.column_names])
+                    typed = self.topic_schemas.get(topic)
+                    if typed is not None:  # the topic's column order
+                        payload = payload.select(typed.names + [
+                            c for c in payload.column_names if c == TIMESTAMP])
                     if TIMESTAMP in payload.column_names and \
                             pa.types.is_timestamp(payload.schema.field(TIMESTAMP).type):
                         ts = payload.column(TIMESTAMP).cast(pa.timestamp("ms", tz="UTC"))
