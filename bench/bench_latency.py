@@ -15,6 +15,7 @@ Target: p99 <= 10 ms at 10k records/s.
 from __future__ import annotations
 
 import argparse
+import os
 import struct
 import sys
 import tempfile
@@ -66,7 +67,8 @@ def round_trips(address: str, rate: int, count: int) -> list[float]:
     return out
 
 
-def produce_consume(address: str, rate: int, seconds: float, linger_ms: float) -> list[float]:
+def produce_consume(address: str, rate: int, seconds: float, linger_ms: float,
+                     in_flight: int = 5) -> list[float]:
     """Latencies of ``rate * seconds`` records sent at ``rate`` records/s."""
     total = int(rate * seconds)
     latencies: list[float] = []
@@ -90,7 +92,8 @@ def produce_consume(address: str, rate: int, seconds: float, linger_ms: float) -
     thread.start()
     ready.wait(30)
     pad = b"p" * (100 - STAMP.size)
-    with Producer(address, acks=1, linger_ms=linger_ms) as producer:
+    with Producer(address, acks=1, linger_ms=linger_ms,
+                  max_in_flight_requests_per_connection=in_flight) as producer:
         producer.send("latency", STAMP.pack(time.perf_counter_ns()) + pad).get(10)
         latencies.clear()
         bar = tqdm(total=total, desc=f"linger.ms={linger_ms:g}", unit="rec", file=sys.stderr,
@@ -120,6 +123,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--linger-ms", type=float, action="append",
                         help="producer linger.ms (repeatable; default 0 and 5)")
+    parser.add_argument("--in-flight", type=int, default=5,
+                        help="producer max.in.flight.requests.per.connection (default 5)")
     args = parser.parse_args(argv)
     lingers = args.linger_ms or [0.0, 5.0]
     with tempfile.TemporaryDirectory(prefix="sparklog-bench-") as tmp:
@@ -129,10 +134,13 @@ def main(argv=None) -> int:
             admin.create_topic("baseline", 1)
             base = percentiles(round_trips(broker.address, args.rate,
                                            min(20_000, int(args.rate * args.seconds))))
-            results = {l: percentiles(produce_consume(broker.address, args.rate, args.seconds, l))
-                       for l in lingers}
+            results = {
+                linger: percentiles(produce_consume(broker.address, args.rate, args.seconds,
+                                                    linger, args.in_flight))
+                for linger in lingers}
     print(f"one partition, acks=1, 100-byte records at {args.rate} records/s for "
-          f"{args.seconds:g} s, local storage")
+          f"{args.seconds:g} s, local storage, {args.in_flight} request(s) in flight; "
+          f"machine load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(f"baseline produce round trip   : p50 {base['p50']:6.2f} ms  p99 {base['p99']:6.2f} ms"
           f"  max {base['max']:6.2f} ms  ({base['n']} requests)")
     for linger, r in results.items():
