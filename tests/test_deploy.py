@@ -26,15 +26,27 @@ BIN = DEPLOY / "bin"
 SCRIPTS = sorted(BIN.glob("*.sh"))
 
 
+def _load_script(name: str, filename: str):
+    spec = importlib.util.spec_from_file_location(name, BIN / filename)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def check_config(root: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(BIN / "check-config.py"), str(root)],
-                          capture_output=True, text=True, timeout=60)
+    """check-config.py run in-process (the same main() as the command line)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = _load_script("check_config", "check-config.py").main([str(root)])
+    return subprocess.CompletedProcess([], code, out.getvalue(), err.getvalue())
 
 
 def test_shipped_files_pass_check_config():
-    result = check_config(DEPLOY)
+    result = subprocess.run([sys.executable, str(BIN / "check-config.py"), str(DEPLOY)],
+                            capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("check-config: OK")
+    assert check_config(DEPLOY).returncode == 0
 
 
 def _replace(old: str, new: str):
@@ -179,7 +191,8 @@ def test_check_config_reports_a_missing_file(tmp_path):
     root = tmp_path / "hadoop-ha"
     shutil.copytree(DEPLOY, root)
     (root / UNIT).unlink()
-    result = check_config(root)
+    result = subprocess.run([sys.executable, str(BIN / "check-config.py"), str(root)],
+                            capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert f"check-config: {UNIT}: cannot be read" in result.stdout
 
@@ -375,13 +388,6 @@ def test_systemd_unit_has_no_unknown_keys(unit_instance):
 # --- Spark registration and the failover checker --------------------------------------
 
 
-def _load_ack_check():
-    spec = importlib.util.spec_from_file_location("ack_check", BIN / "ack-check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.spark
 def test_spark_registers_the_source_through_pyspark_sparklog(tmp_path, storage_root):
     pytest.importorskip("pyspark", reason="pyspark is not installed")
@@ -415,7 +421,7 @@ def test_ack_check_finds_every_acknowledged_record_once(tmp_path, storage_root, 
     from sparklog.admin import Admin, NewTopic
     from sparklog.writer.broker import EmbeddedBroker
 
-    ack_check = _load_ack_check()
+    ack_check = _load_script("ack_check", "ack-check.py")
     ack_log = tmp_path / "acks.log"
     with EmbeddedBroker(storage_root) as broker:
         admin = Admin(broker.bootstrap_servers)
@@ -427,14 +433,20 @@ def test_ack_check_finds_every_acknowledged_record_once(tmp_path, storage_root, 
     lines = ack_log.read_text().splitlines()
     assert len(lines) == 300 and not any("FAILED" in line for line in lines)
     verify = ["verify", "--path", storage_root, "--topic", "acks", "--ack-log", str(ack_log)]
-    assert ack_check.main(verify) == 0
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert ack_check.main(verify) == 0
+    assert "300 acknowledged, 0 failed sends" in out.getvalue()
+    assert "longest pause between acknowledgements" in out.getvalue()
 
     # the same log with a record the topic lacks, one acknowledged elsewhere, one whose
     # checksum differs: each is reported
-    key, partition, offset, digest = lines[0].split()
-    doctored = lines + [f"r1-9999999999 0 0 {digest}"]
-    doctored[1] = " ".join(doctored[1].split()[:2] + ["999999", doctored[1].split()[3]])
-    doctored[2] = " ".join(doctored[2].split()[:3] + ["0" * 64])
+    key, partition, offset, digest, _ = lines[0].split()
+    doctored = lines + [f"r1-9999999999 0 0 {digest} 1"]
+    fields = doctored[1].split()
+    doctored[1] = " ".join(fields[:2] + ["999999"] + fields[3:])
+    fields = doctored[2].split()
+    doctored[2] = " ".join(fields[:3] + ["0" * 64] + fields[4:])
     ack_log.write_text("\n".join(doctored) + "\n")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

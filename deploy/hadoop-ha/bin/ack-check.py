@@ -8,13 +8,15 @@
 
 ``produce`` sends numbered records (idempotent producer, acks=all) while a failure is
 injected, and appends one line per acknowledged record to the ack log:
-``key partition offset sha256(value)``. Records whose send failed are logged as
-``key - - FAILED``: they may be in the log (the answer was lost) but at most once.
+``key partition offset sha256(value) ack_time_ms``. Records whose send failed are logged
+as ``key - - FAILED time_ms``: they may be in the log (the answer was lost) but at most
+once.
 
 ``verify`` reads the whole topic with Spark (``format("sparklog")``) and checks each
 acknowledged key: present exactly once, at the acknowledged partition and offset, with
-the same SHA-256. It prints a summary and every problem (at most 20 of a kind) and exits
-1 if there is any. See deploy/hadoop-ha/README.md (failover test matrix).
+the same SHA-256. It prints a summary, the longest pause between two acknowledgements
+(how long the failure stalled the producer) and every problem (at most 20 of a kind),
+and exits 1 if there is any. See deploy/hadoop-ha/README.md (failover test matrix).
 """
 
 from __future__ import annotations
@@ -40,12 +42,13 @@ def produce(args) -> int:
 
         def acked(key, digest, meta):
             with lock:
-                log.write(f"{key} {meta.partition} {meta.offset} {digest}\n")
+                log.write(f"{key} {meta.partition} {meta.offset} {digest} "
+                          f"{int(time.time() * 1000)}\n")
                 counts["acked"] += 1
 
         def failed(key, exc):
             with lock:
-                log.write(f"{key} - - FAILED\n")
+                log.write(f"{key} - - FAILED {int(time.time() * 1000)}\n")
                 counts["failed"] += 1
             print(f"ack-check: {key} not acknowledged: {exc}", file=sys.stderr)
 
@@ -69,20 +72,22 @@ def produce(args) -> int:
     return 0
 
 
-def read_ack_log(path: str) -> tuple[dict, set]:
-    """{key: (partition, offset, sha256)} of acknowledged records, and failed keys."""
-    acked, failed = {}, set()
+def read_ack_log(path: str) -> tuple[dict, set, list]:
+    """{key: (partition, offset, sha256)} of acknowledged records, failed keys, and the
+    acknowledgement times (ms)."""
+    acked, failed, times = {}, set(), []
     with open(path, encoding="ascii") as f:
         for number, line in enumerate(f, 1):
             parts = line.split()
-            if len(parts) != 4:
+            if len(parts) != 5 or not parts[4].isdigit():
                 raise SystemExit(f"ack-check: {path} line {number}: not 'key partition "
-                                 f"offset sha256': {line.strip()!r}")
+                                 f"offset sha256 time_ms': {line.strip()!r}")
             if parts[3] == "FAILED":
                 failed.add(parts[0])
             else:
                 acked[parts[0]] = (int(parts[1]), int(parts[2]), parts[3])
-    return acked, failed
+                times.append(int(parts[4]))
+    return acked, failed, sorted(times)
 
 
 def read_topic(args) -> list[tuple]:
@@ -108,7 +113,7 @@ def read_topic(args) -> list[tuple]:
 
 def verify(args) -> int:
     """Compare the topic's records with the ack log; 1 if anything is wrong."""
-    acked, failed = read_ack_log(args.ack_log)
+    acked, failed, times = read_ack_log(args.ack_log)
     seen: dict = {}
     for key, partition, offset, digest in read_topic(args):
         seen.setdefault(key, []).append((partition, offset, digest))
@@ -134,6 +139,9 @@ def verify(args) -> int:
     print(f"ack-check: {len(acked)} acknowledged, {len(failed)} failed sends "
           f"({unacked_present} of them in the log), {sum(map(len, seen.values()))} records "
           f"read")
+    if len(times) > 1:
+        pause = max(b - a for a, b in zip(times, times[1:])) / 1000
+        print(f"ack-check: longest pause between acknowledgements: {pause:.2f} s")
     bad = 0
     for kind, items in problems.items():
         bad += len(items)
