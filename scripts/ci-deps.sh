@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# System packages the tests need beyond the Python virtual environment. Idempotent: does
+# nothing when everything is present. Installs with apt-get only when running as root on
+# a Debian-like system; otherwise says what is missing (the tests that need it skip and
+# print why).
+#
+#   - zookeeper (Debian's package: /usr/share/java/zookeeper.jar and the jars it depends
+#     on) and a Java runtime: the cluster-mode tests start a real ZooKeeper server
+#     (tests/zkserver.py).
+set -euo pipefail
+
+missing=()
+if ! dpkg -s zookeeper >/dev/null 2>&1 || [ ! -f /usr/share/java/zookeeper.jar ]; then
+    missing+=(zookeeper)
+fi
+if ! command -v java >/dev/null 2>&1; then
+    missing+=(default-jre-headless)
+fi
+
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "[sparklog] system test dependencies present (zookeeper, java)"
+    exit 0
+fi
+
+if [ "$(id -u)" != "0" ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "[sparklog] missing system packages: ${missing[*]} (not root or no apt-get:" \
+         "install them to run the ZooKeeper cluster tests)" >&2
+    exit 1
+fi
+
+echo "[sparklog] installing system packages: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "[sparklog] installed: ${missing[*]}"

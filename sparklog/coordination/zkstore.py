@@ -1,0 +1,428 @@
+"""ZkCoordinationStore: the cluster-mode :class:`CoordinationStore` on ZooKeeper (kazoo).
+
+One store per broker process (or admin tool), one ZooKeeper session each. It keeps a
+:class:`~sparklog.coordination.zkview.ClusterView` (watched cache of brokers,
+controller and partition states) and, once a broker registers, runs that broker's
+:class:`~sparklog.coordination.controller.Controller` candidate.
+
+How each method is made atomic (layout in :mod:`sparklog.coordination.zkpaths`):
+
+* ``register_broker``: an ephemeral ``/brokers/ids/<id>`` create; when the node exists
+  under another session the store waits up to one session timeout (a restarted broker's
+  previous session may still be expiring) and then refuses the duplicate id. After a
+  session expiry the registration is re-created automatically.
+* ``acquire_leadership``: granted only when the view proves that the controller made this
+  broker the leader (see :mod:`~sparklog.coordination.zkview`); the epoch is the one the
+  controller wrote. Leaders are chosen by the controller alone.
+* ``release_leadership``: a controlled shutdown request ``/admin/controlled_shutdown/<id>``;
+  the controller moves every leadership of the broker elsewhere; the call waits for it.
+* ``allocate_producer_ids``: compare-and-set of ``/latest_producer_id_block``.
+* ``commit_offsets``: one ZooKeeper transaction over ``/consumers/<g>/offsets/<t>/<p>``
+  (the node holds the offset as a decimal string, as Kafka 0.8 wrote it; with a metadata
+  string it holds ``{"offset": n, "metadata": s}``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+
+from ..errors import CoordinationError, InvalidArgumentError, InvalidConfigError, NotLeaderError
+from ..metadata.topic import validate_partition, validate_topic_name
+from .base import (
+    BrokerInfo, CoordinationStore, OffsetAndMetadata, PartitionState, validate_group_id,
+)
+from .controller import Controller
+from .zkclient import DEFAULT_SESSION_TIMEOUT_MS, close_zk, connect_zk
+from .zkpaths import (
+    CLUSTER_ID, CONSUMERS, PRODUCER_ID_BLOCK, broker_path, check_broker_id,
+    controlled_shutdown_path, dumps, encode_broker, group_offsets_path, group_path, loads,
+)
+from .zkview import ClusterView
+
+log = logging.getLogger(__name__)
+
+
+def encode_offset(om: OffsetAndMetadata) -> bytes:
+    """Value of an offsets node: Kafka 0.8's decimal string, or JSON with metadata."""
+    if om.metadata:
+        return dumps({"offset": om.offset, "metadata": om.metadata})
+    return str(om.offset).encode()
+
+
+def decode_offset(data: bytes, mtime_ms: int, path: str) -> OffsetAndMetadata:
+    """Decode an offsets node (CoordinationError when it holds something else)."""
+    value = loads(data, path)
+    try:
+        if isinstance(value, dict):
+            return OffsetAndMetadata(int(value["offset"]), str(value.get("metadata", "")),
+                                     mtime_ms)
+        return OffsetAndMetadata(int(value), "", mtime_ms)
+    except (TypeError, KeyError, ValueError, InvalidArgumentError):
+        raise CoordinationError(f"ZooKeeper node {path} is not a committed offset: "
+                                f"{value!r}") from None
+
+
+class ZkCoordinationStore(CoordinationStore):
+    """Cluster state in ZooKeeper under the connect string's chroot.
+
+    ``topic_store``: the storage's :class:`~sparklog.metadata.TopicStore` (the
+    controller deletes topics from it and registers storage topics missing in ZooKeeper);
+    ``session_timeout_ms``: ``zookeeper.session.timeout.ms``;
+    ``auto_leader_rebalance``: the controller's ``auto.leader.rebalance.enable``.
+    """
+
+    def __init__(self, connect: str, *, topic_store=None,
+                 session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+                 connection_timeout_ms: int | None = None,
+                 auto_leader_rebalance: bool = True):
+        self.connect = connect
+        self.session_timeout_ms = session_timeout_ms
+        self.topic_store = topic_store
+        self.auto_leader_rebalance = auto_leader_rebalance
+        self.client = connect_zk(connect, session_timeout_ms=session_timeout_ms,
+                                 connection_timeout_ms=connection_timeout_ms)
+        self.view = ClusterView(self.client)
+        self.controller: Controller | None = None
+        self._broker: BrokerInfo | None = None
+        self._lock = threading.RLock()
+        self._closed = False
+        self.client.add_listener(self._on_session_state)
+        self.view.start()
+        if not self.view.wait_refreshed(max(5.0, session_timeout_ms / 1000.0)):
+            self.close()
+            raise CoordinationError(f"ZooKeeper at {connect!r}: could not read the cluster "
+                                    "state")
+
+    # --- sessions ------------------------------------------------------------------------
+    def _on_session_state(self, state) -> None:  # kazoo thread
+        from kazoo.protocol.states import KazooState
+
+        if state == KazooState.LOST:
+            self._session_lost = True
+        elif state == KazooState.CONNECTED and getattr(self, "_session_lost", False):
+            self._session_lost = False
+            self.view.worker.submit(self._reregister)
+
+    def _reregister(self) -> None:
+        broker = self._broker
+        if broker is None or self._closed:
+            return
+        try:
+            self._create_registration(broker, wait_s=self.session_timeout_ms / 1000.0)
+            log.info("broker %d re-registered in ZooKeeper after its session expired", broker.id)
+        except Exception:  # noqa: BLE001 - keep running; the operator sees why
+            log.exception("broker %d could not re-register in ZooKeeper", broker.id)
+
+    # --- cluster and brokers -----------------------------------------------------------------
+    def cluster_id(self) -> str:
+        """The cluster id in ``/cluster/id`` (created on first use, Kafka's node)."""
+        from kazoo.exceptions import NodeExistsError
+
+        try:
+            self.client.create(CLUSTER_ID, dumps({"version": "1", "id": uuid.uuid4().hex}),
+                               makepath=True)
+        except NodeExistsError:
+            pass
+        data, _ = self.client.get(CLUSTER_ID)
+        return str(loads(data, CLUSTER_ID)["id"])
+
+    def register_broker(self, broker: BrokerInfo) -> None:
+        """Register ``broker`` (ephemeral) and enter the controller election.
+
+        InvalidConfigError when another live session keeps that id registered for longer
+        than one session timeout."""
+        check_broker_id(broker.id)
+        with self._lock:
+            if self._broker is not None and self._broker.id != broker.id:
+                raise InvalidArgumentError(
+                    f"this store already registered broker {self._broker.id}; "
+                    f"cannot also register broker {broker.id}")
+            self._create_registration(broker, wait_s=self.session_timeout_ms / 1000.0 + 1.0)
+            self._broker = broker
+            self.view.broker_id = broker.id
+            self._delete_quietly(controlled_shutdown_path(broker.id))  # a previous life's
+            if self.controller is None:
+                self.controller = Controller(
+                    self.client, broker.id, topic_store=self.topic_store,
+                    auto_leader_rebalance=self.auto_leader_rebalance).start()
+        log.info("broker %d registered at %s in ZooKeeper %s", broker.id, broker.address,
+                 self.connect)
+
+    def _create_registration(self, broker: BrokerInfo, wait_s: float) -> None:
+        from kazoo.exceptions import NodeExistsError, NoNodeError
+
+        path = broker_path(broker.id)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self.client.create(path, encode_broker(broker), ephemeral=True)
+                return
+            except NodeExistsError:
+                pass
+            try:
+                data, stat = self.client.get(path)
+            except NoNodeError:
+                continue
+            if stat.owner_session_id == self.client.client_id[0]:
+                self.client.set(path, encode_broker(broker))
+                return
+            if time.monotonic() >= deadline:
+                raise InvalidConfigError(
+                    f"broker.id {broker.id} is already registered in ZooKeeper "
+                    f"{self.connect!r} by another live broker ({data.decode(errors='replace')}); "
+                    "each broker needs its own broker.id")
+            time.sleep(0.1)
+
+    def unregister_broker(self, broker_id: int) -> None:
+        """Delete this store's registration of ``broker_id`` (no error if absent)."""
+        with self._lock:
+            if self._broker is None or self._broker.id != broker_id:
+                return
+            self._broker = None
+            if not self.client.connected:
+                return  # the session ends with close(): the ephemeral node goes with it
+            try:
+                path = broker_path(broker_id)
+                _, stat = self.client.get_async(path).get(timeout=2.0)
+                if stat.owner_session_id == self.client.client_id[0]:
+                    self.client.delete_async(path).get(timeout=2.0)
+            except Exception:  # noqa: BLE001 - absent or the session is gone: either way unregistered
+                pass
+
+    def live_brokers(self) -> dict[int, BrokerInfo]:
+        """Registered live brokers by id (watched cache)."""
+        return self.view.brokers()
+
+    def controller_id(self) -> int:
+        """The controller's broker id (-1 while none is elected)."""
+        return self.view.controller_id()
+
+    # --- partition leadership --------------------------------------------------------------
+    def partition_state(self, topic: str, partition: int) -> PartitionState | None:
+        """The partition's leader and leader epoch as the controller last wrote them."""
+        validate_topic_name(topic)
+        validate_partition(partition, topic=topic)
+        return self.view.state(topic, partition)
+
+    def leader_epoch(self, topic: str, partition: int) -> int | None:
+        """This broker's epoch for the partition if it can prove it leads it now, else
+        None (cheap: call it before acknowledging a write)."""
+        return self.view.leader_epoch(topic, partition)
+
+    def add_leadership_listener(self, fn) -> None:
+        """Call ``fn({(topic, partition): PartitionState or None})`` on the view's
+        thread whenever partition states change (see ClusterView)."""
+        self.view.add_listener(fn)
+
+    def acquire_leadership(self, topic: str, partition: int, broker_id: int) -> PartitionState:
+        """The partition's state if the controller made ``broker_id`` its leader and
+        this store can prove it now; NotLeaderError naming the leader otherwise."""
+        validate_topic_name(topic)
+        validate_partition(partition, topic=topic)
+        if self._broker is None or self._broker.id != broker_id:
+            raise InvalidArgumentError(
+                f"broker {broker_id} is not registered through this ZooKeeper store")
+        epoch = self.view.leader_epoch(topic, partition)
+        state = self.view.state(topic, partition)
+        if epoch is not None and state is not None and state.leader_epoch == epoch:
+            return state
+        if not self.view.trusted:
+            raise NotLeaderError(
+                f"broker {broker_id} cannot prove it leads {topic}-{partition}: its ZooKeeper "
+                "session is disconnected or not re-read yet")
+        if state is None:
+            raise NotLeaderError(f"{topic}-{partition} has no leader yet (the controller has "
+                                 "not assigned it)")
+        raise NotLeaderError(f"broker {broker_id} does not lead {topic}-{partition}: the "
+                             f"leader is broker {state.leader} (leader epoch "
+                             f"{state.leader_epoch})")
+
+    def release_leadership(self, topic: str, partition: int, broker_id: int) -> None:
+        """Controlled shutdown of ``broker_id`` (all its partitions move at once): see
+        :meth:`controlled_shutdown`. No-op if it does not lead the partition."""
+        state = self.view.state(topic, partition)
+        if state is None or state.leader != broker_id:
+            return
+        self.controlled_shutdown(broker_id)
+
+    def controlled_shutdown(self, broker_id: int, timeout_s: float = 10.0) -> bool:
+        """Ask the controller to move every leadership of ``broker_id`` to other live
+        brokers, and wait until the view shows it leads nothing (Kafka's controlled
+        shutdown). Returns True when done, False on timeout or when no other broker is
+        live to take over (the broker then just stops; leaders move after its session)."""
+        from kazoo.exceptions import NodeExistsError
+
+        check_broker_id(broker_id)
+        others = set(self.view.brokers()) - {broker_id}
+        if not others:
+            return False
+        try:
+            self.client.create(controlled_shutdown_path(broker_id), b"")
+        except NodeExistsError:
+            pass
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not any(s.leader == broker_id for s in self.view.states().values()):
+                return True
+            time.sleep(0.02)
+        log.warning("controlled shutdown of broker %d timed out after %.1fs", broker_id,
+                    timeout_s)
+        return False
+
+    # --- producer ids ---------------------------------------------------------------------------
+    def allocate_producer_ids(self, count: int) -> int:
+        """Reserve ``count`` ids by compare-and-set on ``/latest_producer_id_block``.
+
+        The first block of a fresh ZooKeeper starts at the current time in microseconds,
+        above any id an embedded-mode store handed out on the same storage."""
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise InvalidArgumentError(f"producer id count must be a positive int, got {count!r}")
+        me = self._broker.id if self._broker else -1
+        while True:
+            try:
+                data, stat = self.client.get(PRODUCER_ID_BLOCK)
+            except NoNodeError:
+                start = time.time_ns() // 1000
+                try:
+                    self.client.create(PRODUCER_ID_BLOCK, dumps({
+                        "version": 1, "broker": me, "block_start": str(start),
+                        "block_end": str(start + count - 1)}))
+                    return start
+                except NodeExistsError:
+                    continue
+            start = int(loads(data, PRODUCER_ID_BLOCK)["block_end"]) + 1
+            try:
+                self.client.set(PRODUCER_ID_BLOCK, dumps({
+                    "version": 1, "broker": me, "block_start": str(start),
+                    "block_end": str(start + count - 1)}), version=stat.version)
+                return start
+            except BadVersionError:
+                continue
+
+    # --- consumer-group offsets ------------------------------------------------------------------
+    def commit_offsets(self, group: str, offsets: dict) -> None:
+        """Write the offsets in one ZooKeeper transaction (all or none)."""
+        from kazoo.exceptions import NodeExistsError, NoNodeError
+
+        validate_group_id(group)
+        entries = {}
+        for key, value in offsets.items():
+            topic, partition = key
+            validate_topic_name(topic)
+            validate_partition(partition, topic=topic)
+            if not isinstance(value, OffsetAndMetadata):
+                raise InvalidArgumentError(
+                    f"offset of {topic}-{partition} must be an OffsetAndMetadata, "
+                    f"got {type(value).__name__}")
+            entries[f"{group_offsets_path(group, topic)}/{partition}"] = value
+        if not entries:
+            return
+        for path in {p.rsplit("/", 1)[0] for p in entries}:
+            self.client.ensure_path(path)
+        for _ in range(10):
+            present = {p: self.client.exists_async(p) for p in entries}
+            txn = self.client.transaction()
+            for path, om in sorted(entries.items()):
+                if present[path].get() is None:
+                    txn.create(path, encode_offset(om))
+                else:
+                    txn.set_data(path, encode_offset(om))
+            results = txn.commit()
+            if not any(isinstance(r, Exception) for r in results):
+                return
+            if not any(isinstance(r, (NodeExistsError, NoNodeError)) for r in results):
+                raise CoordinationError(f"committing offsets of group {group!r} failed: "
+                                        f"{[r for r in results if isinstance(r, Exception)]}")
+        raise CoordinationError(f"committing offsets of group {group!r}: too many concurrent "
+                                "creations and deletions of its offset nodes")
+
+    def fetch_offsets(self, group: str, partitions=None) -> dict:
+        """Committed offsets of ``group`` (only ``partitions`` if given)."""
+        from kazoo.exceptions import NoNodeError
+
+        validate_group_id(group)
+        if partitions is None:
+            wanted = []
+            try:
+                topics = self.client.get_children(f"{group_path(group)}/offsets")
+            except NoNodeError:
+                topics = []
+            for topic in topics:
+                try:
+                    parts = self.client.get_children(group_offsets_path(group, topic))
+                except NoNodeError:
+                    continue
+                wanted += [(topic, int(p)) for p in parts if p.isdigit()]
+        else:
+            wanted = [(validate_topic_name(t), validate_partition(p, topic=t))
+                      for t, p in partitions]
+        pending = {tp: self.client.get_async(f"{group_offsets_path(group, tp[0])}/{tp[1]}")
+                   for tp in wanted}
+        out = {}
+        for tp, result in pending.items():
+            try:
+                data, stat = result.get()
+            except NoNodeError:
+                continue
+            out[tp] = decode_offset(data, stat.mtime, f"{group_offsets_path(group, tp[0])}/{tp[1]}")
+        return out
+
+    def list_groups(self) -> list[str]:
+        """Groups under ``/consumers`` that have committed offsets or live members."""
+        from kazoo.exceptions import NoNodeError
+
+        out = []
+        for group in self.client.get_children(CONSUMERS):
+            for child in ("offsets", "ids"):
+                try:
+                    if self.client.get_children(f"{CONSUMERS}/{group}/{child}"):
+                        out.append(group)
+                        break
+                except NoNodeError:
+                    continue
+        return sorted(out)
+
+    def delete_offsets(self, group: str, topics=None) -> None:
+        """Delete the group's offset nodes (of ``topics`` only, if given)."""
+        validate_group_id(group)
+        if topics is None:
+            self._delete_quietly(f"{group_path(group)}/offsets", recursive=True)
+        else:
+            for topic in topics:
+                self._delete_quietly(group_offsets_path(group, topic), recursive=True)
+
+    # --- lifecycle ----------------------------------------------------------------------------------
+    def _delete_quietly(self, path: str, recursive: bool = False) -> None:
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            self.client.delete(path, recursive=recursive)
+        except NoNodeError:
+            pass
+
+    def close(self) -> None:
+        """Resign as controller, withdraw the registration, close the session."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self.controller is not None:
+            self.controller.stop()
+        if self._broker is not None:
+            self.unregister_broker(self._broker.id)
+        self.view.stop()
+        close_zk(self.client)
+
+    @property
+    def registered_broker(self) -> BrokerInfo | None:
+        """The broker registered through this store, if any."""
+        return self._broker
+
+    def __repr__(self) -> str:
+        return f"ZkCoordinationStore({self.connect!r}, broker={self._broker and self._broker.id})"
+
