@@ -26,7 +26,8 @@ import weakref
 
 from ..errors import BrokerNotAvailableError, RequestTimedOutError, SparklogError
 from ..protocol.apis import api_name
-from ..protocol.codec import decode_response, encode_request
+from ..protocol.codec import decode_response, encode_request_parts
+from ..protocol.stream import send_parts
 from ..protocol.stream import recv_message
 from .future import Future
 
@@ -110,7 +111,7 @@ class BrokerConnection:
             if self._closed:
                 return future.failure(self._broken(f"{api_name(api_key)} request"))
             correlation_id = next(self._ids)
-            data = encode_request(api_key, body, correlation_id, self.client_id)
+            parts = encode_request_parts(api_key, body, correlation_id, self.client_id)
             if expect_response:
                 deadline = time.monotonic() + self.request_timeout + extra_timeout_ms / 1000.0
                 self._in_flight.append((correlation_id, api_key, future, deadline))
@@ -119,7 +120,7 @@ class BrokerConnection:
             # is the write order
             self._write_lock.acquire()
         try:
-            self._sock.sendall(data)
+            send_parts(self._sock, parts)  # record data goes out without a joining copy
         except OSError as exc:
             self._write_lock.release()
             self._fail(BrokerNotAvailableError(
