@@ -4,6 +4,7 @@
 
     sparklog broker start --storage file:///data/log [--listen 127.0.0.1:9092]
         [--config broker.properties] [--override key=value ...] [--metrics-port 9100]
+        [--zookeeper HOST:PORT[,...][/chroot] --broker-id N]   (cluster mode)
 
 Properties use Kafka's names (see ``sparklog/writer/broker/config.py``); command-line
 flags win over ``--override``, which wins over the file. Once listening the broker
@@ -41,6 +42,9 @@ def add_parser(subparsers) -> None:
     start.add_argument("--metrics-port", type=int, default=None,
                        help="serve Prometheus metrics on this port (0: any free port)")
     start.add_argument("--broker-id", type=int, default=None, help="broker.id")
+    start.add_argument("--zookeeper", default=None, metavar="HOST:PORT[,...][/chroot]",
+                       help="cluster mode: zookeeper.connect (brokers sharing the storage "
+                            "root coordinate there; see docs/cluster.md)")
     start.set_defaults(func=run)
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
 
@@ -61,6 +65,8 @@ def build_props(args) -> dict:
         props["metrics.port"] = args.metrics_port
     if args.broker_id is not None:
         props["broker.id"] = args.broker_id
+    if args.zookeeper:
+        props["zookeeper.connect"] = args.zookeeper
     return props
 
 

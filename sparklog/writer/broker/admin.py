@@ -8,6 +8,7 @@ reported in the topic's ``error_code``/``error_message``, never as a failed requ
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 import pyarrow as pa
 
@@ -37,6 +38,7 @@ async def metadata(broker, body, ctx) -> dict:
     if names is None:
         names = await broker.run_io(broker.topics.list_topics)
     auto = body["allow_auto_topic_creation"] and broker.config.auto_create_topics_enable
+    cluster = broker.leadership.metadata() if broker.leadership is not None else None
     topics = []
     for name in names:
         item = {"name": name, "typed": False, "partitions": []}
@@ -51,26 +53,41 @@ async def metadata(broker, body, ctx) -> dict:
                 tc = await broker.topic_config(name)
             item["typed"] = tc.typed
             for p in range(tc.partitions):
-                w = broker.partitions.get((name, p))
-                epoch = w.log.leader_epoch if w is not None else 0
-                item["partitions"].append({"partition": p, **_OK, "leader": broker.broker_id,
+                if cluster is not None:  # leaders as the controller assigned them
+                    leader, epoch = cluster["leaders"].get((name, p), (-1, -1))
+                else:
+                    w = broker.partitions.get((name, p))
+                    leader, epoch = broker.broker_id, w.log.leader_epoch if w is not None else 0
+                item["partitions"].append({"partition": p, **_OK, "leader": leader,
                                            "leader_epoch": epoch})
             item.update(_OK)
         except SparklogError as exc:
             item.update(error_fields(exc))
         topics.append(item)
+    brokers = [{"node_id": broker.broker_id, "host": broker.host, "port": broker.port}]
     return {**_OK, "cluster_id": await broker.run_io(broker.store.cluster_id),
-            "controller_id": broker.broker_id,
-            "brokers": [{"node_id": broker.broker_id, "host": broker.host, "port": broker.port}],
+            "controller_id": cluster["controller_id"] if cluster else broker.broker_id,
+            "brokers": cluster["brokers"] if cluster else brokers,
             "topics": topics}
+
+
+def _create_topic(broker, name, partitions, schema, configs) -> TopicConfig:
+    """Create on the storage; in cluster mode also register it for the controller and
+    wait for its leaders (:mod:`sparklog.coordination.zkadmin`)."""
+    if broker.leadership is not None:
+        from ...coordination import zkadmin
+
+        return zkadmin.create_topic(broker.store, name, partitions, schema=schema,
+                                    configs=configs)
+    return broker.topics.create_topic(name, partitions, schema=schema, configs=configs)
 
 
 async def _create(broker, name, partitions, schema, configs) -> TopicConfig:
     from ...errors import TopicExistsError
 
     try:
-        tc = await broker.run_io(lambda: broker.topics.create_topic(
-            name, partitions, schema=schema, configs=configs))
+        tc = await broker.run_io(lambda: _create_topic(broker, name, partitions, schema,
+                                                        configs))
     except TopicExistsError:
         if name in broker._topic_cache or not broker.topics.topic_exists(name):
             raise
@@ -102,8 +119,8 @@ async def create_topics(broker, body, ctx) -> dict:
                     raise TopicExistsError(f"topic {name!r} already exists")
             else:
                 broker.log_config(TopicConfig(name, count, schema, t["configs"]))
-                tc = await broker.run_io(lambda: broker.topics.create_topic(
-                    name, count, schema=schema, configs=t["configs"]))
+                tc = await broker.run_io(lambda: _create_topic(broker, name, count, schema,
+                                                                t["configs"]))
                 broker.forget_topic(name)
                 log.info("topic %s created by %s: %d partition(s)", name, ctx.client_id,
                          tc.partitions)
@@ -124,6 +141,14 @@ async def delete_topics(broker, body, ctx) -> dict:
                 raise InvalidArgumentError(
                     f"topic {name!r} not deleted: delete.topic.enable is false on this broker")
             tc = await broker.topic_config(name, refresh=True)
+            if broker.leadership is not None:  # the controller deletes it everywhere
+                from ...coordination import zkadmin
+
+                await broker.run_io(zkadmin.delete_topic, broker.store, name)
+                broker.forget_topic(name)
+                item.update(_OK)
+                out.append(item)
+                continue
             broker.deleting.add(name)
             try:
                 writers = [broker.partitions.pop((name, p)) for p in range(tc.partitions)
@@ -190,7 +215,13 @@ async def alter_configs(broker, body, ctx) -> dict:
             probe = TopicConfig(name, count, current.schema, merged)
             log_config = broker.log_config(probe)
             if not body["validate_only"]:
-                await broker.run_io(lambda: broker.topics.alter_topic(
+                if broker.leadership is not None:  # new partitions get leaders too
+                    from ...coordination import zkadmin
+
+                    alter = partial(zkadmin.alter_topic, broker.store)
+                else:
+                    alter = broker.topics.alter_topic
+                await broker.run_io(lambda: alter(
                     name, configs=t["set"], delete_configs=t["delete"],
                     partitions=t["num_partitions"]))
                 broker.forget_topic(name)

@@ -70,7 +70,17 @@ class Broker:
         self.config = config or BrokerConfig()
         self.fileio = fileio or open_fileio(self.storage_uri)
         self.topics = TopicStore(self.storage_uri, self.fileio)
+        if store is None and self.config.zookeeper_connect:  # cluster mode
+            from ...coordination.zkstore import ZkCoordinationStore
+
+            store = ZkCoordinationStore(
+                self.config.zookeeper_connect, topic_store=self.topics,
+                session_timeout_ms=self.config.zookeeper_session_timeout_ms,
+                connection_timeout_ms=self.config.zookeeper_connection_timeout_ms or None,
+                auto_leader_rebalance=self.config.auto_leader_rebalance_enable)
         self.store = store or LocalCoordinationStore(self.storage_uri, self.fileio)
+        #: cluster mode: opens/closes partitions as ZooKeeper assigns leaders (else None)
+        self.leadership = None
         self.broker_id = self.config.broker_id
         self.metrics = None
         if metrics:
@@ -127,7 +137,14 @@ class Broker:
             max_session_ms=self.config.group_max_session_timeout_ms)
         started = time.monotonic()
         await self.run_io(self.store.cluster_id)
-        names = await self.run_io(self.topics.list_topics)
+        from ...coordination.zkstore import ZkCoordinationStore
+
+        if isinstance(self.store, ZkCoordinationStore):
+            from ...coordination.handover import BrokerLeadership
+
+            self.leadership = BrokerLeadership(self, self.store)
+        # cluster mode: partitions open when the controller makes this broker their leader
+        names = [] if self.leadership else await self.run_io(self.topics.list_topics)
         opened = 0
         for name in names:
             try:
@@ -145,6 +162,8 @@ class Broker:
         self._server = await self.loop.create_server(
             server.protocol_factory(self), self.host, self.port, reuse_address=True)
         self.host, self.port = self._server.sockets[0].getsockname()[:2]
+        if self.leadership is not None:
+            self.leadership.start()
         await self.run_io(self.store.register_broker,
                           BrokerInfo(self.broker_id, self.host, self.port))
         if self.metrics is not None and self.config.metrics_port >= 0:
@@ -162,6 +181,10 @@ class Broker:
             return
         self.stopping = True
         try:
+            if self.leadership is not None and self.config.controlled_shutdown_enable:
+                # move every leadership to another broker before closing anything
+                await self.run_io(self.store.controlled_shutdown, self.broker_id,
+                                  self.config.shutdown_timeout_ms / 1000)
             if self._server is not None:
                 self._server.close()
             timeout = self.config.shutdown_timeout_ms / 1000
@@ -183,6 +206,9 @@ class Broker:
                 except SparklogError as exc:
                     log.warning("partition %s-%d: releasing leadership failed: %s", topic, p, exc)
             await self.run_io(self.store.unregister_broker, self.broker_id)
+            if self.leadership is not None:
+                self.leadership.stop()
+                await self.run_io(self.store.close)
             if self.metrics is not None:
                 self.metrics.close()
             log.info("broker %d stopped: %d partition(s) synced and closed", self.broker_id,
@@ -228,6 +254,8 @@ class Broker:
     async def writer(self, topic: str, partition: int) -> PartitionWriter:
         """The partition's writer, opened (and recovered) on first use."""
         key = (topic, partition)
+        if self.leadership is not None:
+            self.leadership.check(topic, partition)  # NotLeaderError unless provably ours
         found = self.partitions.get(key)
         if found is not None:
             if not found.failed:
@@ -261,7 +289,7 @@ class Broker:
             # restart) only takes over an expired lease, so two processes on one root
             # cannot both write: the second gets LeaseHeldError
             fence = (before is not None and before.leader not in (-1, self.broker_id)) \
-                or (tc.name, partition) in self._refence
+                or (tc.name, partition) in self._refence or self.leadership is not None
             self._refence.discard((tc.name, partition))
             opened = PartitionWriter.open_blocking(
                 self.fileio, self.topics.partition_dir(tc.name, partition), self.log_config(tc),
@@ -343,6 +371,11 @@ class Broker:
                                          f"timeout_ms={body['timeout_ms']}"))}
             else:
                 res = fut.result()
+                if res.error is None and self.leadership is not None:
+                    try:  # cluster mode: acknowledge only while provably the leader
+                        self.leadership.check(topic, partition)
+                    except SparklogError as exc:
+                        res = type(res)(error=exc)
                 item = {"partition": partition, **error_fields(res.error),
                         "base_offset": res.base_offset,
                         "log_append_time_ms": res.log_append_time_ms,

@@ -70,6 +70,12 @@ BROKER_SETTINGS = {
     "producer.state.snapshot.interval.ms": ("producer_snapshot_interval_ms", int, 60000, 0),
     "controlled.shutdown.timeout.ms": ("shutdown_timeout_ms", int, 30000, 0),
     "metrics.port": ("metrics_port", int, -1, -1),
+    # cluster mode (sparklog.coordination.zkstore); empty zookeeper.connect = embedded
+    "zookeeper.connect": ("zookeeper_connect", str, "", None),
+    "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", int, 6000, 1),
+    "zookeeper.connection.timeout.ms": ("zookeeper_connection_timeout_ms", int, 0, 0),
+    "controlled.shutdown.enable": ("controlled_shutdown_enable", bool, True, None),
+    "auto.leader.rebalance.enable": ("auto_leader_rebalance_enable", bool, True, None),
 }
 
 
@@ -123,6 +129,11 @@ class BrokerConfig:
     producer_snapshot_interval_ms: int = 60000
     shutdown_timeout_ms: int = 30000
     metrics_port: int = -1
+    zookeeper_connect: str = ""
+    zookeeper_session_timeout_ms: int = 6000
+    zookeeper_connection_timeout_ms: int = 0
+    controlled_shutdown_enable: bool = True
+    auto_leader_rebalance_enable: bool = True
     log_defaults: dict = field(default_factory=dict)
 
     @classmethod

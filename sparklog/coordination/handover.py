@@ -1,0 +1,146 @@
+"""Leadership handover on a broker in cluster mode: ZooKeeper states -> open/close logs.
+
+The controller writes each partition's leader and leader epoch; every broker's
+:class:`~sparklog.coordination.zkview.ClusterView` sees the write. :class:`BrokerLeadership`
+turns what the view reports into actions on the broker's event loop, one partition at a
+time and in order:
+
+* **this broker became the leader** (or its epoch changed): close any writer of an older
+  epoch, then open the partition log *fencing* the previous writer — the storage lease
+  is revoked (HDFS lease recovery; locally the lease file is taken over), so an old
+  leader that is still running (paused, partitioned from ZooKeeper) can no longer add a
+  byte; the tail is recovered and appends resume at the last valid offset, stamped with
+  the new epoch; the producer state is rebuilt from the log, so an idempotent producer's
+  retry of a batch the old leader appended is recognised as a duplicate;
+* **another broker became the leader**, or the topic was deleted: close the writer
+  (queued requests are answered; their acknowledgement is checked below).
+
+:meth:`BrokerLeadership.check` is what the broker calls before acknowledging a write or
+serving a read: it passes only while the view *proves* this broker leads the partition
+at the writer's epoch (session connected and re-read since any connection loss), so a
+broker cut off from ZooKeeper stops acknowledging at once and resumes when the session
+returns. Kafka's name for the refusal is NotLeaderOrFollower (retriable: clients
+refresh their metadata and retry on the new leader).
+
+The broker object is used through a few attributes only (``partitions``, ``writer()``,
+``loop``, ``broker_id``), so this module does not import the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from ..errors import NotLeaderError, SparklogError
+
+log = logging.getLogger(__name__)
+
+
+class BrokerLeadership:
+    """Drives a broker's partition writers from ZooKeeper leadership (module docstring).
+
+    ``broker``: the running broker (``loop``, ``broker_id``, ``partitions`` dict of
+    writers with ``.log.leader_epoch`` and ``async close()``, ``async writer(topic, p)``);
+    ``store``: its :class:`~sparklog.coordination.zkstore.ZkCoordinationStore`.
+    """
+
+    def __init__(self, broker, store):
+        self.broker = broker
+        self.store = store
+        self._desired: dict[tuple[str, int], object] = {}
+        self._locks: dict[tuple[str, int], asyncio.Lock] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._stopping = False
+
+    def start(self) -> None:
+        """Listen to leadership changes (call on the broker's loop, before registering;
+        partitions the broker already leads are reported by the first refresh)."""
+        self.store.add_leadership_listener(self._on_changes)
+        for tp in self.store.view.led_partitions():
+            self.broker.loop.call_soon_threadsafe(self._apply, {tp: self.store.view.state(*tp)})
+
+    def stop(self) -> None:
+        """Stop reacting (the broker closes its writers itself on shutdown)."""
+        self._stopping = True
+
+    # --- reacting (view thread -> event loop) ----------------------------------------------
+    def _on_changes(self, changes: dict) -> None:
+        loop = self.broker.loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._apply, changes)
+
+    def _apply(self, changes: dict) -> None:
+        if self._stopping:
+            return
+        for tp, state in changes.items():
+            self._desired[tp] = state
+            task = self.broker.loop.create_task(self._converge(tp))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _converge(self, tp) -> None:
+        lock = self._locks.setdefault(tp, asyncio.Lock())
+        async with lock:
+            state = self._desired.get(tp)
+            me = self.broker.broker_id
+            writer = self.broker.partitions.get(tp)
+            if state is not None and state.leader == me:
+                if writer is not None and writer.log.leader_epoch == state.leader_epoch \
+                        and not writer.failed:
+                    return
+                if writer is not None:
+                    await self._close(tp, writer, f"leader epoch {state.leader_epoch}")
+                if self._stopping or self.broker.stopping:
+                    return
+                try:
+                    await self.broker.writer(*tp)
+                    log.info("partition %s-%d: broker %d took over as leader (epoch %d)",
+                             tp[0], tp[1], me, state.leader_epoch)
+                except SparklogError as exc:  # superseded meanwhile, or a storage error
+                    log.warning("partition %s-%d: taking leadership (epoch %d) failed: %s",
+                                tp[0], tp[1], state.leader_epoch, exc)
+            elif writer is not None:
+                why = "topic deleted" if state is None else \
+                    f"broker {state.leader} leads it (epoch {state.leader_epoch})"
+                await self._close(tp, writer, why)
+
+    async def _close(self, tp, writer, why: str) -> None:
+        if self.broker.partitions.get(tp) is writer:
+            del self.broker.partitions[tp]
+        log.info("partition %s-%d: broker %d resigns leadership: %s", tp[0], tp[1],
+                 self.broker.broker_id, why)
+        try:
+            await writer.close()
+        except Exception as exc:  # noqa: BLE001 - the new leader fenced us: nothing to save
+            log.info("partition %s-%d: closing after losing leadership: %s", tp[0], tp[1], exc)
+
+    # --- the broker's checks ------------------------------------------------------------------
+    def check(self, topic: str, partition: int, writer=None) -> int:
+        """Return this broker's leader epoch of the partition, or raise NotLeaderError
+        when it cannot prove it leads it now (at ``writer``'s epoch, if given)."""
+        epoch = self.store.leader_epoch(topic, partition)
+        if epoch is None:
+            state = self.store.view.state(topic, partition)
+            if not self.store.view.trusted:
+                raise NotLeaderError(
+                    f"broker {self.broker.broker_id} cannot prove it leads {topic}-{partition}:"
+                    " its ZooKeeper session is disconnected or not re-read yet")
+            leader = state.leader if state is not None else -1
+            raise NotLeaderError(f"broker {self.broker.broker_id} does not lead "
+                                 f"{topic}-{partition} (leader: broker {leader})")
+        if writer is not None and writer.log.leader_epoch != epoch:
+            raise NotLeaderError(
+                f"broker {self.broker.broker_id}: {topic}-{partition} moved to leader epoch "
+                f"{epoch} (this writer has epoch {writer.log.leader_epoch})")
+        return epoch
+
+    def metadata(self) -> dict:
+        """What a Metadata response needs: ``brokers`` [{node_id, host, port}],
+        ``controller_id`` and ``leaders`` {(topic, p): (leader, leader_epoch)}."""
+        view = self.store.view
+        return {
+            "brokers": [{"node_id": b.id, "host": b.host, "port": b.port}
+                        for b in sorted(view.brokers().values(), key=lambda b: b.id)],
+            "controller_id": view.controller_id(),
+            "leaders": {tp: (s.leader, s.leader_epoch) for tp, s in view.states().items()},
+        }

@@ -1,0 +1,152 @@
+"""Cluster mode with real broker processes and a real ZooKeeper: metadata across brokers,
+produce and consume through any bootstrap broker, duplicate broker ids, controlled
+shutdown, and a broker cut off from ZooKeeper that stops acknowledging."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from zkserver import TcpProxy, zookeeper, zookeeper_server  # noqa: F401 (fixtures)
+
+pytest.importorskip("kazoo", reason="kazoo is not installed (pip install sparklog[cluster])")
+
+from brokerproc import ROOT, BrokerProcess  # noqa: E402
+from clusterproc import BrokerCluster  # noqa: E402
+from sparklog import Admin, Consumer, Producer  # noqa: E402
+from sparklog.client.types import TopicPartition  # noqa: E402
+from sparklog.errors import NotLeaderError, SparklogError  # noqa: E402
+from sparklog.protocol import ApiKey, Connection  # noqa: E402
+
+pytestmark = pytest.mark.zookeeper
+
+
+@pytest.fixture
+def cluster(zookeeper, storage_root, tmp_path):
+    with BrokerCluster(storage_root, zookeeper.connect, 3, log_dir=tmp_path) as c:
+        yield c
+
+
+def produce_one(conn: Connection, topic: str, partition: int, value: bytes, acks=-1):
+    from sparklog.format.frame import encode_frame, raw_batch
+
+    frame = encode_frame(raw_batch([value]))
+    resp = conn.request(ApiKey.PRODUCE, {"acks": acks, "timeout_ms": 5000, "topics": [
+        {"name": topic, "partitions": [{"partition": partition, "records": frame}]}]})
+    return resp["topics"][0]["partitions"][0]
+
+
+def test_metadata_names_every_broker_and_spread_leaders(cluster):
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic("t", 6)
+        desc = admin.describe_topics(["t"])[0]
+    leaders = {p.leader for p in desc.partitions}
+    assert leaders == {1, 2, 3}, desc.partitions
+    for b in cluster.brokers.values():  # every broker answers the same metadata
+        with Connection(b.address) as conn:
+            meta = conn.request(ApiKey.METADATA, {"topics": ["t"]})
+        assert sorted(x["node_id"] for x in meta["brokers"]) == [1, 2, 3]
+        assert meta["controller_id"] in (1, 2, 3)
+        got = {p["partition"]: p["leader"] for p in meta["topics"][0]["partitions"]}
+        assert got == {p.partition: p.leader for p in desc.partitions}
+
+
+def test_produce_and_consume_through_any_bootstrap_broker(cluster):
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic("t", 3)
+    with Producer(cluster.brokers[2].address, acks="all", enable_idempotence=True) as producer:
+        futures = [producer.send("t", f"v{i}".encode(), partition=i % 3) for i in range(90)]
+        offsets = [f.get(30) for f in futures]
+    assert {m.partition for m in offsets} == {0, 1, 2}
+    consumer = Consumer(bootstrap_servers=cluster.brokers[3].address,
+                        auto_offset_reset="earliest")
+    try:
+        consumer.assign([TopicPartition("t", p) for p in range(3)])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 90 and time.monotonic() < deadline:
+            for records in consumer.poll(500).values():
+                got += [r.value for r in records]
+    finally:
+        consumer.close()
+    assert sorted(got) == sorted(f"v{i}".encode() for i in range(90))
+
+
+def test_a_non_leader_refuses_writes_with_not_leader(cluster):
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic("t", 1)
+    cluster.wait(lambda: cluster.leader_of("t", 0) > 0, 10, "a leader")
+    leader = cluster.leader_of("t", 0)
+    other = next(i for i in cluster.brokers if i != leader)
+    with Connection(cluster.brokers[other].address) as conn:
+        item = produce_one(conn, "t", 0, b"x")
+    assert item["error_code"] == NotLeaderError.code, item
+    assert f"leader: broker {leader}" in item["error_message"]
+    with Connection(cluster.brokers[leader].address) as conn:
+        assert produce_one(conn, "t", 0, b"x")["error_code"] == 0
+
+
+def test_duplicate_broker_id_process_exits_with_a_clear_error(cluster, storage_root, zookeeper):
+    cmd = [sys.executable, "-m", "sparklog.cli.main", "broker", "start", "--storage",
+           storage_root, "--listen", "127.0.0.1:0", "--zookeeper", zookeeper.connect,
+           "--broker-id", "2", "--override", "zookeeper.session.timeout.ms=1000"]
+    proc = subprocess.run(cmd, cwd=str(ROOT), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "broker.id 2 is already registered" in proc.stderr
+
+
+def test_sigterm_moves_leadership_before_exit(cluster):
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic("t", 3)
+    cluster.wait(lambda: cluster.leader_of("t", 0) > 0, 10, "a leader")
+    leader = cluster.leader_of("t", 0)
+    before = cluster.state("t", 0)
+    t0 = time.monotonic()
+    assert cluster.brokers[leader].stop() == 0
+    elapsed = time.monotonic() - t0
+    after = cluster.state("t", 0)
+    # the controller moved the partition while the broker was still shutting down
+    assert after.leader not in (-1, leader) and after.leader_epoch == before.leader_epoch + 1
+    assert "controlled shutdown" not in cluster.brokers[leader].log_text() or elapsed < 30
+    with Connection(cluster.brokers[after.leader].address) as conn:
+        assert produce_one(conn, "t", 0, b"after")["error_code"] == 0
+
+
+def test_broker_cut_off_from_zookeeper_stops_acknowledging(zookeeper, storage_root, tmp_path):
+    proxy = TcpProxy(("127.0.0.1", zookeeper.server.port))
+    cut_off = BrokerProcess(storage_root, [
+        "--zookeeper", proxy.address + zookeeper.chroot, "--broker-id", "1",
+        "--override", "zookeeper.session.timeout.ms=2000"], log_path=tmp_path / "b1.log")
+    try:
+        with BrokerCluster(storage_root, zookeeper.connect, 0, session_ms=2000) as cluster:
+            cut_off.start()
+            cluster.wait(lambda: 1 in cluster.view.live_brokers(), 20, "broker 1 registered")
+            with Admin(cut_off.address) as admin:
+                admin.create_topic("t", 1)
+            cluster.wait(lambda: cluster.leader_of("t", 0) == 1, 10, "broker 1 leads t-0")
+            with Connection(cut_off.address) as conn:
+                assert produce_one(conn, "t", 0, b"before")["error_code"] == 0
+                proxy.cut()
+                deadline = time.monotonic() + 5
+                while True:  # within the session timeout it refuses to acknowledge
+                    item = produce_one(conn, "t", 0, b"during")
+                    if item["error_code"] == NotLeaderError.code:
+                        break
+                    assert time.monotonic() < deadline, item
+                    time.sleep(0.05)
+                assert "cannot prove" in item["error_message"]
+                assert "ZooKeeper session" in cut_off.log_text()
+                proxy.restore()  # it comes back: new session, leads again, acknowledges
+                deadline = time.monotonic() + 20
+                while produce_one(conn, "t", 0, b"after")["error_code"] != 0:
+                    assert time.monotonic() < deadline, cut_off.log_text()[-3000:]
+                    time.sleep(0.1)
+    finally:
+        try:
+            cut_off.stop(timeout=30)
+        except (RuntimeError, SparklogError):
+            pass
+        proxy.close()
