@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ..errors import NotLeaderError, SparklogError
+from ..errors import LeaseExpiredError, NotLeaderError, SparklogError, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +133,34 @@ class BrokerLeadership:
                 f"broker {self.broker.broker_id}: {topic}-{partition} moved to leader epoch "
                 f"{epoch} (this writer has epoch {writer.log.leader_epoch})")
         return epoch
+
+    def checked_result(self, topic: str, partition: int, result):
+        """A produce result as the broker may acknowledge it: unchanged while this broker
+        provably leads the partition; else (or when the write hit a storage error, such
+        as the lease a new leader took over) the same result with a retriable
+        NotLeaderError, so the producer refreshes its metadata and retries on the new
+        leader (an idempotent producer's retry is de-duplicated there)."""
+        error = result.error
+        if error is not None and not isinstance(error, StorageError):
+            return result
+        try:
+            self.check(topic, partition)
+            if error is None:
+                return result
+            raise NotLeaderError(f"partition {topic}-{partition}: write failed on broker "
+                                 f"{self.broker.broker_id} ({error}); retry")
+        except NotLeaderError as exc:
+            return type(result)(error=exc)
+
+    def check_failed_writer(self, writer) -> None:
+        """For a writer whose log failed: NotLeaderError when it failed because another
+        writer took over its storage lease (a new leader fenced this broker: the
+        broker must not fence it back by reopening; ZooKeeper tells who leads)."""
+        failure = getattr(writer.log, "_failed", None)
+        if isinstance(failure, LeaseExpiredError):
+            raise NotLeaderError(
+                f"partition {writer.name}: broker {self.broker.broker_id} was fenced (another "
+                "broker took over the storage lease); waiting for ZooKeeper's leader")
 
     def metadata(self) -> dict:
         """What a Metadata response needs: ``brokers`` [{node_id, host, port}],

@@ -260,6 +260,8 @@ class Broker:
         if found is not None:
             if not found.failed:
                 return found
+            if self.leadership is not None:
+                self.leadership.check_failed_writer(found)  # fenced: NotLeaderError
             # the log failed (a storage error): close it and recover it afresh
             log.warning("partition %s-%d: reopening after a storage failure", topic, partition)
             if self.partitions.get(key) is found:
@@ -371,11 +373,8 @@ class Broker:
                                          f"timeout_ms={body['timeout_ms']}"))}
             else:
                 res = fut.result()
-                if res.error is None and self.leadership is not None:
-                    try:  # cluster mode: acknowledge only while provably the leader
-                        self.leadership.check(topic, partition)
-                    except SparklogError as exc:
-                        res = type(res)(error=exc)
+                if self.leadership is not None:
+                    res = self.leadership.checked_result(topic, partition, res)
                 item = {"partition": partition, **error_fields(res.error),
                         "base_offset": res.base_offset,
                         "log_append_time_ms": res.log_append_time_ms,
