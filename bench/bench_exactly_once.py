@@ -20,7 +20,6 @@ and prints the median seconds, records/s and the ratio exactly-once / plain.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import sys
@@ -71,19 +70,10 @@ def generate(root_uri: str, records: int, partitions: int, width: int,
 
 
 def session():
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    from sparklog.spark import local_session
 
-    spark = (SparkSession.builder.master("local[2]").appName("bench-exactly-once")
-             .config("spark.ui.enabled", "false")
-             .config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.driver.host", "127.0.0.1")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return local_session("bench-exactly-once", shuffle_partitions=2, conf={
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"})
 
 
 def plain_write(spark, root_uri: str, out: str) -> None:

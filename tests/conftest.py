@@ -26,23 +26,12 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def spark():
     """The run's local Spark session (local[2], UI off, 2 shuffle partitions)."""
-    pyspark = pytest.importorskip("pyspark", reason="pyspark is not installed")
-    from pyspark.sql import SparkSession
+    pytest.importorskip("pyspark", reason="pyspark is not installed")
+    from sparklog.spark import local_session
 
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("sparklog-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    del pyspark
+    session = local_session("sparklog-tests", shuffle_partitions=2, register_source=False,
+                            conf={"spark.sql.execution.arrow.pyspark.enabled": "true",
+                                  "spark.python.worker.reuse": "true"})
     yield session
     session.stop()
 

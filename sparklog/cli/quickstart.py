@@ -13,7 +13,6 @@ Progress is shown while it runs; the summary ends with the checks that passed.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import time
@@ -80,22 +79,6 @@ def _produce(producer, n: int, start: int, seed: int, label: str) -> None:
         f.get(timeout=60)
 
 
-def _spark():
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    spark = (SparkSession.builder.master("local[2]").appName("sparklog-quickstart")
-             .config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "4")
-             .config("spark.sql.session.timeZone", "UTC")
-             .config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.driver.host", "127.0.0.1")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
-
-
 def run(args) -> int:
     """Run the quickstart; returns 0 when every check passed."""
     import sparklog
@@ -103,7 +86,7 @@ def run(args) -> int:
 
     from ..errors import InvalidArgumentError
     from ..reader.job import run_incremental
-    from ..spark import register
+    from ..spark import local_session
 
     if args.records < 1 or args.second_batch < 1 or args.partitions < 1:
         raise InvalidArgumentError("--records, --second-batch and --partitions must be >= 1")
@@ -127,8 +110,7 @@ def run(args) -> int:
         _produce(producer, args.records, 0, 1, "produce batch 1")
 
         say("starting Spark (local[2])")
-        spark = _spark()
-        register(spark)
+        spark = local_session("sparklog-quickstart")
         job_args = dict(app_id=APP_ID, subscribe=TOPIC, output=table_uri, format="delta",
                         transform=TRANSFORM, bootstrap_servers=session.bootstrap_servers,
                         progress=lambda t: say(f"job: {t}"))
