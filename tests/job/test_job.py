@@ -190,7 +190,8 @@ def test_two_runs_racing_for_one_version(spark, topic, tmp_path):
     with pytest.raises(ConcurrentTransactionsError, match="already committed"):
         loser.commit(batch, batch.df.selectExpr("topic", "partition", "offset",
                                                 "CAST(value AS STRING) AS value"))
-    assert _leftover_attempts(out, "delta") == [f"0000000000-{commit_docs(out, 'delta', 'app')[0]['attempt']}"]
+    winner_attempt = commit_docs(out, "delta", "app")[0]["attempt"]
+    assert _leftover_attempts(out, "delta") == [f"0000000000-{winner_attempt}"]
     assert_exactly_once(out, "delta", "app", {("events", p): 20 for p in range(3)})
 
 

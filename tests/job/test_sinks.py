@@ -233,3 +233,21 @@ def test_delta_spark_reads_the_table(spark, tmp_path):
     lost, _ = stage_and_record(sink, spark, "app", 0, 0, 20)  # never committed
     df = spark.read.format("delta").load(uri)
     assert sorted(r.offset for r in df.collect()) == list(range(9))
+
+
+def test_delta_cleanup_reads_a_bounded_history(spark, tmp_path, monkeypatch):
+    from sparklog.reader.job import delta_sink
+
+    monkeypatch.setattr(delta_sink, "CLEANUP_WINDOW", 2)
+    uri = (tmp_path / "table").as_uri()
+    sink = DeltaSink(uri)
+    s0, r0 = stage_and_record(sink, spark, "app", 0, 0, 2)
+    stale, _ = stage_and_record(sink, spark, "app", 0, 0, 3)  # loses version 0
+    sink.commit(s0, r0)
+    prev = r0
+    for v in (1, 2):
+        s, r = stage_and_record(sink, spark, "app", v, 2 * v, 2 * v + 2, prev.offsets)
+        prev = sink.commit(s, r)
+    assert sink.cleanup("app") == 0 and os.path.isdir(local(stale.location))
+    assert sink.cleanup("app", full=True) == 1 and not os.path.exists(local(stale.location))
+    assert written(uri, "delta", "app") == list(range(6))

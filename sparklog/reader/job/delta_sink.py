@@ -38,6 +38,8 @@ RUNS_DIR = "sparklog-runs"
 COMMIT_INFO_KEY = "sparklog"
 #: Commits scanned first when looking for an application's commit in the history.
 HISTORY_PAGE = 100
+#: Committed versions whose run directories cleanup() examines (see there).
+CLEANUP_WINDOW = 16
 
 
 def _schema_shape(delta_schema) -> list:
@@ -232,20 +234,26 @@ class DeltaSink(Sink):
             raise StorageError(f"Delta commit to {self.uri} failed: {exc}") from exc
         return record
 
-    def cleanup(self, app_id: str) -> int:
+    def cleanup(self, app_id: str, full: bool = False) -> int:
         """Delete run directories of ``app_id`` whose version was committed by another
         attempt (per the Delta history). Runs at a version not yet committed may still
-        be in progress and are left alone."""
+        be in progress and are left alone.
+
+        Every run cleans up before planning and after committing, so failed attempts
+        are always among the last few versions: only the last :data:`CLEANUP_WINDOW`
+        committed versions are examined (a bounded history read), or all with ``full``.
+        """
         validate_app_id(app_id)
         dt = self.table()
         committed = None if dt is None else dt.transaction_version(app_id)
         if committed is None:
             return 0
+        lowest = 0 if full else committed - CLEANUP_WINDOW + 1
         runs = self.fileio.join(self.uri, RUNS_DIR, app_id)
         candidates = []
         for info in self.fileio.list(runs):
             parsed = parse_attempt_dir_name(info.name)
-            if parsed is not None and parsed[0] <= committed:
+            if parsed is not None and lowest <= parsed[0] <= committed:
                 candidates.append((parsed, info.path))
         if not candidates:
             return 0

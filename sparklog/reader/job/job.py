@@ -254,7 +254,8 @@ class IncrementalJob:
         for tp, st in sorted(states.items()):
             start = committed.get(tp, initial.get(tp, st.log_start))
             if start > st.high_watermark:
-                message = (f"application {self.app_id} committed offset {start} of topic "
+                what = "committed" if tp in committed else "starting"
+                message = (f"application {self.app_id}: {what} offset {start} of topic "
                            f"{tp[0]!r} partition {tp[1]}, but the log ends at "
                            f"{st.high_watermark} (topic recreated or truncated?)")
                 if self.fail_on_data_loss:

@@ -164,10 +164,11 @@ class ParquetSink(Sink):
                         f"{src} nor published at {dst}") from None
         self.fileio.delete(staging, recursive=True)
 
-    def cleanup(self, app_id: str) -> int:
+    def cleanup(self, app_id: str, full: bool = False) -> int:
         """Finish publishing committed attempts, delete the staging directories of
         attempts whose version another attempt committed. Attempts at a version not
-        committed yet may be in progress and are left alone."""
+        committed yet may be in progress and are left alone. (Only leftovers are in the
+        staging directory, so every run examines all of them; ``full`` changes nothing.)"""
         base = self.fileio.join(self.uri, SPARKLOG_DIR, STAGING_DIR, validate_app_id(app_id))
         entries = [(parse_attempt_dir_name(i.name), i.path) for i in self.fileio.list(base)]
         entries = [(p, path) for p, path in entries if p is not None]

@@ -185,9 +185,10 @@ class Sink(abc.ABC):
         """
 
     @abc.abstractmethod
-    def cleanup(self, app_id: str) -> int:
+    def cleanup(self, app_id: str, full: bool = False) -> int:
         """Delete the files of failed or losing attempts of ``app_id`` whose version is
-        already committed; return the number of attempt directories removed."""
+        already committed; return the number of attempt directories removed. ``full``
+        examines every version, not only the recent ones a run can have left."""
 
     @abc.abstractmethod
     def applications(self) -> list[str]:
