@@ -59,8 +59,10 @@ def exactly_once_batch_writer(sink: Sink, app_id: str, transform=None, *,
     def write_batch(df, batch_id: int) -> None:
         current = sink.committed_version(app_id)
         if current is not None and current >= batch_id:
-            log.info("%s: batch %d already committed (output at version %d): skipped",
-                     app_id, batch_id, current)
+            (log.info if current == batch_id else log.warning)(
+                "%s: batch %d skipped: the output already holds version %d (a replayed "
+                "batch; if the stream got a new checkpoint, give it a new application id)",
+                app_id, batch_id, current)
             return
         previous = sink.last_commit(app_id)
         ranges = batch_ranges(df) if record_offsets else []
