@@ -150,3 +150,47 @@ def test_broker_cut_off_from_zookeeper_stops_acknowledging(zookeeper, storage_ro
         except (RuntimeError, SparklogError):
             pass
         proxy.close()
+
+
+def test_zookeeper_consumer_group_splits_partitions_and_groups_describe(cluster, zookeeper):
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic("t", 4)
+    consumers = [Consumer("t", bootstrap_servers=cluster.bootstrap, group_id="g",
+                          group_membership="zookeeper", zookeeper_connect=zookeeper.connect,
+                          auto_offset_reset="earliest", enable_auto_commit=False,
+                          session_timeout_ms=2000) for _ in range(2)]
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # the group settles: each member owns two partitions
+            for c in consumers:
+                c.poll(50)
+            mine = [set(c.assignment()) for c in consumers]
+            if len(mine[0]) == 2 and len(mine[1]) == 2 and not mine[0] & mine[1]:
+                break
+            assert time.monotonic() < deadline, mine
+        with Producer(cluster.bootstrap, acks="all") as producer:
+            for f in [producer.send("t", b"r%d" % i, partition=i % 4) for i in range(200)]:
+                f.get(30)
+        got = {0: [], 1: []}
+        deadline = time.monotonic() + 60
+        while sum(map(len, got.values())) < 200 and time.monotonic() < deadline:
+            for i, c in enumerate(consumers):
+                for records in c.poll(200).values():
+                    got[i] += [r.value for r in records]
+        assert len(got[0]) == 100 and len(got[1]) == 100
+        assert sorted(got[0] + got[1]) == sorted(b"r%d" % i for i in range(200))
+        for c in consumers:
+            c.commit()
+        out = subprocess.run(
+            [sys.executable, "-m", "sparklog.cli.main", "groups", "describe", "g",
+             "--bootstrap-server", cluster.brokers[1].address],
+            cwd=str(ROOT), capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        rows = [line.split() for line in out.stdout.splitlines() if line.startswith("g ")]
+        assert len(rows) == 4, out.stdout
+        assert all(r[3] == "50" and r[5] == "0" for r in rows), out.stdout  # offset 50, lag 0
+        owners = {r[6] for r in rows}
+        assert len(owners) == 2, out.stdout  # each partition names its ZooKeeper owner
+    finally:
+        for c in consumers:
+            c.close()

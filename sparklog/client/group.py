@@ -96,6 +96,47 @@ class StaticMembership(GroupMembership):
         return None
 
 
+class ZooKeeperMembership(GroupMembership):
+    """Kafka 0.8's consumer groups in ZooKeeper (:mod:`sparklog.coordination.zkgroups`):
+    members register under ``/consumers/<group>/ids``, own partitions through ephemeral
+    owner nodes and rebalance with the range assignment when members or partitions
+    change. ``Consumer(group_membership="zookeeper", zookeeper_connect="host:port/chroot")``
+    or ``group_membership=ZooKeeperMembership("host:port/chroot")``."""
+
+    def __init__(self, zookeeper_connect: str, *, session_timeout_ms: int = 6000):
+        self.connect = zookeeper_connect
+        self.session_timeout_ms = session_timeout_ms
+        self._member = None
+        self._seen = 0
+
+    def _assigned(self) -> list[TopicPartition]:
+        self._seen = self._member.generation
+        return [TopicPartition(t, p) for t, p in self._member.assignment()]
+
+    def join(self, group_id, topics) -> list[TopicPartition]:
+        from ..coordination.zkgroups import ZkGroupMember
+
+        if not group_id:
+            raise InvalidArgumentError("ZooKeeper group membership needs a group_id")
+        self.leave()
+        self._member = ZkGroupMember(self.connect, group_id, topics,
+                                     session_timeout_ms=self.session_timeout_ms).start()
+        return self._assigned()
+
+    def poll(self):
+        if self._member is not None and self._member.generation != self._seen:
+            return self._assigned()
+        return None
+
+    def leave(self) -> None:
+        if self._member is not None:
+            self._member.close()
+            self._member = None
+
+    def close(self) -> None:
+        self.leave()
+
+
 class BrokerMembership(GroupMembership):
     """Group membership coordinated by the broker (JoinGroup/Heartbeat/LeaveGroup).
 

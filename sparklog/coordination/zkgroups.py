@@ -287,3 +287,19 @@ def describe_group(store, group_id: str) -> dict:
             except (NoNodeError, ValueError):
                 continue
     return {"members": members, "owners": owners, "offsets": store.fetch_offsets(group_id)}
+
+
+def group_description(store, group_id: str) -> dict:
+    """A DescribeGroups response item for a ZooKeeper group: state ``Stable`` with its
+    members (consumer ids, hosts from the ``host-uuid`` ids) and the partitions each
+    owns, or ``Empty``/``Dead`` when it has no live member."""
+    info = describe_group(store, group_id)
+    owned: dict[str, dict[str, list[int]]] = {m: {} for m in info["members"]}
+    for (topic, p), owner in sorted(info["owners"].items()):
+        owned.setdefault(owner, {}).setdefault(topic, []).append(p)
+    members = [{"member_id": m, "client_id": m, "client_host": m.rsplit("-", 1)[0],
+                "assignment": [{"name": t, "partitions": ps} for t, ps in sorted(by.items())]}
+               for m, by in sorted(owned.items()) if m in info["members"]]
+    state = "Stable" if members else ("Empty" if info["offsets"] else "Dead")
+    return {"group_id": group_id, "state": state, "generation_id": -1, "members": members,
+            "error_code": 0, "error_message": ""}

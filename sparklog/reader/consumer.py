@@ -24,7 +24,9 @@ import time
 
 from ..client.fetcher import Fetcher, PartitionState
 from ..client.future import Future
-from ..client.group import BrokerMembership, GroupMembership, StaticMembership
+from ..client.group import (
+    BrokerMembership, GroupMembership, StaticMembership, ZooKeeperMembership,
+)
 from ..client.network import NetworkClient
 from ..client.offsets import commit_request, fetch_committed, list_offsets
 from ..client.types import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
@@ -61,6 +63,7 @@ DEFAULT_CONFIG = {
     "heartbeat_interval_ms": 3000,
     "max_poll_interval_ms": 300000,
     "group_membership": None,
+    "zookeeper_connect": None,  # group_membership="zookeeper": Kafka 0.8's ZooKeeper groups
 }
 
 
@@ -135,8 +138,14 @@ class Consumer:
                 rebalance_timeout_ms=cfg["max_poll_interval_ms"],
                 heartbeat_interval_ms=cfg["heartbeat_interval_ms"],
                 before_rejoin=self._commit_before_rebalance)
+        if kind == "zookeeper":
+            if not cfg["zookeeper_connect"]:
+                raise InvalidConfigError("group_membership='zookeeper' needs zookeeper_connect")
+            return ZooKeeperMembership(cfg["zookeeper_connect"],
+                                       session_timeout_ms=cfg["session_timeout_ms"])
         raise InvalidConfigError(
-            f"group_membership must be 'broker', 'static' or a GroupMembership, got {kind!r}")
+            f"group_membership must be 'broker', 'static', 'zookeeper' or a GroupMembership, "
+            f"got {kind!r}")
 
     def _commit_before_rebalance(self) -> None:
         if self.group_id and self.config["enable_auto_commit"] and self._current_offsets():

@@ -60,6 +60,13 @@ async def describe_groups(broker, body, ctx) -> dict:
     for group_id in body["groups"]:
         try:
             item = broker.groups.describe(group_id)
+            if broker.leadership is not None and not item["members"]:
+                from ...coordination.zkgroups import group_description
+
+                # cluster mode: Kafka 0.8's consumer groups registered in ZooKeeper
+                zk_item = await broker.run_io(group_description, broker.store, group_id)
+                if zk_item["members"]:
+                    item = zk_item
             if item["state"] == "Dead" and group_id in known:
                 item["state"] = EMPTY
         except SparklogError as exc:
