@@ -11,7 +11,7 @@
   SIGSTOP while a produce request waits in its socket; its session expires, another
   broker takes over (fencing the storage lease, next leader epoch) and accepts writes;
   then the old leader is resumed with SIGCONT: its pending write is refused and never
-  reaches the log.
+  reaches the log (also when that write would first roll a new segment).
 """
 
 from __future__ import annotations
@@ -172,9 +172,13 @@ def produce(conn: Connection, topic: str, partition: int, value: bytes) -> dict:
     return resp["topics"][0]["partitions"][0]
 
 
-def test_paused_old_leader_cannot_append_after_failover(zookeeper, storage_root, tmp_path):
+@pytest.mark.parametrize("roll", [False, True], ids=["append", "roll"])
+def test_paused_old_leader_cannot_append_after_failover(zookeeper, storage_root, tmp_path,
+                                                        roll):
+    # roll: segments hold one frame, so the old leader's pending write must roll first
+    extra = ["--override", "log.segment.bytes=1500"] if roll else []
     with BrokerCluster(storage_root, zookeeper.connect, 2, log_dir=tmp_path,
-                       session_ms=SESSION_MS) as cluster:
+                       session_ms=SESSION_MS, extra_args=extra) as cluster:
         with Admin(cluster.bootstrap) as admin:
             admin.create_topic("z", 1)
         cluster.wait(lambda: cluster.leader_of("z", 0) > 0, 10, "a leader")

@@ -381,6 +381,9 @@ class PartitionLog:
     def _roll(self) -> None:
         old = self._segments[-1]
         try:
+            # sync checks the lease even with nothing buffered: a writer fenced by a new
+            # leader fails here instead of sealing and starting a segment of its own
+            self._out.sync()
             self._out.close()  # flush + sync + release the lease
             old.seal()
             self._hw, self._hw_position = self._leo, 0
