@@ -9,7 +9,7 @@ fixtures skip with that reason (``scripts/ci-deps.sh`` installs them on CI).
 
 Fixtures (import them into a test module: ``from zkserver import zookeeper``):
 
-* ``zookeeper_server`` (session scope): one server for the whole run.
+* ``zookeeper_server`` (module scope): one server per test module.
 * ``zookeeper``: a :class:`ZkEndpoint` on that server with a fresh chroot per test
   (``endpoint.connect`` is ``127.0.0.1:PORT/sparklog-test-<hex>``), so tests never see
   each other's nodes.
@@ -228,18 +228,12 @@ class ZkEndpoint:
         """The connect string with this test's chroot."""
         return self.server.hosts + self.chroot
 
-    def client(self, **kwargs):
+    def client(self, session_timeout_ms: int = 10000):
         """A started kazoo client inside the chroot (caller stops it)."""
-        from kazoo.client import KazooClient
+        from sparklog.coordination.zkclient import connect_zk
 
-        zk = KazooClient(hosts=self.server.hosts, **kwargs)
-        zk.start(timeout=15)
-        zk.ensure_path(self.chroot)
-        zk.stop()
-        zk.close()
-        zk = KazooClient(hosts=self.connect, **kwargs)
-        zk.start(timeout=15)
-        return zk
+        return connect_zk(self.connect, session_timeout_ms=session_timeout_ms,
+                          create_layout=False)
 
 
 class TcpProxy:
@@ -325,10 +319,12 @@ class TcpProxy:
         self._listener.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def zookeeper_server(tmp_path_factory):
-    """One real ZooKeeper server for the test run (skips with the reason when it cannot
-    start here)."""
+    """One real ZooKeeper server per test module that imports the fixture (skips with
+    the reason when it cannot start here). Module scope: a fixture imported into
+    several modules is a separate definition in each, so a wider scope would keep one
+    JVM per module alive until the end of the run."""
     reason = zookeeper_unavailable()
     if reason:
         pytest.skip(reason)

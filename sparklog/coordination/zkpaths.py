@@ -4,25 +4,23 @@ Every path below is relative to the chroot of the connect string
 (``host:port[,host:port...][/chroot]``); the value of each node is UTF-8 JSON in Kafka's
 schema (``version`` 1), so Kafka operators' habits (``zkCli.sh get /brokers/ids/1``) work:
 
-==============================================  =========  =====================================
-path                                            kind       value
-==============================================  =========  =====================================
-``/brokers/ids/<id>``                           ephemeral  ``{"version","host","port","timestamp","jmx_port"}``
-``/brokers/topics/<topic>``                     persistent ``{"version","partitions":{"0":[ids]}}``
-``/brokers/topics/<topic>/partitions/<p>/state`` persistent ``{"version","controller_epoch","leader","leader_epoch","isr"}``
-``/controller``                                 ephemeral  ``{"version","brokerid","timestamp"}``
-``/controller_epoch``                           persistent ``<int>``
-``/admin/delete_topics/<topic>``                persistent (empty): delete request for the controller
-``/admin/controlled_shutdown/<id>``             persistent (empty): a broker asks to lose its leaderships
-``/config/topics/<topic>``                      persistent ``{"version","config":{...}}`` (notification)
-``/latest_producer_id_block``                   persistent ``{"version","broker","block_start","block_end"}``
-``/cluster/id``                                 persistent ``{"version","id"}``
-``/consumers/<group>/ids/<consumer id>``        ephemeral  ``{"version","subscription":{topic:1},"pattern","timestamp"}``
-``/consumers/<group>/owners/<topic>/<p>``       ephemeral  ``<consumer id>``
-``/consumers/<group>/offsets/<topic>/<p>``      persistent ``<offset>`` (the next offset to read)
-==============================================  =========  =====================================
+* ``/brokers/ids/<id>`` (ephemeral): ``{"version","host","port","timestamp","jmx_port"}``
+* ``/brokers/topics/<topic>``: ``{"version","partitions":{"0":[broker ids]}}``
+* ``/brokers/topics/<topic>/partitions/<p>/state``:
+  ``{"version","controller_epoch","leader","leader_epoch","isr"}``
+* ``/controller`` (ephemeral): ``{"version","brokerid","timestamp"}``
+* ``/controller_epoch``: the epoch as a decimal number
+* ``/admin/delete_topics/<topic>``: empty, a deletion request for the controller
+* ``/admin/controlled_shutdown/<id>``: empty, a broker asks to lose its leaderships
+* ``/config/topics/<topic>``: ``{"version","config":{...},"config_version"}``
+* ``/latest_producer_id_block``: ``{"version","broker","block_start","block_end"}``
+* ``/cluster/id``: ``{"version","id"}``
+* ``/consumers/<group>/ids/<consumer id>`` (ephemeral):
+  ``{"version","subscription":{topic:1},"pattern","timestamp"}``
+* ``/consumers/<group>/owners/<topic>/<p>`` (ephemeral): the owning consumer id
+* ``/consumers/<group>/offsets/<topic>/<p>``: the committed offset (the next to read)
 
-With HDFS replication in place of Kafka's ISR, a partition's ``isr`` is just ``[leader]``
+Every node not marked ephemeral is persistent. With HDFS replication in place of Kafka's ISR, a partition's ``isr`` is just ``[leader]``
 and the assignment list of ``/brokers/topics/<topic>`` is every broker that may lead it,
 in preference order (the first is the preferred leader).
 """
