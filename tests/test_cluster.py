@@ -194,3 +194,29 @@ def test_zookeeper_consumer_group_splits_partitions_and_groups_describe(cluster,
     finally:
         for c in consumers:
             c.close()
+
+
+def test_config_altered_on_one_broker_applies_on_the_leader(cluster, storage_root):
+    from sparklog.metadata import TopicStore
+
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic("t", 1)
+    cluster.wait(lambda: cluster.leader_of("t", 0) > 0, 10, "a leader")
+    leader = cluster.leader_of("t", 0)
+    other = next(i for i in cluster.brokers if i != leader)
+    with Connection(cluster.brokers[leader].address) as conn:
+        assert produce_one(conn, "t", 0, b"x")["error_code"] == 0
+    with Admin(cluster.brokers[other].address) as admin:  # not the leader
+        admin.alter_configs({"t": {"segment.bytes": "1500"}})
+    store = TopicStore(storage_root)
+    seg_dir = store.partition_dir("t", 0)
+    deadline = time.monotonic() + 15
+    with Connection(cluster.brokers[leader].address) as conn:
+        while True:  # the leader rolls at the new segment.bytes once it heard of it
+            assert produce_one(conn, "t", 0, b"y")["error_code"] == 0
+            logs = [i.name for i in store.fileio.list(seg_dir) if i.name.endswith(".log")]
+            if len(logs) >= 3:
+                break
+            assert time.monotonic() < deadline, logs
+            time.sleep(0.1)
+    assert "config version 2 applied" in cluster.brokers[leader].log_text()

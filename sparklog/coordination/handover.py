@@ -56,6 +56,7 @@ class BrokerLeadership:
         """Listen to leadership changes (call on the broker's loop, before registering;
         partitions the broker already leads are reported by the first refresh)."""
         self.store.add_leadership_listener(self._on_changes)
+        self.store.view.add_config_listener(self._on_config)
         for tp in self.store.view.led_partitions():
             self.broker.loop.call_soon_threadsafe(self._apply, {tp: self.store.view.state(*tp)})
 
@@ -74,9 +75,12 @@ class BrokerLeadership:
             return
         for tp, state in changes.items():
             self._desired[tp] = state
-            task = self.broker.loop.create_task(self._converge(tp))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn(self._converge(tp))
+
+    def _spawn(self, coro) -> None:
+        task = self.broker.loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _converge(self, tp) -> None:
         lock = self._locks.setdefault(tp, asyncio.Lock())
@@ -113,6 +117,26 @@ class BrokerLeadership:
             await writer.close()
         except Exception as exc:  # noqa: BLE001 - the new leader fenced us: nothing to save
             log.info("partition %s-%d: closing after losing leadership: %s", tp[0], tp[1], exc)
+
+    def _on_config(self, topic: str) -> None:  # view thread
+        loop = self.broker.loop
+        if loop is not None and not loop.is_closed() and not self._stopping:
+            loop.call_soon_threadsafe(lambda: self._spawn(self._reload_config(topic)))
+
+    async def _reload_config(self, topic: str) -> None:
+        """Another broker altered ``topic``: re-read its config from the storage and
+        apply it to the open writers (as the altering broker did to its own)."""
+        self.broker.forget_topic(topic)
+        try:
+            tc = await self.broker.topic_config(topic, refresh=True)
+        except SparklogError as exc:
+            log.info("topic %s: config change not applied: %s", topic, exc)
+            return
+        for (name, _), writer in list(self.broker.partitions.items()):
+            if name == topic:
+                writer.topic = tc
+                writer.log.config = self.broker.log_config(tc)
+        log.info("topic %s: config version %d applied", topic, tc.version)
 
     # --- the broker's checks ------------------------------------------------------------------
     def check(self, topic: str, partition: int, writer=None) -> int:

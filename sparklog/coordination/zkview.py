@@ -26,8 +26,8 @@ import threading
 from .base import NO_LEADER, BrokerInfo, PartitionState
 from .zkclient import EventWorker
 from .zkpaths import (
-    BROKERS_IDS, BROKERS_TOPICS, CONTROLLER, decode_assignment, decode_broker, decode_state,
-    loads, partition_state_path, topic_path,
+    BROKERS_IDS, BROKERS_TOPICS, CONFIG_TOPICS, CONTROLLER, decode_assignment, decode_broker,
+    decode_state, loads, partition_state_path, topic_path,
 )
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,8 @@ class ClusterView:
         self._states: dict[tuple[str, int], PartitionState] = {}
         self._trusted = False
         self._listeners = []
+        self._config_listeners = []
+        self._config_versions: dict[str, int] | None = None  # None until first read
         self._refreshed = threading.Condition(self._lock)
         self._generation = 0  # full refreshes done
         self._stopped = False
@@ -76,6 +78,11 @@ class ClusterView:
     def add_listener(self, fn) -> None:
         """Call ``fn(changes)`` on every change of partition states (see class doc)."""
         self._listeners.append(fn)
+
+    def add_config_listener(self, fn) -> None:
+        """Call ``fn(topic)`` on the view's thread when ``/config/topics/<topic>`` changes
+        (a topic's configs were altered on some broker; Kafka's config notification)."""
+        self._config_listeners.append(fn)
 
     def wait_refreshed(self, timeout: float = 10.0) -> bool:
         """Block until the view is trusted (a full read completed since the last
@@ -259,6 +266,7 @@ class ClusterView:
             self.client.sync("/")
             self._refresh_brokers()
             self._refresh_controller()
+            self._refresh_configs()
             topics = set(self.client.get_children(BROKERS_TOPICS, watch=self._watch_topics))
             for topic in set(self._topics) - topics:
                 self._drop_topic(topic)
@@ -279,6 +287,38 @@ class ClusterView:
         if self._trusted and not was:
             log.info("broker %s: cluster state read (%d brokers, %d partitions, controller %d)",
                      self.broker_id, len(self._brokers), len(self._states), self._controller)
+
+    def _watch_configs(self, event=None):
+        self.worker.submit(self._refresh_configs)
+
+    def _refresh_configs(self):
+        """Watch ``/config/topics`` and its nodes; report topics whose node changed."""
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            names = self.client.get_children(CONFIG_TOPICS, watch=self._watch_configs)
+        except NoNodeError:
+            return
+        first = self._config_versions is None
+        versions = self._config_versions = self._config_versions or {}
+        changed = []
+        for name in names:
+            try:
+                stat = self.client.exists(f"{CONFIG_TOPICS}/{name}", watch=self._watch_configs)
+            except NoNodeError:
+                continue
+            if stat is None:
+                continue
+            old = versions.get(name)
+            versions[name] = stat.mzxid
+            if not first and old != stat.mzxid:
+                changed.append(name)
+        for name in changed:
+            for fn in list(self._config_listeners):
+                try:
+                    fn(name)
+                except Exception:  # noqa: BLE001 - a listener bug must not stop the view
+                    log.exception("cluster view config listener %r failed", fn)
 
     def _notify(self, changes: dict):
         for fn in list(self._listeners):
