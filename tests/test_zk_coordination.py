@@ -32,7 +32,10 @@ SESSION_MS = 2000
 def wait_until(cond, timeout=10.0, what="condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        value = cond()
+        try:
+            value = cond()
+        except (AttributeError, TypeError):  # a view has not seen the partition yet
+            value = None
         if value:
             return value
         time.sleep(0.02)
@@ -221,6 +224,7 @@ def test_controlled_shutdown_moves_leadership_first(cluster):
         a.acquire_leadership("t", 0, 1)
     # the shutting-down broker gets nothing back while it is still registered
     zkadmin.create_topic(b, "u", 2)
+    wait_until(lambda: all(s is not None for s in leaders(a, "u", 2)), what="a sees u")
     assert all(s.leader == 2 for s in leaders(a, "u", 2))
 
 
