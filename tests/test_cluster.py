@@ -220,3 +220,31 @@ def test_config_altered_on_one_broker_applies_on_the_leader(cluster, storage_roo
             assert time.monotonic() < deadline, logs
             time.sleep(0.1)
     assert "config version 2 applied" in cluster.brokers[leader].log_text()
+
+
+def test_zookeeper_down_stops_acks_until_it_returns(storage_root, tmp_path):
+    from zkserver import ZooKeeperServer
+
+    zk = ZooKeeperServer(str(tmp_path / "zk")).start()
+    try:
+        with BrokerCluster(storage_root, zk.hosts + "/c", 2, log_dir=tmp_path,
+                           session_ms=4000) as cluster:
+            with Admin(cluster.bootstrap) as admin:
+                admin.create_topic("t", 1)
+            cluster.wait(lambda: cluster.leader_of("t", 0) > 0, 10, "a leader")
+            leader = cluster.brokers[cluster.leader_of("t", 0)]
+            with Connection(leader.address) as conn:
+                assert produce_one(conn, "t", 0, b"before")["error_code"] == 0
+                zk.stop()  # the whole ensemble is gone
+                deadline = time.monotonic() + 10
+                while (item := produce_one(conn, "t", 0, b"during"))["error_code"] == 0:
+                    assert time.monotonic() < deadline, "still acknowledging without ZooKeeper"
+                    time.sleep(0.05)
+                assert item["error_code"] == NotLeaderError.code, item
+                zk.start()  # same port and data: sessions resume, leadership is re-proved
+                deadline = time.monotonic() + 30
+                while produce_one(conn, "t", 0, b"after")["error_code"] != 0:
+                    assert time.monotonic() < deadline, leader.log_text()[-3000:]
+                    time.sleep(0.1)
+    finally:
+        zk.stop()
