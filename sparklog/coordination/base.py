@@ -91,6 +91,26 @@ def validate_group_id(group) -> str:
     return group
 
 
+
+def validate_offsets(group: str, offsets: dict) -> dict:
+    """Check a group id and an offsets mapping ``{(topic, partition): OffsetAndMetadata}``
+    before a commit; returns it as a plain dict. InvalidArgumentError (or the topic and
+    partition errors) names the bad entry."""
+    from ..metadata.topic import validate_partition, validate_topic_name
+
+    validate_group_id(group)
+    entries = {}
+    for key, value in offsets.items():
+        topic, partition = key
+        validate_topic_name(topic)
+        validate_partition(partition, topic=topic)
+        if not isinstance(value, OffsetAndMetadata):
+            raise InvalidArgumentError(
+                f"offset of {topic}-{partition} must be an OffsetAndMetadata, "
+                f"got {type(value).__name__}")
+        entries[(topic, partition)] = value
+    return entries
+
 class CoordinationStore(abc.ABC):
     """Cluster state shared by brokers (see the module docstring).
 

@@ -24,6 +24,7 @@ from ..metadata.topic import validate_partition, validate_topic_name
 from ..storage import FileIO, open_fileio
 from ..storage.versioned import VersionedFile
 from .base import (
+    validate_offsets,
     NO_LEADER, BrokerInfo, CoordinationStore, OffsetAndMetadata, PartitionState,
     validate_group_id,
 )
@@ -156,17 +157,7 @@ class LocalCoordinationStore(CoordinationStore):
 
     def commit_offsets(self, group: str, offsets: dict) -> None:
         """Merge ``offsets`` into the group's offsets document (one atomic version)."""
-        validate_group_id(group)
-        entries = {}
-        for key, value in offsets.items():
-            topic, partition = key
-            validate_topic_name(topic)
-            validate_partition(partition, topic=topic)
-            if not isinstance(value, OffsetAndMetadata):
-                raise InvalidArgumentError(
-                    f"offset of {topic}-{partition} must be an OffsetAndMetadata, "
-                    f"got {type(value).__name__}")
-            entries[(topic, partition)] = value
+        entries = validate_offsets(group, offsets)
         vf = self._file("groups", group)
         with self._lock:
             version, doc = self._groups.get(group) or self._load_group(group)

@@ -32,6 +32,7 @@ import uuid
 from ..errors import CoordinationError, InvalidArgumentError, InvalidConfigError, NotLeaderError
 from ..metadata.topic import validate_partition, validate_topic_name
 from .base import (
+    validate_offsets,
     BrokerInfo, CoordinationStore, OffsetAndMetadata, PartitionState, validate_group_id,
 )
 from .controller import Controller
@@ -309,17 +310,8 @@ class ZkCoordinationStore(CoordinationStore):
         """Write the offsets in one ZooKeeper transaction (all or none)."""
         from kazoo.exceptions import NodeExistsError, NoNodeError
 
-        validate_group_id(group)
-        entries = {}
-        for key, value in offsets.items():
-            topic, partition = key
-            validate_topic_name(topic)
-            validate_partition(partition, topic=topic)
-            if not isinstance(value, OffsetAndMetadata):
-                raise InvalidArgumentError(
-                    f"offset of {topic}-{partition} must be an OffsetAndMetadata, "
-                    f"got {type(value).__name__}")
-            entries[f"{group_offsets_path(group, topic)}/{partition}"] = value
+        entries = {f"{group_offsets_path(group, topic)}/{partition}": value
+                   for (topic, partition), value in validate_offsets(group, offsets).items()}
         if not entries:
             return
         for path in {p.rsplit("/", 1)[0] for p in entries}:
