@@ -174,11 +174,28 @@ class ZkGroupMember:
                 pass
 
     def _rebalance(self) -> None:
-        from kazoo.exceptions import NodeExistsError
+        from kazoo.exceptions import KazooException
 
         self._pending = False
         if self._closed:
             return
+        try:
+            self._rebalance_attempts()
+        except KazooException as exc:
+            # a ZooKeeper error mid-rebalance must not leave the member without an
+            # assignment: release, back off and rebalance again (a reconnect also does)
+            log.warning("group %s: member %s rebalance failed (%r); retrying", self.group_id,
+                        self.consumer_id, exc)
+            try:
+                self._release()
+            except KazooException:  # owner nodes are ephemeral: they go with the session
+                with self._lock:
+                    self._owned = []
+            time.sleep(self.rebalance_backoff)
+            if self.client.connected and not self._closed:
+                self._schedule()
+
+    def _rebalance_attempts(self) -> None:
         for attempt in range(self.rebalance_max_retries + 1):
             self._release()
             members = self._members()
@@ -188,17 +205,11 @@ class ZkGroupMember:
             conflict = None
             for topic, p in mine:
                 self.client.ensure_path(group_owners_path(self.group_id, topic))
-                path = f"{group_owners_path(self.group_id, topic)}/{p}"
-                try:
-                    self.client.create(path, self.consumer_id.encode(), ephemeral=True)
-                    claimed.append((topic, p))
-                except NodeExistsError:
-                    data, _ = self.client.get(path)
-                    if data.decode() == self.consumer_id:
-                        claimed.append((topic, p))
-                        continue
-                    conflict = (topic, p, data.decode())
+                owner = self._claim(f"{group_owners_path(self.group_id, topic)}/{p}")
+                if owner is not None:
+                    conflict = (topic, p, owner)
                     break
+                claimed.append((topic, p))
             with self._lock:
                 self._owned = sorted(claimed)
             if conflict is None:
@@ -219,6 +230,24 @@ class ZkGroupMember:
         self._release()
         log.error("group %s: member %s gave up after %d rebalance attempts", self.group_id,
                   self.consumer_id, self.rebalance_max_retries + 1)
+
+    def _claim(self, path: str) -> str | None:
+        """Create the ephemeral owner node; None when this member owns it now, else the
+        other owner's id. An owner that releases between our create and our read (the
+        node vanishes) is retried, not reported."""
+        from kazoo.exceptions import NodeExistsError, NoNodeError
+
+        while True:
+            try:
+                self.client.create(path, self.consumer_id.encode(), ephemeral=True)
+                return None
+            except NodeExistsError:
+                try:
+                    data, _ = self.client.get(path)
+                except NoNodeError:
+                    continue  # released meanwhile: claim again
+                owner = data.decode()
+                return None if owner == self.consumer_id else owner
 
     def _members(self) -> dict[str, list[str]]:
         from kazoo.exceptions import NoNodeError
