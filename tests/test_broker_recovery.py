@@ -15,6 +15,7 @@ from sparklog.errors import (
 from sparklog.format.frame import encode_frame, iter_frames, raw_batch
 from sparklog.protocol import ApiKey, Connection
 from test_broker import create, fetch, produce, read_values
+from waiting import wait_until
 
 
 def frame(values, **kw):
@@ -140,7 +141,13 @@ def test_segments_roll_and_recover(proc):
         part = desc["topics"][0]["partitions"][0]
         assert part["high_watermark"] == part["log_end_offset"] == 30
         segs = part["segments"]
-        assert len(segs) > 3 and all(s["sealed"] for s in segs[:-1]) and not segs[-1]["sealed"]
+        assert len(segs) > 3 and not segs[-1]["sealed"]
+
+        def rolled_sealed():  # the broker seals rolled segments in the background
+            res = c.request(ApiKey.DESCRIBE_LOG, {"topics": [{"name": "rolled"}]})
+            return all(s["sealed"] for s in res["topics"][0]["partitions"][0]["segments"][:-1])
+
+        wait_until(rolled_sealed, what="the rolled segments sealed")
         assert [s["base_offset"] for s in segs] == sorted(s["base_offset"] for s in segs)
         assert segs[0]["path"].startswith(desc["storage_root"])
     proc.kill()

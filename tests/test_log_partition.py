@@ -129,6 +129,7 @@ def test_rolls_by_segment_bytes_and_reads_across_segments(fio, pdir):
     with PartitionLog.open(fio, pdir, {"segment.bytes": 3 * size + 10}) as plog:
         fill(plog, frames=10, per=5)
         assert [s.base_offset for s in plog.segments] == [0, 15, 30, 45]
+        plog.sync()  # rolled segments are sealed in the background; sync waits for it
         assert [s.sealed for s in plog.segments] == [True, True, True, False]
         names = sorted(os.listdir(fio.local_path(pdir)))
         assert "00000000000000000015.index" in names and "00000000000000000015.timeindex" in names

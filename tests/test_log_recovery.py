@@ -145,14 +145,40 @@ def test_crash_at_every_step_of_a_roll(fio, tmp_path):
         plog.flush()
         recording.crash_at(step)
         try:
-            plog.append(typed_frame([4], [104]))  # rolls first
+            plog.append(typed_frame([4], [104]))  # rolls first; the old segment is sealed
+            plog.close()                           # in the background, close waits for it
         except SimulatedCrash:
-            check_recovered(fio, d, 4)
+            # frame 4 (buffered in the new segment's stream) reached the file only if
+            # that stream's sync got past the crash point
+            new_sync = ("sync", os.path.join(d, "00000000000000000004.log"))
+            pushed = recording.calls.count(new_sync) - (
+                recording.crashed == " ".join(new_sync))
+            check_recovered(fio, d, 5 if pushed else 4)
             continue
-        recording.crash_at(None)
-        plog.close()
         break
-    assert step > 5
+    assert step > 6
+    assert {"verify_lease", "close", "rename", "create"} <= {m for m, _ in recording.calls}
+
+
+def test_rolled_segment_left_unsealed_is_sealed_on_open(fio, tmp_path):
+    d = build(fio, str(tmp_path / "p"), count=6)  # segments 0, 2 (sealed), 4 (active)
+    for ext in ("index", "timeindex"):
+        os.remove(os.path.join(d, f"00000000000000000002.{ext}"))  # the crash came first
+    check_recovered(fio, d, 6)
+    assert os.path.exists(os.path.join(d, "00000000000000000002.index"))
+
+
+def test_rolled_segment_with_a_torn_tail_cuts_the_log_there(fio, tmp_path):
+    # a power loss before the background sync: the rolled segment lost its tail, while
+    # the segment after it (never synced either) survived
+    d = build(fio, str(tmp_path / "p"), count=6)
+    rolled = os.path.join(d, "00000000000000000002.log")
+    for ext in ("index", "timeindex"):
+        os.remove(os.path.join(d, f"00000000000000000002.{ext}"))
+    os.truncate(rolled, FRAME + 100)
+    check_recovered(fio, d, 3)
+    assert not os.path.exists(os.path.join(d, "00000000000000000004.log"))
+    assert os.path.getsize(rolled) == FRAME + len(typed_frame([1000], [999]))
 
 
 def test_sealed_segment_corruption_is_reported_with_path_and_position(fio, tmp_path):

@@ -139,6 +139,10 @@ class _Out:
         self.owner._note("close", self.path)
         return self.inner.close()
 
+    def verify_lease(self):
+        self.owner._note("verify_lease", self.path)
+        return self.inner.verify_lease()
+
     def tell(self):
         return self.inner.tell()
 

@@ -21,6 +21,7 @@ from zkserver import TcpProxy, zookeeper, zookeeper_server  # noqa: F401 (fixtur
 pytest.importorskip("kazoo", reason="kazoo is not installed (pip install sparklog[cluster])")
 
 from sparklog.coordination import zkadmin  # noqa: E402
+from waiting import wait_until as _wait_until  # noqa: E402
 from sparklog.coordination.zkclient import connect_zk  # noqa: E402
 from sparklog.coordination.zkstore import ZkCoordinationStore  # noqa: E402
 
@@ -30,16 +31,8 @@ SESSION_MS = 2000
 
 
 def wait_until(cond, timeout=10.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = cond()
-        except (AttributeError, TypeError):  # a view has not seen the partition yet
-            value = None
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    # a view that has not seen the partition yet raises AttributeError/TypeError
+    return _wait_until(cond, timeout, what, ignore=(AttributeError, TypeError))
 
 
 @pytest.fixture

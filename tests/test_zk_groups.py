@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -11,6 +10,7 @@ from sparklog.coordination.base import OffsetAndMetadata
 from sparklog.errors import InvalidArgumentError
 from sparklog.metadata import TopicStore
 from zkserver import zookeeper, zookeeper_server  # noqa: F401 (fixtures)
+from waiting import wait_until as _wait_until
 
 pytest.importorskip("kazoo", reason="kazoo is not installed (pip install sparklog[cluster])")
 
@@ -22,12 +22,7 @@ pytestmark = pytest.mark.zookeeper
 
 
 def wait_until(cond, timeout=15.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    return _wait_until(cond, timeout, what)
 
 
 @pytest.fixture

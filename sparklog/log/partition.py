@@ -40,6 +40,7 @@ from .index import fits_relative
 from .layout import LEADER_EPOCH_SUFFIX, LOG_START_SUFFIX, PartitionListing, describe_partition
 from .recovery import finish_interrupted_repairs, repair_tail
 from .scan import read_frame_bytes
+from .sealer import SegmentSealer
 from .segment import LogSegment
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,19 @@ class PartitionLog:
         self._last_sync_ms = self._clock()
         self._start_checkpoint = JsonCheckpoint(fileio, dir_url, LOG_START_SUFFIX)
         self._epochs: LeaderEpochCache | None = None
+        self._sealer = SegmentSealer(self.name, self._seal_failed)
+
+    def _seal_failed(self, exc: BaseException) -> None:
+        if self._failed is None:
+            self._failed = exc
+
+    def _wait_sealed(self) -> None:
+        """Wait for the background sealing of rolled segments (see sealer.py)."""
+        try:
+            self._sealer.wait()
+        except BaseException as exc:
+            self._seal_failed(exc)
+            raise
 
     # --- opening -------------------------------------------------------------------------
     @classmethod
@@ -168,6 +182,11 @@ class PartitionLog:
                 if files.timeindex is not None:  # sealing was cut short
                     fileio.delete(files.timeindex.path)
                 segments.append(self._new_segment(files.base_offset))
+            elif (not files.sealed and files.timeindex is None  # sealing had not begun
+                  and self._recover_rolled(files, entries[i + 1:], fence)):
+                # its tail was lost in a crash: it becomes the active segment again
+                segments.append(self._new_segment(files.base_offset))
+                break
             else:
                 seg = self._new_segment(files.base_offset, sealed=True,
                                         listed_size=files.log.size)
@@ -201,6 +220,28 @@ class PartitionLog:
             self._out.close()
             raise
         self._epoch = leader_epoch
+
+    def _recover_rolled(self, files, later, fence: bool) -> bool:
+        """A rolled segment whose background sealing had not begun (no ``.timeindex``,
+        so its ``.log`` may not have been synced) when the process crashed: seal it
+        when its frames are whole and return False; when its tail is torn (it was never
+        synced, so neither was anything after it), delete the later segments and
+        return True: the caller makes it the active segment, whose tail gets cut."""
+        if fence:
+            self.fileio.recover_lease(files.log.path)
+        seg = self._new_segment(files.base_offset, sealed=True, listed_size=files.log.size)
+        try:
+            seg.rebuild_indexes()
+            return False
+        except CorruptRecordError as exc:
+            if not fence:  # a live writer would still hold the newest segment's lease
+                self.fileio.append(later[-1].path).close()
+            log.warning("partition %s: rolled segment %s was not sealed and its tail is "
+                        "torn (%s); deleting the %d later segment(s) written after it",
+                        self.name, files.log.path, exc, len(later))
+            for files_after in reversed(later):
+                LogSegment(self.fileio, self.dir_url, files_after.base_offset).delete_files()
+            return True
 
     def _take_active(self, active: LogSegment, fence: bool):
         """Lease the active segment, scan it, cut a bad tail; return its writer."""
@@ -358,9 +399,11 @@ class PartitionLog:
             self._hw, self._hw_position = self._leo, self._segments[-1]._size
 
     def sync(self) -> None:
-        """hsync the active segment (durable), advancing the high watermark too."""
+        """hsync the active segment (durable), advancing the high watermark too; the
+        segments rolled before it are synced and sealed first."""
         with self._lock:
             self._check_usable()
+            self._wait_sealed()
             try:
                 self._out.sync()
             except BaseException as exc:
@@ -379,32 +422,40 @@ class PartitionLog:
                 self._roll()
 
     def _roll(self) -> None:
-        old = self._segments[-1]
+        old, old_out = self._segments[-1], self._out
         try:
-            # sync checks the lease even with nothing buffered: a writer fenced by a new
-            # leader fails here instead of sealing and starting a segment of its own
-            self._out.sync()
-            self._out.close()  # flush + sync + release the lease
-            old.seal()
-            self._hw, self._hw_position = self._leo, 0
+            # the lease is checked even with nothing buffered: a writer fenced by a new
+            # leader fails here instead of starting a segment of its own
+            old_out.flush()
+            old_out.verify_lease()
             new = self._new_segment(self._leo)
             self._out = self.fileio.create(new.path)
         except BaseException as exc:
             self._failed = exc
             raise
-        self._unsynced_records = 0
-        self._last_sync_ms = self._clock()
+        self._hw, self._hw_position = self._leo, 0
         self._segments.append(new)
         self._bases.append(new.base_offset)
+        # sync + release + write the indexes of the old segment off the append path
+        self._sealer.submit(old, old_out)
 
     def close(self) -> None:
-        """Sync and release the lease (seals nothing). Idempotent."""
+        """Wait for the sealing of rolled segments, then sync and release the active
+        segment's lease (it stays unsealed). Idempotent."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+            error = None
+            try:
+                self._sealer.wait()
+            except BaseException as exc:  # noqa: BLE001 - raised after the close below
+                self._seal_failed(exc)
+                error = exc
             if self._out is not None and self._failed is None:
                 self._out.close()
+            if error is not None:
+                raise error
 
     def __enter__(self):
         return self
@@ -476,6 +527,7 @@ class PartitionLog:
         check_offset(offset, "offset")
         with self._lock:
             self._check_usable()
+            self._wait_sealed()
             if offset > self._hw:
                 raise OffsetOutOfRangeError(
                     f"cannot delete records before offset {offset} of partition {self.name} "

@@ -140,7 +140,9 @@ class LogSegment:
                     f"{summary.base_offset} and {summary.size} bytes, the segment has "
                     f"base offset {self.base_offset} and {self.listed_size} bytes")
         except (CorruptRecordError, StorageFileNotFoundError) as exc:
-            log.warning("rebuilding the indexes of %s: %s", self.path, exc)
+            # a missing index is normal for a segment whose writer is still sealing it
+            level = logging.DEBUG if isinstance(exc, StorageFileNotFoundError) else logging.WARNING
+            log.log(level, "rebuilding the indexes of %s: %s", self.path, exc)
             self.rebuild_indexes()
             return
         self._set_summary(summary)
@@ -229,7 +231,9 @@ class LogSegment:
             if summary.base_offset != self.base_offset or time_index.base_offset != self.base_offset:
                 raise CorruptRecordError(f"indexes of {self.path} name another base offset")
         except (CorruptRecordError, StorageFileNotFoundError) as exc:
-            log.warning("rebuilding the indexes of %s: %s", self.path, exc)
+            # a missing index is normal for a segment whose writer is still sealing it
+            level = logging.DEBUG if isinstance(exc, StorageFileNotFoundError) else logging.WARNING
+            log.log(level, "rebuilding the indexes of %s: %s", self.path, exc)
             self.rebuild_indexes()
             return
         self._set_summary(summary)

@@ -57,6 +57,12 @@ class OutputStream(abc.ABC):
     def sync(self) -> None:
         """hsync: flush, then make the bytes durable on the storage."""
 
+    def verify_lease(self) -> None:
+        """Raise LeaseExpiredError if this writer's lease was revoked (a new writer
+        recovered the file), without pushing or persisting anything new. The default
+        syncs, which every backend fences; backends override it with a cheaper check."""
+        self.sync()
+
     @abc.abstractmethod
     def tell(self) -> int:
         """Current length of the file as this writer sees it."""

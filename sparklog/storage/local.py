@@ -102,9 +102,12 @@ class LocalOutputStream(BufferedOutputStream):
         finally:
             lock.__exit__()
 
-    def _persist(self) -> None:
+    def _verify_lease(self) -> None:
         if not self._lease_ok():
             raise LeaseLost()
+
+    def _persist(self) -> None:
+        self._verify_lease()
         os.fsync(self._fd)
 
     def _release(self) -> None:

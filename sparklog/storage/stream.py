@@ -60,6 +60,10 @@ class BufferedOutputStream(OutputStream):
     def _abandon(self) -> None:
         """Drop the handle after the lease was lost (no release)."""
 
+    def _verify_lease(self) -> None:
+        """Check the lease, nothing else (raise LeaseLost); default: ``_persist``."""
+        self._persist()
+
     # machinery ------------------------------------------------------------------------
     def _fenced(self, op: str) -> LeaseExpiredError:
         dropped = len(self._buf)
@@ -137,6 +141,15 @@ class BufferedOutputStream(OutputStream):
             except LeaseLost:
                 raise self._fenced("sync") from None
             self._dirty = False
+
+    def verify_lease(self) -> None:
+        """Raise LeaseExpiredError if the lease was lost (nothing is pushed)."""
+        with self._lock:
+            self._check_open("verify_lease")
+            try:
+                self._verify_lease()
+            except LeaseLost:
+                raise self._fenced("verify_lease") from None
 
     def tell(self) -> int:
         """Length of the file including bytes still buffered here."""

@@ -71,6 +71,9 @@ class WebHdfsOutputStream(BufferedOutputStream):
                            self._lease_path, modification_time=int(now * 1000))
             self._renewed = now
 
+    def _verify_lease(self) -> None:
+        self._check_lease()
+
     def _push(self, data: memoryview) -> None:
         self._check_lease()
         self._fs._call("append", self.path, self._fs.client.write, self._hpath,
