@@ -269,6 +269,30 @@ def _closed_by_peer(s) -> bool:
         return True
 
 
+def test_large_request_arriving_in_slow_pieces(broker, conn):
+    # a request larger than the receiver's staging buffer, trickled in: the socket
+    # fills the request's own buffer across many reads before it is decoded
+    from sparklog.protocol.codec import decode_response
+    from sparklog.protocol.stream import recv_message
+
+    create(conn, "trickle")
+    values = [b"%06d" % i + b"x" * 200 for i in range(400)]
+    body = {"acks": 1, "topics": [{"name": "trickle", "partitions": [
+        {"partition": 0, "records": b"".join(frame_of(values[i:i + 100])
+                                              for i in range(0, len(values), 100))}]}]}
+    message = encode_request(ApiKey.PRODUCE, body, correlation_id=7)
+    assert 64 * 1024 < len(message) < 200_000  # staging buffer < it < request limit
+    with _raw_socket(broker) as s:
+        for start in range(0, len(message), 10_000):
+            s.sendall(message[start:start + 10_000])
+            time.sleep(0.01)
+        correlation_id, res = decode_response(recv_message(s), ApiKey.PRODUCE)
+    assert correlation_id == 7
+    part = res["topics"][0]["partitions"][0]
+    assert part["error_code"] == 0 and part["base_offset"] == 0
+    assert read_values(conn, "trickle", 0) == values
+
+
 def test_garbage_and_truncated_requests_close_only_that_connection(broker):
     s = _raw_socket(broker)
     s.sendall(b"\xff\xff\xff\xfe garbage")  # negative size
