@@ -10,11 +10,8 @@ Offsets: ``log_start_offset`` (first readable offset, persisted as a versioned
 checkpoint) <= ``high_watermark`` (end of the bytes made visible to readers by
 :meth:`PartitionLog.flush`) <= ``log_end_offset`` (next offset to assign).
 
-Opening recovers the partition: interrupted tail repairs are finished, sealed segments
-are taken from their index headers (their ``.log`` files are not read), missing indexes
-of sealed segments are rebuilt, and only the active segment is scanned; a torn or
-corrupt tail found by CRC is cut off with the copy-and-swap procedure of
-:mod:`sparklog.log.recovery`.
+Opening recovers the partition (:mod:`sparklog.log.opening`); rolled segments are synced
+and sealed in the background (:mod:`sparklog.log.sealer`).
 """
 
 from __future__ import annotations
@@ -37,8 +34,8 @@ from .checkpoint import JsonCheckpoint
 from .config import LogConfig
 from .epoch import LeaderEpochCache
 from .index import fits_relative
-from .layout import LEADER_EPOCH_SUFFIX, LOG_START_SUFFIX, PartitionListing, describe_partition
-from .recovery import finish_interrupted_repairs, repair_tail
+from .layout import LOG_START_SUFFIX, describe_partition
+from .opening import PartitionRecovery
 from .scan import read_frame_bytes
 from .sealer import SegmentSealer
 from .segment import LogSegment
@@ -85,7 +82,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class PartitionLog:
+class PartitionLog(PartitionRecovery):
     """The partition log of ``dir_url``; create with :meth:`open`."""
 
     def __init__(self, fileio: FileIO, dir_url: str, config: LogConfig, *,
@@ -157,105 +154,6 @@ class PartitionLog:
                          index_interval_bytes=self.config.index_interval_bytes, **kw)
         seg.created_ms = self._clock()
         return seg
-
-    def _recover(self, leader_epoch: int, fence: bool) -> None:
-        fileio = self.fileio
-        fileio.mkdirs(self.dir_url)
-        listing = PartitionListing.scan(fileio, self.dir_url)
-        if finish_interrupted_repairs(fileio, listing):
-            listing = PartitionListing.scan(fileio, self.dir_url)
-        doc = self._start_checkpoint.read() or {}
-        log_start = int(doc.get("log_start_offset", 0))
-        for files in listing.segments.values():  # stray indexes whose .log was deleted
-            if files.log is None:
-                for info in (files.index, files.timeindex):
-                    if info is not None:
-                        fileio.delete(info.path)
-        entries = listing.logs()
-        segments = []
-        for i, files in enumerate(entries):
-            last = i == len(entries) - 1
-            if not last and entries[i + 1].base_offset <= log_start:
-                LogSegment(fileio, self.dir_url, files.base_offset).delete_files()
-                continue  # retention deleted the start offset past it: finish the job
-            if last and not files.sealed:
-                if files.timeindex is not None:  # sealing was cut short
-                    fileio.delete(files.timeindex.path)
-                segments.append(self._new_segment(files.base_offset))
-            elif (not files.sealed and files.timeindex is None  # sealing had not begun
-                  and self._recover_rolled(files, entries[i + 1:], fence)):
-                # its tail was lost in a crash: it becomes the active segment again
-                segments.append(self._new_segment(files.base_offset))
-                break
-            else:
-                seg = self._new_segment(files.base_offset, sealed=True,
-                                        listed_size=files.log.size)
-                if not files.sealed or files.timeindex is None:
-                    seg.rebuild_indexes()
-                segments.append(seg)
-        if not segments or segments[-1].sealed:
-            base = segments[-1].next_offset if segments else log_start
-            active = self._new_segment(base)
-            self._out = fileio.create(active.path)
-            segments.append(active)
-        else:
-            active = segments[-1]
-            if len(segments) > 1 and segments[-2].next_offset > active.base_offset:
-                raise CorruptRecordError(
-                    f"partition {self.name}: sealed segment {segments[-2].path} ends at "
-                    f"offset {segments[-2].next_offset}, after the start of the active "
-                    f"segment {active.path}", path=segments[-2].path)
-            self._out = self._take_active(active, fence)
-        self._segments = segments
-        self._bases = [s.base_offset for s in segments]
-        self._leo = self._hw = active.next_offset
-        self._hw_position = active.size
-        self._log_start = min(max(log_start, segments[0].base_offset), self._leo)
-        try:
-            self._epochs = LeaderEpochCache(
-                JsonCheckpoint(fileio, self.dir_url, LEADER_EPOCH_SUFFIX), self.name)
-            self._epochs.truncate_from_end(self._leo)
-            self._epochs.assign(leader_epoch, self._leo)
-        except BaseException:
-            self._out.close()
-            raise
-        self._epoch = leader_epoch
-
-    def _recover_rolled(self, files, later, fence: bool) -> bool:
-        """A rolled segment whose background sealing had not begun (no ``.timeindex``,
-        so its ``.log`` may not have been synced) when the process crashed: seal it
-        when its frames are whole and return False; when its tail is torn (it was never
-        synced, so neither was anything after it), delete the later segments and
-        return True: the caller makes it the active segment, whose tail gets cut."""
-        if fence:
-            self.fileio.recover_lease(files.log.path)
-        seg = self._new_segment(files.base_offset, sealed=True, listed_size=files.log.size)
-        try:
-            seg.rebuild_indexes()
-            return False
-        except CorruptRecordError as exc:
-            if not fence:  # a live writer would still hold the newest segment's lease
-                self.fileio.append(later[-1].path).close()
-            log.warning("partition %s: rolled segment %s was not sealed and its tail is "
-                        "torn (%s); deleting the %d later segment(s) written after it",
-                        self.name, files.log.path, exc, len(later))
-            for files_after in reversed(later):
-                LogSegment(self.fileio, self.dir_url, files_after.base_offset).delete_files()
-            return True
-
-    def _take_active(self, active: LogSegment, fence: bool):
-        """Lease the active segment, scan it, cut a bad tail; return its writer."""
-        if fence:
-            self.fileio.recover_lease(active.path)
-        out = self.fileio.append(active.path)
-        scan = active.extend(contiguous=True)
-        if scan.error is None:
-            return out
-        log.warning("partition %s: cutting the active segment at byte %d (offset %d): %s",
-                    self.name, scan.valid_end, active.next_offset, scan.error)
-        out.close()
-        repair_tail(self.fileio, active.path, scan.valid_end)
-        return self.fileio.append(active.path)
 
     # --- state ---------------------------------------------------------------------------
     @property

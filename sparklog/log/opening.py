@@ -1,0 +1,132 @@
+"""Opening a partition log as its writer: recovery of whatever a crash left behind.
+
+:class:`PartitionRecovery` is the part of :class:`~sparklog.log.partition.PartitionLog`
+that runs in :meth:`~sparklog.log.partition.PartitionLog.open`, before the first append:
+
+* interrupted tail repairs are finished or undone (:mod:`sparklog.log.recovery`), and
+  stray indexes whose ``.log`` was deleted are removed;
+* sealed segments are taken from their index headers (their ``.log`` is not read);
+  missing indexes are rebuilt by scanning;
+* a rolled segment whose background sealing had not begun (no ``.timeindex``, see
+  :mod:`sparklog.log.sealer`) is checked frame by frame: sealed when whole, else it
+  becomes the active segment again and the unsynced segments after it are deleted;
+* the active segment's lease is taken (``fence`` revokes a live writer's first) and its
+  torn or corrupt tail is cut;
+* the leader epoch history is truncated to the log end and the new epoch recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ..errors import CorruptRecordError
+from .checkpoint import JsonCheckpoint
+from .epoch import LeaderEpochCache
+from .layout import LEADER_EPOCH_SUFFIX, PartitionListing
+from .recovery import finish_interrupted_repairs, repair_tail
+from .segment import LogSegment
+
+log = logging.getLogger(__name__)
+
+
+class PartitionRecovery:
+    """Mixin of PartitionLog: its ``_recover`` step (see the module docstring)."""
+
+    def _recover(self, leader_epoch: int, fence: bool) -> None:
+        fileio = self.fileio
+        fileio.mkdirs(self.dir_url)
+        listing = PartitionListing.scan(fileio, self.dir_url)
+        if finish_interrupted_repairs(fileio, listing):
+            listing = PartitionListing.scan(fileio, self.dir_url)
+        doc = self._start_checkpoint.read() or {}
+        log_start = int(doc.get("log_start_offset", 0))
+        for files in listing.segments.values():  # stray indexes whose .log was deleted
+            if files.log is None:
+                for info in (files.index, files.timeindex):
+                    if info is not None:
+                        fileio.delete(info.path)
+        entries = listing.logs()
+        segments = []
+        for i, files in enumerate(entries):
+            last = i == len(entries) - 1
+            if not last and entries[i + 1].base_offset <= log_start:
+                LogSegment(fileio, self.dir_url, files.base_offset).delete_files()
+                continue  # retention deleted the start offset past it: finish the job
+            if last and not files.sealed:
+                if files.timeindex is not None:  # sealing was cut short
+                    fileio.delete(files.timeindex.path)
+                segments.append(self._new_segment(files.base_offset))
+            elif (not files.sealed and files.timeindex is None  # sealing had not begun
+                  and self._recover_rolled(files, entries[i + 1:], fence)):
+                # its tail was lost in a crash: it becomes the active segment again
+                segments.append(self._new_segment(files.base_offset))
+                break
+            else:
+                seg = self._new_segment(files.base_offset, sealed=True,
+                                        listed_size=files.log.size)
+                if not files.sealed or files.timeindex is None:
+                    seg.rebuild_indexes()
+                segments.append(seg)
+        if not segments or segments[-1].sealed:
+            base = segments[-1].next_offset if segments else log_start
+            active = self._new_segment(base)
+            self._out = fileio.create(active.path)
+            segments.append(active)
+        else:
+            active = segments[-1]
+            if len(segments) > 1 and segments[-2].next_offset > active.base_offset:
+                raise CorruptRecordError(
+                    f"partition {self.name}: sealed segment {segments[-2].path} ends at "
+                    f"offset {segments[-2].next_offset}, after the start of the active "
+                    f"segment {active.path}", path=segments[-2].path)
+            self._out = self._take_active(active, fence)
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._leo = self._hw = active.next_offset
+        self._hw_position = active.size
+        self._log_start = min(max(log_start, segments[0].base_offset), self._leo)
+        try:
+            self._epochs = LeaderEpochCache(
+                JsonCheckpoint(fileio, self.dir_url, LEADER_EPOCH_SUFFIX), self.name)
+            self._epochs.truncate_from_end(self._leo)
+            self._epochs.assign(leader_epoch, self._leo)
+        except BaseException:
+            self._out.close()
+            raise
+        self._epoch = leader_epoch
+
+    def _recover_rolled(self, files, later, fence: bool) -> bool:
+        """A rolled segment whose background sealing had not begun (no ``.timeindex``,
+        so its ``.log`` may not have been synced) when the process crashed: seal it
+        when its frames are whole and return False; when its tail is torn (it was never
+        synced, so neither was anything after it), delete the later segments and
+        return True: the caller makes it the active segment, whose tail gets cut."""
+        if fence:
+            self.fileio.recover_lease(files.log.path)
+        seg = self._new_segment(files.base_offset, sealed=True, listed_size=files.log.size)
+        try:
+            seg.rebuild_indexes()
+            return False
+        except CorruptRecordError as exc:
+            if not fence:  # a live writer would still hold the newest segment's lease
+                self.fileio.append(later[-1].path).close()
+            log.warning("partition %s: rolled segment %s was not sealed and its tail is "
+                        "torn (%s); deleting the %d later segment(s) written after it",
+                        self.name, files.log.path, exc, len(later))
+            for files_after in reversed(later):
+                LogSegment(self.fileio, self.dir_url, files_after.base_offset).delete_files()
+            return True
+
+    def _take_active(self, active: LogSegment, fence: bool):
+        """Lease the active segment, scan it, cut a bad tail; return its writer."""
+        if fence:
+            self.fileio.recover_lease(active.path)
+        out = self.fileio.append(active.path)
+        scan = active.extend(contiguous=True)
+        if scan.error is None:
+            return out
+        log.warning("partition %s: cutting the active segment at byte %d (offset %d): %s",
+                    self.name, scan.valid_end, active.next_offset, scan.error)
+        out.close()
+        repair_tail(self.fileio, active.path, scan.valid_end)
+        return self.fileio.append(active.path)
