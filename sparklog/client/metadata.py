@@ -13,21 +13,8 @@ from dataclasses import dataclass, field
 
 from ..errors import SparklogError, UnknownTopicOrPartitionError
 from ..protocol.codec import error_from
+from ..protocol.types import BrokerInfo
 from .types import PartitionInfo
-
-
-@dataclass(frozen=True)
-class BrokerInfo:
-    """A broker as the metadata lists it."""
-
-    node_id: int
-    host: str
-    port: int
-
-    @property
-    def address(self) -> str:
-        """``host:port``."""
-        return f"{self.host}:{self.port}"
 
 
 @dataclass(frozen=True)

@@ -25,22 +25,9 @@ import time
 from dataclasses import dataclass
 
 from ..errors import InvalidArgumentError
+from ..protocol.types import BrokerInfo
 
 NO_LEADER = -1
-
-
-@dataclass(frozen=True)
-class BrokerInfo:
-    """A live broker: its id and where it listens."""
-
-    id: int
-    host: str
-    port: int
-
-    @property
-    def address(self) -> str:
-        """``host:port``."""
-        return f"{self.host}:{self.port}"
 
 
 @dataclass(frozen=True)

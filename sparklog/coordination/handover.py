@@ -191,8 +191,8 @@ class BrokerLeadership:
         ``controller_id`` and ``leaders`` {(topic, p): (leader, leader_epoch)}."""
         view = self.store.view
         return {
-            "brokers": [{"node_id": b.id, "host": b.host, "port": b.port}
-                        for b in sorted(view.brokers().values(), key=lambda b: b.id)],
+            "brokers": [{"node_id": b.node_id, "host": b.host, "port": b.port}
+                        for b in sorted(view.brokers().values(), key=lambda b: b.node_id)],
             "controller_id": view.controller_id(),
             "leaders": {tp: (s.leader, s.leader_epoch) for tp, s in view.states().items()},
         }

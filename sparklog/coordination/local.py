@@ -91,11 +91,11 @@ class LocalCoordinationStore(CoordinationStore):
     def register_broker(self, broker: BrokerInfo) -> None:
         """Record a broker in memory (InvalidArgumentError if the id is registered)."""
         with self._lock:
-            if broker.id in self._brokers and self._brokers[broker.id] != broker:
+            if broker.node_id in self._brokers and self._brokers[broker.node_id] != broker:
                 raise InvalidArgumentError(
-                    f"broker id {broker.id} is already registered at "
-                    f"{self._brokers[broker.id].address}")
-            self._brokers[broker.id] = broker
+                    f"broker id {broker.node_id} is already registered at "
+                    f"{self._brokers[broker.node_id].address}")
+            self._brokers[broker.node_id] = broker
 
     def unregister_broker(self, broker_id: int) -> None:
         """Forget a broker's registration."""

@@ -113,9 +113,10 @@ class ZkCoordinationStore(CoordinationStore):
             return
         try:
             self._create_registration(broker, wait_s=self.session_timeout_ms / 1000.0)
-            log.info("broker %d re-registered in ZooKeeper after its session expired", broker.id)
+            log.info("broker %d re-registered in ZooKeeper after its session expired",
+                     broker.node_id)
         except Exception:  # noqa: BLE001 - keep running; the operator sees why
-            log.exception("broker %d could not re-register in ZooKeeper", broker.id)
+            log.exception("broker %d could not re-register in ZooKeeper", broker.node_id)
 
     # --- cluster and brokers -----------------------------------------------------------------
     def cluster_id(self) -> str:
@@ -135,27 +136,27 @@ class ZkCoordinationStore(CoordinationStore):
 
         InvalidConfigError when another live session keeps that id registered for longer
         than one session timeout."""
-        check_broker_id(broker.id)
+        check_broker_id(broker.node_id)
         with self._lock:
-            if self._broker is not None and self._broker.id != broker.id:
+            if self._broker is not None and self._broker.node_id != broker.node_id:
                 raise InvalidArgumentError(
-                    f"this store already registered broker {self._broker.id}; "
-                    f"cannot also register broker {broker.id}")
+                    f"this store already registered broker {self._broker.node_id}; "
+                    f"cannot also register broker {broker.node_id}")
             self._create_registration(broker, wait_s=self.session_timeout_ms / 1000.0 + 1.0)
             self._broker = broker
-            self.view.broker_id = broker.id
-            self._delete_quietly(controlled_shutdown_path(broker.id))  # a previous life's
+            self.view.broker_id = broker.node_id
+            self._delete_quietly(controlled_shutdown_path(broker.node_id))  # a previous life's
             if self.controller is None:
                 self.controller = Controller(
-                    self.client, broker.id, topic_store=self.topic_store,
+                    self.client, broker.node_id, topic_store=self.topic_store,
                     auto_leader_rebalance=self.auto_leader_rebalance).start()
-        log.info("broker %d registered at %s in ZooKeeper %s", broker.id, broker.address,
+        log.info("broker %d registered at %s in ZooKeeper %s", broker.node_id, broker.address,
                  self.connect)
 
     def _create_registration(self, broker: BrokerInfo, wait_s: float) -> None:
         from kazoo.exceptions import NodeExistsError, NoNodeError
 
-        path = broker_path(broker.id)
+        path = broker_path(broker.node_id)
         deadline = time.monotonic() + wait_s
         while True:
             try:
@@ -172,7 +173,7 @@ class ZkCoordinationStore(CoordinationStore):
                 return
             if time.monotonic() >= deadline:
                 raise InvalidConfigError(
-                    f"broker.id {broker.id} is already registered in ZooKeeper "
+                    f"broker.id {broker.node_id} is already registered in ZooKeeper "
                     f"{self.connect!r} by another live broker ({data.decode(errors='replace')}); "
                     "each broker needs its own broker.id")
             time.sleep(0.1)
@@ -180,7 +181,7 @@ class ZkCoordinationStore(CoordinationStore):
     def unregister_broker(self, broker_id: int) -> None:
         """Delete this store's registration of ``broker_id`` (no error if absent)."""
         with self._lock:
-            if self._broker is None or self._broker.id != broker_id:
+            if self._broker is None or self._broker.node_id != broker_id:
                 return
             self._broker = None
             if not self.client.connected:
@@ -223,7 +224,7 @@ class ZkCoordinationStore(CoordinationStore):
         this store can prove it now; NotLeaderError naming the leader otherwise."""
         validate_topic_name(topic)
         validate_partition(partition, topic=topic)
-        if self._broker is None or self._broker.id != broker_id:
+        if self._broker is None or self._broker.node_id != broker_id:
             raise InvalidArgumentError(
                 f"broker {broker_id} is not registered through this ZooKeeper store")
         epoch = self.view.leader_epoch(topic, partition)
@@ -283,7 +284,7 @@ class ZkCoordinationStore(CoordinationStore):
 
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise InvalidArgumentError(f"producer id count must be a positive int, got {count!r}")
-        me = self._broker.id if self._broker else -1
+        me = self._broker.node_id if self._broker else -1
         while True:
             try:
                 data, stat = self.client.get(PRODUCER_ID_BLOCK)
@@ -406,7 +407,7 @@ class ZkCoordinationStore(CoordinationStore):
         if self.controller is not None:
             self.controller.stop()
         if self._broker is not None:
-            self.unregister_broker(self._broker.id)
+            self.unregister_broker(self._broker.node_id)
         self.view.stop()
         close_zk(self.client)
 
@@ -416,5 +417,6 @@ class ZkCoordinationStore(CoordinationStore):
         return self._broker
 
     def __repr__(self) -> str:
-        return f"ZkCoordinationStore({self.connect!r}, broker={self._broker and self._broker.id})"
+        broker = self._broker and self._broker.node_id
+        return f"ZkCoordinationStore({self.connect!r}, broker={broker})"
 
