@@ -1,4 +1,5 @@
-"""Shared fixtures: one local Spark session per test run, loopback ports, tmp roots.
+"""Shared fixtures: one local Spark session per test run, loopback ports, tmp roots, a
+broker process per test module.
 
 Spark workers must run the driver's interpreter (PYSPARK_PYTHON), or they would import
 another environment's packages.
@@ -42,3 +43,23 @@ def storage_root(tmp_path):
     root = tmp_path / "log"
     root.mkdir()
     return root.as_uri()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory, request):
+    """A broker process (:class:`brokerproc.BrokerProcess`) on a fresh storage root,
+    shared by the tests of one module; its log is ``broker.log`` beside the root."""
+    from brokerproc import BrokerProcess
+
+    root = tmp_path_factory.mktemp(request.module.__name__.rpartition(".")[2])
+    with BrokerProcess((root / "log").as_uri(), log_path=root / "broker.log") as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def admin(broker):
+    """An Admin client of the module's broker."""
+    from sparklog.admin import Admin
+
+    with Admin(broker.address) as a:
+        yield a

@@ -11,8 +11,6 @@ import time
 import pyarrow as pa
 import pytest
 
-from brokerproc import BrokerProcess
-from sparklog.admin import Admin
 from sparklog.client.types import OffsetAndMetadata, TopicPartition
 from sparklog.errors import (
     InvalidArgumentError, InvalidConfigError, OffsetOutOfRangeError,
@@ -22,19 +20,6 @@ from sparklog.reader.consumer import Consumer
 from sparklog.writer.producer import Producer
 
 _names = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    root = tmp_path_factory.mktemp("consumer")
-    with BrokerProcess((root / "log").as_uri(), log_path=root / "broker.log") as proc:
-        yield proc
-
-
-@pytest.fixture(scope="module")
-def admin(broker):
-    with Admin(broker.address) as a:
-        yield a
 
 
 @pytest.fixture(scope="module")

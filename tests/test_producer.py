@@ -29,19 +29,6 @@ from sparklog.writer.producer.partitioner import murmur2, to_positive
 _names = itertools.count()
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    root = tmp_path_factory.mktemp("producer")
-    with BrokerProcess((root / "log").as_uri(), log_path=root / "broker.log") as proc:
-        yield proc
-
-
-@pytest.fixture(scope="module")
-def admin(broker):
-    with Admin(broker.address) as a:
-        yield a
-
-
 def new_topic(admin, partitions=1, **kw) -> str:
     name = f"p{next(_names)}"
     admin.create_topic(name, partitions, **kw)
