@@ -160,6 +160,17 @@ def loads(data: bytes, path: str):
         raise CoordinationError(f"ZooKeeper node {path} holds invalid JSON: {exc}") from None
 
 
+def decode_node(data: bytes, path: str, what: str, convert):
+    """``convert`` applied to a node's JSON value; CoordinationError naming the path when
+    the value is not JSON or does not have the shape of ``what`` (``convert`` raised
+    TypeError, KeyError, ValueError or AttributeError)."""
+    value = loads(data, path)
+    try:
+        return convert(value)
+    except (TypeError, KeyError, ValueError, AttributeError):
+        raise CoordinationError(f"ZooKeeper node {path} is not {what}: {value!r}") from None
+
+
 def now_ms() -> int:
     """Wall-clock time in milliseconds (Kafka's node timestamps)."""
     return int(time.time() * 1000)
@@ -173,13 +184,9 @@ def encode_broker(broker: BrokerInfo) -> bytes:
 
 def decode_broker(broker_id: int, data: bytes) -> BrokerInfo:
     """Decode ``/brokers/ids/<id>`` (CoordinationError when malformed)."""
-    path = broker_path(broker_id)
-    value = loads(data, path)
-    try:
-        return BrokerInfo(broker_id, str(value["host"]), int(value["port"]))
-    except (TypeError, KeyError, ValueError):
-        raise CoordinationError(
-            f"ZooKeeper node {path} is not a broker registration: {value!r}") from None
+    return decode_node(
+        data, broker_path(broker_id), "a broker registration",
+        lambda value: BrokerInfo(broker_id, str(value["host"]), int(value["port"])))
 
 
 def encode_state(state: PartitionState, controller_epoch: int) -> bytes:
@@ -191,13 +198,10 @@ def encode_state(state: PartitionState, controller_epoch: int) -> bytes:
 
 def decode_state(data: bytes, path: str) -> tuple[PartitionState, int]:
     """Decode a partition's state node into (PartitionState, controller epoch)."""
-    value = loads(data, path)
-    try:
-        return (PartitionState(int(value["leader"]), int(value["leader_epoch"])),
-                int(value["controller_epoch"]))
-    except (TypeError, KeyError, ValueError):
-        raise CoordinationError(
-            f"ZooKeeper node {path} is not a partition state: {value!r}") from None
+    return decode_node(
+        data, path, "a partition state",
+        lambda value: (PartitionState(int(value["leader"]), int(value["leader_epoch"])),
+                       int(value["controller_epoch"])))
 
 
 def encode_assignment(assignment: dict) -> bytes:
@@ -208,9 +212,6 @@ def encode_assignment(assignment: dict) -> bytes:
 
 def decode_assignment(data: bytes, path: str) -> dict[int, list[int]]:
     """Decode ``/brokers/topics/<topic>`` into {partition: [broker ids]}."""
-    value = loads(data, path)
-    try:
-        return {int(p): [int(b) for b in ids] for p, ids in value["partitions"].items()}
-    except (TypeError, KeyError, ValueError, AttributeError):
-        raise CoordinationError(
-            f"ZooKeeper node {path} is not a topic assignment: {value!r}") from None
+    return decode_node(
+        data, path, "a topic assignment",
+        lambda value: {int(p): [int(b) for b in ids] for p, ids in value["partitions"].items()})
