@@ -24,10 +24,28 @@ def add_bootstrap(parser) -> None:
              "(default $SPARKLOG_BOOTSTRAP_SERVERS or %(default)s)")
 
 
-def add_properties(parser, help_text: str) -> None:
-    """Add repeatable ``--property key=value``."""
+def add_console_args(parser, client: str, properties_help: str, client_help: str) -> None:
+    """Add what the console tools (``produce``, ``consume``) share: ``TOPIC``,
+    ``--bootstrap-server``, repeatable ``--property key=value`` (the tool's own
+    properties) and repeatable ``--<client>-property key=value`` (configs of the
+    ``client``, ``producer`` or ``consumer``, with Kafka's names)."""
+    parser.add_argument("topic", metavar="TOPIC")
+    add_bootstrap(parser)
     parser.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
-                        help=help_text)
+                        help=properties_help)
+    parser.add_argument(f"--{client}-property", action="append", default=[],
+                        metavar="KEY=VALUE", help=client_help)
+
+
+def console_properties(items, known) -> dict:
+    """``--property`` values as a dict; InvalidArgumentError names any key not in
+    ``known``."""
+    props = parse_key_values(items)
+    unknown = set(props) - set(known)
+    if unknown:
+        raise InvalidArgumentError(
+            f"unknown --property {sorted(unknown)}; known: {sorted(known)}")
+    return props
 
 
 def parse_key_values(items, what: str = "--property") -> dict:

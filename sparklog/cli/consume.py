@@ -20,8 +20,7 @@ import time
 from ..client.types import TopicPartition
 from ..errors import InvalidArgumentError, UnknownTopicOrPartitionError
 from .clientargs import (
-    add_bootstrap, add_properties, bool_property, client_configs, parse_key_values, session,
-    unescape,
+    add_console_args, bool_property, client_configs, console_properties, session, unescape,
 )
 
 _PROPERTIES = {"print.key", "print.timestamp", "print.offset", "print.partition",
@@ -32,8 +31,9 @@ def add_parser(subparsers) -> None:
     """Register ``consume``."""
     p = subparsers.add_parser("consume", help="print records of a topic",
                               description=__doc__.split("\n\n")[0])
-    p.add_argument("topic", metavar="TOPIC")
-    add_bootstrap(p)
+    add_console_args(p, "consumer",
+                     "formatter property (print.key=true, key.separator=:...), repeatable",
+                     "consumer config, Kafka name, repeatable")
     p.add_argument("--from-beginning", action="store_true",
                    help="start at the earliest offset when there is no committed one")
     p.add_argument("--group", help="consumer group: join it and commit offsets")
@@ -42,9 +42,6 @@ def add_parser(subparsers) -> None:
     p.add_argument("--max-messages", type=int, help="stop after this many records")
     p.add_argument("--timeout-ms", type=int,
                    help="stop when no record arrives for this long")
-    add_properties(p, "formatter property (print.key=true, key.separator=:...), repeatable")
-    p.add_argument("--consumer-property", action="append", default=[], metavar="KEY=VALUE",
-                   help="consumer config, Kafka name, repeatable")
     p.set_defaults(func=run)
 
 
@@ -58,11 +55,7 @@ def _text(value) -> bytes:
 
 def run(args) -> int:
     """Print records; see the module docstring."""
-    props = parse_key_values(args.property)
-    unknown = set(props) - _PROPERTIES
-    if unknown:
-        raise InvalidArgumentError(
-            f"unknown --property {sorted(unknown)}; known: {sorted(_PROPERTIES)}")
+    props = console_properties(args.property, _PROPERTIES)
     flags = {k: bool_property(props, k) for k in _PROPERTIES if k.startswith("print.")}
     sep = unescape(props.get("key.separator", "\t")).encode()
     eol = unescape(props.get("line.separator", "\n")).encode()

@@ -18,8 +18,7 @@ import sys
 
 from ..errors import InvalidArgumentError, SchemaMismatchError
 from .clientargs import (
-    add_bootstrap, add_properties, bool_property, client_configs, parse_key_values, session,
-    unescape,
+    add_console_args, bool_property, client_configs, console_properties, session, unescape,
 )
 
 _PROPERTIES = {"parse.key", "key.separator", "ignore.error"}
@@ -29,12 +28,10 @@ def add_parser(subparsers) -> None:
     """Register ``produce``."""
     p = subparsers.add_parser("produce", help="send lines of stdin as records",
                               description=__doc__.split("\n\n")[0])
-    p.add_argument("topic", metavar="TOPIC")
-    add_bootstrap(p)
-    add_properties(p, "parse.key=true|false, key.separator=SEP (default \\t), "
-                      "ignore.error=true|false")
-    p.add_argument("--producer-property", action="append", default=[], metavar="KEY=VALUE",
-                   help="producer config, Kafka name (linger.ms=5), repeatable")
+    add_console_args(p, "producer",
+                     "parse.key=true|false, key.separator=SEP (default \\t), "
+                     "ignore.error=true|false",
+                     "producer config, Kafka name (linger.ms=5), repeatable")
     p.add_argument("--acks", default="1", choices=["0", "1", "-1", "all"],
                    help="acks (default %(default)s)")
     p.add_argument("--compression-type", default="none", choices=["none", "lz4", "zstd"])
@@ -45,11 +42,7 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     """Send stdin's lines; see the module docstring."""
-    props = parse_key_values(args.property)
-    unknown = set(props) - _PROPERTIES
-    if unknown:
-        raise InvalidArgumentError(
-            f"unknown --property {sorted(unknown)}; known: {sorted(_PROPERTIES)}")
+    props = console_properties(args.property, _PROPERTIES)
     parse_key = bool_property(props, "parse.key")
     ignore_error = bool_property(props, "ignore.error")
     separator = unescape(props.get("key.separator", "\t")).encode()
