@@ -318,6 +318,36 @@ def test_recover_lease_fences_live_writer_in_other_process(backend):
     assert old == b"".join(b"o%06d|" % i for i in range(msg["flushed"]))
 
 
+def test_close_of_fenced_writer_fails_if_bytes_were_pushed_since_the_last_sync(backend):
+    fs, root, name = backend
+    path = fs.join(root, "fenced-close.log")
+    old = fs.create(path)
+    old.write(b"synced|")
+    old.sync()
+    old.write(b"flushed|")
+    old.flush()  # visible, not durable; the writer never hears of the fence before close
+    fs.recover_lease(path)
+    with pytest.raises(LeaseExpiredError, match="since the last sync"):
+        old.close()
+    assert old.closed
+    old.close()  # idempotent after the loss, raises nothing more
+
+    path = fs.join(root, "fenced-close-synced.log")
+    quiet = fs.create(path)
+    quiet.write(b"synced|")
+    quiet.sync()
+    fs.recover_lease(path)
+    if name == "local":
+        quiet.close()  # nothing pushed since the last sync: nothing can be lost
+    else:  # a remote backend may still refuse to release a lease it no longer holds
+        try:
+            quiet.close()
+        except LeaseExpiredError:
+            pass
+    assert quiet.closed
+    assert fs.read_all(path) == b"synced|"
+
+
 def test_recover_lease_without_holder_is_noop_and_missing_file_raises(backend):
     fs, root, _ = backend
     path = fs.join(root, "closed.log")

@@ -156,8 +156,13 @@ class BufferedOutputStream(OutputStream):
         return self._pushed + len(self._buf)
 
     def close(self) -> None:
-        """Flush, persist, release the lease; idempotent. Raises LeaseExpiredError only
-        if the lease was lost with bytes still buffered (they were not written)."""
+        """Flush, persist, release the lease; idempotent.
+
+        Raises LeaseExpiredError if the lease turns out lost while this writer still
+        had bytes it had not made durable: bytes still buffered (they were not
+        written), or bytes pushed since the last successful sync (they could not be
+        synced and may be lost). A fenced writer with nothing pushed since its last
+        sync, or one that was already told of the loss, closes silently."""
         with self._lock:
             if self._closed or self._lost:
                 self._closed = True
@@ -168,9 +173,11 @@ class BufferedOutputStream(OutputStream):
                     if self._dirty:
                         self._persist()
                 except LeaseLost:
-                    self._lost = True
-                    self._abandon()
-                    return
+                    self._fenced("close")
+                    raise LeaseExpiredError(
+                        f"{self.path}: lease lost (the file was recovered or deleted by "
+                        "another writer) before close could sync; the bytes flushed since "
+                        "the last sync may be lost") from None
                 self._release()
             finally:
                 self._closed = True
