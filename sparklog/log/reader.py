@@ -26,12 +26,13 @@ import pyarrow.compute as pc
 from ..errors import (
     CorruptRecordError, InvalidArgumentError, OffsetOutOfRangeError, StorageFileNotFoundError,
 )
-from ..format.frame import OFFSET_DELTA_COLUMN, TIMESTAMP_COLUMN, TIMESTAMP_TYPE, Frame
+from ..format.frame import (
+    OFFSET_DELTA_COLUMN, TIMESTAMP_COLUMN, TIMESTAMP_TYPE, Frame, offset_range,
+)
 from ..storage.base import FileIO
 from .checkpoint import JsonCheckpoint
 from .layout import LOG_START_SUFFIX, PartitionListing, describe_partition
 from .partition import check_offset
-from .scan import FrameScan
 from .segment import LogSegment
 
 #: Column of absolute record offsets that read_batches adds.
@@ -40,17 +41,6 @@ OFFSET_COLUMN = "__offset"
 TIMESTAMP_TYPE_COLUMN = "__timestamp_type"
 
 _SWAP_WAIT_S, _SWAP_TRIES = 0.05, 40
-
-
-_IOTA = pa.array(range(1 << 16), pa.int64())
-
-
-def offset_range(first: int, count: int) -> pa.Array:
-    """int64 array ``first, first + 1, ..., first + count - 1`` (vectorised)."""
-    global _IOTA
-    if count > len(_IOTA):
-        _IOTA = pa.array(range(max(count, 2 * len(_IOTA))), pa.int64())
-    return pc.add(_IOTA.slice(0, count), pa.scalar(first, pa.int64()))
 
 
 def frame_batch(frame: Frame, start: int, end: int, *,
