@@ -409,8 +409,9 @@ def test_spark_registers_the_source_through_pyspark_sparklog(tmp_path, storage_r
             f"df = s.read.format('sparklog').option('path', {storage_root!r})"
             ".option('subscribe', 'auto').load()\n"
             "print('COUNT', df.count())\n")
-    env = dict(os.environ, PYTHONPATH=str(DEPLOY / "sparklog"),
-               PYSPARK_PYTHON=sys.executable)
+    # the source tree on the path: an editable install's modules are not files that
+    # Spark's scan of sys.path finds
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYSPARK_PYTHON=sys.executable)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=240, env=env, cwd=tmp_path)
     assert "COUNT 7" in result.stdout, result.stderr[-3000:]

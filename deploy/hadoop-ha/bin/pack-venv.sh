@@ -14,9 +14,9 @@
 #              (the spark.archives of sparklog/spark-defaults.conf)
 #   --pip-args extra pip arguments (e.g. "--no-index --find-links wheels/")
 #
-# The venv also gets sparklog/pyspark_sparklog.py, through which Spark registers
-# format("sparklog") by itself. Containers unpack the archive as ./venv and run
-# ./venv/bin/python (spark.archives ...#venv).
+# sparklog installs the module pyspark_sparklog beside its package, through which Spark
+# registers format("sparklog") by itself. Containers unpack the archive as ./venv and
+# run ./venv/bin/python (spark.archives ...#venv).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -65,14 +65,12 @@ echo "pack-venv: installing $SOURCE"
 # shellcheck disable=SC2086  # PIP_ARGS is a list of words
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check $PIP_ARGS "$SOURCE"
 
-SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-cp "$DEPLOY/sparklog/pyspark_sparklog.py" "$SITE/pyspark_sparklog.py"
-
 # the archive must work from any directory: check imports from the venv itself
 "$VENV/bin/python" -I - <<'PY'
 import importlib.util
 import sparklog
-assert importlib.util.find_spec("pyspark_sparklog"), "pyspark_sparklog is not importable"
+assert importlib.util.find_spec("pyspark_sparklog"), \
+    "pyspark_sparklog is not importable (a sparklog release older than this tree?)"
 print(f"pack-venv: sparklog {sparklog.__version__} importable")
 PY
 
