@@ -255,14 +255,22 @@ def test_local_zombie_writer_counts_as_dead(backend):
     assert fs.read_all(path) == b"z!"
 
 
+def _fenced_writer(fs, path, *steps):
+    """A writer of the new file ``path`` that wrote each ``(data, "flush" | "sync" |
+    None)`` step and then had its lease recovered behind its back."""
+    out = fs.create(path)
+    for data, op in steps:
+        out.write(data)
+        if op is not None:
+            getattr(out, op)()
+    fs.recover_lease(path)
+    return out
+
+
 def test_recover_lease_fences_live_writer_in_process(backend):
     fs, root, _ = backend
     path = fs.join(root, "fenced.log")
-    old = fs.create(path)
-    old.write(b"old1|")
-    old.flush()
-    old.write(b"lost-in-buffer|")
-    fs.recover_lease(path)
+    old = _fenced_writer(fs, path, (b"old1|", "flush"), (b"lost-in-buffer|", None))
     new = fs.append(path)
     with pytest.raises(LeaseExpiredError):
         old.flush()
@@ -320,23 +328,17 @@ def test_recover_lease_fences_live_writer_in_other_process(backend):
 
 def test_close_of_fenced_writer_fails_if_bytes_were_pushed_since_the_last_sync(backend):
     fs, root, name = backend
-    path = fs.join(root, "fenced-close.log")
-    old = fs.create(path)
-    old.write(b"synced|")
-    old.sync()
-    old.write(b"flushed|")
-    old.flush()  # visible, not durable; the writer never hears of the fence before close
-    fs.recover_lease(path)
+    # flushed (visible, not durable) after the last sync; the fence goes unnoticed until
+    # close
+    old = _fenced_writer(fs, fs.join(root, "fenced-close.log"),
+                         (b"synced|", "sync"), (b"flushed|", "flush"))
     with pytest.raises(LeaseExpiredError, match="since the last sync"):
         old.close()
     assert old.closed
     old.close()  # idempotent after the loss, raises nothing more
 
     path = fs.join(root, "fenced-close-synced.log")
-    quiet = fs.create(path)
-    quiet.write(b"synced|")
-    quiet.sync()
-    fs.recover_lease(path)
+    quiet = _fenced_writer(fs, path, (b"synced|", "sync"))
     if name == "local":
         quiet.close()  # nothing pushed since the last sync: nothing can be lost
     else:  # a remote backend may still refuse to release a lease it no longer holds
