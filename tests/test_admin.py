@@ -9,8 +9,7 @@ import pyarrow as pa
 import pytest
 
 import sparklog
-from brokerproc import BrokerProcess
-from sparklog.admin import Admin, NewTopic, parse_schema, schema_to_spec
+from sparklog.admin import NewTopic, parse_schema, schema_to_spec
 from sparklog.client.types import TopicPartition
 from sparklog.errors import (
     InvalidArgumentError, InvalidConfigError, InvalidTopicError, TopicExistsError,
@@ -18,19 +17,6 @@ from sparklog.errors import (
 )
 
 _names = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    root = tmp_path_factory.mktemp("admin")
-    with BrokerProcess((root / "log").as_uri(), log_path=root / "broker.log") as proc:
-        yield proc
-
-
-@pytest.fixture
-def admin(broker):
-    with Admin(broker.address) as a:
-        yield a
 
 
 def name():

@@ -11,16 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from brokerproc import BrokerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cli")
-    with BrokerProcess((root / "log").as_uri(), log_path=root / "broker.log") as proc:
-        yield proc
 
 
 def sparklog(*args, stdin: bytes | None = None, bootstrap=None, timeout=60):
