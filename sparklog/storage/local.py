@@ -31,6 +31,7 @@ into a missing parent directory raises StorageFileNotFoundError.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import stat as stat_mod
@@ -38,6 +39,7 @@ import stat as stat_mod
 from sparklog.errors import (
     FileAlreadyExistsError,
     InvalidArgumentError,
+    LeaseExpiredError,
     LeaseHeldError,
     StorageError,
     StorageFileNotFoundError,
@@ -54,6 +56,15 @@ DEFAULT_BUFFER_SIZE = 1 << 20  # bytes buffered before write() hands them to the
 # --- streams -----------------------------------------------------------------------------
 
 
+def _token_of(fd: int) -> str | None:
+    """The token of the lease record in the open file ``fd``."""
+    raw = os.pread(fd, 4096, 0)
+    try:
+        return json.loads(raw).get("token")
+    except (ValueError, AttributeError):
+        return None
+
+
 class LocalOutputStream(BufferedOutputStream):
     """Append-only writer of one local file under a lease (see module docstring)."""
 
@@ -64,20 +75,29 @@ class LocalOutputStream(BufferedOutputStream):
         self._dir = os.path.dirname(os_path)
         self._lease_path = lease_path(os_path)
         self._token = lease["token"]
-        self._lease_ino = os.stat(self._lease_path).st_ino
+        # Holding our lease file open pins its inode: while it is open no other file of
+        # this filesystem can get its inode number, and every lease is a new file
+        # (O_EXCL create after an unlink), so "the sidecar is still our inode" is exact.
         self._fd = fd
+        self._lease_fd = os.open(self._lease_path, os.O_RDONLY)
+        st = os.fstat(self._lease_fd)
+        self._lease_id = (st.st_dev, st.st_ino)
+        if _token_of(self._lease_fd) != self._token:  # the pinned file is not our lease
+            self._lost = True
+            self._abandon()
+            raise LeaseExpiredError(f"{path}: lease taken over while it was being acquired")
 
     def _lease_ok(self) -> bool:
-        rec = read_lease(self._os_path)
-        return rec is not None and rec.get("token") == self._token
+        try:
+            st = os.stat(self._lease_path)
+        except FileNotFoundError:
+            return False
+        return (st.st_dev, st.st_ino) == self._lease_id
 
     def _precheck_write(self) -> None:
-        # one stat(2); _push re-checks the token authoritatively under the dir lock
-        try:
-            if os.stat(self._lease_path).st_ino != self._lease_ino:
-                raise LeaseLost()
-        except FileNotFoundError:
-            raise LeaseLost() from None
+        # one stat(2); _push repeats it under the directory lock, which is authoritative
+        if not self._lease_ok():
+            raise LeaseLost()
 
     def _push(self, data: memoryview) -> None:
         self._push_parts([data])
@@ -124,6 +144,9 @@ class LocalOutputStream(BufferedOutputStream):
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+        if self._lease_fd >= 0:
+            os.close(self._lease_fd)
+            self._lease_fd = -1
 
 
 class LocalInputStream:
