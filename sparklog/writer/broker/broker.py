@@ -35,6 +35,7 @@ from ...protocol.apis import (
 from ...protocol.codec import FileRegion, RequestHeader, decode_request_body, error_fields
 from ...storage import FileIO, open_fileio
 from . import admin, groups_api, server
+from ...retention.manager import RetentionManager
 from .config import BrokerConfig
 from .group import GroupCoordinator
 from .partition import PartitionWriter
@@ -106,6 +107,7 @@ class Broker:
         self.budget: server.ByteBudget | None = None
         self._pid_next = self._pid_end = 0
         self._stopped: asyncio.Event | None = None
+        self.retention: RetentionManager | None = None
         #: api key -> ``handler(broker, body, ctx)``
         self.handlers = {
             ApiKey.API_VERSIONS: Broker._api_versions,
@@ -164,6 +166,9 @@ class Broker:
         self.host, self.port = self._server.sockets[0].getsockname()[:2]
         if self.leadership is not None:
             self.leadership.start()
+        self.retention = RetentionManager(lambda: self.partitions.values(), self.run_io,
+                                          self.config.retention_check_interval_ms)
+        self.retention.start()
         await self.run_io(self.store.register_broker,
                           BrokerInfo(self.broker_id, self.host, self.port))
         if self.metrics is not None and self.config.metrics_port >= 0:
@@ -181,6 +186,8 @@ class Broker:
             return
         self.stopping = True
         try:
+            if self.retention is not None:
+                await self.retention.stop()
             if self.leadership is not None and self.config.controlled_shutdown_enable:
                 # move every leadership to another broker before closing anything
                 await self.run_io(self.store.controlled_shutdown, self.broker_id,

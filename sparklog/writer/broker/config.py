@@ -21,6 +21,9 @@ log.message.timestamp.type      message.timestamp.type       CreateTime
 compression.type                compression.type             producer
 ==============================  ===========================  =================
 
+Broker-only settings include ``log.retention.check.interval.ms`` (default 300000: how
+often retention runs, :mod:`sparklog.retention.manager`).
+
 Unknown keys are logged and ignored (Kafka does the same), so an existing Kafka
 ``server.properties`` can be reused; invalid values raise InvalidConfigError naming the
 key.
@@ -70,6 +73,7 @@ BROKER_SETTINGS = {
     "producer.state.snapshot.interval.ms": ("producer_snapshot_interval_ms", int, 60000, 0),
     "controlled.shutdown.timeout.ms": ("shutdown_timeout_ms", int, 30000, 0),
     "metrics.port": ("metrics_port", int, -1, -1),
+    "log.retention.check.interval.ms": ("retention_check_interval_ms", int, 300000, 1),
     # cluster mode (sparklog.coordination.zkstore); empty zookeeper.connect = embedded
     "zookeeper.connect": ("zookeeper_connect", str, "", None),
     "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", int, 6000, 1),
@@ -129,6 +133,7 @@ class BrokerConfig:
     producer_snapshot_interval_ms: int = 60000
     shutdown_timeout_ms: int = 30000
     metrics_port: int = -1
+    retention_check_interval_ms: int = 300000
     zookeeper_connect: str = ""
     zookeeper_session_timeout_ms: int = 6000
     zookeeper_connection_timeout_ms: int = 0
