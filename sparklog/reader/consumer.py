@@ -29,6 +29,7 @@ from ..client.group import (
 )
 from ..client.network import NetworkClient
 from ..client.offsets import commit_request, fetch_committed, list_offsets
+from ..client.settings import client_config
 from ..client.types import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from ..errors import (
     InvalidArgumentError, InvalidConfigError, OffsetOutOfRangeError, SparklogError,
@@ -72,21 +73,14 @@ class Consumer:
     subscribes to the topics given."""
 
     def __init__(self, *topics, bootstrap_servers=None, **configs):
-        unknown = set(configs) - set(DEFAULT_CONFIG)
-        if unknown:
-            raise InvalidConfigError(
-                f"unknown consumer config(s) {sorted(unknown)}; known: "
-                f"{', '.join(sorted(DEFAULT_CONFIG))}")
-        cfg = dict(DEFAULT_CONFIG, **configs)
-        self.config = cfg
+        cfg = self.config = client_config(
+            "consumer", DEFAULT_CONFIG, configs,
+            positive=("max_poll_records", "fetch_max_bytes", "max_partition_fetch_bytes",
+                      "request_timeout_ms"))
         if cfg["auto_offset_reset"] not in ("latest", "earliest", "none"):
             raise InvalidConfigError(
                 "auto_offset_reset must be 'latest', 'earliest' or 'none', got "
                 f"{cfg['auto_offset_reset']!r}")
-        for name in ("max_poll_records", "fetch_max_bytes", "max_partition_fetch_bytes",
-                     "request_timeout_ms"):
-            if isinstance(cfg[name], bool) or not isinstance(cfg[name], int) or cfg[name] < 1:
-                raise InvalidConfigError(f"{name} must be a positive int, got {cfg[name]!r}")
         if cfg["fetch_max_wait_ms"] < 0 or cfg["fetch_max_wait_ms"] >= cfg["request_timeout_ms"]:
             raise InvalidConfigError("fetch_max_wait_ms must be >= 0 and below request_timeout_ms")
         if cfg["group_id"] is not None and (not isinstance(cfg["group_id"], str)

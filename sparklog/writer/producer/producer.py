@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from ...client.network import NetworkClient
+from ...client.settings import client_config
 from ...errors import (
     InvalidArgumentError, InvalidConfigError, RecordTooLargeError, RequestTimedOutError,
     SchemaMismatchError, SparklogError,
@@ -117,25 +118,15 @@ class Producer:
     call :meth:`close`."""
 
     def __init__(self, bootstrap_servers=None, **configs):
-        unknown = set(configs) - set(DEFAULT_CONFIG)
-        if unknown:
-            raise InvalidConfigError(
-                f"unknown producer config(s) {sorted(unknown)}; known: "
-                f"{', '.join(sorted(DEFAULT_CONFIG))}")
-        cfg = dict(DEFAULT_CONFIG, **configs)
-        self.config = cfg
+        cfg = self.config = client_config(
+            "producer", DEFAULT_CONFIG, configs,
+            positive=("batch_size", "buffer_memory", "max_request_size",
+                      "max_in_flight_requests_per_connection", "request_timeout_ms",
+                      "delivery_timeout_ms"),
+            non_negative=("linger_ms", "max_block_ms", "retries", "retry_backoff_ms"))
         if cfg["acks"] not in _ACKS:
             raise InvalidConfigError(f"acks must be 0, 1 or 'all', got {cfg['acks']!r}")
         self._acks = _ACKS[cfg["acks"]]
-        for name in ("batch_size", "buffer_memory", "max_request_size",
-                     "max_in_flight_requests_per_connection", "request_timeout_ms",
-                     "delivery_timeout_ms"):
-            if isinstance(cfg[name], bool) or not isinstance(cfg[name], int) or cfg[name] < 1:
-                raise InvalidConfigError(f"{name} must be a positive int, got {cfg[name]!r}")
-        for name in ("linger_ms", "max_block_ms", "retries", "retry_backoff_ms"):
-            if isinstance(cfg[name], bool) or not isinstance(cfg[name], (int, float)) \
-                    or cfg[name] < 0:
-                raise InvalidConfigError(f"{name} must be >= 0, got {cfg[name]!r}")
         codec = (cfg["compression_type"] or "none").lower()
         if codec not in ("none", "lz4", "zstd"):
             raise InvalidConfigError(
