@@ -117,6 +117,7 @@ class Sender(threading.Thread):
 
     # --- main loop ----------------------------------------------------------------
     def run(self) -> None:
+        """The sender thread: drain ready batches into requests until closed."""
         acc = self.acc
         try:
             while True:
