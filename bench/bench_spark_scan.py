@@ -18,6 +18,9 @@ of pre-built Arrow batches of the same shape without any I/O: the cost of Spark'
 Python data source plumbing alone (worker, Arrow transfer, row conversion in the JVM),
 an upper bound for any Python source on this machine.
 
+Last, the fixed cost of a query (count() of one record per partition) on each source:
+Spark's Python data-source path pays most of a small scan before the first row.
+
     .venv/bin/python bench/bench_spark_scan.py [--records 2000000] [--partitions 4]
         [--value-bytes 100] [--records-per-frame 8192] [--repeat 3] [--root DIR]
 """
@@ -25,6 +28,7 @@ an upper bound for any Python source on this machine.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -93,7 +97,7 @@ def generate(root_uri: str, parquet_dir: Path, records: int, partitions: int, wi
     bar.close()
 
 
-def floor_source(per_partition: int, per_frame: int, width: int):
+def floor_source(per_partition: int, per_frame: int, width: int, name: str = "pyds_floor"):
     """A Python data source class yielding pre-built Kafka-shaped batches (no I/O)."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
@@ -121,7 +125,7 @@ def floor_source(per_partition: int, per_frame: int, width: int):
     class FloorSource(DataSource):
         @classmethod
         def name(cls):
-            return "pyds_floor"
+            return name
 
         def schema(self):
             return kafka_schema()
@@ -204,6 +208,20 @@ def main(argv=None) -> int:
             print(f"{qname:<12} {rates['sparklog']:>16,.0f} {rates['parquet']:>16,.0f} "
                   f"{ratios[qname]:>7.2f} {rates['floor']:>19,.0f}")
         print("target: ratio >= 0.7 (sparklog rows/s / Parquet rows/s)")
+        # what every query pays before the first row: one record per partition
+        spark.dataSource.register(floor_source(1, 1, args.value_bytes, "pyds_floor_one"))
+        one = json.dumps({TOPIC: {str(p): 1 for p in range(args.partitions)}})
+        fixed = {
+            "sparklog": lambda: spark.read.format("sparklog").option("path", log_root.as_uri())
+            .option("subscribe", TOPIC).option("endingOffsets", one).load().count(),
+            "parquet": lambda: spark.read.parquet(str(parquet_dir)).where("offset < 1").count(),
+            "floor": lambda: spark.read.format("pyds_floor_one")
+            .option("partitions", args.partitions).load().count(),
+        }
+        cost = {s: best_time(q, args.repeat) for s, q in fixed.items()}
+        print(f"fixed cost of a query (count() of one record per partition): sparklog "
+              f"{cost['sparklog']:.2f} s, parquet {cost['parquet']:.2f} s, py-ds floor "
+              f"{cost['floor']:.2f} s")
         spark.stop()
     finally:
         if not args.root:
