@@ -104,6 +104,20 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
+def _race(procs, go) -> tuple[list, list[dict]]:
+    """Release ``procs`` (each waiting for the ``go`` file after its first message) at
+    once; return the ids that reported ``won`` and every first result."""
+    try:
+        for p in procs:
+            _next_msg(p)
+        go.touch()
+        results = [_finish(p)[0] for p in procs]
+    finally:
+        for p in procs:
+            _kill(p)
+    return [r["won"] for r in results if "won" in r], results
+
+
 # --- visibility and durability ----------------------------------------------------------
 
 
@@ -392,15 +406,7 @@ def test_create_no_overwrite_race_exactly_one_wins(backend, tmp_path):
         except (FileAlreadyExistsError, LeaseHeldError) as e:
             say(lost=me, err=type(e).__name__)
     """) for i in range(n)]
-    try:
-        for p in procs:
-            _next_msg(p)
-        go.touch()
-        results = [_finish(p)[0] for p in procs]
-    finally:
-        for p in procs:
-            _kill(p)
-    winners = [r["won"] for r in results if "won" in r]
+    winners, results = _race(procs, go)
     assert len(winners) == 1, results
     assert fs.read_all(path) == b"winner-%d" % winners[0]
     assert [i.name for i in fs.list(root)] == ["contested"]
@@ -471,15 +477,7 @@ def test_rename_race_exactly_one_wins(backend, tmp_path):
         except FileAlreadyExistsError:
             say(lost={i})
     """) for i in range(n)]
-    try:
-        for p in procs:
-            _next_msg(p)
-        go.touch()
-        results = [_finish(p)[0] for p in procs]
-    finally:
-        for p in procs:
-            _kill(p)
-    winners = [r["won"] for r in results if "won" in r]
+    winners, results = _race(procs, go)
     assert len(winners) == 1, results
     assert fs.read_all(dst) == b"%d" % winners[0]
     left = sorted(i.name for i in fs.list(root))
