@@ -196,6 +196,28 @@ def test_two_runs_racing_for_one_version(spark, topic, tmp_path):
 
 
 @pytest.mark.parametrize("fmt", ["delta", "parquet"])
+def test_write_failing_after_another_run_committed_is_a_lost_race(spark, topic, tmp_path,
+                                                                  monkeypatch, fmt):
+    """The winner's cleanup removes the loser's staging files, which fails the loser's
+    Spark write mid-way (simulated by the mid-write fault): the loser reports the lost
+    race, not the storage error, and leaves nothing behind."""
+    root, store = topic
+    out = (tmp_path / "out").as_uri()
+    loser = job(spark, root, out, fmt)
+    batch = loser.begin()
+    job(spark, root, out, fmt).run(SQL)
+    monkeypatch.setenv(ENV_VAR, "mid-write:raise")
+    with pytest.raises(ConcurrentTransactionsError, match="committed by another run") as info:
+        loser.commit(batch, batch.df.selectExpr("topic", "partition", "offset",
+                                                "CAST(value AS STRING) AS value"))
+    assert "injected fault" in str(info.value.__cause__)
+    monkeypatch.delenv(ENV_VAR)
+    winner_attempt = commit_docs(out, fmt, "app")[0]["attempt"]
+    assert set(_leftover_attempts(out, fmt)) <= {f"0000000000-{winner_attempt}"}
+    assert_exactly_once(out, fmt, "app", {("events", p): 20 for p in range(3)})
+
+
+@pytest.mark.parametrize("fmt", ["delta", "parquet"])
 def test_concurrent_threads_one_commit_wins(spark, topic, tmp_path, fmt):
     root, store = topic
     out = (tmp_path / "out").as_uri()
@@ -209,6 +231,8 @@ def test_concurrent_threads_one_commit_wins(spark, topic, tmp_path, fmt):
             outcomes.append(j.run(SQL).committed)
         except ConcurrentTransactionsError:
             outcomes.append("lost")
+        except Exception as exc:  # shown by the assertion below
+            outcomes.append(repr(exc))
 
     threads = [threading.Thread(target=worker) for _ in range(2)]
     for t in threads:

@@ -24,7 +24,7 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
-from ...errors import InvalidArgumentError
+from ...errors import ConcurrentTransactionsError, InvalidArgumentError
 from ...storage import open_fileio
 from ...storage.paths import check_path, url_scheme
 from .records import CommitRecord, DataFile, StagedFiles
@@ -216,12 +216,28 @@ class Sink(abc.ABC):
         location = self.staging_location(app_id, version, attempt)
         try:
             write_parquet(with_mid_write_fault(df), location, self.partition_by)
-        except BaseException:
+            files = list_data_files(self.fileio, location)
+        except BaseException as exc:
             self._delete_quietly(location)
+            self._raise_if_lost(app_id, version, exc)
             raise
-        return StagedFiles(app_id, version, attempt, location,
-                           list_data_files(self.fileio, location), spark_arrow_schema(df),
-                           list(self.partition_by))
+        return StagedFiles(app_id, version, attempt, location, files,
+                           spark_arrow_schema(df), list(self.partition_by))
+
+    def _raise_if_lost(self, app_id: str, version: int, exc: BaseException) -> None:
+        """A concurrent run that committed ``version`` first removes the staging
+        directories of the other attempts at that version (its cleanup), which makes
+        their writes fail: report such a failure as the lost race it is."""
+        if not isinstance(exc, Exception):
+            return
+        try:
+            committed = self.committed_version(app_id)
+        except Exception:  # noqa: BLE001 - the original error is the one to report
+            return
+        if committed is not None and committed >= version:
+            raise ConcurrentTransactionsError(
+                f"version {version} of application {app_id!r} in {self.uri} was "
+                f"committed by another run while this one was writing") from exc
 
     def abort(self, staged: StagedFiles) -> None:
         """Delete the files of an attempt that will not commit (best effort)."""
