@@ -549,6 +549,34 @@ def test_delete(backend):
     assert fs.delete(d) is True
 
 
+def test_concurrent_recursive_deletes_of_one_tree_both_succeed(backend):
+    """Two cleaners removing the same directory at once (as two job runs cleaning one
+    failed attempt do): neither fails on entries the other removed first."""
+    import threading
+
+    fs, root, _ = backend
+    for round_ in range(5):
+        d = fs.join(root, f"tree{round_}")
+        for i in range(40):
+            fs.write_atomic(fs.join(d, f"sub{i % 4}", f"leaf{i}"), b"x")
+        errors, go = [], threading.Barrier(2)
+
+        def clean():
+            go.wait()
+            try:
+                fs.delete(d, recursive=True)
+            except Exception as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=clean) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert errors == []
+        assert not fs.exists(d)
+
+
 def test_read_range_past_eof_is_short(backend):
     fs, root, _ = backend
     path = fs.join(root, "r")

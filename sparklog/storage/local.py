@@ -374,7 +374,7 @@ class LocalFileIO(FileIO):
             return False
         if os.path.isdir(p) and not os.path.islink(p):
             if recursive:
-                shutil.rmtree(p, ignore_errors=False)
+                shutil.rmtree(p, onerror=_vanished_is_deleted)
                 return True
             try:
                 os.rmdir(p)
@@ -451,3 +451,10 @@ class LocalFileIO(FileIO):
 
     def __repr__(self):
         return f"LocalFileIO(root={self.root!r})"
+
+
+def _vanished_is_deleted(func, path, exc_info) -> None:
+    """rmtree error handler: an entry another deleter removed first is deleted, as
+    HDFS's recursive delete (one namenode operation) would have it; other errors raise."""
+    if not issubclass(exc_info[0], FileNotFoundError):
+        raise exc_info[1]
