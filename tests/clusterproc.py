@@ -20,6 +20,9 @@ import time
 
 from brokerproc import BrokerProcess
 from sparklog.coordination.zkstore import ZkCoordinationStore
+from sparklog.errors import NotLeaderError
+from sparklog.format.frame import encode_frame, raw_batch
+from sparklog.protocol import ApiKey
 
 
 class BrokerCluster:
@@ -93,3 +96,26 @@ class BrokerCluster:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+def produce_one(conn, topic: str, partition: int, value: bytes, acks=-1,
+                timeout_ms: int = 5000) -> dict:
+    """One PRODUCE request of one record over ``conn``; the partition's response item."""
+    frame = encode_frame(raw_batch([value]))
+    resp = conn.request(ApiKey.PRODUCE, {"acks": acks, "timeout_ms": timeout_ms, "topics": [
+        {"name": topic, "partitions": [{"partition": partition, "records": frame}]}]})
+    return resp["topics"][0]["partitions"][0]
+
+
+def produce_accepted(conn, topic: str, partition: int, value: bytes,
+                     timeout: float = 10) -> dict:
+    """Produce one record to the broker the controller just named leader, retrying while
+    it answers NotLeader: it takes the partition over asynchronously (it watches the
+    controller's decision, then opens the log), and clients retry, as with Kafka's
+    LeaderAndIsr. Fails on any other error or after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while (item := produce_one(conn, topic, partition, value))["error_code"] != 0:
+        assert item["error_code"] == NotLeaderError.code, item
+        assert time.monotonic() < deadline, item
+        time.sleep(0.02)
+    return item

@@ -28,12 +28,11 @@ from zkserver import zookeeper, zookeeper_server  # noqa: F401 (fixtures)
 
 pytest.importorskip("kazoo", reason="kazoo is not installed (pip install sparklog[cluster])")
 
-from clusterproc import BrokerCluster  # noqa: E402
+from clusterproc import BrokerCluster, produce_accepted, produce_one  # noqa: E402
 from sparklog import Admin, Producer  # noqa: E402
-from sparklog.format.frame import encode_frame, raw_batch  # noqa: E402
 from sparklog.log.reader import LogReader  # noqa: E402
 from sparklog.metadata import TopicStore  # noqa: E402
-from sparklog.protocol import ApiKey, Connection  # noqa: E402
+from sparklog.protocol import Connection  # noqa: E402
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.slow]
 
@@ -165,13 +164,6 @@ def test_leaders_killed_repeatedly_lose_no_acknowledged_record(zookeeper, storag
                           for k, v in outages.items()))
 
 
-def produce(conn: Connection, topic: str, partition: int, value: bytes) -> dict:
-    frame = encode_frame(raw_batch([value]))
-    resp = conn.request(ApiKey.PRODUCE, {"acks": -1, "timeout_ms": 10000, "topics": [
-        {"name": topic, "partitions": [{"partition": partition, "records": frame}]}]})
-    return resp["topics"][0]["partitions"][0]
-
-
 @pytest.mark.parametrize("roll", [False, True], ids=["append", "roll"])
 def test_paused_old_leader_cannot_append_after_failover(zookeeper, storage_root, tmp_path,
                                                         roll):
@@ -187,22 +179,20 @@ def test_paused_old_leader_cannot_append_after_failover(zookeeper, storage_root,
         new = next(i for i in cluster.brokers if i != old)
         zombie = cluster.brokers[old]
         conn = Connection(zombie.address, timeout=60)
-        assert produce(conn, "z", 0, b"before")["error_code"] == 0
+        produce_accepted(conn, "z", 0, b"before")
         os.kill(zombie.pid, signal.SIGSTOP)
         try:
             answer = {}
             # a write waits in the frozen leader's socket
             pending = threading.Thread(
-                target=lambda: answer.update(produce(conn, "z", 0, b"zombie")), daemon=True)
+                target=lambda: answer.update(produce_one(conn, "z", 0, b"zombie",
+                                                         timeout_ms=10000)), daemon=True)
             pending.start()
             cluster.wait(lambda: cluster.leader_of("z", 0) == new, SESSION_MS / 1000 + 15,
                          "the other broker takes over")
             assert cluster.state("z", 0).leader_epoch > epoch
             with Connection(cluster.brokers[new].address) as c2:
-                deadline = time.monotonic() + 15
-                while produce(c2, "z", 0, b"after")["error_code"] != 0:
-                    assert time.monotonic() < deadline
-                    time.sleep(0.05)
+                produce_accepted(c2, "z", 0, b"after", timeout=15)
         finally:
             os.kill(zombie.pid, signal.SIGCONT)
         pending.join(60)
