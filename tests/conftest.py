@@ -26,13 +26,23 @@ def free_port() -> int:
 
 @pytest.fixture(scope="session")
 def spark():
-    """The run's local Spark session (local[2], UI off, 2 shuffle partitions)."""
+    """The run's local Spark session (local[2], UI off, 2 shuffle partitions), with the
+    JVM reader's jar on its classpath when it can be built (no JDK: the Python reader
+    only), so every Spark test runs batch scans on the JVM reader."""
     pytest.importorskip("pyspark", reason="pyspark is not installed")
+    from sparklog.reader.jvm import jar_path
     from sparklog.spark import local_session
 
+    conf = {"spark.sql.execution.arrow.pyspark.enabled": "true",
+            "spark.python.worker.reuse": "true"}
+    jar = jar_path(quiet=True)
+    if jar is not None:
+        conf["spark.jars"] = jar
+    else:
+        print("\nsparklog JVM reader jar unavailable (no javac?): Spark tests use the "
+              "Python reader", file=sys.stderr)
     session = local_session("sparklog-tests", shuffle_partitions=2, register_source=False,
-                            conf={"spark.sql.execution.arrow.pyspark.enabled": "true",
-                                  "spark.python.worker.reuse": "true"})
+                            conf=conf)
     yield session
     session.stop()
 

@@ -1,0 +1,122 @@
+"""The JVM reader of ``format("sparklog")``: build glue for its jar.
+
+``sparklog/reader/jvm/java/`` holds a Spark DataSourceV2 (``io.sparklog.spark``) whose
+provider registers the short name ``sparklog``. With its jar on Spark's classpath, Spark
+resolves ``spark.read.format("sparklog")`` to it before the Python data source of the
+same name; it delegates schema inference, options, planning, filter pushdown, streaming
+and writes to that Python source and runs only the batch scan's tasks on the JVM
+(columnar, no Python worker). See docs/spark.md.
+
+:func:`jar_path` compiles the sources with ``javac --release 17`` against pyspark's jars
+into a per-user cache directory, keyed by a hash of the sources and the pyspark version,
+and returns the jar's path (None, with the reason logged, when it cannot: no ``javac``,
+no pyspark). ``sparklog spark-jar`` prints it for ``spark-submit --jars``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+#: Directory of the Java sources (package data).
+SOURCE_DIR = Path(__file__).resolve().parent / "java"
+#: Read option that keeps a batch scan on the Python reader when "false".
+JVM_READER_OPTION = "sparklog.jvmReader"
+
+
+def cache_dir() -> Path:
+    """Per-user cache directory of built jars (``$XDG_CACHE_HOME/sparklog/jars``, else
+    ``~/.cache/sparklog/jars``; ``SPARKLOG_JAR_CACHE`` overrides)."""
+    override = os.environ.get("SPARKLOG_JAR_CACHE")
+    if override:
+        return Path(override)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "sparklog" / "jars"
+
+
+def _sources() -> list[Path]:
+    return sorted(p for p in SOURCE_DIR.rglob("*") if p.is_file() and p.suffix != ".class")
+
+
+def _pyspark():
+    try:
+        import pyspark
+    except ImportError:
+        return None
+    return pyspark
+
+
+def source_hash(pyspark_version: str) -> str:
+    """Hash of the Java sources (names and bytes) and the pyspark version."""
+    h = hashlib.sha256(pyspark_version.encode())
+    for p in _sources():
+        h.update(str(p.relative_to(SOURCE_DIR)).encode() + b"\0")
+        h.update(p.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def _progress(message: str, quiet: bool) -> None:
+    log.info(message)
+    if not quiet:
+        print(f"sparklog: {message}", file=sys.stderr, flush=True)
+
+
+def jar_path(build: bool = True, *, quiet: bool = False) -> str | None:
+    """Path of the JVM reader's jar for the installed pyspark, built (``build``) into the
+    cache if missing; None, with the reason logged, when it is not there and cannot be
+    built. Progress goes to stderr unless ``quiet``."""
+    pyspark = _pyspark()
+    if pyspark is None:
+        log.warning("sparklog JVM reader: pyspark is not installed")
+        return None
+    jars = Path(pyspark.__file__).resolve().parent / "jars"
+    target = cache_dir() / f"sparklog-spark-{source_hash(pyspark.__version__)}.jar"
+    if target.is_file():
+        return str(target)
+    if not build:
+        log.info("sparklog JVM reader: %s is not built", target.name)
+        return None
+    javac = shutil.which("javac")
+    if javac is None:
+        log.warning("sparklog JVM reader: no javac on PATH (a JDK 17+ is needed to build it); "
+                    "format('sparklog') stays on the Python reader")
+        return None
+    if not jars.is_dir():
+        log.warning("sparklog JVM reader: pyspark has no jars directory (%s)", jars)
+        return None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _progress(f"building the JVM reader jar {target.name} (javac, pyspark "
+              f"{pyspark.__version__})...", quiet)
+    with tempfile.TemporaryDirectory(prefix=".build-", dir=target.parent) as tmp:
+        classes = Path(tmp) / "classes"
+        classes.mkdir()
+        java = [str(p) for p in _sources() if p.suffix == ".java"]
+        cmd = [javac, "--release", "17", "-nowarn", "-encoding", "UTF-8",
+               "-cp", str(jars / "*"), "-d", str(classes), *java]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            log.warning("sparklog JVM reader: javac failed:\n%s", done.stderr.strip())
+            return None
+        tmp_jar = Path(tmp) / target.name
+        with zipfile.ZipFile(tmp_jar, "w", zipfile.ZIP_DEFLATED) as zf:
+            zf.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nCreated-By: sparklog\n")
+            for p in _sources():
+                if p.suffix != ".java":  # resources: the DataSourceRegister service entry
+                    zf.write(p, str(p.relative_to(SOURCE_DIR)))
+            for p in sorted(classes.rglob("*.class")):
+                zf.write(p, str(p.relative_to(classes)))
+        os.replace(tmp_jar, target)  # atomic: concurrent builders agree on the content
+    _progress(f"built {target}", quiet)
+    return str(target)
+
+
+__all__ = ["jar_path", "cache_dir", "source_hash", "SOURCE_DIR", "JVM_READER_OPTION"]

@@ -1,0 +1,270 @@
+package io.sparklog.spark;
+
+import java.io.ByteArrayInputStream;
+import java.io.File;
+import java.io.FileNotFoundException;
+import java.io.IOException;
+import java.io.InputStream;
+import java.net.URI;
+import java.nio.ByteBuffer;
+import java.nio.channels.Channels;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Base64;
+import java.util.List;
+import java.util.TreeMap;
+import java.util.zip.CRC32C;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import org.apache.arrow.vector.ipc.ReadChannel;
+import org.apache.arrow.vector.ipc.message.MessageSerializer;
+import org.apache.arrow.vector.types.pojo.Schema;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FSDataInputStream;
+import org.apache.hadoop.fs.FileStatus;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.LocalFileSystem;
+import org.apache.hadoop.fs.Path;
+
+/**
+ * The storage layout of docs/format.md read through Hadoop's {@link FileSystem}: topic
+ * configs, a partition directory's segments, the sparse offset index of sealed segments
+ * and the log start offset checkpoint.
+ */
+final class LogFiles {
+  static final String LOG_SUFFIX = ".log";
+  static final String INDEX_SUFFIX = ".index";
+  static final String SWAP_SUFFIX = ".log.swap";
+  static final String LOG_START_SUFFIX = ".log-start-offset-checkpoint";
+  private static final ObjectMapper JSON = new ObjectMapper();
+  private static final int INDEX_HEADER = 72;
+
+  private LogFiles() {
+  }
+
+  /** One segment of a partition directory, as listed. */
+  static final class Segment {
+    final long baseOffset;
+    final Path log;
+    final long listedSize;
+    final boolean hasIndex;
+
+    Segment(long baseOffset, Path log, long listedSize, boolean hasIndex) {
+      this.baseOffset = baseOffset;
+      this.log = log;
+      this.listedSize = listedSize;
+      this.hasIndex = hasIndex;
+    }
+
+    Path index() {
+      return new Path(log.getParent(), String.format("%020d%s", baseOffset, INDEX_SUFFIX));
+    }
+  }
+
+  /** The URI of a storage root; a plain path is a local one, as for the Python storage. */
+  static URI rootUri(String root) {
+    URI uri = URI.create(root.replace(" ", "%20"));
+    if (uri.getScheme() == null) {
+      return new File(root).getAbsoluteFile().toURI();
+    }
+    return uri;
+  }
+
+  /** Path of {@code parts} under the root. */
+  static Path path(String root, String... parts) {
+    StringBuilder s = new StringBuilder(rootUri(root).toString().replaceAll("/+$", ""));
+    for (String p : parts) {
+      s.append('/').append(p);
+    }
+    return new Path(URI.create(s.toString()));
+  }
+
+  /** The partition directory {@code <root>/topics/<topic>/<partition>}. */
+  static Path partitionDir(String root, String topic, int partition) {
+    return path(root, "topics", topic, Integer.toString(partition));
+  }
+
+  /**
+   * The file system of the root (local roots use the raw local file system: no .crc side
+   * files). Throws when Hadoop has no file system for its scheme.
+   */
+  static FileSystem fileSystem(String root, Configuration conf) throws IOException {
+    FileSystem fs = FileSystem.get(rootUri(root), conf);
+    if (fs instanceof LocalFileSystem) {
+      return ((LocalFileSystem) fs).getRawFileSystem();
+    }
+    return fs;
+  }
+
+  /** The whole content of a (small) file. */
+  static byte[] readAll(FileSystem fs, Path p) throws IOException {
+    try (InputStream in = fs.open(p)) {
+      return in.readAllBytes();
+    }
+  }
+
+  /** Latest version of a versioned file family {@code <version:010d><suffix>} in dir, or null. */
+  static Path latestVersion(FileSystem fs, Path dir, String suffix) throws IOException {
+    long best = -1;
+    Path found = null;
+    for (FileStatus st : fs.listStatus(dir)) {
+      String name = st.getPath().getName();
+      if (name.endsWith(suffix) && !name.startsWith(".")) {
+        String stem = name.substring(0, name.length() - suffix.length());
+        if (!stem.isEmpty() && stem.chars().allMatch(Character::isDigit)) {
+          long v = Long.parseLong(stem);
+          if (v > best) {
+            best = v;
+            found = st.getPath();
+          }
+        }
+      }
+    }
+    return found;
+  }
+
+  /** The record schema of a typed topic, null for a raw topic (its latest config). */
+  static Schema topicSchema(FileSystem fs, String root, String topic) throws IOException {
+    Path dir = path(root, "topics", topic, "config");
+    Path latest;
+    try {
+      latest = latestVersion(fs, dir, ".json");
+    } catch (FileNotFoundException e) {
+      latest = null;
+    }
+    if (latest == null) {
+      throw new FileNotFoundException("topic " + topic + " has no config in " + dir);
+    }
+    JsonNode doc = JSON.readTree(readAll(fs, latest));
+    JsonNode schema = doc.get("schema");
+    if (schema == null || schema.isNull() || schema.asText().isEmpty()) {
+      return null;
+    }
+    byte[] ipc = Base64.getDecoder().decode(schema.asText());
+    return MessageSerializer.deserializeSchema(
+        new ReadChannel(Channels.newChannel(new ByteArrayInputStream(ipc))));
+  }
+
+  /**
+   * The segments of a partition directory in offset order. Waits (as the Python reader)
+   * while a writer swaps a repaired segment in (a .log.swap without its .log).
+   */
+  static List<Segment> listSegments(FileSystem fs, Path dir) throws IOException {
+    for (int attempt = 0; ; attempt++) {
+      TreeMap<Long, FileStatus> logs = new TreeMap<>();
+      TreeMap<Long, Boolean> indexes = new TreeMap<>();
+      List<Long> swaps = new ArrayList<>();
+      for (FileStatus st : fs.listStatus(dir)) {
+        String name = st.getPath().getName();
+        Long base = baseOf(name, LOG_SUFFIX);
+        if (base != null) {
+          logs.put(base, st);
+        } else if ((base = baseOf(name, INDEX_SUFFIX)) != null) {
+          indexes.put(base, true);
+        } else if ((base = baseOf(name, SWAP_SUFFIX)) != null) {
+          swaps.add(base);
+        }
+      }
+      boolean swapping = swaps.stream().anyMatch(b -> !logs.containsKey(b));
+      if (swapping && attempt < 40) {
+        try {
+          Thread.sleep(50);
+        } catch (InterruptedException e) {
+          Thread.currentThread().interrupt();
+          throw new IOException("interrupted while a segment of " + dir + " is swapped in", e);
+        }
+        continue;
+      }
+      List<Segment> out = new ArrayList<>();
+      for (var e : logs.entrySet()) {
+        out.add(new Segment(e.getKey(), e.getValue().getPath(), e.getValue().getLen(),
+            indexes.containsKey(e.getKey())));
+      }
+      return out;
+    }
+  }
+
+  private static Long baseOf(String name, String suffix) {
+    if (name.length() != 20 + suffix.length() || !name.endsWith(suffix)) {
+      return null;
+    }
+    String stem = name.substring(0, 20);
+    return stem.chars().allMatch(Character::isDigit) ? Long.parseLong(stem) : null;
+  }
+
+  /**
+   * The partition's log start offset: the latest checkpoint, raised to the first
+   * segment's base offset (docs/format.md section 5).
+   */
+  static long logStartOffset(FileSystem fs, Path dir, List<Segment> segments) throws IOException {
+    long start = 0;
+    Path latest = latestVersion(fs, dir, LOG_START_SUFFIX);
+    if (latest != null) {
+      JsonNode doc = JSON.readTree(readAll(fs, latest));
+      JsonNode v = doc.get("log_start_offset");
+      if (v != null && v.canConvertToLong()) {
+        start = v.asLong();
+      }
+    }
+    if (!segments.isEmpty()) {
+      start = Math.max(start, segments.get(0).baseOffset);
+    }
+    return start;
+  }
+
+  /**
+   * A file position at or before the frame holding {@code offset} in a sealed segment,
+   * from its sparse {@code .index} (0 when the index is missing, stale or corrupt: the
+   * caller then scans from the first frame).
+   */
+  static long indexedPosition(FileSystem fs, Segment seg, long offset) {
+    if (!seg.hasIndex || offset <= seg.baseOffset) {
+      return 0;
+    }
+    byte[] bytes;
+    try (FSDataInputStream in = fs.open(seg.index())) {
+      bytes = in.readAllBytes();
+    } catch (IOException e) {
+      return 0;
+    }
+    if (bytes.length < INDEX_HEADER) {
+      return 0;
+    }
+    ByteBuffer b = ByteBuffer.wrap(bytes);  // big-endian
+    if (!new String(bytes, 0, 4, StandardCharsets.US_ASCII).equals("SLOI")
+        || b.getShort(4) != 1 || b.getLong(8) != seg.baseOffset
+        || b.getLong(24) != seg.listedSize) {
+      return 0;
+    }
+    CRC32C crc = new CRC32C();
+    crc.update(bytes, 0, 64);
+    if ((int) crc.getValue() != b.getInt(64)) {
+      return 0;
+    }
+    int entries = b.getInt(60);
+    if (entries < 0 || INDEX_HEADER + 8L * entries != bytes.length) {
+      return 0;
+    }
+    crc.reset();
+    crc.update(bytes, INDEX_HEADER, 8 * entries);
+    if ((int) crc.getValue() != b.getInt(68)) {
+      return 0;
+    }
+    long rel = offset - seg.baseOffset;
+    int lo = 0;
+    int hi = entries - 1;
+    long pos = 0;
+    while (lo <= hi) {  // last entry with relative offset <= rel
+      int mid = (lo + hi) >>> 1;
+      long r = Integer.toUnsignedLong(b.getInt(INDEX_HEADER + 8 * mid));
+      if (r <= rel) {
+        pos = Integer.toUnsignedLong(b.getInt(INDEX_HEADER + 8 * mid + 4));
+        lo = mid + 1;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    return pos;
+  }
+}

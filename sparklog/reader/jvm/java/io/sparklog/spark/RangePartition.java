@@ -1,0 +1,94 @@
+package io.sparklog.spark;
+
+import java.io.Serializable;
+import java.util.Map;
+
+import net.razorvine.pickle.objects.ClassDict;
+import org.apache.spark.sql.connector.read.InputPartition;
+
+/**
+ * One JVM task: the offsets {@code [start, end)} of {@code topic}/{@code partition} under the
+ * storage root {@code root}; the JVM twin of Python's
+ * {@code sparklog.reader.spark.planning.OffsetRange}.
+ */
+public final class RangePartition implements InputPartition, Serializable {
+  private static final long serialVersionUID = 1L;
+  /** Python class of the planned partitions this JVM reader understands. */
+  public static final String PYTHON_CLASS = "sparklog.reader.spark.planning.OffsetRange";
+
+  public final String topic;
+  public final int partition;
+  public final long start;
+  public final long end;
+  public final String root;
+  public final boolean failOnDataLoss;
+
+  /** A range of one topic-partition. */
+  public RangePartition(String topic, int partition, long start, long end, String root,
+      boolean failOnDataLoss) {
+    this.topic = topic;
+    this.partition = partition;
+    this.start = start;
+    this.end = end;
+    this.root = root;
+    this.failOnDataLoss = failOnDataLoss;
+  }
+
+  /**
+   * The range held by an unpickled Python {@code OffsetRange} (pyrolite turns it into a
+   * {@link ClassDict} of its dataclass fields); throws {@link IllegalArgumentException}
+   * explaining why when the object is not one this reader can take (another class, a
+   * missing field, storage options Hadoop would not understand).
+   */
+  public static RangePartition fromPickled(Object obj) {
+    if (!(obj instanceof ClassDict)) {
+      throw new IllegalArgumentException("planned partition is a "
+          + (obj == null ? "null" : obj.getClass().getName()) + ", not an OffsetRange");
+    }
+    ClassDict d = (ClassDict) obj;
+    if (!PYTHON_CLASS.equals(d.getClassName())) {
+      throw new IllegalArgumentException("planned partition is a Python " + d.getClassName()
+          + ", not " + PYTHON_CLASS);
+    }
+    Object options = d.get("storage_options");
+    if (options != null && !(options instanceof Map && ((Map<?, ?>) options).isEmpty())) {
+      throw new IllegalArgumentException("the range carries storage options " + options
+          + " that only the Python storage layer understands");
+    }
+    return new RangePartition(string(d, "topic"), (int) number(d, "partition"),
+        number(d, "start"), number(d, "end"), string(d, "root"), bool(d, "fail_on_data_loss"));
+  }
+
+  private static String string(ClassDict d, String key) {
+    Object v = d.get(key);
+    if (!(v instanceof String)) {
+      throw new IllegalArgumentException("OffsetRange field " + key + " is " + v + ", not a str");
+    }
+    return (String) v;
+  }
+
+  private static long number(ClassDict d, String key) {
+    Object v = d.get(key);
+    if (v instanceof Integer || v instanceof Long) {
+      return ((Number) v).longValue();
+    }
+    if (v instanceof java.math.BigInteger && ((java.math.BigInteger) v).bitLength() < 64) {
+      return ((java.math.BigInteger) v).longValue();
+    }
+    throw new IllegalArgumentException("OffsetRange field " + key + " is " + v + ", not an int");
+  }
+
+  private static boolean bool(ClassDict d, String key) {
+    Object v = d.get(key);
+    if (!(v instanceof Boolean)) {
+      throw new IllegalArgumentException("OffsetRange field " + key + " is " + v + ", not a bool");
+    }
+    return (Boolean) v;
+  }
+
+  @Override
+  public String toString() {
+    return "RangePartition(" + topic + "-" + partition + " [" + start + ", " + end + ") " + root
+        + ")";
+  }
+}

@@ -1,0 +1,76 @@
+package io.sparklog.spark;
+
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Set;
+
+import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
+import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
+import org.apache.spark.sql.sources.Filter;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+
+/**
+ * Wraps the Python source's scan builder: filters are pushed to it unchanged (Python keeps
+ * deciding which it takes); column pruning is handled here, by whole top-level columns
+ * (the JVM reader decodes only what the query needs; the Python fallback projects).
+ */
+public class SparklogScanBuilder
+    implements ScanBuilder, SupportsPushDownFilters, SupportsPushDownRequiredColumns {
+  private final ScanBuilder delegate;
+  private final CaseInsensitiveStringMap options;
+  private final StructType fullSchema;
+  private StructType required;
+
+  /** A builder over the Python source's {@code delegate} for a table of {@code fullSchema}. */
+  public SparklogScanBuilder(ScanBuilder delegate, CaseInsensitiveStringMap options,
+      StructType fullSchema) {
+    this.delegate = delegate;
+    this.options = options;
+    this.fullSchema = fullSchema;
+    this.required = fullSchema;
+  }
+
+  @Override
+  public Filter[] pushFilters(Filter[] filters) {
+    if (delegate instanceof SupportsPushDownFilters) {
+      return ((SupportsPushDownFilters) delegate).pushFilters(filters);
+    }
+    return filters;
+  }
+
+  @Override
+  public Filter[] pushedFilters() {
+    if (delegate instanceof SupportsPushDownFilters) {
+      return ((SupportsPushDownFilters) delegate).pushedFilters();
+    }
+    return new Filter[0];
+  }
+
+  @Override
+  public void pruneColumns(StructType requiredSchema) {
+    Set<String> names = new HashSet<>();
+    for (StructField f : requiredSchema.fields()) {
+      names.add(f.name());
+    }
+    List<StructField> kept = new ArrayList<>();
+    for (StructField f : fullSchema.fields()) {
+      if (names.contains(f.name())) {
+        kept.add(f);  // whole column: nested pruning is left to Spark's projection
+      }
+    }
+    required = new StructType(kept.toArray(new StructField[0]));
+  }
+
+  @Override
+  public Scan build() {
+    Scan scan = delegate.build();
+    boolean jvm = JvmReaderOption.enabled(options);
+    // only the JVM reader prunes; with the opt-out the Python scan is returned unchanged
+    return jvm ? new SparklogScan(scan, fullSchema, required) : scan;
+  }
+}

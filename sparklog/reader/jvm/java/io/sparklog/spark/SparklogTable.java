@@ -1,0 +1,71 @@
+package io.sparklog.spark;
+
+import java.util.Map;
+import java.util.Set;
+
+import org.apache.spark.sql.connector.catalog.Column;
+import org.apache.spark.sql.connector.catalog.SupportsRead;
+import org.apache.spark.sql.connector.catalog.SupportsWrite;
+import org.apache.spark.sql.connector.catalog.Table;
+import org.apache.spark.sql.connector.catalog.TableCapability;
+import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.write.LogicalWriteInfo;
+import org.apache.spark.sql.connector.write.WriteBuilder;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+
+/**
+ * The table of {@link SparklogProvider}: the Python source's table (reads, writes, streams)
+ * with its scan builder wrapped so batch scans can run on the JVM.
+ */
+public class SparklogTable implements Table, SupportsRead, SupportsWrite {
+  private final Table delegate;
+
+  /** Wraps the Python data source's table. */
+  public SparklogTable(Table delegate) {
+    this.delegate = delegate;
+  }
+
+  @Override
+  public String name() {
+    return delegate.name();
+  }
+
+  @Override
+  @SuppressWarnings("deprecation")
+  public StructType schema() {
+    return delegate.schema();
+  }
+
+  @Override
+  public Column[] columns() {
+    return delegate.columns();
+  }
+
+  @Override
+  public Transform[] partitioning() {
+    return delegate.partitioning();
+  }
+
+  @Override
+  public Map<String, String> properties() {
+    return delegate.properties();
+  }
+
+  @Override
+  public Set<TableCapability> capabilities() {
+    return delegate.capabilities();
+  }
+
+  @Override
+  public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
+    return new SparklogScanBuilder(((SupportsRead) delegate).newScanBuilder(options), options,
+        delegate.schema());
+  }
+
+  @Override
+  public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
+    return ((SupportsWrite) delegate).newWriteBuilder(info);
+  }
+}
