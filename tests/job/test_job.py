@@ -240,7 +240,8 @@ def test_concurrent_threads_one_commit_wins(spark, topic, tmp_path, fmt):
         t.start()
     for t in threads:
         t.join(120)
-    assert sorted(map(str, outcomes)) in (["True", "lost"], ["False", "True"])
+    assert sorted(map(str, outcomes)) in (["True", "lost"], ["False", "True"]), \
+        "\n".join(map(str, outcomes))
     assert_exactly_once(out, fmt, "app", {("events", p): 20 for p in range(3)})
 
 

@@ -262,8 +262,7 @@ class DeltaSink(Sink):
         removed = 0
         for (version, attempt), path in candidates:
             if version in winners and winners[version] != attempt:
-                self.fileio.delete(path, recursive=True)
-                removed += 1
+                removed += self._delete_quietly(path)
         return removed
 
     def applications(self) -> list[str]:

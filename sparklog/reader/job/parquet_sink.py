@@ -162,7 +162,7 @@ class ParquetSink(Sink):
                     raise StorageError(
                         f"committed file {f['path']} of {self.uri} is neither staged at "
                         f"{src} nor published at {dst}") from None
-        self.fileio.delete(staging, recursive=True)
+        self._delete_quietly(staging)
 
     def cleanup(self, app_id: str, full: bool = False) -> int:
         """Finish publishing committed attempts, delete the staging directories of
@@ -189,8 +189,7 @@ class ParquetSink(Sink):
             if doc is not None and doc["commit"]["attempt"] == attempt:
                 self._publish(doc)
             else:
-                self.fileio.delete(path, recursive=True)
-                removed += 1
+                removed += self._delete_quietly(path)
         return removed
 
 

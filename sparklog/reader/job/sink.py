@@ -243,11 +243,16 @@ class Sink(abc.ABC):
         """Delete the files of an attempt that will not commit (best effort)."""
         self._delete_quietly(staged.location)
 
-    def _delete_quietly(self, location: str) -> None:
+    def _delete_quietly(self, location: str) -> bool:
+        """Delete an attempt's directory, best effort: False (and a warning) when it
+        fails, e.g. because that attempt's Spark tasks are still creating files in it
+        (a concurrent run that lost the commit race); the next run's cleanup retries."""
         try:
             self.fileio.delete(location, recursive=True)
+            return True
         except OSError as exc:
             log.warning("could not delete %s (the next run's cleanup will): %s", location, exc)
+            return False
 
     def __repr__(self):
         return f"{type(self).__name__}({self.uri!r})"
