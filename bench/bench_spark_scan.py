@@ -1,5 +1,5 @@
 """Spark scan rate of format("sparklog") beside Spark's native Parquet reader (same run,
-same records).
+same records), on the JVM reader and on the Python reader.
 
 Writes a topic of P partitions holding N records of V-byte values (8-byte keys) through
 the partition log (frames of R records, uncompressed, as a producer with
@@ -7,11 +7,13 @@ compression_type=none sends them), and the same records, in the Kafka source's c
 as one Parquet file per partition (pyarrow, snappy). Then, in one local Spark session,
 times two queries on each: ``count()`` and an aggregate over ``value``
 (``sum(length(value))``, ``max(value)``), best of K runs after a warm-up, and prints
-rows/s and the ratio sparklog / Parquet (target >= 0.7).
+rows/s and the ratio sparklog / Parquet (target >= 0.7) for both readers of
+format("sparklog"): the JVM reader (sparklog/reader/jvm, its jar built and put on the
+session's classpath) and the Python reader (option ``sparklog.jvmReader=false``).
 
-Parquet answers ``count()`` from its footers without reading data, while a Python data
-source always reads every column (PySpark 4.1 offers no column pruning), so the count
-ratio mostly measures that difference; the aggregate compares full scans.
+Parquet answers ``count()`` from its footers without reading data. The Python reader
+always reads every column (PySpark 4.1 offers Python sources no column pruning); the
+JVM reader prunes columns, so its ``count()`` reads frames without decoding bodies.
 
 A third column, "py-ds floor", times a Python data source that yields the same number
 of pre-built Arrow batches of the same shape without any I/O: the cost of Spark's
@@ -22,7 +24,7 @@ Last, the fixed cost of a query (count() of one record per partition) on each so
 Spark's Python data-source path pays most of a small scan before the first row.
 
     .venv/bin/python bench/bench_spark_scan.py [--records 2000000] [--partitions 4]
-        [--value-bytes 100] [--records-per-frame 8192] [--repeat 3] [--root DIR]
+        [--value-bytes 100] [--records-per-frame 8192] [--repeat 3] [--root DIR] [--no-jvm]
 """
 
 from __future__ import annotations
@@ -155,6 +157,8 @@ def main(argv=None) -> int:
     ap.add_argument("--records-per-frame", type=int, default=8192)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--root", help="work directory (default: a temporary one, removed)")
+    ap.add_argument("--no-jvm", action="store_true",
+                    help="leave the JVM reader's jar off the classpath (Python reader only)")
     args = ap.parse_args(argv)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -169,8 +173,14 @@ def main(argv=None) -> int:
         from pyspark.sql import functions as F
 
         import sparklog.spark
+        from sparklog.reader.jvm import jar_path
 
-        spark = (SparkSession.builder.master("local[2]").appName("bench-spark-scan")
+        jar = None if args.no_jvm else jar_path()
+        if jar is None:
+            print("JVM reader jar unavailable: timing the Python reader only", file=sys.stderr)
+        builder = SparkSession.builder if jar is None \
+            else SparkSession.builder.config("spark.jars", jar)
+        spark = (builder.master("local[2]").appName("bench-spark-scan")
                  .config("spark.ui.enabled", "false")
                  .config("spark.sql.shuffle.partitions", "2")
                  .config("spark.sql.session.timeZone", "UTC")
@@ -182,46 +192,59 @@ def main(argv=None) -> int:
         per_partition = args.records // args.partitions
         spark.dataSource.register(floor_source(per_partition, args.records_per_frame,
                                                args.value_bytes))
+        def sparklog_df(jvm: bool, **options):
+            reader = spark.read.format("sparklog").option("path", log_root.as_uri()) \
+                .option("subscribe", TOPIC).option("sparklog.jvmReader", str(jvm).lower())
+            for k, v in options.items():
+                reader = reader.option(k, v)
+            return reader.load()
+
         sources = {
-            "sparklog": lambda: spark.read.format("sparklog").option("path", log_root.as_uri())
-            .option("subscribe", TOPIC).load(),
+            "jvm": lambda: sparklog_df(True),
+            "python": lambda: sparklog_df(False),
             "parquet": lambda: spark.read.parquet(str(parquet_dir)),
             "floor": lambda: spark.read.format("pyds_floor")
             .option("partitions", args.partitions).load(),
         }
-        n = sources["sparklog"]().count()
-        assert n == sources["parquet"]().count() == sources["floor"]().count() \
-            == per_partition * args.partitions
+        if jar is None:
+            del sources["jvm"]
+        else:
+            plan = sources["jvm"]()._jdf.queryExecution().executedPlan().toString()
+            assert "JVM columnar reader" in plan, plan
+        n = sources["python"]().count()
+        assert all(make().count() == n for make in sources.values())
+        assert n == per_partition * args.partitions
         queries = {
             "count()": lambda df: df.count(),
             "agg(value)": lambda df: df.agg(F.sum(F.length("value")), F.max("value")).collect(),
         }
         print(f"\n{n:,} records of {args.value_bytes}-byte values in {args.partitions} "
               f"partitions; best of {args.repeat} runs after a warm-up (local[2])")
-        print(f"{'query':<12} {'sparklog rows/s':>16} {'parquet rows/s':>16} {'ratio':>7} "
-              f"{'py-ds floor rows/s':>19}")
-        ratios = {}
+        print(f"{'query':<12} {'JVM rows/s':>12} {'ratio':>6} {'Python rows/s':>14} {'ratio':>6} "
+              f"{'parquet rows/s':>15} {'py-ds floor rows/s':>19}")
         for qname, query in tqdm(queries.items(), desc="queries", file=sys.stderr, leave=False):
             rates = {s: n / best_time(lambda: query(make()), args.repeat)
                      for s, make in sources.items()}
-            ratios[qname] = rates["sparklog"] / rates["parquet"]
-            print(f"{qname:<12} {rates['sparklog']:>16,.0f} {rates['parquet']:>16,.0f} "
-                  f"{ratios[qname]:>7.2f} {rates['floor']:>19,.0f}")
+            jvm_rate = rates.get("jvm", float("nan"))
+            print(f"{qname:<12} {jvm_rate:>12,.0f} {jvm_rate / rates['parquet']:>6.2f} "
+                  f"{rates['python']:>14,.0f} {rates['python'] / rates['parquet']:>6.2f} "
+                  f"{rates['parquet']:>15,.0f} {rates['floor']:>19,.0f}")
         print("target: ratio >= 0.7 (sparklog rows/s / Parquet rows/s)")
         # what every query pays before the first row: one record per partition
         spark.dataSource.register(floor_source(1, 1, args.value_bytes, "pyds_floor_one"))
         one = json.dumps({TOPIC: {str(p): 1 for p in range(args.partitions)}})
         fixed = {
-            "sparklog": lambda: spark.read.format("sparklog").option("path", log_root.as_uri())
-            .option("subscribe", TOPIC).option("endingOffsets", one).load().count(),
+            "JVM": lambda: sparklog_df(True, endingOffsets=one).count(),
+            "Python": lambda: sparklog_df(False, endingOffsets=one).count(),
             "parquet": lambda: spark.read.parquet(str(parquet_dir)).where("offset < 1").count(),
             "floor": lambda: spark.read.format("pyds_floor_one")
             .option("partitions", args.partitions).load().count(),
         }
+        if jar is None:
+            del fixed["JVM"]
         cost = {s: best_time(q, args.repeat) for s, q in fixed.items()}
-        print(f"fixed cost of a query (count() of one record per partition): sparklog "
-              f"{cost['sparklog']:.2f} s, parquet {cost['parquet']:.2f} s, py-ds floor "
-              f"{cost['floor']:.2f} s")
+        print("fixed cost of a query (count() of one record per partition): "
+              + ", ".join(f"{s} {c:.2f} s" for s, c in cost.items()))
         spark.stop()
     finally:
         if not args.root:

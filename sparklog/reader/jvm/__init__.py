@@ -119,4 +119,25 @@ def jar_path(build: bool = True, *, quiet: bool = False) -> str | None:
     return str(target)
 
 
-__all__ = ["jar_path", "cache_dir", "source_hash", "SOURCE_DIR", "JVM_READER_OPTION"]
+def register_python_source(spark, source_cls) -> None:
+    """Register the Python data source ``source_cls`` in ``spark`` even though the JVM
+    provider of this jar holds its name.
+
+    ``spark.dataSource.register`` refuses a name that a JVM data source has
+    (DATA_SOURCE_ALREADY_EXISTS), unless a Python source of that name is already known
+    (e.g. the ``pyspark_sparklog`` module was found). The JVM provider needs the Python
+    source registered (it delegates planning to it), so this registers it the same way
+    PySpark does, straight into the session's data source manager.
+    """
+    from pyspark.sql.udf import _wrap_function
+
+    sc = spark.sparkContext
+    jvm = sc._jvm
+    ds = getattr(jvm, "org.apache.spark.sql.execution.datasources.v2.python."
+                      "UserDefinedPythonDataSource")(_wrap_function(sc, source_cls))
+    spark._jsparkSession.sessionState().dataSourceManager().registerDataSource(
+        source_cls.name(), ds)
+
+
+__all__ = ["jar_path", "cache_dir", "source_hash", "register_python_source", "SOURCE_DIR",
+           "JVM_READER_OPTION"]

@@ -92,8 +92,14 @@ def register(spark, *, filter_pushdown: bool = True) -> None:
     partition, offset and timestamp skip data; pass False to leave the config alone and
     register the source without pushdown.
     """
+    source = SparklogPushdownDataSource if filter_pushdown else SparklogDataSource
     if filter_pushdown:
         spark.conf.set(PUSHDOWN_CONF, "true")
-        spark.dataSource.register(SparklogPushdownDataSource)
-    else:
-        spark.dataSource.register(SparklogDataSource)
+    try:
+        spark.dataSource.register(source)
+    except Exception as exc:  # the JVM reader's jar holds the name: register behind it
+        if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
+            raise
+        from ..jvm import register_python_source
+
+        register_python_source(spark, source)

@@ -1,0 +1,272 @@
+"""The JVM reader of format("sparklog") (sparklog/reader/jvm): with its jar on the test
+session's classpath (tests/conftest.py) batch scans run on the JVM; these tests check
+that the JVM path is the one used, compare its rows with chispa against the Python
+reader (option sparklog.jvmReader=false) over frames of every kind, and check its
+errors (corrupt frames, retention racing the scan) and its fallbacks."""
+
+from __future__ import annotations
+
+import sys
+
+import pyarrow as pa
+import pytest
+
+pytest.importorskip("pyspark", reason="pyspark is not installed")
+chispa = pytest.importorskip("chispa", reason="chispa is not installed")
+
+from sparklog.format.frame import encode_frame, raw_batch
+from sparklog.log.partition import PartitionLog
+from sparklog.metadata import TopicStore
+from sparklog.reader.jvm import JVM_READER_OPTION, jar_path
+from sparklog.storage import open_fileio
+
+from .conftest import load
+from .logdata import BASE_TS, expected_rows, make_topic, record, ts
+
+pytestmark = pytest.mark.spark
+
+JVM = "JVM columnar reader"
+
+
+@pytest.fixture(scope="module")
+def jspark(sl_spark):
+    """The shared session, when the JVM reader's jar is on its classpath."""
+    jar = jar_path(build=False)
+    if jar is None:
+        reason = "the JVM reader jar cannot be built here (no javac): nothing to test"
+        print(reason, file=sys.stderr)
+        pytest.skip(reason)
+    if jar not in (sl_spark.sparkContext.getConf().get("spark.jars") or ""):
+        pytest.skip("the test Spark session was started without the JVM reader jar")
+    return sl_spark
+
+
+def scan_of(df) -> str:
+    """The physical plan (planning the scan) of ``df``, as text."""
+    return df._jdf.queryExecution().executedPlan().toString()
+
+
+def jvm_and_python(spark, root, **options):
+    """The same read on the JVM reader (checked in the plan) and on the Python reader."""
+    jvm = load(spark, root, **options)
+    python = load(spark, root, **{JVM_READER_OPTION: "false", **options})
+    assert JVM in scan_of(jvm), scan_of(jvm)
+    assert JVM not in scan_of(python)
+    return jvm, python
+
+
+def assert_same(got, want):
+    chispa.assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
+
+
+def append(store, topic, partition, frames, config=None, log_append_time_ms=None):
+    """Append encoded frames (bytes) to a partition's log."""
+    plog = PartitionLog.open(store.fileio, store.partition_dir(topic, partition), config or {})
+    try:
+        for frame in frames:
+            plog.append(frame, log_append_time_ms=log_append_time_ms)
+        plog.flush()
+    finally:
+        plog.close()
+
+
+def raw_frame(topic, partition, offsets, *, compression="none", headers=True, **kw):
+    recs = [record(topic, partition, o, headers=headers) for o in offsets]
+    batch = raw_batch([r["value"] for r in recs], [r["key"] for r in recs],
+                      [r["headers"] for r in recs])
+    return encode_frame(batch, timestamps=[r["timestamp"] for r in recs],
+                        compression=compression, **kw)
+
+
+def test_codecs_headers_splits_and_mid_frame_ranges(jspark, storage_root):
+    store = TopicStore(storage_root, open_fileio(storage_root))
+    config = {"segment.bytes": "4000", "index.interval.bytes": "300"}
+    store.create_topic("c", 2, configs=config)
+    for p in range(2):
+        frames = [raw_frame("c", p, range(i, i + 7), compression=("lz4", "zstd", "none")[i % 3])
+                  for i in range(0, 70, 7)]
+        append(store, "c", p, frames, config)
+    assert len(store.fileio.list(store.partition_dir("c", 0))) > 3  # several segments
+    starts = '{"c":{"0":3,"1":0}}'
+    ends = '{"c":{"0":66,"1":45}}'
+    for opts in ({}, {"minPartitions": "7"}, {"maxRecordsPerPartition": "5"}):
+        jvm, python = jvm_and_python(jspark, storage_root, subscribe="c", includeHeaders="true",
+                                     startingOffsets=starts, endingOffsets=ends, **opts)
+        assert_same(jvm, python)
+        want = expected_rows("c", {0: range(3, 66), 1: range(0, 45)}, headers=True)
+        assert sorted(tuple(r) for r in jvm.collect()) == sorted(
+            (k, v, t, p, o, stamp, tt, [tuple(h) for h in hs])
+            for k, v, t, p, o, stamp, tt, hs in want)
+    jvm, python = jvm_and_python(jspark, storage_root, subscribe="c", minPartitions="5")
+    assert jvm.count() == python.count() == 140
+    # pruned columns and pushed filters
+    for query in (lambda df: df.select("offset", "timestamp").where("offset % 9 = 1"),
+                  lambda df: df.where("partition = 1 and offset >= 30").select("value"),
+                  lambda df: df.groupBy("partition").count()):
+        assert_same(query(jvm), query(python))
+
+
+def test_log_append_time_control_frames_and_explicit_offsets(jspark, storage_root):
+    store = TopicStore(storage_root, open_fileio(storage_root))
+    lat = {"message.timestamp.type": "LogAppendTime"}
+    store.create_topic("lat", 1, configs=lat)
+    append(store, "lat", 0, [raw_frame("lat", 0, range(0, 5)), raw_frame("lat", 0, range(5, 9))],
+           lat, log_append_time_ms=BASE_TS + 777)
+    store.create_topic("ctl", 1)
+    append(store, "ctl", 0, [raw_frame("ctl", 0, range(0, 4)),
+                             raw_frame("ctl", 0, range(4, 6), control=True),
+                             raw_frame("ctl", 0, range(6, 10), compression="zstd")])
+    store.create_topic("cmp", 1)
+    # compacted frames: explicit offsets with gaps (offsets 0, 2, 5 then 6, 9)
+    append(store, "cmp", 0, [raw_frame("cmp", 0, [0, 2, 5], offset_deltas=[0, 2, 5]),
+                             raw_frame("cmp", 0, [6, 9], offset_deltas=[0, 3],
+                                       compression="lz4")])
+    jvm, python = jvm_and_python(jspark, storage_root, subscribe="lat")
+    assert_same(jvm, python)
+    assert {(r.timestamp, r.timestampType) for r in jvm.collect()} == {(ts(BASE_TS + 777), 1)}
+    jvm, python = jvm_and_python(jspark, storage_root, subscribe="ctl",
+                                 startingOffsets='{"ctl":{"0":2}}')
+    assert_same(jvm, python)
+    assert sorted(r.offset for r in jvm.collect()) == [2, 3, 6, 7, 8, 9]
+    for start, end, want in ((0, 10, [0, 2, 5, 6, 9]), (1, 9, [2, 5, 6]), (3, 7, [5, 6]),
+                             (7, 9, [])):
+        jvm, python = jvm_and_python(jspark, storage_root, subscribe="cmp",
+                                     startingOffsets=f'{{"cmp":{{"0":{start}}}}}',
+                                     endingOffsets=f'{{"cmp":{{"0":{end}}}}}')
+        assert_same(jvm, python)
+        assert sorted(r.offset for r in jvm.collect()) == want
+        assert sorted(r.value for r in jvm.collect()) == sorted(
+            record("cmp", 0, o)["value"] for o in want)
+
+
+def test_typed_topics_and_their_fallback(jspark, storage_root):
+    store = TopicStore(storage_root, open_fileio(storage_root))
+    schema = pa.schema([("id", pa.int64()), ("name", pa.string()), ("score", pa.float64()),
+                        ("ok", pa.bool_()), ("day", pa.date32()), ("amount", pa.decimal128(9, 2)),
+                        ("at", pa.timestamp("us", tz="UTC")), ("tags", pa.list_(pa.string())),
+                        ("pt", pa.struct([("x", pa.int32()), ("y", pa.float32())]))])
+    store.create_topic("typed", 1, schema=schema)
+    rows = [{"id": i, "name": None if i == 3 else f"n{i}", "score": i / 4, "ok": i % 2 == 0,
+             "day": 19000 + i, "amount": None, "at": 1_700_000_000_000_000 + i,
+             "tags": ["a"] * (i % 3), "pt": {"x": i, "y": i / 2}} for i in range(11)]
+    frames = [encode_frame(pa.RecordBatch.from_pylist(rows[i:i + 4], schema=schema),
+                           timestamps=[BASE_TS + j for j in range(i, min(i + 4, 11))],
+                           compression="zstd" if i else "none") for i in range(0, 11, 4)]
+    append(store, "typed", 0, frames)
+    jvm, python = jvm_and_python(jspark, storage_root, subscribe="typed",
+                                 startingOffsets='{"typed":{"0":2}}', minPartitions="3")
+    assert_same(jvm, python)
+    assert sorted(r.id for r in jvm.collect()) == list(range(2, 11))
+
+    # an unsigned column is widened by Python: the scan falls back when it is queried...
+    wide = pa.schema([("id", pa.int64()), ("n", pa.uint32())])
+    store.create_topic("wide", 1, schema=wide)
+    append(store, "wide", 0, [encode_frame(pa.RecordBatch.from_pylist(
+        [{"id": i, "n": 4_000_000_000 + i} for i in range(6)], schema=wide),
+        timestamps=[BASE_TS] * 6)])
+    df = load(jspark, storage_root, subscribe="wide")
+    plan = scan_of(df)
+    assert "Python reader" in plan and "column n of topic wide" in plan, plan
+    python = load(jspark, storage_root, subscribe="wide", **{JVM_READER_OPTION: "false"})
+    assert_same(df, python)
+    assert sorted(r.n for r in df.collect()) == [4_000_000_000 + i for i in range(6)]
+    # ...pruned columns still come back right from the Python fallback...
+    pruned = df.select("n", "offset")
+    assert "Python reader" in scan_of(pruned)
+    assert_same(pruned, python.select("n", "offset"))
+    # ...and the JVM reads the topic when that column is not needed
+    ids = load(jspark, storage_root, subscribe="wide").select("id", "offset")
+    assert JVM in scan_of(ids)
+    assert sorted(tuple(r) for r in ids.collect()) == [(i, i) for i in range(6)]
+
+
+def test_empty_ranges_and_the_opt_out(jspark, storage_root):
+    make_topic(storage_root, "e", partitions=2, count=12)
+    store = TopicStore(storage_root, open_fileio(storage_root))
+    store.create_topic("none", 1)
+    same = '{"e":{"0":5,"1":12}}'
+    jvm, python = jvm_and_python(jspark, storage_root, subscribe="e", startingOffsets=same,
+                                 endingOffsets=same)
+    assert jvm.collect() == [] and python.collect() == []
+    jvm, _ = jvm_and_python(jspark, storage_root, subscribe="none")
+    assert jvm.count() == 0
+    assert jvm.collect() == []
+    one = load(jspark, storage_root, subscribe="e", startingOffsets='{"e":{"0":5,"1":11}}',
+               endingOffsets='{"e":{"0":6,"1":12}}')
+    assert sorted((r.partition, r.offset) for r in one.collect()) == [(0, 5), (1, 11)]
+    with pytest.raises(Exception, match="sparklog.jvmReader=maybe must be true or false"):
+        load(jspark, storage_root, subscribe="e", **{JVM_READER_OPTION: "maybe"}).collect()
+
+
+def test_corrupt_frame_names_file_and_position(jspark, storage_root, tmp_path):
+    store = make_topic(storage_root, "bad", partitions=1, count=40, per_frame=10,
+                       config={"segment.bytes": "1500"})
+    part = tmp_path / "log" / "topics" / "bad" / "0"
+    segments = sorted(part.glob("*.log"))
+    assert len(segments) >= 3
+    victim = segments[1]
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0x40  # inside the first frame's body
+    victim.write_bytes(bytes(data))
+    # a range not touching the damaged segment still reads
+    first = load(jspark, storage_root, subscribe="bad",
+                 endingOffsets=f'{{"bad":{{"0":{int(segments[1].stem)}}}}}')
+    assert first.count() == int(segments[1].stem)
+    df = load(jspark, storage_root, subscribe="bad")
+    assert JVM in scan_of(df)
+    with pytest.raises(Exception) as info:
+        df.collect()
+    text = str(info.value)
+    assert f"corrupt frame in file:{victim}" in text and "at position 0" in text, text
+    assert "CRC32C mismatch" in text and "topic 'bad' partition 0" in text
+    assert store.fileio.exists(store.partition_dir("bad", 0))
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_segment_deleted_while_scanning(jspark, storage_root, fail):
+    store = make_topic(storage_root, "t", partitions=1, count=30,
+                       config={"segment.bytes": "3000"})
+    df = load(jspark, storage_root, subscribe="t", failOnDataLoss=str(fail).lower())
+    assert JVM in scan_of(df)  # planned now: the whole log, [0, 30)
+    plog = PartitionLog.open(store.fileio, store.partition_dir("t", 0), {"segment.bytes": "3000"})
+    plog.delete_segments_before(20)  # retention, after planning and before the tasks
+    plog.close()
+    if fail:
+        with pytest.raises(Exception, match=r"topic 't' partition 0: offsets \[0, 20\) are no "
+                           r"longer available \(deleted while the scan ran; the log now "
+                           r"starts at 20\).*failOnDataLoss"):
+            df.collect()
+    else:
+        assert sorted(r.offset for r in df.collect()) == list(range(20, 30))
+
+
+REGISTER_SCRIPT = """
+import sys, json
+from sparklog.spark import local_session
+spark = local_session("jvm-register", cores=1, conf={"spark.jars": sys.argv[1]})
+rows = (spark.read.format("sparklog").option("path", sys.argv[2]).option("subscribe", "r")
+        .load())
+plan = rows._jdf.queryExecution().executedPlan().toString()
+print(json.dumps({"offsets": sorted(r.offset for r in rows.collect()), "plan": plan}))
+spark.stop()
+"""
+
+
+def test_register_behind_the_jvm_provider(jspark, storage_root, tmp_path):
+    """A new session with the jar and no pyspark_sparklog module on its path:
+    register(spark) (local_session calls it) succeeds although the JVM provider holds
+    the name, and format("sparklog") reads through the JVM reader."""
+    import json
+    import os
+    import subprocess
+
+    make_topic(storage_root, "r", partitions=1, count=5)
+    script = tmp_path / "register_check.py"
+    script.write_text(REGISTER_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, str(script), jar_path(build=False), storage_root],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["offsets"] == [0, 1, 2, 3, 4]
+    assert JVM in out["plan"]
