@@ -43,6 +43,13 @@ _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 
 
+def _compute():
+    """pyarrow.compute, imported on first use (processes that only plan need none)."""
+    import pyarrow.compute as pc
+
+    return pc
+
+
 def crc32c(data, value: int = 0) -> int:
     """CRC32C (Castagnoli) of ``data``, continuing from ``value``."""
     return _crc32c.crc32c(data, value)
@@ -76,7 +83,7 @@ class Frame:
                     f"frame at offset {base}: explicit-offsets bit set but the body has "
                     f"no {OFFSET_DELTA_COLUMN} column")
             deltas = batch.column(OFFSET_DELTA_COLUMN).cast(pa.int64())
-            return pa.compute.add(deltas, pa.scalar(base, pa.int64()))
+            return _compute().add(deltas, pa.scalar(base, pa.int64()))
         return offset_range(base, n)
 
 
@@ -94,7 +101,7 @@ def offset_range(first: int, count: int) -> pa.Array:
     global _IOTA
     if _IOTA is None or count > len(_IOTA):
         _IOTA = _iota(max(count, 1 << 16, 2 * len(_IOTA) if _IOTA is not None else 0))
-    return pa.compute.add(_IOTA.slice(0, count), pa.scalar(first, pa.int64()))
+    return _compute().add(_IOTA.slice(0, count), pa.scalar(first, pa.int64()))
 
 
 def _normalise_compression(compression: str | None) -> str:
@@ -251,7 +258,7 @@ def encode_frame(
     if ts.null_count:
         raise InvalidArgumentError("record timestamps must not be null")
     ts_int = ts.cast(pa.int64())
-    mm = pa.compute.min_max(ts_int)
+    mm = _compute().min_max(ts_int)
     first_ts = ts_int[0].as_py()
     max_ts = mm["max"].as_py()
     columns = list(batch.columns) + [ts]
@@ -263,7 +270,7 @@ def encode_frame(
             raise InvalidArgumentError(f"{len(deltas)} offset deltas given for {n} records")
         columns.append(deltas)
         fields.append(pa.field(OFFSET_DELTA_COLUMN, pa.int32(), nullable=False))
-        last_delta = pa.compute.max(deltas).as_py()
+        last_delta = _compute().max(deltas).as_py()
         attributes |= EXPLICIT_OFFSETS_BIT
     else:
         last_delta = n - 1

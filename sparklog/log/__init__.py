@@ -9,15 +9,31 @@
 File formats, segment layout and the recovery procedure: ``docs/format.md``.
 """
 
-from .config import LOG_CONFIGS, LogConfig
-from .index import OffsetIndex, SegmentSummary, TimeIndex
-from .layout import segment_file_name
-from .partition import AppendResult, FetchResult, PartitionLog
-from .reader import OFFSET_COLUMN, TIMESTAMP_TYPE_COLUMN, LogReader, frame_batch
-from .segment import LogSegment
+import importlib
 
-__all__ = [
-    "LOG_CONFIGS", "LogConfig", "OffsetIndex", "TimeIndex", "SegmentSummary", "LogSegment",
-    "segment_file_name", "PartitionLog", "AppendResult", "FetchResult", "LogReader",
-    "OFFSET_COLUMN", "TIMESTAMP_TYPE_COLUMN", "frame_batch",
-]
+#: public name -> submodule defining it. Loaded on first use (PEP 562), so a process
+#: that needs only the configs (a Spark planner worker) does not import the writer.
+_EXPORTS = {
+    "LOG_CONFIGS": "config", "LogConfig": "config",
+    "OffsetIndex": "index", "SegmentSummary": "index", "TimeIndex": "index",
+    "segment_file_name": "layout",
+    "AppendResult": "partition", "FetchResult": "partition", "PartitionLog": "partition",
+    "OFFSET_COLUMN": "reader", "TIMESTAMP_TYPE_COLUMN": "reader", "LogReader": "reader",
+    "frame_batch": "reader",
+    "LogSegment": "segment",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..errors import InvalidArgumentError
 from ..storage.base import FileInfo, FileIO
 
 LOG_SUFFIX = ".log"
@@ -112,3 +113,12 @@ def describe_partition(directory: str) -> tuple[str | None, int | None]:
     if last.isdigit() and topic:
         return topic, int(last)
     return None, None
+
+
+def check_offset(value, what: str) -> int:
+    """``value`` if it is a non-negative int (bool refused), else InvalidArgumentError."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"{what} must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise InvalidArgumentError(f"{what} must be >= 0, got {value}")
+    return value

@@ -34,7 +34,7 @@ from .checkpoint import JsonCheckpoint
 from .config import LogConfig
 from .epoch import LeaderEpochCache
 from .index import fits_relative
-from .layout import LOG_START_SUFFIX, describe_partition
+from .layout import LOG_START_SUFFIX, check_offset, describe_partition
 from .opening import PartitionRecovery
 from .scan import read_frame_bytes
 from .sealer import SegmentSealer
@@ -67,15 +67,6 @@ class FetchResult:
     size: int
     high_watermark: int
     log_start_offset: int
-
-
-def check_offset(value, what: str) -> int:
-    """``value`` if it is a non-negative int (bool refused), else InvalidArgumentError."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgumentError(f"{what} must be an int, got {type(value).__name__}")
-    if value < 0:
-        raise InvalidArgumentError(f"{what} must be >= 0, got {value}")
-    return value
 
 
 def _now_ms() -> int:

@@ -21,7 +21,6 @@ import time
 from typing import Iterator
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..errors import (
     CorruptRecordError, InvalidArgumentError, OffsetOutOfRangeError, StorageFileNotFoundError,
@@ -31,8 +30,7 @@ from ..format.frame import (
 )
 from ..storage.base import FileIO
 from .checkpoint import JsonCheckpoint
-from .layout import LOG_START_SUFFIX, PartitionListing, describe_partition
-from .partition import check_offset
+from .layout import LOG_START_SUFFIX, PartitionListing, check_offset, describe_partition
 from .segment import LogSegment
 
 #: Column of absolute record offsets that read_batches adds.
@@ -53,6 +51,8 @@ def frame_batch(frame: Frame, start: int, end: int, *,
         return None
     batch = frame.batch()
     if h.explicit_offsets:
+        import pyarrow.compute as pc  # here: planner processes need no compute kernels
+
         deltas = batch.column(batch.schema.get_field_index(OFFSET_DELTA_COLUMN))
         offsets = pc.add(deltas.cast(pa.int64()), pa.scalar(h.base_offset, pa.int64()))
         batch = batch.drop_columns([OFFSET_DELTA_COLUMN])

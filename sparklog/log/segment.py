@@ -15,7 +15,6 @@ import logging
 import time
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..errors import CorruptRecordError, FileAlreadyExistsError, StorageFileNotFoundError
 from ..format.frame import TIMESTAMP_COLUMN, Frame
@@ -44,6 +43,8 @@ def first_offset_at_or_after(frame: Frame, timestamp: int, min_offset: int = 0) 
     header = frame.header
     if header.max_timestamp < timestamp or header.last_offset < min_offset:
         return None
+    import pyarrow.compute as pc  # here: planner processes need no compute kernels
+
     offsets = frame.offsets()
     if header.log_append_time:
         mask = pc.greater_equal(offsets, pa.scalar(min_offset, pa.int64()))

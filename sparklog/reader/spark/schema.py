@@ -13,7 +13,6 @@ Spark declares for that schema (``timestamp[us, tz=UTC]``, ``int32`` partitions.
 from __future__ import annotations
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ...errors import SchemaMismatchError
 from ...format.frame import TIMESTAMP_COLUMN
@@ -155,6 +154,8 @@ class BatchShaper:
 
 
 def _cast(col, type_, topic, partition, name):
+    import pyarrow.compute as pc  # here: planner processes need no compute kernels
+
     if pa.types.is_dictionary(col.type):
         col = col.dictionary_decode()
     try:

@@ -453,7 +453,9 @@ def _timestamps(table: pa.Table, default: int | None) -> pa.ChunkedArray:
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise SchemaMismatchError(f"column 'timestamp' is not a timestamp: {exc}") from None
     if col.null_count:
-        col = pa.compute.fill_null(col, pa.scalar(now, pa.int64()).cast(TIMESTAMP_TYPE))
+        import pyarrow.compute as pc
+
+        col = pc.fill_null(col, pa.scalar(now, pa.int64()).cast(TIMESTAMP_TYPE))
     return col
 
 
