@@ -19,11 +19,14 @@ __all__ = ["register", "local_session", "SparklogDataSource", "SparklogPushdownD
 
 
 def local_session(app_name: str = "sparklog", *, cores: int = 2, shuffle_partitions: int = 4,
-                  conf: dict | None = None, register_source: bool = True):
+                  conf: dict | None = None, register_source: bool = True,
+                  jvm_reader: bool = True):
     """A ``local[cores]`` SparkSession bound to 127.0.0.1 with the UI off, UTC session
     time, ``shuffle_partitions`` shuffle partitions and Python workers on this
-    interpreter (``PYSPARK_PYTHON``), with the sparklog source registered. ``conf``
-    adds or overrides Spark settings."""
+    interpreter (``PYSPARK_PYTHON``), with the sparklog source registered and, with
+    ``jvm_reader``, the JVM reader's jar on the classpath when it can be built (batch
+    scans then run on it; see docs/spark.md). ``conf`` adds or overrides Spark
+    settings."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -37,6 +40,10 @@ def local_session(app_name: str = "sparklog", *, cores: int = 2, shuffle_partiti
         "spark.driver.host": "127.0.0.1",
         **(conf or {}),
     }
+    if jvm_reader:
+        from .reader.jvm import with_jvm_reader
+
+        settings = with_jvm_reader(settings)
     builder = SparkSession.builder.master(f"local[{cores}]").appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)

@@ -35,14 +35,11 @@ def spark():
 
     conf = {"spark.sql.execution.arrow.pyspark.enabled": "true",
             "spark.python.worker.reuse": "true"}
-    jar = jar_path(quiet=True)
-    if jar is not None:
-        conf["spark.jars"] = jar
-    else:
+    if jar_path(quiet=True) is None:
         print("\nsparklog JVM reader jar unavailable (no javac?): Spark tests use the "
               "Python reader", file=sys.stderr)
     session = local_session("sparklog-tests", shuffle_partitions=2, register_source=False,
-                            conf=conf)
+                            conf=conf)  # adds the jar when it is built
     yield session
     session.stop()
 

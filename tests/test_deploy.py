@@ -323,6 +323,7 @@ def test_submit_etl_builds_a_cluster_mode_spark_submit():
     assert argv[driver + 1:] == args  # the ETL arguments, unchanged and last
     confs = [argv[i + 1] for i, a in enumerate(argv) if a == "--conf"]
     assert any(c.startswith("spark.executorEnv.CLASSPATH=") for c in confs)
+    assert argv[argv.index("--jars") + 1] == "$(sparklog spark-jar)"  # the JVM reader
 
     missing = subprocess.run(["bash", str(BIN / "submit-etl.sh"), "--dry-run", "--",
                               "--subscribe", "x"], capture_output=True, text=True, timeout=30)

@@ -15,6 +15,11 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 archive="${SPARKLOG_ENV_ARCHIVE:-sparklog-env.tar.gz}"
+# the JVM columnar reader of format("sparklog") (docs/spark.md), when a JDK can build it
+jvm_reader=()
+if jar="$(sparklog spark-jar 2>/dev/null)"; then
+    jvm_reader=(--jars "$jar")
+fi
 exec "${SPARK_SUBMIT:-spark-submit}" \
     --master "${MASTER:-yarn}" --deploy-mode "${DEPLOY_MODE:-cluster}" \
     --name "sparklog-etl" \
@@ -22,4 +27,5 @@ exec "${SPARK_SUBMIT:-spark-submit}" \
     --conf spark.yarn.appMasterEnv.PYSPARK_PYTHON=./env/bin/python \
     --conf spark.executorEnv.PYSPARK_PYTHON=./env/bin/python \
     --conf spark.yarn.maxAppAttempts=2 \
+    ${jvm_reader[@]+"${jvm_reader[@]}"} \
     "${here}/sparklog_etl.py" "$@"

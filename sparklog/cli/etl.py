@@ -104,13 +104,18 @@ def _source_options(items) -> dict:
 
 def spark_session(app_name: str, master: str | None = None):
     """The active session (spark-submit, notebooks) or a new one; workers run this
-    interpreter."""
+    interpreter. A new session gets the JVM reader's jar when it can be built."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
+    if SparkSession.getActiveSession() is None:
+        from ..reader.jvm import with_jvm_reader
+
+        for key, value in with_jvm_reader({}).items():
+            builder = builder.config(key, value)
     return builder.getOrCreate()
 
 

@@ -243,7 +243,7 @@ def test_segment_deleted_while_scanning(jspark, storage_root, fail):
 REGISTER_SCRIPT = """
 import sys, json
 from sparklog.spark import local_session
-spark = local_session("jvm-register", cores=1, conf={"spark.jars": sys.argv[1]})
+spark = local_session("jvm-register", cores=1)  # adds the (built) jar itself
 rows = (spark.read.format("sparklog").option("path", sys.argv[2]).option("subscribe", "r")
         .load())
 plan = rows._jdf.queryExecution().executedPlan().toString()
@@ -253,9 +253,10 @@ spark.stop()
 
 
 def test_register_behind_the_jvm_provider(jspark, storage_root, tmp_path):
-    """A new session with the jar and no pyspark_sparklog module on its path:
-    register(spark) (local_session calls it) succeeds although the JVM provider holds
-    the name, and format("sparklog") reads through the JVM reader."""
+    """A new local_session() puts the built jar on its classpath by itself, and, with no
+    pyspark_sparklog module on its path, register(spark) (local_session calls it)
+    succeeds although the JVM provider holds the name: format("sparklog") reads through
+    the JVM reader."""
     import json
     import os
     import subprocess
@@ -270,3 +271,13 @@ def test_register_behind_the_jvm_provider(jspark, storage_root, tmp_path):
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["offsets"] == [0, 1, 2, 3, 4]
     assert JVM in out["plan"]
+
+
+def test_with_jvm_reader_adds_the_jar_once(jspark):
+    from sparklog.reader.jvm import with_jvm_reader
+
+    jar = jar_path(build=False)
+    conf = with_jvm_reader({"spark.jars": "other.jar", "spark.ui.enabled": "false"})
+    assert conf["spark.jars"] == f"other.jar,{jar}" and conf["spark.ui.enabled"] == "false"
+    assert with_jvm_reader(conf) == conf
+    assert with_jvm_reader({}) == {"spark.jars": jar}

@@ -59,6 +59,17 @@ else
     HADOOP_CP="$(hadoop classpath --glob)"
 fi
 
+# The JVM columnar reader of format("sparklog") (docs/spark.md), built once on this node.
+JVM_READER=()
+if [ "$DRY_RUN" = 1 ]; then
+    JVM_READER=(--jars '$(sparklog spark-jar)')
+elif JAR="$(sparklog spark-jar 2>/dev/null)"; then
+    JVM_READER=(--jars "$JAR")
+else
+    echo "submit-etl.sh: 'sparklog spark-jar' gave no jar (no JDK here?): the job's" \
+         "scans run on the Python reader" >&2
+fi
+
 CMD=("$SPARK_SUBMIT"
      --master yarn --deploy-mode cluster
      --name "sparklog-etl-$APP_ID"
@@ -66,6 +77,7 @@ CMD=("$SPARK_SUBMIT"
      --conf "spark.executorEnv.CLASSPATH=$HADOOP_CP"
      --conf "spark.yarn.appMasterEnv.CLASSPATH=$HADOOP_CP"
      --conf spark.yarn.submit.waitAppCompletion=true
+     ${JVM_READER[@]+"${JVM_READER[@]}"}
      ${EXTRA[@]+"${EXTRA[@]}"}
      "$DEPLOY/sparklog/etl_driver.py"
      "${ETL_ARGS[@]}")

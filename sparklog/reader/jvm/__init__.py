@@ -119,6 +119,17 @@ def jar_path(build: bool = True, *, quiet: bool = False) -> str | None:
     return str(target)
 
 
+def with_jvm_reader(conf: dict) -> dict:
+    """``conf`` (Spark settings for a new session) with the JVM reader's jar added to
+    ``spark.jars`` when it is built or can be built; unchanged otherwise (the reason is
+    logged, and ``format("sparklog")`` then runs on the Python reader)."""
+    jar = jar_path()
+    if jar is None:
+        return dict(conf)
+    jars = [j for j in conf.get("spark.jars", "").split(",") if j]
+    return {**conf, "spark.jars": ",".join([*jars, jar] if jar not in jars else jars)}
+
+
 def register_python_source(spark, source_cls) -> None:
     """Register the Python data source ``source_cls`` in ``spark`` even though the JVM
     provider of this jar holds its name.
