@@ -6,19 +6,23 @@
 #
 #   - zookeeper (Debian's package: /usr/share/java/zookeeper.jar and the jars it depends
 #     on) and a Java runtime: the cluster-mode tests start a real ZooKeeper server
-#     (tests/zkserver.py).
+#     (tests/zkserver.py);
+#   - a JDK (javac): the Spark tests build and use the JVM reader's jar
+#     (sparklog/reader/jvm).
 set -euo pipefail
 
 missing=()
 if ! dpkg -s zookeeper >/dev/null 2>&1 || [ ! -f /usr/share/java/zookeeper.jar ]; then
     missing+=(zookeeper)
 fi
-if ! command -v java >/dev/null 2>&1; then
-    missing+=(default-jre-headless)
+if ! command -v javac >/dev/null 2>&1; then
+    # a JDK (javac): the tests build the Spark JVM reader's jar (sparklog spark-jar);
+    # it brings the Java runtime too
+    missing+=(default-jdk-headless)
 fi
 
 if [ ${#missing[@]} -eq 0 ]; then
-    echo "[sparklog] system test dependencies present (zookeeper, java)"
+    echo "[sparklog] system test dependencies present (zookeeper, java, javac)"
     exit 0
 fi
 
