@@ -222,6 +222,26 @@ def test_corrupt_frame_names_file_and_position(jspark, storage_root, tmp_path):
     assert store.fileio.exists(store.partition_dir("bad", 0))
 
 
+def test_frame_offsets_going_back_are_corruption(jspark, storage_root, tmp_path):
+    """A frame whose base offset (outside the CRC, stamped by the broker) is below the
+    previous frame's next offset is reported, not read as duplicate offsets."""
+    import struct
+
+    make_topic(storage_root, "back", partitions=1, count=60, per_frame=5,
+               config={"segment.bytes": "4000"})
+    part = tmp_path / "log" / "topics" / "back" / "0"
+    victim = sorted(part.glob("*.log"))[0]
+    data = bytearray(victim.read_bytes())
+    second = 12 + struct.unpack_from(">i", data, 8)[0]  # the second frame's position
+    struct.pack_into(">q", data, second, 0)              # its base offset back to 0
+    victim.write_bytes(bytes(data))
+    with pytest.raises(Exception) as info:
+        load(jspark, storage_root, subscribe="back").collect()
+    text = str(info.value)
+    assert f"corrupt frame in file:{victim} at position {second}" in text, text
+    assert "base offset 0 is below the previous frame's next offset 5" in text, text
+
+
 @pytest.mark.parametrize("fail", [True, False])
 def test_segment_deleted_while_scanning(jspark, storage_root, fail):
     store = make_topic(storage_root, "t", partitions=1, count=30,

@@ -92,6 +92,8 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
   private long segLength;  // exact for indexed (sealed) segments, else read until EOF
   private boolean indexed;
   private ColumnarBatch current;
+  /** Offset the previous frame read ends at; frames must not go back below it. */
+  private long nextOffset = Long.MIN_VALUE;
 
   /** A reader of {@code range} producing the columns of {@code schema}. */
   public SparklogPartitionReader(RangePartition range, StructType schema, Configuration conf) {
@@ -346,11 +348,16 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
       if (length < HEADER - 12 || magic != MAGIC) {
         throw corrupt(filePos, "bad frame header (length " + length + ", magic " + magic + ")");
       }
+      if (base < nextOffset) {
+        throw corrupt(filePos, "base offset " + base + " is below the previous frame's next "
+            + "offset " + nextOffset + " (offsets must grow through a partition)");
+      }
       if (base >= range.end) {
         return null;
       }
       int size = length + 12;
       long last = base + h.getInt(23);
+      nextOffset = last + 1;
       if (last < position) {
         filePos += size;
         continue;
