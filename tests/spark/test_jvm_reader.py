@@ -301,3 +301,16 @@ def test_with_jvm_reader_adds_the_jar_once(jspark):
     assert conf["spark.jars"] == f"other.jar,{jar}" and conf["spark.ui.enabled"] == "false"
     assert with_jvm_reader(conf) == conf
     assert with_jvm_reader({}) == {"spark.jars": jar}
+
+
+def test_task_metrics_count_frames_bytes_and_records(jspark, storage_root, tmp_path):
+    make_topic(storage_root, "m", partitions=2, count=50, per_frame=10)  # 5 frames each
+    df = load(jspark, storage_root, subscribe="m", startingOffsets='{"m":{"0":5,"1":0}}')
+    assert len(df.collect()) == 95
+    scan = df._jdf.queryExecution().executedPlan().collectLeaves().head()
+    assert JVM in scan.toString()
+    metrics = {name: scan.metrics().get(name).get().value()
+               for name in ("sparklogFramesRead", "sparklogBytesRead", "sparklogRecordsRead")}
+    sizes = sum(f.stat().st_size for f in (tmp_path / "log" / "topics" / "m").rglob("*.log"))
+    assert metrics == {"sparklogFramesRead": 10, "sparklogBytesRead": sizes,
+                       "sparklogRecordsRead": 95}, metrics

@@ -24,6 +24,7 @@ import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FSDataInputStream;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
+import org.apache.spark.sql.connector.metric.CustomTaskMetric;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
 import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
@@ -94,6 +95,9 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
   private ColumnarBatch current;
   /** Offset the previous frame read ends at; frames must not go back below it. */
   private long nextOffset = Long.MIN_VALUE;
+  private long framesRead;
+  private long bytesRead;
+  private long recordsRead;
 
   /** A reader of {@code range} producing the columns of {@code schema}. */
   public SparklogPartitionReader(RangePartition range, StructType schema, Configuration conf) {
@@ -154,6 +158,7 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
       ColumnarBatch b = decode(f);
       if (b != null) {
         current = b;
+        recordsRead += b.numRows();
         return true;
       }
     }
@@ -163,6 +168,11 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
   @Override
   public ColumnarBatch get() {
     return current;
+  }
+
+  @Override
+  public CustomTaskMetric[] currentMetricsValues() {
+    return ReaderMetrics.values(framesRead, bytesRead, recordsRead);
   }
 
   @Override
@@ -377,6 +387,8 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
         continue;
       }
       Frame f = validate(filePos, size);
+      framesRead++;
+      bytesRead += size;
       filePos += size;
       return f;
     }

@@ -147,7 +147,12 @@ public class SparklogScan implements Scan {
 
   @Override
   public CustomMetric[] supportedCustomMetrics() {
-    return delegate.supportedCustomMetrics();
+    // declared whichever reader runs (Spark may ask before toBatch()); zero on Python
+    CustomMetric[] python = delegate.supportedCustomMetrics();
+    CustomMetric[] jvm = ReaderMetrics.supported();
+    CustomMetric[] all = java.util.Arrays.copyOf(python, python.length + jvm.length);
+    System.arraycopy(jvm, 0, all, python.length, jvm.length);
+    return all;
   }
 
   @Override
