@@ -44,42 +44,48 @@ public final class ReaderMetrics {
     };
   }
 
-  /** Frames read and checked by the scan's tasks. */
-  public static final class Frames extends CustomSumMetric {
+  /** A summed metric of a fixed name (Spark instantiates the subclasses by name). */
+  abstract static class Sum extends CustomSumMetric {
+    private final String name;
+    private final String description;
+
+    Sum(String name, String description) {
+      this.name = name;
+      this.description = description;
+    }
+
     @Override
     public String name() {
-      return FRAMES;
+      return name;
     }
 
     @Override
     public String description() {
-      return "sparklog frames read";
+      return description;
+    }
+  }
+
+  /** Frames read and checked by the scan's tasks. */
+  public static final class Frames extends Sum {
+    /** The metric. */
+    public Frames() {
+      super(FRAMES, "sparklog frames read");
     }
   }
 
   /** Bytes of the frames read by the scan's tasks. */
-  public static final class Bytes extends CustomSumMetric {
-    @Override
-    public String name() {
-      return BYTES;
-    }
-
-    @Override
-    public String description() {
-      return "sparklog frame bytes read";
+  public static final class Bytes extends Sum {
+    /** The metric. */
+    public Bytes() {
+      super(BYTES, "sparklog frame bytes read");
     }
   }
 
   /** Records the scan's tasks returned (sliced to their ranges). */
-  public static final class Records extends CustomSumMetric {
-    @Override
-    public String name() {
-      return RECORDS;
-    }
-
-    @Override
-    public String description() {
-      return "sparklog records read";
+  public static final class Records extends Sum {
+    /** The metric. */
+    public Records() {
+      super(RECORDS, "sparklog records read");
     }
   }
 }
