@@ -314,3 +314,38 @@ def test_task_metrics_count_frames_bytes_and_records(jspark, storage_root, tmp_p
     sizes = sum(f.stat().st_size for f in (tmp_path / "log" / "topics" / "m").rglob("*.log"))
     assert metrics == {"sparklogFramesRead": 10, "sparklogBytesRead": sizes,
                        "sparklogRecordsRead": 95}, metrics
+
+
+def _stream_scan_metrics(query) -> dict:
+    """The JVM reader's metrics on the scan of the query's last micro-batch."""
+    leaf = query._jsq.streamingQuery().lastExecution().executedPlan().collectLeaves().head()
+    return {name: leaf.metrics().get(name).get().value()
+            for name in ("sparklogFramesRead", "sparklogRecordsRead")
+            if leaf.metrics().contains(name)}
+
+
+@pytest.mark.parametrize("jvm", [True, False])
+def test_streams_read_their_micro_batches_on_the_jvm(jspark, storage_root, tmp_path, jvm):
+    """Micro-batches of a raw topic run on the JVM reader (its task metrics count them),
+    with the opt-out on the Python reader; a restart from the checkpoint reads exactly
+    the new records either way."""
+    from .test_stream import append_more, output, run_available_now, stream
+
+    store = make_topic(storage_root, "st", partitions=2, count=40, per_frame=10)
+    out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
+    options = {"subscribe": "st", "startingOffsets": "earliest",
+               JVM_READER_OPTION: str(jvm).lower()}
+    for expected, more in ((80, None), (10, range(40, 50))):
+        if more is not None:
+            append_more(store, "st", 0, more)
+        query = run_available_now(stream(jspark, storage_root, **options), out, ckpt)
+        assert query.exception() is None
+        assert query.lastProgress["numInputRows"] == expected
+        metrics = _stream_scan_metrics(query)
+        if jvm:
+            assert metrics["sparklogRecordsRead"] == expected, metrics
+            assert metrics["sparklogFramesRead"] > 0, metrics
+        else:  # the Python reader declares none of the JVM reader's metrics
+            assert not metrics, metrics
+    got = sorted((r.partition, r.offset) for r in output(jspark, out).collect())
+    assert got == [(0, o) for o in range(50)] + [(1, o) for o in range(40)]

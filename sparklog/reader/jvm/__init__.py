@@ -3,9 +3,9 @@
 ``sparklog/reader/jvm/java/`` holds a Spark DataSourceV2 (``io.sparklog.spark``) whose
 provider registers the short name ``sparklog``. With its jar on Spark's classpath, Spark
 resolves ``spark.read.format("sparklog")`` to it before the Python data source of the
-same name; it delegates schema inference, options, planning, filter pushdown, streaming
-and writes to that Python source and runs only the batch scan's tasks on the JVM
-(columnar, no Python worker). See docs/spark.md.
+same name; it delegates schema inference, options, planning, filter pushdown, stream
+offsets and writes to that Python source and runs only the read tasks of batch scans and
+stream micro-batches on the JVM (columnar, no Python worker). See docs/spark.md.
 
 :func:`jar_path` compiles the sources with ``javac --release 17`` against pyspark's jars
 into a per-user cache directory, keyed by a hash of the sources and the pyspark version,

@@ -12,9 +12,10 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
  * {@code format("sparklog")} on the JVM: a {@link TableProvider} that delegates everything
- * (schema inference, option checks, planning, filter pushdown, streaming, writes) to the
- * Python data source of the same name through Spark's {@link PythonDataSourceV2}, and only
- * runs the batch scan's tasks on the JVM ({@link SparklogScan}).
+ * (schema inference, option checks, planning, filter pushdown, stream offsets, writes) to
+ * the Python data source of the same name through Spark's {@link PythonDataSourceV2}, and
+ * only runs the read tasks of batch scans and micro-batches on the JVM
+ * ({@link SparklogScan}, {@link JvmMicroBatchStream}).
  *
  * <p>Spark's lookup gives a JVM {@link DataSourceRegister} precedence over a Python data
  * source of the same name, so with this jar on the classpath {@code spark.read.format("sparklog")}

@@ -1,15 +1,6 @@
 package io.sparklog.spark;
 
-import java.util.ArrayList;
-import java.util.HashMap;
-import java.util.List;
-import java.util.Map;
-
-import net.razorvine.pickle.Unpickler;
-import org.apache.arrow.vector.types.pojo.Field;
-import org.apache.arrow.vector.types.pojo.Schema;
 import org.apache.hadoop.conf.Configuration;
-import org.apache.hadoop.fs.FileSystem;
 import org.apache.spark.broadcast.Broadcast;
 import org.apache.spark.sql.connector.metric.CustomMetric;
 import org.apache.spark.sql.connector.metric.CustomTaskMetric;
@@ -18,19 +9,17 @@ import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.streaming.ContinuousStream;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
-import org.apache.spark.sql.execution.datasources.v2.python.PythonInputPartition;
-import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.util.SerializableConfiguration;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * The scan of {@link SparklogProvider}. Streaming, metrics and planning are the Python
- * scan's; {@link #toBatch()} runs the Python planning, then, when every planned partition
- * is an {@code OffsetRange} this reader understands, the storage root opens through
- * Hadoop and every queried column has a 1:1 Arrow type, returns a JVM columnar batch
- * over the same ranges ({@link SparklogPartitionReader}); otherwise the Python batch.
+ * The scan of {@link SparklogProvider}. Planning, offsets and metrics are the Python
+ * scan's; {@link #toBatch()} runs the Python planning, then, when {@link PlannedRanges}
+ * can turn every planned partition into a JVM range, returns a JVM columnar batch over
+ * the same ranges ({@link SparklogPartitionReader}); otherwise the Python batch. Streams
+ * make the same choice per micro-batch ({@link JvmMicroBatchStream}).
  */
 public class SparklogScan implements Scan {
   private static final Logger LOG = LoggerFactory.getLogger(SparklogScan.class);
@@ -71,26 +60,11 @@ public class SparklogScan implements Scan {
     Batch python = delegate.toBatch();
     InputPartition[] planned = python.planInputPartitions();
     try {
-      List<RangePartition> ranges = new ArrayList<>();
-      Unpickler unpickler = new Unpickler();
-      for (InputPartition p : planned) {
-        if (!(p instanceof PythonInputPartition)) {
-          throw new IllegalArgumentException("planned partition is a " + p.getClass().getName());
-        }
-        Object obj = unpickler.loads(((PythonInputPartition) p).pickedPartition());
-        if (obj == null) {
-          continue;  // Python's placeholder partition of an empty plan
-        }
-        ranges.add(RangePartition.fromPickled(obj));
-      }
-      Configuration conf =
-          org.apache.spark.sql.classic.SparkSession.active().sessionState().newHadoopConf();
-      checkReadable(ranges, conf);
-      Broadcast<SerializableConfiguration> bc = SerializableConfiguration.broadcast(
-          org.apache.spark.sql.classic.SparkSession.active().sparkContext(), conf);
+      Configuration conf = hadoopConf();
+      RangePartition[] ranges = PlannedRanges.convert(planned, readSchema, conf);
       reader = "JVM columnar reader " + SparklogPartitionReader.class.getName()
-          + ", " + ranges.size() + " ranges";
-      batch = new JvmBatch(ranges.toArray(new RangePartition[0]), readSchema, bc);
+          + ", " + ranges.length + " ranges";
+      batch = new JvmBatch(ranges, readSchema, broadcast(conf));
     } catch (Exception e) {
       String why = e.getMessage() == null ? e.toString() : e.getMessage();
       LOG.info("sparklog: batch scan runs on the Python reader: {}", why);
@@ -101,43 +75,23 @@ public class SparklogScan implements Scan {
     return batch;
   }
 
-  /** Throws with the reason when a range cannot be read by the JVM reader. */
-  private void checkReadable(List<RangePartition> ranges, Configuration conf) throws Exception {
-    Map<String, Schema> schemas = new HashMap<>();
-    for (RangePartition r : ranges) {
-      FileSystem fs = LogFiles.fileSystem(r.root, conf);  // throws for a scheme Hadoop lacks
-      String key = r.root + "\u0000" + r.topic;
-      if (!schemas.containsKey(key)) {
-        Schema s = LogFiles.topicSchema(fs, r.root, r.topic);
-        schemas.put(key, s);
-        checkColumns(r.topic, s);
-      }
-    }
+  /** The session's Hadoop configuration (the storage roots open with it). */
+  static Configuration hadoopConf() {
+    return org.apache.spark.sql.classic.SparkSession.active().sessionState().newHadoopConf();
   }
 
-  private void checkColumns(String topic, Schema record) {
-    for (StructField f : readSchema.fields()) {
-      if (Columns.isMetadata(f.name())) {
-        continue;
-      }
-      Field arrow = Columns.recordField(record, f.name());
-      if (arrow == null) {
-        if (record == null && f.name().equals("headers")) {
-          continue;
-        }
-        throw new IllegalArgumentException("topic " + topic + " has no column " + f.name());
-      }
-      if (!ArrowTypes.direct(arrow, f.dataType())) {
-        throw new IllegalArgumentException("column " + f.name() + " of topic " + topic
-            + " has Arrow type " + arrow + ", which the JVM reader does not map 1:1 to "
-            + f.dataType().simpleString());
-      }
-    }
+  /** {@code conf} broadcast to the tasks. */
+  static Broadcast<SerializableConfiguration> broadcast(Configuration conf) {
+    return SerializableConfiguration.broadcast(
+        org.apache.spark.sql.classic.SparkSession.active().sparkContext(), conf);
   }
 
+  /** The Python stream (offsets, planning, commits), whose micro-batches the JVM reads
+   *  when it can ({@link JvmMicroBatchStream}); streaming scans are not column-pruned. */
   @Override
   public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
-    return delegate.toMicroBatchStream(checkpointLocation);
+    MicroBatchStream python = delegate.toMicroBatchStream(checkpointLocation);
+    return readSchema.equals(fullSchema) ? new JvmMicroBatchStream(python, readSchema) : python;
   }
 
   @Override
