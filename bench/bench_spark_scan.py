@@ -20,8 +20,10 @@ of pre-built Arrow batches of the same shape without any I/O: the cost of Spark'
 Python data source plumbing alone (worker, Arrow transfer, row conversion in the JVM),
 an upper bound for any Python source on this machine.
 
-Last, the fixed cost of a query (count() of one record per partition) on each source:
-Spark's Python data-source path pays most of a small scan before the first row.
+Then the fixed cost of a query (count() of one record per partition) on each source:
+Spark's Python data-source path pays most of a small scan before the first row. Last,
+the rate of a stream (``readStream``, ``Trigger.AvailableNow``, noop sink) draining the
+topic in one micro-batch, on each reader.
 
     .venv/bin/python bench/bench_spark_scan.py [--records 2000000] [--partitions 4]
         [--value-bytes 100] [--records-per-frame 8192] [--repeat 3] [--root DIR] [--no-jvm]
@@ -245,6 +247,24 @@ def main(argv=None) -> int:
         cost = {s: best_time(q, args.repeat) for s, q in fixed.items()}
         print("fixed cost of a query (count() of one record per partition): "
               + ", ".join(f"{s} {c:.2f} s" for s, c in cost.items()))
+        # a stream draining the topic in one Trigger.AvailableNow micro-batch (noop sink)
+        runs = iter(range(10 ** 6))
+
+        def drain(jvm: bool) -> None:
+            query = (spark.readStream.format("sparklog").option("path", log_root.as_uri())
+                     .option("subscribe", TOPIC).option("startingOffsets", "earliest")
+                     .option("sparklog.jvmReader", str(jvm).lower()).load()
+                     .writeStream.format("noop").trigger(availableNow=True)
+                     .option("checkpointLocation", str(work / f"ckpt-{next(runs)}")).start())
+            query.awaitTermination()
+            assert query.lastProgress["numInputRows"] == n, query.lastProgress
+
+        streams = {"JVM": lambda: drain(True), "Python": lambda: drain(False)}
+        if jar is None:
+            del streams["JVM"]
+        rates = {s: n / best_time(q, args.repeat) for s, q in streams.items()}
+        print("stream, one AvailableNow micro-batch of every record into the noop sink: "
+              + ", ".join(f"{s} {r:,.0f} rows/s" for s, r in rates.items()))
         spark.stop()
     finally:
         if not args.root:
