@@ -84,8 +84,14 @@ public class JvmMicroBatchStream implements MicroBatchStream, AcceptsLatestSeenO
   /** Reads JVM ranges on the JVM and Python partitions through the Python factory. */
   @Override
   public PartitionReaderFactory createReaderFactory() {
-    return new Factory(new JvmBatch.Factory(schema,
-        SparklogScan.broadcast(SparklogScan.hadoopConf())), delegate.createReaderFactory());
+    PartitionReaderFactory python = delegate.createReaderFactory();
+    Configuration conf;
+    try {
+      conf = SparklogScan.hadoopConf();
+    } catch (RuntimeException e) {  // no session here: planning fell back to Python too
+      return python;
+    }
+    return new Factory(new JvmBatch.Factory(schema, SparklogScan.broadcast(conf)), python);
   }
 
   @Override
