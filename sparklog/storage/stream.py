@@ -65,6 +65,14 @@ class BufferedOutputStream(OutputStream):
         self._persist()
 
     # machinery ------------------------------------------------------------------------
+    def _guarded(self, op: str, step) -> None:
+        """Run the lease-checking ``step``; a lost lease fences this writer and raises
+        the LeaseExpiredError of ``op``."""
+        try:
+            step()
+        except LeaseLost:
+            raise self._fenced(op) from None
+
     def _fenced(self, op: str) -> LeaseExpiredError:
         dropped = len(self._buf)
         self._buf.clear()
@@ -108,10 +116,7 @@ class BufferedOutputStream(OutputStream):
         view = check_bytes(data)
         with self._lock:
             self._check_open("write")
-            try:
-                self._precheck_write()
-            except LeaseLost:
-                raise self._fenced("write") from None
+            self._guarded("write", self._precheck_write)
             if len(view) * 2 >= self._buffer_size:
                 self._push_buffer("write", view)
                 return len(view)
@@ -124,11 +129,8 @@ class BufferedOutputStream(OutputStream):
         """hflush: push the buffer; the bytes are visible to readers opening now."""
         with self._lock:
             self._check_open("flush")
-            try:
-                if not self._buf:
-                    self._precheck_write()  # an empty flush still notices a lost lease
-            except LeaseLost:
-                raise self._fenced("flush") from None
+            if not self._buf:  # an empty flush still notices a lost lease
+                self._guarded("flush", self._precheck_write)
             self._push_buffer("flush")
 
     def sync(self) -> None:
@@ -136,20 +138,14 @@ class BufferedOutputStream(OutputStream):
         with self._lock:
             self._check_open("sync")
             self._push_buffer("sync")
-            try:
-                self._persist()
-            except LeaseLost:
-                raise self._fenced("sync") from None
+            self._guarded("sync", self._persist)
             self._dirty = False
 
     def verify_lease(self) -> None:
         """Raise LeaseExpiredError if the lease was lost (nothing is pushed)."""
         with self._lock:
             self._check_open("verify_lease")
-            try:
-                self._verify_lease()
-            except LeaseLost:
-                raise self._fenced("verify_lease") from None
+            self._guarded("verify_lease", self._verify_lease)
 
     def tell(self) -> int:
         """Length of the file including bytes still buffered here."""
