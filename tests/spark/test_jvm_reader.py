@@ -214,12 +214,38 @@ def test_corrupt_frame_names_file_and_position(jspark, storage_root, tmp_path):
     assert first.count() == int(segments[1].stem)
     df = load(jspark, storage_root, subscribe="bad")
     assert JVM in scan_of(df)
+    # count() reads frame headers only (as Parquet reads footers): the body is not checked
+    assert df.count() == 40
     with pytest.raises(Exception) as info:
         df.collect()
     text = str(info.value)
     assert f"corrupt frame in file:{victim}" in text and "at position 0" in text, text
     assert "CRC32C mismatch" in text and "topic 'bad' partition 0" in text
     assert store.fileio.exists(store.partition_dir("bad", 0))
+
+
+def test_count_checks_the_headers_it_reads(jspark, storage_root, tmp_path):
+    """count() takes record counts from frame headers without their CRC, so a header whose
+    record count disagrees with its implicit offsets is reported; the same damage is a
+    CRC mismatch for a query that reads the body."""
+    import struct
+
+    make_topic(storage_root, "hdr", partitions=1, count=40, per_frame=10,
+               config={"segment.bytes": "1500"})
+    segments = sorted((tmp_path / "log" / "topics" / "hdr" / "0").glob("*.log"))
+    assert len(segments) >= 3
+    victim = segments[1]  # sealed: the log's end does not depend on it
+    data = bytearray(victim.read_bytes())
+    struct.pack_into(">i", data, 57, 7)  # the first frame's record count: 10 -> 7
+    victim.write_bytes(bytes(data))
+    df = load(jspark, storage_root, subscribe="hdr")
+    with pytest.raises(Exception) as info:
+        df.count()
+    text = str(info.value)
+    assert f"corrupt frame in file:{victim} at position 0" in text, text
+    assert "record count 7, last offset delta 9 (implicit offsets)" in text, text
+    with pytest.raises(Exception, match="CRC32C mismatch"):
+        df.select("value").collect()
 
 
 def test_frame_offsets_going_back_are_corruption(jspark, storage_root, tmp_path):
@@ -263,20 +289,26 @@ def test_segment_deleted_while_scanning(jspark, storage_root, fail):
 REGISTER_SCRIPT = """
 import sys, json
 from sparklog.spark import local_session
-spark = local_session("jvm-register", cores=1)  # adds the (built) jar itself
+# with the jar: local_session adds the (built) jar itself
+spark = local_session("jvm-register", cores=1, jvm_reader=sys.argv[3] == "jar")
 rows = (spark.read.format("sparklog").option("path", sys.argv[2]).option("subscribe", "r")
         .load())
 plan = rows._jdf.queryExecution().executedPlan().toString()
-print(json.dumps({"offsets": sorted(r.offset for r in rows.collect()), "plan": plan}))
+counts = [rows.where("offset >= 3").count(), rows.count()]
+print(json.dumps({"offsets": sorted(r.offset for r in rows.collect()), "plan": plan,
+                  "pushdown": spark.conf.get("spark.sql.python.filterPushdown.enabled"),
+                  "counts": counts}))
 spark.stop()
 """
 
 
-def test_register_behind_the_jvm_provider(jspark, storage_root, tmp_path):
+@pytest.mark.parametrize("classpath", ["jar", "no jar"])
+def test_register_behind_the_jvm_provider(jspark, storage_root, tmp_path, classpath):
     """A new local_session() puts the built jar on its classpath by itself, and, with no
     pyspark_sparklog module on its path, register(spark) (local_session calls it)
     succeeds although the JVM provider holds the name: format("sparklog") reads through
-    the JVM reader."""
+    the JVM reader, with filter pushdown. Without the jar, register() leaves pushdown
+    off: Spark 4.1 would reuse a filtered scan's plan for the unfiltered count."""
     import json
     import os
     import subprocess
@@ -285,12 +317,36 @@ def test_register_behind_the_jvm_provider(jspark, storage_root, tmp_path):
     script = tmp_path / "register_check.py"
     script.write_text(REGISTER_SCRIPT)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run([sys.executable, str(script), jar_path(build=False), storage_root],
+    done = subprocess.run([sys.executable, str(script), jar_path(build=False), storage_root,
+                           classpath.replace(" ", "")],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["offsets"] == [0, 1, 2, 3, 4]
-    assert JVM in out["plan"]
+    assert out["counts"] == [2, 5], out
+    if classpath == "jar":
+        assert JVM in out["plan"] and out["pushdown"] == "true", out
+    else:
+        assert JVM not in out["plan"] and out["pushdown"] != "true", out
+
+
+@pytest.mark.parametrize("jvm", [True, False])
+def test_each_scan_plans_its_own_offsets(jspark, storage_root, jvm):
+    """Spark 4.1 keeps one Python read plan per loaded DataFrame and reuses it for every
+    scan of it; the JVM provider pins each scan's own plan, on either reader: a filtered
+    count leaves the unfiltered one whole, a later action sees records appended since,
+    and one query may scan the DataFrame with and without pushed filters."""
+    from .logdata import append_records
+
+    store = make_topic(storage_root, "pin", partitions=1, count=10)
+    df = load(jspark, storage_root, subscribe="pin", **{JVM_READER_OPTION: str(jvm).lower()})
+    assert df.where("offset >= 5").count() == 5
+    assert df.count() == 10
+    assert df.where("offset < 3").count() == 3
+    append_records(store, "pin", 0, [record("pin", 0, o) for o in range(10, 15)], per_frame=5)
+    assert df.count() == 15
+    assert df.union(df.where("offset >= 12")).count() == 18
+    assert (JVM in scan_of(df)) == jvm
 
 
 def test_with_jvm_reader_adds_the_jar_once(jspark):
@@ -314,6 +370,13 @@ def test_task_metrics_count_frames_bytes_and_records(jspark, storage_root, tmp_p
     sizes = sum(f.stat().st_size for f in (tmp_path / "log" / "topics" / "m").rglob("*.log"))
     assert metrics == {"sparklogFramesRead": 10, "sparklogBytesRead": sizes,
                        "sparklogRecordsRead": 95}, metrics
+    # a query of offsets only reads the frames' 61-byte headers, not their bodies
+    offsets = df.select("offset")
+    assert len(offsets.collect()) == 95
+    scan = offsets._jdf.queryExecution().executedPlan().collectLeaves().head()
+    read = {name: scan.metrics().get(name).get().value()
+            for name in ("sparklogFramesRead", "sparklogBytesRead")}
+    assert read == {"sparklogFramesRead": 10, "sparklogBytesRead": 10 * 61}, read
 
 
 def _stream_scan_metrics(query) -> dict:

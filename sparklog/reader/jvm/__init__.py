@@ -130,6 +130,21 @@ def with_jvm_reader(conf: dict) -> dict:
     return {**conf, "spark.jars": ",".join([*jars, jar] if jar not in jars else jars)}
 
 
+PROVIDER_CLASS = "io.sparklog.spark.SparklogProvider"
+
+
+def provider_loaded(spark) -> bool:
+    """True when the JVM reader's provider is on the classpath of ``spark``'s driver (its
+    jar in ``spark.jars``), so that ``format("sparklog")`` resolves to it."""
+    jvm = spark.sparkContext._jvm
+    try:
+        jvm.java.lang.Class.forName(PROVIDER_CLASS, False,
+                                    jvm.java.lang.Thread.currentThread().getContextClassLoader())
+    except Exception:  # py4j wraps ClassNotFoundException
+        return False
+    return True
+
+
 def register_python_source(spark, source_cls) -> None:
     """Register the Python data source ``source_cls`` in ``spark`` even though the JVM
     provider of this jar holds its name.
@@ -151,4 +166,4 @@ def register_python_source(spark, source_cls) -> None:
 
 
 __all__ = ["jar_path", "cache_dir", "source_hash", "register_python_source", "SOURCE_DIR",
-           "JVM_READER_OPTION"]
+           "JVM_READER_OPTION", "PROVIDER_CLASS", "provider_loaded"]

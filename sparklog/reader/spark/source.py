@@ -8,6 +8,8 @@ columns plus the metadata columns (see :mod:`sparklog.reader.spark.schema`).
 
 from __future__ import annotations
 
+import logging
+
 from pyspark.sql.datasource import DataSource
 
 from ...errors import SchemaMismatchError
@@ -17,6 +19,8 @@ from .options import parse_options
 from .planning import subscribed_partitions
 from .schema import spark_schema
 from .stream import SparklogStreamReader
+
+log = logging.getLogger(__name__)
 
 FORMAT = "sparklog"
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
@@ -84,14 +88,24 @@ class SparklogPushdownDataSource(SparklogDataSource):
     reader_class = SparklogPushdownReader
 
 
-def register(spark, *, filter_pushdown: bool = True) -> None:
+def register(spark, *, filter_pushdown: bool | None = None) -> None:
     """Register ``format("sparklog")`` in the session ``spark``.
 
-    With ``filter_pushdown`` (the default) the session config
-    ``spark.sql.python.filterPushdown.enabled`` is set to true and filters on topic,
-    partition, offset and timestamp skip data; pass False to leave the config alone and
-    register the source without pushdown.
+    With filter pushdown the session config ``spark.sql.python.filterPushdown.enabled``
+    is set to true and filters on topic, partition, offset and timestamp skip data. The
+    default (None) pushes filters when the JVM reader's jar is on the session's
+    classpath, and not otherwise: Spark 4.1 keeps one read plan per loaded DataFrame, so
+    without the JVM provider (which pins each scan's own plan) a filtered scan's plan
+    would be reused by an unfiltered scan of the same DataFrame and return too few rows.
+    True or False forces the choice.
     """
+    if filter_pushdown is None:
+        from ..jvm import provider_loaded
+
+        filter_pushdown = provider_loaded(spark)
+        if not filter_pushdown:
+            log.info("sparklog: no filter pushdown in this session (the JVM reader's jar is "
+                     "not on its classpath; see docs/spark.md, Registering)")
     source = SparklogPushdownDataSource if filter_pushdown else SparklogDataSource
     if filter_pushdown:
         spark.conf.set(PUSHDOWN_CONF, "true")

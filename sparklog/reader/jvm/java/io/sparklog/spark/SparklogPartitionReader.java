@@ -372,6 +372,15 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
         filePos += size;
         continue;
       }
+      int attributes = h.getShort(21) & 0xffff;
+      if (!needsBody(attributes) && filePos + size <= segments.get(segIndex).listedSize) {
+        // nothing of the body is queried: the header alone answers (count(), offsets)
+        Frame f = headerOnly(h, attributes, filePos, size);
+        framesRead++;
+        bytesRead += HEADER;
+        filePos += size;
+        return f;
+      }
       if (buf.length < size) {
         buf = new byte[Math.max(size, buf.length * 2)];
       }
@@ -400,6 +409,32 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
         + ") are beyond the end of the log in " + dir, null);
   }
 
+  /**
+   * Whether a frame with these attributes must be read whole: for record columns, explicit
+   * offsets, or CreateTime timestamps. Otherwise (control frames, {@code count()}, queries
+   * of offsets or LogAppendTime timestamps only) its header answers, and the body is
+   * neither read nor CRC-checked, as Parquet answers {@code count()} from its footers.
+   */
+  private boolean needsBody(int attributes) {
+    if ((attributes & CONTROL_BIT) != 0) {
+      return false;
+    }
+    return recordColumns || (attributes & EXPLICIT_OFFSETS_BIT) != 0
+        || (wantTimestamp && (attributes & LOG_APPEND_TIME_BIT) == 0);
+  }
+
+  /** The frame of header {@code h} without its body; its implicit offsets must match its
+   *  record count (the CRC that would cover both is not checked here). */
+  private Frame headerOnly(ByteBuffer h, int attributes, long pos, int size)
+      throws CorruptFrameException {
+    Frame f = frameOf(h, pos, size);
+    if ((attributes & EXPLICIT_OFFSETS_BIT) == 0 && f.lastOffset - f.base != f.recordCount - 1) {
+      throw corrupt(pos, "record count " + f.recordCount + ", last offset delta "
+          + (f.lastOffset - f.base) + " (implicit offsets)");
+    }
+    return f;
+  }
+
   private Frame validate(long pos, int size) throws CorruptFrameException {
     ByteBuffer b = ByteBuffer.wrap(buf, 0, size);
     CRC32C crc = new CRC32C();
@@ -409,6 +444,11 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
       throw corrupt(pos, String.format("CRC32C mismatch (stored 0x%08x, computed 0x%08x)",
           stored, (int) crc.getValue()));
     }
+    return frameOf(b, pos, size);
+  }
+
+  /** The header fields of the frame at {@code pos}, checked for consistency. */
+  private Frame frameOf(ByteBuffer b, long pos, int size) throws CorruptFrameException {
     Frame f = new Frame();
     f.base = b.getLong(0);
     f.attributes = b.getShort(21) & 0xffff;

@@ -56,6 +56,6 @@ public class SparklogProvider implements TableProvider, DataSourceRegister {
 
   @Override
   public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
-    return new SparklogTable(delegate.getTable(schema, partitioning, properties));
+    return new SparklogTable(delegate.getTable(schema, partitioning, properties), delegate);
   }
 }

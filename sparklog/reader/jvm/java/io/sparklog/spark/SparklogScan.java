@@ -27,14 +27,20 @@ public class SparklogScan implements Scan {
   private final Scan delegate;
   private final StructType fullSchema;
   private final StructType readSchema;
+  private final PinnedReadInfo plan;
+  private final boolean jvm;
   private Batch batch;
   private String reader = "reader chosen when the scan is planned";
 
-  /** Wraps the Python scan; {@code readSchema} is the pruned schema the query needs. */
-  public SparklogScan(Scan delegate, StructType fullSchema, StructType readSchema) {
+  /** Wraps the Python scan; {@code readSchema} is the pruned schema the query needs,
+   *  {@code plan} its Python read plan; {@code jvm} false keeps the tasks on Python. */
+  SparklogScan(Scan delegate, StructType fullSchema, StructType readSchema,
+      PinnedReadInfo plan, boolean jvm) {
     this.delegate = delegate;
     this.fullSchema = fullSchema;
     this.readSchema = readSchema;
+    this.plan = plan;
+    this.jvm = jvm;
   }
 
   @Override
@@ -58,7 +64,12 @@ public class SparklogScan implements Scan {
       return batch;
     }
     Batch python = delegate.toBatch();
-    InputPartition[] planned = python.planInputPartitions();
+    InputPartition[] planned = plan.planBatch(python);
+    if (!jvm) {
+      reader = "Python reader: " + JvmReaderOption.KEY + "=false";
+      batch = python;
+      return batch;
+    }
     try {
       Configuration conf = hadoopConf();
       RangePartition[] ranges = PlannedRanges.convert(planned, readSchema, conf);
@@ -91,7 +102,8 @@ public class SparklogScan implements Scan {
   @Override
   public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
     MicroBatchStream python = delegate.toMicroBatchStream(checkpointLocation);
-    return readSchema.equals(fullSchema) ? new JvmMicroBatchStream(python, readSchema) : python;
+    return jvm && readSchema.equals(fullSchema) ? new JvmMicroBatchStream(python, readSchema)
+        : python;
   }
 
   @Override
@@ -103,6 +115,9 @@ public class SparklogScan implements Scan {
   public CustomMetric[] supportedCustomMetrics() {
     // declared whichever reader runs (Spark may ask before toBatch()); zero on Python
     CustomMetric[] python = delegate.supportedCustomMetrics();
+    if (!this.jvm) {
+      return python;
+    }
     CustomMetric[] jvm = ReaderMetrics.supported();
     CustomMetric[] all = java.util.Arrays.copyOf(python, python.length + jvm.length);
     System.arraycopy(jvm, 0, all, python.length, jvm.length);

@@ -16,7 +16,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
  * Wraps the Python source's scan builder: filters are pushed to it unchanged (Python keeps
- * deciding which it takes); column pruning is handled here, by whole top-level columns
+ * deciding which it takes) and the plan they leave is pinned to this scan
+ * ({@link PinnedReadInfo}); column pruning is handled here, by whole top-level columns
  * (the JVM reader decodes only what the query needs; the Python fallback projects).
  */
 public class SparklogScanBuilder
@@ -24,23 +25,23 @@ public class SparklogScanBuilder
   private final ScanBuilder delegate;
   private final CaseInsensitiveStringMap options;
   private final StructType fullSchema;
+  private final PinnedReadInfo plan;
   private StructType required;
 
-  /** A builder over the Python source's {@code delegate} for a table of {@code fullSchema}. */
-  public SparklogScanBuilder(ScanBuilder delegate, CaseInsensitiveStringMap options,
-      StructType fullSchema) {
+  /** A builder over the Python source's {@code delegate} for a table of {@code fullSchema},
+   *  whose Python read plan {@code plan} holds. */
+  SparklogScanBuilder(ScanBuilder delegate, CaseInsensitiveStringMap options,
+      StructType fullSchema, PinnedReadInfo plan) {
     this.delegate = delegate;
     this.options = options;
     this.fullSchema = fullSchema;
     this.required = fullSchema;
+    this.plan = plan;
   }
 
   @Override
   public Filter[] pushFilters(Filter[] filters) {
-    if (delegate instanceof SupportsPushDownFilters) {
-      return ((SupportsPushDownFilters) delegate).pushFilters(filters);
-    }
-    return filters;
+    return plan.pushFilters(delegate, filters);
   }
 
   @Override
@@ -70,7 +71,7 @@ public class SparklogScanBuilder
   public Scan build() {
     Scan scan = delegate.build();
     boolean jvm = JvmReaderOption.enabled(options);
-    // only the JVM reader prunes; with the opt-out the Python scan is returned unchanged
-    return jvm ? new SparklogScan(scan, fullSchema, required) : scan;
+    // only the JVM reader prunes; with the opt-out the Python scan reads every column
+    return new SparklogScan(scan, fullSchema, jvm ? required : fullSchema, plan, jvm);
   }
 }

@@ -12,6 +12,7 @@ import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.write.LogicalWriteInfo;
 import org.apache.spark.sql.connector.write.WriteBuilder;
+import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
@@ -21,10 +22,12 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  */
 public class SparklogTable implements Table, SupportsRead, SupportsWrite {
   private final Table delegate;
+  private final PythonDataSourceV2 provider;
 
-  /** Wraps the Python data source's table. */
-  public SparklogTable(Table delegate) {
+  /** Wraps the Python data source's table, made by {@code provider}. */
+  public SparklogTable(Table delegate, PythonDataSourceV2 provider) {
     this.delegate = delegate;
+    this.provider = provider;
   }
 
   @Override
@@ -61,7 +64,7 @@ public class SparklogTable implements Table, SupportsRead, SupportsWrite {
   @Override
   public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
     return new SparklogScanBuilder(((SupportsRead) delegate).newScanBuilder(options), options,
-        delegate.schema());
+        delegate.schema(), new PinnedReadInfo(provider, options, delegate.schema()));
   }
 
   @Override
