@@ -365,6 +365,15 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
       if (base >= range.end) {
         return null;
       }
+      long fileEnd = filePos + length + 12L;
+      if (fileEnd > segments.get(segIndex).listedSize && fileEnd > visibleLength()) {
+        // checked before any skip or allocation: a damaged length must not send the
+        // reader into another file position or allocate gigabytes
+        throw indexed || segIndex + 1 < segments.size()
+            ? corrupt(filePos, "the frame of " + (length + 12L) + " bytes runs past the "
+                + "segment's end")
+            : beyondEnd();
+      }
       int size = length + 12;
       long last = base + h.getInt(23);
       nextOffset = last + 1;
@@ -404,6 +413,16 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
     return null;
   }
 
+  /** The bytes of the open segment a reader can see now (a file being written grows
+   *  past its listed size; HDFS reports that through getVisibleLength()). */
+  private long visibleLength() throws IOException {
+    try {
+      return (Long) in.getClass().getMethod("getVisibleLength").invoke(in);
+    } catch (ReflectiveOperationException | ClassCastException e) {
+      return fs.getFileStatus(segments.get(segIndex).log).getLen();
+    }
+  }
+
   private IOException beyondEnd() {
     return new OffsetOutOfRangeException(where() + ": offsets [" + position + ", " + range.end
         + ") are beyond the end of the log in " + dir, null);
@@ -411,15 +430,14 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
 
   /**
    * Whether a frame with these attributes must be read whole: for record columns, explicit
-   * offsets, or CreateTime timestamps. Otherwise (control frames, {@code count()}, queries
-   * of offsets or LogAppendTime timestamps only) its header answers, and the body is
-   * neither read nor CRC-checked, as Parquet answers {@code count()} from its footers.
+   * offsets, or CreateTime timestamps, and control frames always (they are small, and a
+   * damaged control bit must not silently drop a frame of records from a count).
+   * Otherwise ({@code count()}, queries of offsets or LogAppendTime timestamps only) the
+   * header answers, and the body is neither read nor CRC-checked, as Parquet answers
+   * {@code count()} from its footers.
    */
   private boolean needsBody(int attributes) {
-    if ((attributes & CONTROL_BIT) != 0) {
-      return false;
-    }
-    return recordColumns || (attributes & EXPLICIT_OFFSETS_BIT) != 0
+    return recordColumns || (attributes & (CONTROL_BIT | EXPLICIT_OFFSETS_BIT)) != 0
         || (wantTimestamp && (attributes & LOG_APPEND_TIME_BIT) == 0);
   }
 
