@@ -1,6 +1,11 @@
 package io.sparklog.spark;
 
+import java.util.HashMap;
+import java.util.Map;
+
+import org.apache.arrow.vector.types.pojo.Schema;
 import org.apache.hadoop.conf.Configuration;
+import org.apache.spark.broadcast.Broadcast;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReader;
@@ -10,6 +15,7 @@ import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.connector.read.streaming.Offset;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
+import org.apache.spark.util.SerializableConfiguration;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -18,12 +24,16 @@ import org.slf4j.LoggerFactory;
  * planning and commits stay the Python stream's; each micro-batch whose planned ranges
  * the JVM reader can read ({@link PlannedRanges}) runs on {@link SparklogPartitionReader},
  * any other on the Python reader (the decision is per micro-batch, all or nothing).
+ * The topics' record schemas, once checked, and the broadcast Hadoop configuration are
+ * kept for the stream's life instead of being read and sent again for each micro-batch.
  */
 public class JvmMicroBatchStream implements MicroBatchStream, AcceptsLatestSeenOffset {
   private static final Logger LOG = LoggerFactory.getLogger(JvmMicroBatchStream.class);
 
   private final MicroBatchStream delegate;
   private final StructType schema;
+  private final Map<String, Schema> checkedTopics = new HashMap<>();
+  private Broadcast<SerializableConfiguration> hadoopConf;
   private String lastFallback;
 
   /** Wraps the Python stream {@code delegate}, whose rows have {@code schema}. */
@@ -70,7 +80,7 @@ public class JvmMicroBatchStream implements MicroBatchStream, AcceptsLatestSeenO
     InputPartition[] planned = delegate.planInputPartitions(start, end);
     try {
       Configuration conf = SparklogScan.hadoopConf();
-      return PlannedRanges.convert(planned, schema, conf);
+      return PlannedRanges.convert(planned, schema, conf, checkedTopics);
     } catch (Exception e) {
       String why = e.getMessage() == null ? e.toString() : e.getMessage();
       if (!why.equals(lastFallback)) {
@@ -85,13 +95,14 @@ public class JvmMicroBatchStream implements MicroBatchStream, AcceptsLatestSeenO
   @Override
   public PartitionReaderFactory createReaderFactory() {
     PartitionReaderFactory python = delegate.createReaderFactory();
-    Configuration conf;
-    try {
-      conf = SparklogScan.hadoopConf();
-    } catch (RuntimeException e) {  // no session here: planning fell back to Python too
-      return python;
+    if (hadoopConf == null) {
+      try {
+        hadoopConf = SparklogScan.broadcast(SparklogScan.hadoopConf());
+      } catch (RuntimeException e) {  // no session here: planning fell back to Python too
+        return python;
+      }
     }
-    return new Factory(new JvmBatch.Factory(schema, SparklogScan.broadcast(conf)), python);
+    return new Factory(new JvmBatch.Factory(schema, hadoopConf), python);
   }
 
   @Override

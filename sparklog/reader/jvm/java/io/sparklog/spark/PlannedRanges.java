@@ -30,6 +30,14 @@ final class PlannedRanges {
    *  reason when the JVM reader cannot read them all. */
   static RangePartition[] convert(InputPartition[] planned, StructType readSchema,
       Configuration conf) throws Exception {
+    return convert(planned, readSchema, conf, new HashMap<>());
+  }
+
+  /** As {@link #convert(InputPartition[], StructType, Configuration)}, with the topics
+   *  already checked against {@code readSchema} in {@code checked} (root and topic to
+   *  record schema; a stream keeps it across its micro-batches). */
+  static RangePartition[] convert(InputPartition[] planned, StructType readSchema,
+      Configuration conf, Map<String, Schema> checked) throws Exception {
     List<RangePartition> ranges = new ArrayList<>();
     Unpickler unpickler = new Unpickler();
     for (InputPartition p : planned) {
@@ -47,20 +55,19 @@ final class PlannedRanges {
         ranges.add(RangePartition.fromPickled(obj));
       }
     }
-    checkReadable(ranges, readSchema, conf);
+    checkReadable(ranges, readSchema, conf, checked);
     return ranges.toArray(new RangePartition[0]);
   }
 
   private static void checkReadable(List<RangePartition> ranges, StructType readSchema,
-      Configuration conf) throws Exception {
-    Map<String, Schema> schemas = new HashMap<>();
+      Configuration conf, Map<String, Schema> schemas) throws Exception {
     for (RangePartition r : ranges) {
       FileSystem fs = LogFiles.fileSystem(r.root, conf);  // throws for a scheme Hadoop lacks
       String key = r.root + "\u0000" + r.topic;
       if (!schemas.containsKey(key)) {
         Schema s = LogFiles.topicSchema(fs, r.root, r.topic);
-        schemas.put(key, s);
         checkColumns(r.topic, s, readSchema);
+        schemas.put(key, s);  // only once it passed: a refused topic is checked again
       }
     }
   }
