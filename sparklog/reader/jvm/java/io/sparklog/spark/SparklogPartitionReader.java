@@ -384,7 +384,7 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
       int attributes = h.getShort(21) & 0xffff;
       if (!needsBody(attributes) && filePos + size <= segments.get(segIndex).listedSize) {
         // nothing of the body is queried: the header alone answers (count(), offsets)
-        Frame f = headerOnly(h, attributes, filePos, size);
+        Frame f = headerOnly(h, filePos, size);
         framesRead++;
         bytesRead += HEADER;
         filePos += size;
@@ -441,12 +441,12 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
         || (wantTimestamp && (attributes & LOG_APPEND_TIME_BIT) == 0);
   }
 
-  /** The frame of header {@code h} without its body; its implicit offsets must match its
-   *  record count (the CRC that would cover both is not checked here). */
-  private Frame headerOnly(ByteBuffer h, int attributes, long pos, int size)
-      throws CorruptFrameException {
+  /** The frame of header {@code h} without its body (implicit offsets, as
+   *  {@link #needsBody} leaves no other): they must match its record count, since the CRC
+   *  that covers both is not checked here. */
+  private Frame headerOnly(ByteBuffer h, long pos, int size) throws CorruptFrameException {
     Frame f = frameOf(h, pos, size);
-    if ((attributes & EXPLICIT_OFFSETS_BIT) == 0 && f.lastOffset - f.base != f.recordCount - 1) {
+    if (f.lastOffset - f.base != f.recordCount - 1) {
       throw corrupt(pos, "record count " + f.recordCount + ", last offset delta "
           + (f.lastOffset - f.base) + " (implicit offsets)");
     }
