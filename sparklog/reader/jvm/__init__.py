@@ -135,12 +135,13 @@ PROVIDER_CLASS = "io.sparklog.spark.SparklogProvider"
 
 def provider_loaded(spark) -> bool:
     """True when the JVM reader's provider is on the classpath of ``spark``'s driver (its
-    jar in ``spark.jars``), so that ``format("sparklog")`` resolves to it."""
-    jvm = spark.sparkContext._jvm
+    jar in ``spark.jars``), so that ``format("sparklog")`` resolves to it; False too for
+    a session without a JVM at hand (Spark Connect)."""
     try:
+        jvm = spark.sparkContext._jvm
         jvm.java.lang.Class.forName(PROVIDER_CLASS, False,
                                     jvm.java.lang.Thread.currentThread().getContextClassLoader())
-    except Exception:  # py4j wraps ClassNotFoundException
+    except Exception:  # py4j wraps ClassNotFoundException; Connect has no sparkContext
         return False
     return True
 
