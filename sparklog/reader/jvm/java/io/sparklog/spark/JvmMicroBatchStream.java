@@ -24,8 +24,9 @@ import org.slf4j.LoggerFactory;
  * planning and commits stay the Python stream's; each micro-batch whose planned ranges
  * the JVM reader can read ({@link PlannedRanges}) runs on {@link SparklogPartitionReader},
  * any other on the Python reader (the decision is per micro-batch, all or nothing).
- * The topics' record schemas, once checked, and the broadcast Hadoop configuration are
- * kept for the stream's life instead of being read and sent again for each micro-batch.
+ * The session's Hadoop configuration (built once, broadcast once) and the topics' record
+ * schemas, once checked, are kept for the stream's life instead of being made, read and
+ * sent again for each micro-batch.
  */
 public class JvmMicroBatchStream implements MicroBatchStream, AcceptsLatestSeenOffset {
   private static final Logger LOG = LoggerFactory.getLogger(JvmMicroBatchStream.class);
@@ -33,7 +34,8 @@ public class JvmMicroBatchStream implements MicroBatchStream, AcceptsLatestSeenO
   private final MicroBatchStream delegate;
   private final StructType schema;
   private final Map<String, Schema> checkedTopics = new HashMap<>();
-  private Broadcast<SerializableConfiguration> hadoopConf;
+  private Configuration hadoopConf;
+  private Broadcast<SerializableConfiguration> broadcastConf;
   private String lastFallback;
 
   /** Wraps the Python stream {@code delegate}, whose rows have {@code schema}. */
@@ -79,8 +81,7 @@ public class JvmMicroBatchStream implements MicroBatchStream, AcceptsLatestSeenO
   public InputPartition[] planInputPartitions(Offset start, Offset end) {
     InputPartition[] planned = delegate.planInputPartitions(start, end);
     try {
-      Configuration conf = SparklogScan.hadoopConf();
-      return PlannedRanges.convert(planned, schema, conf, checkedTopics);
+      return PlannedRanges.convert(planned, schema, conf(), checkedTopics);
     } catch (Exception e) {
       String why = e.getMessage() == null ? e.toString() : e.getMessage();
       if (!why.equals(lastFallback)) {
@@ -95,14 +96,22 @@ public class JvmMicroBatchStream implements MicroBatchStream, AcceptsLatestSeenO
   @Override
   public PartitionReaderFactory createReaderFactory() {
     PartitionReaderFactory python = delegate.createReaderFactory();
-    if (hadoopConf == null) {
+    if (broadcastConf == null) {
       try {
-        hadoopConf = SparklogScan.broadcast(SparklogScan.hadoopConf());
+        broadcastConf = SparklogScan.broadcast(conf());
       } catch (RuntimeException e) {  // no session here: planning fell back to Python too
         return python;
       }
     }
-    return new Factory(new JvmBatch.Factory(schema, hadoopConf), python);
+    return new Factory(new JvmBatch.Factory(schema, broadcastConf), python);
+  }
+
+  /** The active session's Hadoop configuration, made on first use. */
+  private Configuration conf() {
+    if (hadoopConf == null) {
+      hadoopConf = SparklogScan.hadoopConf();
+    }
+    return hadoopConf;
   }
 
   @Override
