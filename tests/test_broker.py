@@ -195,9 +195,10 @@ def test_wrong_crc_refused_nothing_appended(conn):
     good = frame_of(["ok"])
     bad = bytearray(frame_of(["bad"]))
     bad[-1] ^= 0xFF
-    item = produce(conn, "crc", 0, good + bytes(bad))
-    assert error_of(item) is CorruptRecordError and "CRC32C" in item["error_message"]
-    assert fetch(conn, "crc", 0, 0)["high_watermark"] == 0
+    for records in (good + bytes(bad), bytes(bad), bytes(bad) + good):
+        item = produce(conn, "crc", 0, records)
+        assert error_of(item) is CorruptRecordError and "CRC32C" in item["error_message"]
+        assert fetch(conn, "crc", 0, 0)["high_watermark"] == 0
     assert produce(conn, "crc", 0, good)["base_offset"] == 0
 
 

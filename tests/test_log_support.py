@@ -123,9 +123,9 @@ class _Out:
     def __init__(self, owner: RecordingFileIO, inner):
         self.owner, self.inner, self.path = owner, inner, inner.path
 
-    def write(self, data):
+    def write(self, data, *, borrow=False):
         self.owner._note("write", self.path)
-        return self.inner.write(data)
+        return self.inner.write(data, borrow=borrow)
 
     def flush(self):
         self.owner._note("flush", self.path)

@@ -156,6 +156,40 @@ def test_local_writes_stay_in_user_space_until_flush(backend):
         assert fs.size(path) == 100
 
 
+def test_borrowed_writes_keep_order_and_are_written_from_the_callers_memory(backend):
+    fs, root, _ = backend
+    path = fs.join(root, "borrowed.log")
+    frames = [bytearray(b"%04d|" % i) for i in range(1200)]  # > MAX_HELD_PARTS views
+    with fs.create(path) as out:
+        out.write(b"<copied>")
+        for i, frame in enumerate(frames):
+            out.write(frame, borrow=True)
+            if i % 100 == 0:
+                out.write(b"+")  # copied bytes between borrowed views keep their place
+        assert out.tell() == 8 + 5 * 1200 + 12
+        frames[-1][:4] = b"LAST"  # not pushed yet: the stream holds the memory, no copy
+        out.flush()
+        frames[-1][:4] = b"late"  # pushed: later changes do not reach the file
+    expected = b"<copied>" + b"".join(
+        bytes(f) + (b"+" if i % 100 == 0 else b"") for i, f in enumerate(frames))
+    assert fs.read_all(path) == expected.replace(b"late|", b"LAST|")
+
+
+def test_fenced_writer_drops_and_reports_borrowed_bytes(backend):
+    fs, root, _ = backend
+    path = fs.join(root, "fenced-borrowed.log")
+    out = fs.create(path)
+    out.write(b"kept|")
+    out.flush()
+    out.write(bytearray(b"held"), borrow=True)
+    out.write(b"+copied")
+    fs.recover_lease(path)
+    with pytest.raises(LeaseExpiredError, match="11 unflushed bytes dropped"):
+        out.flush()
+    out.close()
+    assert fs.read_all(path) == b"kept|"
+
+
 def test_synced_bytes_survive_sigkill_of_writer(backend):
     fs, root, _ = backend
     path = fs.join(root, "synced.log")

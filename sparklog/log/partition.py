@@ -28,7 +28,7 @@ from ..errors import (
     StorageError, StorageFileNotFoundError,
 )
 from ..format.frame import set_log_append_time, stamp, validate_frame
-from ..format.header import HEADER_SIZE
+from ..format.header import HEADER_SIZE, FrameHeader
 from ..storage.base import FileIO
 from .checkpoint import JsonCheckpoint
 from .config import LogConfig
@@ -197,12 +197,19 @@ class PartitionLog(PartitionRecovery):
 
     # --- writing -------------------------------------------------------------------------
     def append(self, frame, *, leader_epoch: int | None = None,
-               log_append_time_ms: int | None = None) -> AppendResult:
+               log_append_time_ms: int | None = None,
+               validated: FrameHeader | None = None, borrow: bool = False) -> AppendResult:
         """Validate one frame, stamp its base offset (the log end offset) and leader
         epoch in place (a bytearray or writable memoryview is patched where it lies; a
         bytes or read-only frame is copied first), and append it.
 
-        For LogAppendTime topics the frame gets ``log_append_time_ms`` (default: now).
+        ``validated`` is the header :func:`~sparklog.format.frame.validate_frame`
+        returned for this very frame (CRC included) when the caller checked it already:
+        the check is not repeated. ``borrow=True`` promises that the frame's memory
+        stays unchanged until the next :meth:`flush` or :meth:`sync` returns: it is then
+        written from where it lies, with no copy (a bytes frame, copied here anyway, is
+        always written so). For LogAppendTime topics the frame gets
+        ``log_append_time_ms`` (default: now).
         Rolls first if the frame would overflow ``segment.bytes`` or the segment is
         older than ``segment.ms``. CorruptRecordError for a bad frame,
         RecordTooLargeError over ``max.message.bytes`` or ``segment.bytes``,
@@ -214,13 +221,15 @@ class PartitionLog(PartitionRecovery):
             buf = frame.cast("B") if frame.format != "B" or frame.ndim != 1 else frame
         elif isinstance(frame, (bytes, memoryview)):
             buf = bytearray(frame)
+            borrow = True  # our own copy
         else:
             raise InvalidArgumentError(
                 f"partition {self.name}: frame must be bytes, bytearray or memoryview, "
                 f"got {type(frame).__name__}")
         config = self.config
         try:
-            header = validate_frame(buf, 0, max_size=config.max_message_bytes)
+            header = validated if validated is not None else \
+                validate_frame(buf, 0, max_size=config.max_message_bytes)
         except CorruptRecordError as exc:
             raise CorruptRecordError(f"partition {self.name}: frame refused: {exc}") from None
         except RecordTooLargeError as exc:
@@ -263,7 +272,7 @@ class PartitionLog(PartitionRecovery):
                 buf[:HEADER_SIZE] = head
             position = seg._size
             try:
-                self._out.write(buf)
+                self._out.write(buf, borrow=borrow)
             except BaseException as exc:
                 self._failed = exc
                 raise

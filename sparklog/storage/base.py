@@ -46,8 +46,12 @@ class OutputStream(abc.ABC):
     path: str
 
     @abc.abstractmethod
-    def write(self, data) -> int:
-        """Append ``data`` (bytes-like); return the number of bytes accepted."""
+    def write(self, data, *, borrow: bool = False) -> int:
+        """Append ``data`` (bytes-like); return the number of bytes accepted.
+
+        ``borrow=True`` lets the stream keep a reference to ``data`` instead of copying
+        it; the caller then leaves that memory unchanged until the next ``flush``,
+        ``sync`` or ``close`` returns."""
 
     @abc.abstractmethod
     def flush(self) -> None:

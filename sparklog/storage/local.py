@@ -11,10 +11,10 @@ How each rule of the contract is enforced on a POSIX file system:
 * **Lease transitions are serialised** with ``flock`` on the parent directory's file
   descriptor: exclusive for create/append/recover/release, shared while a writer checks
   its lease and hands bytes to the OS. So ``recover_lease`` waits for an in-flight flush,
-  and once it returns the fenced writer cannot add a single byte: its next
-  write/flush/sync raises :class:`LeaseExpiredError`.
-* **flush/sync.** ``write`` buffers in user space; ``flush`` checks the lease and
-  ``write(2)``s the buffer (visible to every new reader, as hflush); ``sync`` flushes then
+  and once it returns the fenced writer cannot add a single byte: its next flush or
+  sync (or a write into an empty buffer) raises :class:`LeaseExpiredError`.
+* **flush/sync.** ``write`` buffers in user space (or holds a borrowed view); ``flush``
+  checks the lease and ``writev(2)``s the buffer (visible to every new reader, as hflush); ``sync`` flushes then
   ``fsync(2)``s (durable, as hsync). Creating or renaming a file also fsyncs the
   directory so the name itself is durable.
 * **create-no-overwrite** is ``open(O_CREAT|O_EXCL)``: the kernel lets exactly one of
@@ -65,6 +65,10 @@ def _token_of(fd: int) -> str | None:
         return None
 
 
+#: most buffers one writev(2) takes
+_IOV_MAX = 1024
+
+
 class LocalOutputStream(BufferedOutputStream):
     """Append-only writer of one local file under a lease (see module docstring)."""
 
@@ -112,7 +116,7 @@ class LocalOutputStream(BufferedOutputStream):
                 raise LeaseLost()
             pending = [p for p in parts if len(p)]
             while pending:  # writev(2), resumed after a partial write
-                n = os.writev(self._fd, pending)
+                n = os.writev(self._fd, pending[:_IOV_MAX])
                 while n:
                     if n >= len(pending[0]):
                         n -= len(pending.pop(0))

@@ -6,6 +6,11 @@ the storage so new readers see them: write(2), hdfsWrite+hdfsHFlush, WebHDFS APP
 ``_abandon`` (drop the handle after the lease was lost). A hook signals that the lease
 is gone by raising :class:`LeaseLost`; the stream then drops its buffer, refuses every
 later write/flush/sync with LeaseExpiredError and reports ``closed``.
+
+Borrowed writes (``write(data, borrow=True)``) are not copied: the stream keeps a view
+of the caller's memory and hands it to ``_push_parts`` with the rest at the next push,
+so a batch of frames costs one vectored write and no user-space copy. The caller must
+leave that memory unchanged until the next ``flush``, ``sync`` or ``close`` returns.
 """
 
 from __future__ import annotations
@@ -15,6 +20,12 @@ import threading
 from sparklog.errors import LeaseExpiredError, StorageError
 from sparklog.storage.base import OutputStream
 from sparklog.storage.paths import check_bytes
+
+
+#: borrowed views held before a push is forced (well below IOV_MAX = 1024)
+MAX_HELD_PARTS = 512
+#: borrowed bytes held before a push is forced
+MAX_HELD_BYTES = 64 << 20
 
 
 class LeaseLost(Exception):
@@ -28,7 +39,9 @@ class BufferedOutputStream(OutputStream):
     def __init__(self, path: str, length: int, buffer_size: int):
         self.path = path
         self._pushed = length
-        self._buf = bytearray()
+        self._buf = bytearray()     # copied bytes, after every held part
+        self._held: list = []       # borrowed views and sealed copies, in file order
+        self._held_bytes = 0
         self._buffer_size = buffer_size
         self._closed = False
         self._lost = False
@@ -37,7 +50,8 @@ class BufferedOutputStream(OutputStream):
 
     # hooks ------------------------------------------------------------------------------
     def _precheck_write(self) -> None:
-        """Cheap lease check on every write (raise LeaseLost); default none."""
+        """Cheap lease check on a write into an empty buffer (raise LeaseLost); default
+        none."""
 
     def _push(self, data: memoryview) -> None:
         """Hand ``data`` to the storage, visible to new readers (raise LeaseLost)."""
@@ -74,8 +88,9 @@ class BufferedOutputStream(OutputStream):
             raise self._fenced(op) from None
 
     def _fenced(self, op: str) -> LeaseExpiredError:
-        dropped = len(self._buf)
+        dropped = len(self._buf) + self._held_bytes
         self._buf.clear()
+        self._held, self._held_bytes = [], 0
         self._lost = True
         try:
             self._abandon()
@@ -91,34 +106,53 @@ class BufferedOutputStream(OutputStream):
         if self._closed:
             raise StorageError(f"{self.path}: stream is closed; {op} refused")
 
+    def _buffered(self) -> int:
+        return self._held_bytes + len(self._buf)
+
     def _push_buffer(self, op: str, data: memoryview | None = None) -> None:
-        """Push the buffer, followed by ``data`` (pushed from the caller's memory)."""
-        if not self._buf and data is None:
+        """Push the held parts and the buffer, followed by ``data`` (pushed from the
+        caller's memory)."""
+        if not self._buffered() and data is None:
             return
         try:
             with memoryview(self._buf) as view:
-                parts = [view] if self._buf else []
+                parts = self._held + ([view] if self._buf else [])
                 if data is not None:
                     parts.append(data)
                 self._push_parts(parts)
         except LeaseLost:
             raise self._fenced(op) from None
-        self._pushed += len(self._buf) + (len(data) if data is not None else 0)
+        self._pushed += self._buffered() + (len(data) if data is not None else 0)
         self._buf.clear()
+        self._held, self._held_bytes = [], 0
         self._dirty = True
 
     # OutputStream ---------------------------------------------------------------------
-    def write(self, data) -> int:
+    def write(self, data, *, borrow: bool = False) -> int:
         """Buffer ``data`` (bytes-like); push the buffer once it reaches buffer_size.
 
         Large data (half of buffer_size or more) is not copied into the buffer: it is
-        pushed at once, after the buffered bytes, straight from the caller's memory."""
+        pushed at once, after the buffered bytes, straight from the caller's memory.
+        ``borrow=True`` holds a view of smaller data instead, pushed with the rest at
+        the next flush (see the module docstring): the caller leaves it unchanged until
+        then."""
         view = check_bytes(data)
         with self._lock:
             self._check_open("write")
-            self._guarded("write", self._precheck_write)
+            if not self._buffered():  # later writes of a batch leave it to the push
+                self._guarded("write", self._precheck_write)
             if len(view) * 2 >= self._buffer_size:
                 self._push_buffer("write", view)
+                return len(view)
+            if borrow:
+                if self._buf:  # the copied bytes so far go first
+                    self._held.append(self._buf)
+                    self._held_bytes += len(self._buf)
+                    self._buf = bytearray()
+                self._held.append(view)
+                self._held_bytes += len(view)
+                if len(self._held) >= MAX_HELD_PARTS or self._held_bytes >= MAX_HELD_BYTES:
+                    self._push_buffer("write")
                 return len(view)
             self._buf += view
             if len(self._buf) >= self._buffer_size:
@@ -129,7 +163,7 @@ class BufferedOutputStream(OutputStream):
         """hflush: push the buffer; the bytes are visible to readers opening now."""
         with self._lock:
             self._check_open("flush")
-            if not self._buf:  # an empty flush still notices a lost lease
+            if not self._buffered():  # an empty flush still notices a lost lease
                 self._guarded("flush", self._precheck_write)
             self._push_buffer("flush")
 
@@ -149,7 +183,7 @@ class BufferedOutputStream(OutputStream):
 
     def tell(self) -> int:
         """Length of the file including bytes still buffered here."""
-        return self._pushed + len(self._buf)
+        return self._pushed + self._buffered()
 
     def close(self) -> None:
         """Flush, persist, release the lease; idempotent.

@@ -25,7 +25,7 @@ from ...errors import (
     CorruptRecordError, RecordTooLargeError, SchemaMismatchError, SparklogError, StorageError,
 )
 from ...format.frame import TIMESTAMP_COLUMN, body_schema, iter_frames, validate_frame
-from ...format.header import HEADER_SIZE, FrameHeader, unpack_header
+from ...format.header import HEADER_SIZE, FrameHeader
 from ...log.config import LogConfig
 from ...log.partition import PartitionLog
 from ...metadata.topic import TopicConfig
@@ -76,9 +76,10 @@ class SchemaChecker:
         self.expected = topic.record_schema
         self._accepted: set[bytes] = set()
 
-    def check(self, buf, pos: int, header: FrameHeader, where: str) -> None:
-        """Raise SchemaMismatchError (or CorruptRecordError) for a frame whose body does
-        not have the topic's columns."""
+    def check(self, buf, pos: int, header: FrameHeader, partition: str) -> None:
+        """Raise SchemaMismatchError (or CorruptRecordError) for the frame at byte
+        ``pos`` of a request to ``partition`` whose body does not have the topic's
+        columns."""
         body = memoryview(buf)[pos + HEADER_SIZE:pos + header.size]
         if len(body) >= 8:
             marker, meta_len = _IPC_PREFIX.unpack_from(body, 0)
@@ -90,6 +91,7 @@ class SchemaChecker:
                 key = None
         else:
             key = None
+        where = f"partition {partition}, frame at byte {pos} of the request"
         schema = body_schema(pa.py_buffer(body))
         names = schema.names
         if TIMESTAMP_COLUMN not in names:
@@ -195,20 +197,17 @@ class PartitionWriter:
         if not buf:
             raise CorruptRecordError(f"partition {self.name}: produce request has no frames")
         pos, end = 0, len(buf)
-        # PartitionLog.append checks every CRC again; checking here too keeps a request of
-        # several frames all-or-nothing. A single-frame request (what producers send)
-        # needs only the append's check.
-        single = end >= HEADER_SIZE and unpack_header(buf, 0).size == end
+        # every frame is checked (CRC included) before any is appended, so a request of
+        # several frames is all-or-nothing; the append trusts these checks
         while pos < end:
-            where = f"partition {self.name}, frame at byte {pos} of the request"
             try:
-                header = validate_frame(buf, pos, max_size=max_size, verify_crc=not single)
+                header = validate_frame(buf, pos, max_size=max_size)
             except CorruptRecordError as exc:
                 raise CorruptRecordError(f"partition {self.name}: {exc}") from None
             except RecordTooLargeError as exc:
                 raise RecordTooLargeError(
                     f"partition {self.name}: {exc} (max.message.bytes)") from None
-            self.schema.check(buf, pos, header, where)
+            self.schema.check(buf, pos, header, self.name)
             item.frames.append((pos, header))
             pos += header.size
 
@@ -230,7 +229,7 @@ class PartitionWriter:
                                             duplicate=True)
                     else:
                         frame = memoryview(item.records)[pos:pos + header.size]
-                        res = plog.append(frame)
+                        res = plog.append(frame, validated=header, borrow=True)
                         state.update(header, res.base_offset)
                         out = ProduceResult(res.base_offset, res.log_append_time,
                                             plog.log_start_offset)
