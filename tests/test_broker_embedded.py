@@ -156,3 +156,22 @@ def test_back_pressure_stops_reading_a_flooding_client(storage_root):
         assert c.receive()["error_code"] == 0  # the long poll
         for _ in range(sent):
             assert c.receive()["topics"][0]["partitions"][0]["error_code"] == 0
+
+
+def test_produce_not_appended_within_timeout_ms_is_answered_timed_out(storage_root):
+    from sparklog.errors import RequestTimedOutError
+
+    with EmbeddedBroker(storage_root) as broker, Connection(broker.address) as c:
+        create(c, "slow")
+        assert produce(c, "slow", 0, encode_frame(raw_batch([b"a"])))["base_offset"] == 0
+        plog = broker.broker.partitions[("slow", 0)].log
+        with plog._lock:  # the storage hangs: the writer's append waits for the lock
+            c.send(ApiKey.PRODUCE, {"acks": 1, "timeout_ms": 300, "topics": [
+                {"name": "slow", "partitions": [
+                    {"partition": 0, "records": encode_frame(raw_batch([b"late"]))}]}]})
+            item = c.receive()["topics"][0]["partitions"][0]
+        assert item["error_code"] == RequestTimedOutError.code
+        assert "timeout_ms=300" in item["error_message"]
+        # the append itself went on once the storage answered, as in Kafka
+        assert produce(c, "slow", 0, encode_frame(raw_batch([b"b"])))["base_offset"] == 2
+        assert read_values(c, "slow", 0) == [b"a", b"late", b"b"]

@@ -139,6 +139,54 @@ def test_rolls_by_segment_bytes_and_reads_across_segments(fio, pdir):
             assert first.header.base_offset == offset - offset % 5
 
 
+def _run(frames):
+    """One buffer holding ``frames`` back to back, and their (position, header) pairs."""
+    buf, run = bytearray(), []
+    for f in frames:
+        run.append((len(buf), validate_frame(f)))
+        buf += f
+    return buf, run
+
+
+@pytest.mark.parametrize("segment_frames", [1, 3, 100])
+def test_append_frames_matches_one_append_per_frame(fio, tmp_path, segment_frames):
+    frames = [typed_frame(list(range(i, i + 1 + i % 4)), [2_000 + 7 * i] * (1 + i % 4))
+              for i in range(12)]
+    config = {"segment.bytes": segment_frames * len(frames[-1]) + 5,
+              "index.interval.bytes": 1}
+    one = PartitionLog.open(fio, fio.join(tmp_path.as_uri(), "one", "0"), config)
+    run = PartitionLog.open(fio, fio.join(tmp_path.as_uri(), "run", "0"), config)
+    with one, run:
+        singles = [one.append(f) for f in frames]
+        buf, pairs = _run(frames)
+        result = run.append_frames(memoryview(buf), pairs)
+        assert (result.base_offset, result.last_offset) == \
+            (singles[0].base_offset, singles[-1].last_offset)
+        assert (result.position, result.segment_base) == (0, 0)
+        for log in (one, run):
+            log.flush()
+        assert [s.base_offset for s in run.segments] == [s.base_offset for s in one.segments]
+        assert len(one.segments) > 1 or segment_frames == 100
+        for seg_one, seg_run in zip(one.segments, run.segments):  # same stamped bytes
+            assert fio.read_all(seg_run.path) == fio.read_all(seg_one.path)
+            assert seg_run.offset_index.entries() == seg_one.offset_index.entries()
+            assert seg_run.time_index.entries() == seg_one.time_index.entries()
+        for ts in (0, 2_000, 2_040, 2_077, 9_999):
+            assert run.offset_for_timestamp(ts) == one.offset_for_timestamp(ts)
+
+
+def test_append_frames_refuses_gaps_and_read_only_buffers(fio, pdir):
+    frames = [typed_frame([1]), typed_frame([2])]
+    buf, pairs = _run(frames)
+    with PartitionLog.open(fio, pdir) as plog:
+        with pytest.raises(InvalidArgumentError, match="must follow each other"):
+            plog.append_frames(buf, [pairs[1], pairs[0]])
+        with pytest.raises(InvalidArgumentError, match="writable memoryview"):
+            plog.append_frames(bytes(buf), pairs)
+        assert plog.log_end_offset == 0
+        assert plog.append_frames(buf, pairs).last_offset == 1
+
+
 def test_rolls_by_segment_ms_like_kafka(fio, pdir):
     now = [10_000_000]
     with PartitionLog.open(fio, pdir, {"segment.ms": 1000}, clock=lambda: now[0]) as plog:

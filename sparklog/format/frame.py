@@ -389,12 +389,18 @@ def iter_frames(buf, pos: int = 0, *, verify_crc: bool = True, path=None) -> Ite
         pos += frame.header.size
 
 
-def stamp(buf: bytearray, pos: int, base_offset: int, leader_epoch: int) -> None:
+def _patchable(buf, what: str) -> None:
+    if not (isinstance(buf, bytearray)
+            or (isinstance(buf, memoryview) and not buf.readonly)):
+        raise InvalidArgumentError(
+            f"{what} patches in place: buf must be a bytearray or a writable memoryview, "
+            f"got {type(buf).__name__}")
+
+
+def stamp(buf: bytearray | memoryview, pos: int, base_offset: int, leader_epoch: int) -> None:
     """Write the broker-assigned base offset and leader epoch into a frame in place
     (both fields lie outside the CRC)."""
-    if not isinstance(buf, bytearray):
-        raise InvalidArgumentError(
-            f"stamp() patches in place: buf must be a bytearray, got {type(buf).__name__}")
+    _patchable(buf, "stamp()")
     _frame_view(buf, pos)
     if len(buf) - pos < HEADER_SIZE:
         raise InvalidArgumentError(
@@ -404,6 +410,24 @@ def stamp(buf: bytearray, pos: int, base_offset: int, leader_epoch: int) -> None
     _check_header_int("leader_epoch", leader_epoch)
     _I64.pack_into(buf, pos + BASE_OFFSET_POS, base_offset)
     _I32.pack_into(buf, pos + LEADER_EPOCH_POS, leader_epoch)
+
+
+def stamp_run(buf: bytearray | memoryview, frames, base_offset: int,
+              leader_epoch: int) -> int:
+    """Stamp a run of frames of ``buf`` in place, as :func:`stamp` does one: ``frames``
+    are the ``(position, header)`` pairs of validated frames in log order; the first
+    gets ``base_offset``, each next one the offset after the previous frame's last
+    record. Returns the offset after the run's last record."""
+    _patchable(buf, "stamp_run()")
+    _check_header_int("leader_epoch", leader_epoch)
+    _check_header_int("base_offset", base_offset)
+    pack_offset, pack_epoch = _I64.pack_into, _I32.pack_into
+    offset = base_offset
+    for pos, header in frames:
+        pack_offset(buf, pos + BASE_OFFSET_POS, offset)
+        pack_epoch(buf, pos + LEADER_EPOCH_POS, leader_epoch)
+        offset += header.last_offset_delta + 1
+    return offset
 
 
 def set_log_append_time(buf: bytearray, pos: int, ts_ms: int) -> None:

@@ -21,13 +21,13 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from ..errors import (
     CorruptRecordError, InvalidArgumentError, OffsetOutOfRangeError, RecordTooLargeError,
     StorageError, StorageFileNotFoundError,
 )
-from ..format.frame import set_log_append_time, stamp, validate_frame
+from ..format.frame import set_log_append_time, stamp_run, validate_frame
 from ..format.header import HEADER_SIZE, FrameHeader
 from ..storage.base import FileIO
 from .checkpoint import JsonCheckpoint
@@ -43,8 +43,7 @@ from .segment import LogSegment
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class AppendResult:
+class AppendResult(NamedTuple):
     """Where an appended frame went: its first and last offsets, the LogAppendTime
     stamped (-1 for CreateTime topics), its file position and its segment's base."""
 
@@ -226,10 +225,9 @@ class PartitionLog(PartitionRecovery):
             raise InvalidArgumentError(
                 f"partition {self.name}: frame must be bytes, bytearray or memoryview, "
                 f"got {type(frame).__name__}")
-        config = self.config
         try:
             header = validated if validated is not None else \
-                validate_frame(buf, 0, max_size=config.max_message_bytes)
+                validate_frame(buf, 0, max_size=self.config.max_message_bytes)
         except CorruptRecordError as exc:
             raise CorruptRecordError(f"partition {self.name}: frame refused: {exc}") from None
         except RecordTooLargeError as exc:
@@ -239,10 +237,37 @@ class PartitionLog(PartitionRecovery):
             raise CorruptRecordError(
                 f"partition {self.name}: frame refused: {len(buf) - header.size} bytes "
                 f"follow the {header.size}-byte frame (one frame per append)")
-        if header.size > config.segment_bytes:
-            raise RecordTooLargeError(
-                f"partition {self.name}: frame of {header.size} bytes exceeds "
-                f"segment.bytes={config.segment_bytes}")
+        return self.append_frames(buf, [(0, header)], leader_epoch=leader_epoch,
+                                  log_append_time_ms=log_append_time_ms, borrow=borrow)
+
+    def append_frames(self, buf, frames, *, leader_epoch: int | None = None,
+                      log_append_time_ms: int | None = None,
+                      borrow: bool = False) -> AppendResult:
+        """Append a run of consecutive frames of ``buf`` (a bytearray or writable
+        memoryview), as Kafka appends a whole record set: ``frames`` are the
+        ``(position, header)`` pairs :func:`~sparklog.format.frame.validate_frame`
+        returned for them (CRC included), in order and without gaps between them.
+
+        Each frame is stamped in place with its base offset and the leader epoch, and
+        the run goes to storage in one write per segment it lands in (rolling as
+        :meth:`append` does). ``leader_epoch``, ``log_append_time_ms`` and ``borrow``
+        are as for :meth:`append`. The result covers the run: the first frame's base
+        offset, position and segment, the last frame's last offset."""
+        config = self.config
+        expected = frames[0][0] if frames else 0
+        for pos, header in frames:
+            if pos != expected:
+                raise InvalidArgumentError(
+                    f"partition {self.name}: frames to append must follow each other; "
+                    f"one starts at byte {pos}, expected {expected}")
+            if header.size > config.segment_bytes:
+                raise RecordTooLargeError(
+                    f"partition {self.name}: frame of {header.size} bytes exceeds "
+                    f"segment.bytes={config.segment_bytes}")
+            expected = pos + header.size
+        if not frames:
+            raise InvalidArgumentError(f"partition {self.name}: no frames to append")
+        view = memoryview(buf)
         with self._lock:
             self._check_usable()
             epoch = self._epoch
@@ -251,38 +276,64 @@ class PartitionLog(PartitionRecovery):
                 self._epoch = epoch = leader_epoch
             now = self._clock()
             append_time = -1
-            max_ts = header.max_timestamp
             if config.log_append_time:
                 append_time = now if log_append_time_ms is None else log_append_time_ms
-                set_log_append_time(buf, 0, append_time)
-                max_ts = append_time
-            seg = self._segments[-1]
-            base = self._leo
-            next_offset = base + header.last_offset_delta + 1
-            if seg._size and (seg._size + header.size > config.segment_bytes
-                              or seg.time_waited_for_roll(now, max_ts) > config.segment_ms
-                              or not fits_relative(seg.base_offset, next_offset)):
-                self._roll()
+                for pos, _ in frames:
+                    set_log_append_time(buf, pos, append_time)
+            first = None
+            i, n = 0, len(frames)
+            while i < n:
                 seg = self._segments[-1]
-            if isinstance(buf, bytearray):
-                stamp(buf, 0, base, epoch)
-            else:  # a writable view: stamp its header and put it back (no frame copy)
-                head = bytearray(buf[:HEADER_SIZE])
-                stamp(head, 0, base, epoch)
-                buf[:HEADER_SIZE] = head
-            position = seg._size
-            try:
-                self._out.write(buf, borrow=borrow)
-            except BaseException as exc:
-                self._failed = exc
-                raise
-            seg.track(base, next_offset, max_ts, header.record_count, header.size, position)
-            self._leo = next_offset
-            self._unsynced_records += header.record_count
+                j = self._fitting(seg, frames, i, now, append_time)
+                if j == i:  # the next frame starts a new segment
+                    self._roll()
+                    continue
+                start = frames[i][0]
+                end = frames[j - 1][0] + frames[j - 1][1].size
+                base, position = self._leo, seg._size
+                next_offset = stamp_run(buf, frames[i:j], base, epoch)
+                try:
+                    self._out.write(view[start:end], borrow=borrow)
+                except BaseException as exc:
+                    self._failed = exc
+                    raise
+                offset = base
+                for pos, header in frames[i:j]:
+                    after = offset + header.last_offset_delta + 1
+                    seg.track(offset, after,
+                              append_time if append_time >= 0 else header.max_timestamp,
+                              header.record_count, header.size, position + pos - start)
+                    self._unsynced_records += header.record_count
+                    offset = after
+                self._leo = next_offset
+                if first is None:
+                    first = (base, position, seg.base_offset)
+                i = j
             if (0 <= config.flush_messages <= self._unsynced_records
                     or 0 <= config.flush_ms <= now - self._last_sync_ms):
                 self.sync()
-            return AppendResult(base, next_offset - 1, append_time, position, seg.base_offset)
+            return AppendResult(first[0], self._leo - 1, append_time, first[1], first[2])
+
+    def _fitting(self, seg, frames, i: int, now: int, append_time: int) -> int:
+        """How far from ``frames[i]`` the run fits in ``seg``: the index after the last
+        frame that does; ``i`` when the segment must roll first (it is not empty, and
+        the frame overflows ``segment.bytes``, ``segment.ms`` has passed, or the
+        frame's offsets do not fit the segment's relative index). An empty segment
+        takes at least one frame."""
+        if seg._size:
+            timestamp = append_time if append_time >= 0 else frames[i][1].max_timestamp
+            if seg.time_waited_for_roll(now, timestamp) > self.config.segment_ms:
+                return i
+        room = self.config.segment_bytes - seg._size
+        offset, size, j = self._leo, 0, i
+        for _, header in frames[i:]:
+            after = offset + header.last_offset_delta + 1
+            if size + header.size > room or not fits_relative(seg.base_offset, after):
+                break
+            size += header.size
+            offset = after
+            j += 1
+        return j if j > i or seg._size else i + 1
 
     def flush(self) -> None:
         """hflush the active segment: appended frames become visible to readers and

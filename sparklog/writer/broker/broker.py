@@ -38,7 +38,7 @@ from . import admin, groups_api, server
 from ...retention.manager import RetentionManager
 from .config import BrokerConfig
 from .group import GroupCoordinator
-from .partition import PartitionWriter
+from .partition import PartitionWriter, ProduceResult
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,15 @@ class RequestContext:
         self.client_id = client_id
         self.client_host = client_host
         self.order = order or asyncio.Lock()
+
+
+def _time_out(futures, timeout_ms: int) -> None:
+    """Answer the produce futures still pending after ``timeout_ms``."""
+    for topic, partition, fut in futures:
+        if not fut.done():
+            fut.set_result(ProduceResult(error=RequestTimedOutError(
+                f"partition {topic}-{partition}: not appended within "
+                f"timeout_ms={timeout_ms}")))
 
 
 class Broker:
@@ -367,17 +376,21 @@ class Broker:
                                         w.submit(p["records"], acks), len(p["records"])))
                     except SparklogError as exc:
                         pending.append((t["name"], p["partition"], exc, 0))
-        futures = [f for _, _, f, _ in pending if isinstance(f, asyncio.Future)]
+        futures = [(t, p, f) for t, p, f, _ in pending if isinstance(f, asyncio.Future)]
         if futures:
-            await asyncio.wait(futures, timeout=max(body["timeout_ms"], 0) / 1000)
+            # one timer answers what is still pending at the deadline (the writer skips
+            # a future already done); cheaper per request than asyncio.wait
+            timer = self.loop.call_later(max(body["timeout_ms"], 0) / 1000, _time_out,
+                                         futures, body["timeout_ms"])
+            try:
+                for _, _, fut in futures:
+                    await fut
+            finally:
+                timer.cancel()
         topics: dict[str, list] = {}
         for topic, partition, fut, size in pending:
             if not isinstance(fut, asyncio.Future):
                 item = {"partition": partition, **error_fields(fut), "base_offset": -1}
-            elif not fut.done():
-                item = {"partition": partition, "base_offset": -1, **error_fields(
-                    RequestTimedOutError(f"partition {topic}-{partition}: not appended within "
-                                         f"timeout_ms={body['timeout_ms']}"))}
             else:
                 res = fut.result()
                 if self.leadership is not None:

@@ -18,6 +18,7 @@ import logging
 import struct
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import pyarrow as pa
 
@@ -25,7 +26,7 @@ from ...errors import (
     CorruptRecordError, RecordTooLargeError, SchemaMismatchError, SparklogError, StorageError,
 )
 from ...format.frame import TIMESTAMP_COLUMN, body_schema, iter_frames, validate_frame
-from ...format.header import HEADER_SIZE, FrameHeader
+from ...format.header import HEADER_SIZE, NO_PRODUCER_ID, FrameHeader
 from ...log.config import LogConfig
 from ...log.partition import PartitionLog
 from ...metadata.topic import TopicConfig
@@ -49,8 +50,7 @@ class ProduceItem:
     frames: list = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class ProduceResult:
+class ProduceResult(NamedTuple):
     """What the writer did with one request: the first frame's offsets (or the error)."""
 
     base_offset: int = -1
@@ -221,19 +221,15 @@ class PartitionWriter:
         for item in batch:
             try:
                 self._validate(item, max_size)
-                first = None
-                for pos, header in item.frames:
-                    dup = state.check(header)
-                    if dup is not None:
-                        out = ProduceResult(dup.first_offset, -1, plog.log_start_offset,
-                                            duplicate=True)
-                    else:
-                        frame = memoryview(item.records)[pos:pos + header.size]
-                        res = plog.append(frame, validated=header, borrow=True)
-                        state.update(header, res.base_offset)
-                        out = ProduceResult(res.base_offset, res.log_append_time,
-                                            plog.log_start_offset)
-                    first = first or out
+                records = memoryview(item.records)
+                if records.readonly:  # a small request arrives as bytes: stamp a copy
+                    records = memoryview(bytearray(records))
+                if all(h.producer_id == NO_PRODUCER_ID for _, h in item.frames):
+                    res = plog.append_frames(records, item.frames, borrow=True)
+                    first = ProduceResult(res.base_offset, res.log_append_time,
+                                          plog.log_start_offset)
+                else:
+                    first = self._append_sequenced(records, item.frames)
                 results.append(first)
                 durable = durable or item.acks == ACKS_ALL
             except StorageError as exc:
@@ -255,6 +251,26 @@ class PartitionWriter:
                 >= self.snapshot_interval_ms:
             self._snapshot()
         return results
+
+    def _append_sequenced(self, records: memoryview, frames) -> ProduceResult:
+        """Append the frames of one request that carry producer ids one by one, each
+        checked against (and recorded in) the producer state; a duplicate is answered
+        with the offsets it got the first time. Returns the first frame's result."""
+        plog, state = self.log, self.state
+        first = None
+        for pos, header in frames:
+            dup = state.check(header)
+            if dup is not None:
+                if first is None:
+                    first = ProduceResult(dup.first_offset, -1, plog.log_start_offset,
+                                          duplicate=True)
+                continue
+            res = plog.append(records[pos:pos + header.size], validated=header, borrow=True)
+            state.update(header, res.base_offset)
+            if first is None:
+                first = ProduceResult(res.base_offset, res.log_append_time,
+                                      plog.log_start_offset)
+        return first
 
     def _snapshot(self) -> None:
         try:
