@@ -333,38 +333,42 @@ def validate_frame(buf, pos: int = 0, *, max_size: int | None = None,
     that is not bytes-like or a negative ``pos``."""
     view = _frame_view(buf, pos)
     avail = len(view) - pos
-    where = f" at position {pos}" + (f" of {path}" if path else "")
+
+    def where() -> str:  # only an error needs it
+        return f" at position {pos}" + (f" of {path}" if path else "")
+
     if avail < HEADER_SIZE:
         raise CorruptRecordError(
-            f"truncated frame{where}: {avail} bytes, a header needs {HEADER_SIZE}",
+            f"truncated frame{where()}: {avail} bytes, a header needs {HEADER_SIZE}",
             path=path, position=pos)
     header = unpack_header(view, pos)
+    size = header.length + LOG_OVERHEAD
     if header.length < HEADER_SIZE - LOG_OVERHEAD:
         raise CorruptRecordError(
-            f"invalid frame length {header.length}{where}", path=path, position=pos)
-    if max_size is not None and header.size > max_size:
+            f"invalid frame length {header.length}{where()}", path=path, position=pos)
+    if max_size is not None and size > max_size:
         raise RecordTooLargeError(
-            f"frame{where} is {header.size} bytes, over the limit of {max_size} bytes")
-    if header.size > avail:
+            f"frame{where()} is {size} bytes, over the limit of {max_size} bytes")
+    if size > avail:
         raise CorruptRecordError(
-            f"truncated frame{where}: header says {header.size} bytes, {avail} present",
+            f"truncated frame{where()}: header says {size} bytes, {avail} present",
             path=path, position=pos)
     if header.magic != MAGIC:
         raise CorruptRecordError(
-            f"unknown frame format version {header.magic}{where} (expected {MAGIC})",
+            f"unknown frame format version {header.magic}{where()} (expected {MAGIC})",
             path=path, position=pos)
     if verify_crc:
-        actual = crc32c(view[pos + CRC_START:pos + header.size])
+        actual = crc32c(view[pos + CRC_START:pos + size])
         if actual != header.crc:
             raise CorruptRecordError(
-                f"CRC32C mismatch{where}: stored {header.crc:#010x}, computed {actual:#010x}",
-                path=path, position=pos)
+                f"CRC32C mismatch{where()}: stored {header.crc:#010x}, "
+                f"computed {actual:#010x}", path=path, position=pos)
     if header.record_count <= 0 or header.last_offset_delta < header.record_count - 1 \
             or (header.attributes & CODEC_MASK) not in (0, 1, 2):
         raise CorruptRecordError(
-            f"inconsistent frame header{where}: {header.record_count} records, "
-            f"last offset delta {header.last_offset_delta}, attributes {header.attributes:#x}",
-            path=path, position=pos)
+            f"inconsistent frame header{where()}: {header.record_count} records, "
+            f"last offset delta {header.last_offset_delta}, attributes "
+            f"{header.attributes:#x}", path=path, position=pos)
     return header
 
 
