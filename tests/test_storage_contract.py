@@ -156,6 +156,40 @@ def test_local_writes_stay_in_user_space_until_flush(backend):
         assert fs.size(path) == 100
 
 
+def _dirty_bytes() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("Dirty:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no Dirty line in /proc/meminfo")
+
+
+def test_local_sync_behind_writes_starts_writeback_early(tmp_path):
+    """Pages handed to writeback stop counting as Dirty: a writer with the hint leaves
+    almost none of its bytes dirty, one without leaves them all (until the kernel's
+    own flusher runs, which the test detects and then skips)."""
+    if not os.path.exists("/proc/meminfo"):
+        pytest.skip("needs Linux's /proc/meminfo to see dirty pages")
+    data = os.urandom(64 << 20)
+    dirtied = {}
+    for name, behind in (("lazy.log", 0), ("eager.log", 1 << 20)):
+        fs = open_fileio(tmp_path.as_uri(), sync_behind_writes=behind)
+        path = fs.join(tmp_path.as_uri(), name)
+        with fs.create(path) as out:
+            before = _dirty_bytes()
+            for i in range(0, len(data), 1 << 20):
+                out.write(data[i:i + (1 << 20)])
+            out.flush()
+            dirtied[name] = _dirty_bytes() - before
+        assert fs.read_all(path) == data
+    if dirtied["lazy.log"] < len(data) * 3 // 4:
+        pytest.skip(f"the kernel's flusher ran during the test (only {dirtied['lazy.log']} "
+                    "of the unhinted bytes stayed dirty): the hint cannot be told apart")
+    assert dirtied["eager.log"] < len(data) // 4, dirtied
+    with pytest.raises(InvalidArgumentError):
+        open_fileio(tmp_path.as_uri(), sync_behind_writes=-1)
+
+
 def test_borrowed_writes_keep_order_and_are_written_from_the_callers_memory(backend):
     fs, root, _ = backend
     path = fs.join(root, "borrowed.log")

@@ -48,10 +48,12 @@ from sparklog.storage.base import FileInfo, FileIO
 from sparklog.storage.paths import check_int, check_path, is_lease_file, strip_scheme
 from sparklog.storage.posix import (
     DirLock, acquire_lease, fsync_dir, lease_path, owner_alive, read_lease, rename_noreplace,
+    start_writeback,
 )
 from sparklog.storage.stream import BufferedOutputStream, LeaseLost
 
 DEFAULT_BUFFER_SIZE = 1 << 20  # bytes buffered before write() hands them to the OS
+DEFAULT_SYNC_BEHIND_WRITES = 8 << 20  # bytes handed to the OS before writeback starts
 
 # --- streams -----------------------------------------------------------------------------
 
@@ -73,8 +75,11 @@ class LocalOutputStream(BufferedOutputStream):
     """Append-only writer of one local file under a lease (see module docstring)."""
 
     def __init__(self, path: str, os_path: str, fd: int, lease: dict, length: int,
-                 buffer_size: int):
+                 buffer_size: int, sync_behind_writes: int = 0):
         super().__init__(path, length, buffer_size)
+        self._sync_behind = sync_behind_writes
+        self._end = self._behind = length  # file length; start of the bytes not yet
+        # handed to writeback
         self._os_path = os_path
         self._dir = os.path.dirname(os_path)
         self._lease_path = lease_path(os_path)
@@ -117,6 +122,7 @@ class LocalOutputStream(BufferedOutputStream):
             pending = [p for p in parts if len(p)]
             while pending:  # writev(2), resumed after a partial write
                 n = os.writev(self._fd, pending[:_IOV_MAX])
+                self._end += n
                 while n:
                     if n >= len(pending[0]):
                         n -= len(pending.pop(0))
@@ -125,6 +131,10 @@ class LocalOutputStream(BufferedOutputStream):
                         n = 0
         finally:
             lock.__exit__()
+        if self._sync_behind and self._end - self._behind >= self._sync_behind:
+            if not start_writeback(self._fd, self._behind, self._end - self._behind):
+                self._sync_behind = 0  # not on this system: stop asking
+            self._behind = self._end
 
     def _verify_lease(self) -> None:
         if not self._lease_ok():
@@ -207,13 +217,20 @@ class LocalFileIO(FileIO):
     """The local disk (``file://`` URLs or plain paths) under the HDFS contract.
 
     ``buffer_size``: bytes a writer buffers before write() hands them to the OS itself.
+    ``sync_behind_writes``: once a writer has handed this many bytes to the OS, it asks
+    the kernel to start writing them to the device (``sync_file_range``, Linux), as
+    HDFS DataNodes do with ``dfs.datanode.sync.behind.writes``, so the device works
+    while the writer goes on and a later sync finds little left; 0 leaves writeback
+    to the kernel's own timing. A hint only: durability still comes from sync().
     """
 
     scheme = "file"
 
-    def __init__(self, root: str | None = None, *, buffer_size: int = DEFAULT_BUFFER_SIZE):
+    def __init__(self, root: str | None = None, *, buffer_size: int = DEFAULT_BUFFER_SIZE,
+                 sync_behind_writes: int = DEFAULT_SYNC_BEHIND_WRITES):
         self.root = check_path(root, "root") if root is not None else None
         self.buffer_size = check_int(buffer_size, "buffer_size", 1)
+        self.sync_behind_writes = check_int(sync_behind_writes, "sync_behind_writes", 0)
 
     def _os(self, path) -> tuple[str, str]:
         """Return (path as given, absolute OS path)."""
@@ -259,7 +276,8 @@ class LocalFileIO(FileIO):
                 os.close(fd)
                 os.unlink(p)
                 raise
-        return LocalOutputStream(path, p, fd, lease, 0, self.buffer_size)
+        return LocalOutputStream(path, p, fd, lease, 0, self.buffer_size,
+                                 self.sync_behind_writes)
 
     def append(self, path: str) -> LocalOutputStream:
         """Open an existing file for appending under a new lease (an expired lease of a
@@ -281,7 +299,8 @@ class LocalFileIO(FileIO):
             except BaseException:
                 os.unlink(lease_path(p))
                 raise
-        return LocalOutputStream(path, p, fd, lease, os.fstat(fd).st_size, self.buffer_size)
+        return LocalOutputStream(path, p, fd, lease, os.fstat(fd).st_size, self.buffer_size,
+                                 self.sync_behind_writes)
 
     def recover_lease(self, path: str) -> None:
         """Revoke whatever lease ``path`` has (live or dead); the fenced writer cannot

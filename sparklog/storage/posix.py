@@ -74,6 +74,22 @@ _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
 
 
+_SYNC_FILE_RANGE = getattr(_LIBC, "sync_file_range", None)
+if _SYNC_FILE_RANGE is not None:
+    _SYNC_FILE_RANGE.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
+                                 ctypes.c_uint)
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def start_writeback(fd: int, offset: int, length: int) -> bool:
+    """Ask the kernel to start writing ``length`` bytes of ``fd`` from ``offset`` to the
+    device without waiting for it (Linux ``sync_file_range(SYNC_FILE_RANGE_WRITE)``):
+    a hint that promises no durability. False where the call does not exist."""
+    if _SYNC_FILE_RANGE is None:
+        return False
+    return _SYNC_FILE_RANGE(fd, offset, length, _SYNC_FILE_RANGE_WRITE) == 0
+
+
 def rename_noreplace(src: str, dst: str) -> None:
     """Atomically rename src to dst, raising FileExistsError if dst exists."""
     if _RENAMEAT2 is not None:
