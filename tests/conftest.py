@@ -17,6 +17,19 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def spark_scratch(tmp_path_factory):
+    """Spark's scratch files (block managers, spark-*, artifacts, native libraries) of
+    every Spark JVM of the run, subprocesses included, go under pytest's temporary
+    directory instead of the system's: a JVM that is stopped without its shutdown hooks
+    leaves them behind, and pytest prunes its old runs."""
+    scratch = tmp_path_factory.mktemp("spark-scratch")
+    os.environ["SPARK_LOCAL_DIRS"] = str(scratch)
+    opts = os.environ.get("SPARK_SUBMIT_OPTS", "")
+    os.environ["SPARK_SUBMIT_OPTS"] = f"{opts} -Djava.io.tmpdir={scratch}".strip()
+    return scratch
+
+
 def free_port() -> int:
     """A free TCP port on 127.0.0.1."""
     with socket.socket() as s:
