@@ -175,6 +175,16 @@ def test_append_frames_matches_one_append_per_frame(fio, tmp_path, segment_frame
             assert run.offset_for_timestamp(ts) == one.offset_for_timestamp(ts)
 
 
+def test_append_frames_stamps_log_append_time_on_every_frame(fio, pdir):
+    buf, pairs = _run([typed_frame([1, 2], [5, 6]), typed_frame([3], [7])])
+    with PartitionLog.open(fio, pdir, {"message.timestamp.type": "LogAppendTime"}) as plog:
+        result = plog.append_frames(buf, pairs, log_append_time_ms=9_000)
+        assert (result.base_offset, result.last_offset, result.log_append_time) == (0, 2, 9_000)
+        headers = [validate_frame(buf, pos) for pos, _ in pairs]  # CRCs recomputed
+        assert [(h.base_offset, h.max_timestamp, h.log_append_time) for h in headers] == \
+            [(0, 9_000, True), (2, 9_000, True)]
+
+
 def test_append_frames_refuses_gaps_and_read_only_buffers(fio, pdir):
     frames = [typed_frame([1]), typed_frame([2])]
     buf, pairs = _run(frames)
