@@ -185,6 +185,17 @@ def test_append_frames_stamps_log_append_time_on_every_frame(fio, pdir):
             [(0, 9_000, True), (2, 9_000, True)]
 
 
+def test_append_frames_rolls_by_segment_ms_on_the_runs_largest_timestamp(fio, pdir):
+    with PartitionLog.open(fio, pdir, {"segment.ms": 1000}, clock=lambda: 10_000_000) as plog:
+        plog.append(typed_frame([1], [5_000]))
+        buf, pairs = _run([typed_frame([2], [5_900]), typed_frame([3], [6_001])])
+        plog.append_frames(buf, pairs)  # like Kafka's record set: one check, largest ts
+        assert [s.base_offset for s in plog.segments] == [0, 1]
+        buf, pairs = _run([typed_frame([4], [6_500]), typed_frame([5], [6_800])])
+        plog.append_frames(buf, pairs)  # within segment.ms of the segment's first frame
+        assert [s.base_offset for s in plog.segments] == [0, 1]
+
+
 def test_append_frames_refuses_gaps_and_read_only_buffers(fio, pdir):
     frames = [typed_frame([1]), typed_frame([2])]
     buf, pairs = _run(frames)

@@ -317,11 +317,13 @@ class PartitionLog(PartitionRecovery):
     def _fitting(self, seg, frames, i: int, now: int, append_time: int) -> int:
         """How far from ``frames[i]`` the run fits in ``seg``: the index after the last
         frame that does; ``i`` when the segment must roll first (it is not empty, and
-        the frame overflows ``segment.bytes``, ``segment.ms`` has passed, or the
-        frame's offsets do not fit the segment's relative index). An empty segment
-        takes at least one frame."""
+        ``segment.ms`` has passed for the rest of the run's largest timestamp, as Kafka
+        checks a record set, or the frame overflows ``segment.bytes``, or its offsets do
+        not fit the segment's relative index). An empty segment takes at least one
+        frame."""
         if seg._size:
-            timestamp = append_time if append_time >= 0 else frames[i][1].max_timestamp
+            timestamp = append_time if append_time >= 0 else \
+                max(header.max_timestamp for _, header in frames[i:])
             if seg.time_waited_for_roll(now, timestamp) > self.config.segment_ms:
                 return i
         room = self.config.segment_bytes - seg._size
