@@ -175,3 +175,14 @@ def test_produce_not_appended_within_timeout_ms_is_answered_timed_out(storage_ro
         # the append itself went on once the storage answered, as in Kafka
         assert produce(c, "slow", 0, encode_frame(raw_batch([b"b"])))["base_offset"] == 2
         assert read_values(c, "slow", 0) == [b"a", b"late", b"b"]
+
+
+def test_sync_behind_writes_property_reaches_local_storage(storage_root):
+    assert EmbeddedBroker(storage_root).broker.fileio.sync_behind_writes == 8 << 20
+    props = {"storage.sync.behind.writes.bytes": "0"}
+    with EmbeddedBroker(storage_root, props) as broker, Connection(broker.address) as c:
+        assert broker.broker.fileio.sync_behind_writes == 0
+        create(c, "plain")
+        assert produce(c, "plain", 0, encode_frame(raw_batch([b"a"])))["base_offset"] == 0
+    with pytest.raises(InvalidConfigError, match="storage.sync.behind.writes.bytes"):
+        BrokerConfig.from_props({"storage.sync.behind.writes.bytes": "-1"})

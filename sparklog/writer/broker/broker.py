@@ -34,6 +34,7 @@ from ...protocol.apis import (
 )
 from ...protocol.codec import FileRegion, RequestHeader, decode_request_body, error_fields
 from ...storage import FileIO, open_fileio
+from ...storage.paths import url_scheme
 from . import admin, groups_api, server
 from ...retention.manager import RetentionManager
 from .config import BrokerConfig
@@ -78,7 +79,7 @@ class Broker:
                 f"storage URI must be a non-empty string, got {storage_uri!r}")
         self.storage_uri = storage_uri.rstrip("/") or storage_uri
         self.config = config or BrokerConfig()
-        self.fileio = fileio or open_fileio(self.storage_uri)
+        self.fileio = fileio or open_fileio(self.storage_uri, **self._storage_options())
         self.topics = TopicStore(self.storage_uri, self.fileio)
         if store is None and self.config.zookeeper_connect:  # cluster mode
             from ...coordination.zkstore import ZkCoordinationStore
@@ -132,6 +133,12 @@ class Broker:
     def address(self) -> str:
         """``host:port`` the broker listens on (the real port after binding port 0)."""
         return f"{self.host}:{self.port}"
+
+    def _storage_options(self) -> dict:
+        """The FileIO options the broker's settings give its storage's backend."""
+        if url_scheme(self.storage_uri) in ("", "file"):
+            return {"sync_behind_writes": self.config.sync_behind_writes_bytes}
+        return {}
 
     async def run_io(self, fn, *args):
         """Run a blocking storage call on the broker's I/O threads."""

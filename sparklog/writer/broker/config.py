@@ -22,7 +22,9 @@ compression.type                compression.type             producer
 ==============================  ===========================  =================
 
 Broker-only settings include ``log.retention.check.interval.ms`` (default 300000: how
-often retention runs, :mod:`sparklog.retention.manager`).
+often retention runs, :mod:`sparklog.retention.manager`) and, for local storage,
+``storage.sync.behind.writes.bytes`` (default 8 MiB, 0 = off: writeback is started
+behind each segment's writer, see :class:`~sparklog.storage.local.LocalFileIO`).
 
 Unknown keys are logged and ignored (Kafka does the same), so an existing Kafka
 ``server.properties`` can be reused; invalid values raise InvalidConfigError naming the
@@ -36,6 +38,7 @@ from dataclasses import dataclass, field
 
 from ...errors import InvalidConfigError
 from ...log.config import LOG_CONFIGS, parse_log_config_value
+from ...storage.local import DEFAULT_SYNC_BEHIND_WRITES
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +77,9 @@ BROKER_SETTINGS = {
     "controlled.shutdown.timeout.ms": ("shutdown_timeout_ms", int, 30000, 0),
     "metrics.port": ("metrics_port", int, -1, -1),
     "log.retention.check.interval.ms": ("retention_check_interval_ms", int, 300000, 1),
+    # local storage only (HDFS DataNodes have dfs.datanode.sync.behind.writes)
+    "storage.sync.behind.writes.bytes": ("sync_behind_writes_bytes", int,
+                                         DEFAULT_SYNC_BEHIND_WRITES, 0),
     # cluster mode (sparklog.coordination.zkstore); empty zookeeper.connect = embedded
     "zookeeper.connect": ("zookeeper_connect", str, "", None),
     "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", int, 6000, 1),
@@ -134,6 +140,7 @@ class BrokerConfig:
     shutdown_timeout_ms: int = 30000
     metrics_port: int = -1
     retention_check_interval_ms: int = 300000
+    sync_behind_writes_bytes: int = DEFAULT_SYNC_BEHIND_WRITES
     zookeeper_connect: str = ""
     zookeeper_session_timeout_ms: int = 6000
     zookeeper_connection_timeout_ms: int = 0
