@@ -14,9 +14,10 @@ How each rule of the contract is enforced on a POSIX file system:
   and once it returns the fenced writer cannot add a single byte: its next flush or
   sync (or a write into an empty buffer) raises :class:`LeaseExpiredError`.
 * **flush/sync.** ``write`` buffers in user space (or holds a borrowed view); ``flush``
-  checks the lease and ``writev(2)``s the buffer (visible to every new reader, as hflush); ``sync`` flushes then
-  ``fsync(2)``s (durable, as hsync). Creating or renaming a file also fsyncs the
-  directory so the name itself is durable.
+  checks the lease and ``writev(2)``s the buffer (visible to every new reader, as
+  hflush); ``sync`` flushes then ``fsync(2)``s (durable, as hsync). Creating or renaming
+  a file also fsyncs the directory so the name itself is durable. Writeback is started
+  behind the writer every ``sync_behind_writes`` bytes (see :class:`LocalFileIO`).
 * **create-no-overwrite** is ``open(O_CREAT|O_EXCL)``: the kernel lets exactly one of
   concurrent creators win.
 * **rename-no-replace** is ``renameat2(RENAME_NOREPLACE)`` (Linux >= 3.15, glibc >= 2.28),
@@ -78,8 +79,7 @@ class LocalOutputStream(BufferedOutputStream):
                  buffer_size: int, sync_behind_writes: int = 0):
         super().__init__(path, length, buffer_size)
         self._sync_behind = sync_behind_writes
-        self._end = self._behind = length  # file length; start of the bytes not yet
-        # handed to writeback
+        self._behind = length  # where the bytes not yet handed to writeback start
         self._os_path = os_path
         self._dir = os.path.dirname(os_path)
         self._lease_path = lease_path(os_path)
@@ -120,9 +120,9 @@ class LocalOutputStream(BufferedOutputStream):
             if not self._lease_ok():
                 raise LeaseLost()
             pending = [p for p in parts if len(p)]
+            end = self._pushed + sum(len(p) for p in pending)  # file length once written
             while pending:  # writev(2), resumed after a partial write
                 n = os.writev(self._fd, pending[:_IOV_MAX])
-                self._end += n
                 while n:
                     if n >= len(pending[0]):
                         n -= len(pending.pop(0))
@@ -131,10 +131,10 @@ class LocalOutputStream(BufferedOutputStream):
                         n = 0
         finally:
             lock.__exit__()
-        if self._sync_behind and self._end - self._behind >= self._sync_behind:
-            if not start_writeback(self._fd, self._behind, self._end - self._behind):
+        if self._sync_behind and end - self._behind >= self._sync_behind:
+            if not start_writeback(self._fd, self._behind, end - self._behind):
                 self._sync_behind = 0  # not on this system: stop asking
-            self._behind = self._end
+            self._behind = end
 
     def _verify_lease(self) -> None:
         if not self._lease_ok():
