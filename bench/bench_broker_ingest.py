@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from brokerproc import BrokerProcess  # noqa: E402  (the tests' broker process helper)
 from sparklog.format.frame import encode_frame, raw_batch  # noqa: E402
 from sparklog.storage.local import DEFAULT_SYNC_BEHIND_WRITES as SYNC_BEHIND  # noqa: E402
-from sparklog.storage.posix import start_writeback  # noqa: E402
+from sparklog.storage.posix import WriteBehind  # noqa: E402
 from sparklog.protocol import ApiKey, Connection, raise_for_error  # noqa: E402
 
 
@@ -76,13 +76,12 @@ class _Writer:
 
     def __init__(self, fd: int, durable: bool):
         self.fd, self.durable = fd, durable
-        self.written = self.behind = 0
+        self.written = 0
+        self.behind = WriteBehind(SYNC_BEHIND if durable else 0)
 
     def write(self, data) -> None:
         self.written += os.write(self.fd, data)
-        if self.durable and self.written - self.behind >= SYNC_BEHIND:
-            start_writeback(self.fd, self.behind, self.written - self.behind)
-            self.behind = self.written
+        self.behind.written(self.fd, self.written)
 
     def finish(self) -> None:
         if self.durable:

@@ -48,8 +48,8 @@ from sparklog.errors import (
 from sparklog.storage.base import FileInfo, FileIO
 from sparklog.storage.paths import check_int, check_path, is_lease_file, strip_scheme
 from sparklog.storage.posix import (
-    DirLock, acquire_lease, fsync_dir, lease_path, owner_alive, read_lease, rename_noreplace,
-    start_writeback,
+    DirLock, WriteBehind, acquire_lease, fsync_dir, lease_path, owner_alive, read_lease,
+    rename_noreplace,
 )
 from sparklog.storage.stream import BufferedOutputStream, LeaseLost
 
@@ -78,8 +78,7 @@ class LocalOutputStream(BufferedOutputStream):
     def __init__(self, path: str, os_path: str, fd: int, lease: dict, length: int,
                  buffer_size: int, sync_behind_writes: int = 0):
         super().__init__(path, length, buffer_size)
-        self._sync_behind = sync_behind_writes
-        self._behind = length  # where the bytes not yet handed to writeback start
+        self._write_behind = WriteBehind(sync_behind_writes, length)
         self._os_path = os_path
         self._dir = os.path.dirname(os_path)
         self._lease_path = lease_path(os_path)
@@ -131,10 +130,7 @@ class LocalOutputStream(BufferedOutputStream):
                         n = 0
         finally:
             lock.__exit__()
-        if self._sync_behind and end - self._behind >= self._sync_behind:
-            if not start_writeback(self._fd, self._behind, end - self._behind):
-                self._sync_behind = 0  # not on this system: stop asking
-            self._behind = end
+        self._write_behind.written(self._fd, end)
 
     def _verify_lease(self) -> None:
         if not self._lease_ok():

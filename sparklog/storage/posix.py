@@ -90,6 +90,21 @@ def start_writeback(fd: int, offset: int, length: int) -> bool:
     return _SYNC_FILE_RANGE(fd, offset, length, _SYNC_FILE_RANGE_WRITE) == 0
 
 
+class WriteBehind:
+    """Starts the writeback of a file's new bytes every ``every`` bytes written to it
+    (0 = never), from ``start`` on; stops asking where the call does not exist."""
+
+    def __init__(self, every: int, start: int = 0):
+        self.every, self.start = every, start
+
+    def written(self, fd: int, end: int) -> None:
+        """The file is now ``end`` bytes long."""
+        if self.every and end - self.start >= self.every:
+            if not start_writeback(fd, self.start, end - self.start):
+                self.every = 0
+            self.start = end
+
+
 def rename_noreplace(src: str, dst: str) -> None:
     """Atomically rename src to dst, raising FileExistsError if dst exists."""
     if _RENAMEAT2 is not None:
