@@ -7,6 +7,7 @@ chunks to a file with ``os.write``. Prints both rates and their ratio (target >=
 
     .venv/bin/python bench/bench_broker_ingest.py [--mb 256] [--rounds 5]
         [--records-per-frame 8000] [--frames-per-request 1] [--in-flight 8]
+        [--regime page-cache|durable|both]
 
 Two regimes are measured, each against its own baseline:
 
