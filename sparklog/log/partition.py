@@ -28,7 +28,7 @@ from ..errors import (
     StorageError, StorageFileNotFoundError,
 )
 from ..format.frame import set_log_append_time, stamp_run, validate_frame
-from ..format.header import HEADER_SIZE, FrameHeader
+from ..format.header import FrameHeader
 from ..storage.base import FileIO
 from .checkpoint import JsonCheckpoint
 from .config import LogConfig
