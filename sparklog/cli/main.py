@@ -17,7 +17,7 @@ from ..errors import SparklogError
 
 #: Sub-command modules, in the order ``sparklog --help`` lists them.
 COMMAND_MODULES = ["topics", "produce", "consume", "groups", "broker", "dump_log", "etl",
-                   "quickstart", "spark_jar"]
+                   "quickstart", "spark_jar", "classpath"]
 
 
 def build_parser() -> argparse.ArgumentParser:
