@@ -166,26 +166,37 @@ def _dirty_bytes() -> int:
 
 def test_local_sync_behind_writes_starts_writeback_early(tmp_path):
     """Pages handed to writeback stop counting as Dirty: a writer with the hint leaves
-    almost none of its bytes dirty, one without leaves them all (until the kernel's
-    own flusher runs, which the test detects and then skips)."""
+    far fewer of its bytes dirty than one without (until the kernel's own flusher runs,
+    which the test detects and then skips). Dirty is a machine-wide count, so other
+    writers add to both figures: the hinted one must stay under half the unhinted one,
+    in one of three rounds."""
     if not os.path.exists("/proc/meminfo"):
         pytest.skip("needs Linux's /proc/meminfo to see dirty pages")
     data = os.urandom(64 << 20)
-    dirtied = {}
-    for name, behind in (("lazy.log", 0), ("eager.log", 1 << 20)):
-        fs = open_fileio(tmp_path.as_uri(), sync_behind_writes=behind)
-        path = fs.join(tmp_path.as_uri(), name)
-        with fs.create(path) as out:
-            before = _dirty_bytes()
-            for i in range(0, len(data), 1 << 20):
-                out.write(data[i:i + (1 << 20)])
-            out.flush()
-            dirtied[name] = _dirty_bytes() - before
-        assert fs.read_all(path) == data
-    if dirtied["lazy.log"] < len(data) * 3 // 4:
-        pytest.skip(f"the kernel's flusher ran during the test (only {dirtied['lazy.log']} "
-                    "of the unhinted bytes stayed dirty): the hint cannot be told apart")
-    assert dirtied["eager.log"] < len(data) // 4, dirtied
+    rounds = []
+    for attempt in range(3):
+        dirtied = {}
+        for name, behind in (("unhinted.log", 0), ("hinted.log", 1 << 20)):
+            fs = open_fileio(tmp_path.as_uri(), sync_behind_writes=behind)
+            path = fs.join(tmp_path.as_uri(), f"{attempt}-{name}")
+            with fs.create(path) as out:
+                before = _dirty_bytes()
+                for i in range(0, len(data), 1 << 20):
+                    out.write(data[i:i + (1 << 20)])
+                out.flush()
+                dirtied[name] = _dirty_bytes() - before
+            assert fs.read_all(path) == data
+            fs.delete(path)
+        rounds.append(dirtied)
+        if dirtied["unhinted.log"] < len(data) * 3 // 4:
+            continue  # the kernel's flusher ran: this round tells nothing
+        if dirtied["hinted.log"] < dirtied["unhinted.log"] // 2:
+            break
+    else:
+        if all(r["unhinted.log"] < len(data) * 3 // 4 for r in rounds):
+            pytest.skip(f"the kernel's flusher ran during every round ({rounds}): "
+                        "the hint cannot be told apart")
+        raise AssertionError(f"the hinted writer left as much dirty as the unhinted: {rounds}")
     with pytest.raises(InvalidArgumentError):
         open_fileio(tmp_path.as_uri(), sync_behind_writes=-1)
 
