@@ -152,8 +152,10 @@ def test_topic_leaders_balanced_and_failover_bumps_epoch(cluster):
     counts = {b_: sum(s.leader == b_ for s in states) for b_ in (1, 2, 3)}
     assert sorted(counts.values()) == [2, 2, 2], counts
     assert all(s.leader_epoch == 0 for s in states)
-    # every store's view agrees
-    wait_until(lambda: leaders(c, "orders", 6) == states, what="views agree")
+    # every store's view agrees (each is refreshed by its own watches: wait for all three)
+    for name, store in (("broker 1", a), ("broker 2", b), ("broker 3", c)):
+        wait_until(lambda store=store: leaders(store, "orders", 6) == states,
+                   what=f"{name}'s view of orders' leaders to match the controller's")
     # the broker leads exactly what the view says, nobody else can acquire it
     for p, s in enumerate(states):
         owner = {1: a, 2: b, 3: c}[s.leader]
