@@ -18,7 +18,7 @@ from .client.network import NetworkClient
 from .client.offsets import fetch_committed, list_offsets
 from .client.types import OffsetAndTimestamp, PartitionInfo, TopicPartition
 from .errors import InvalidArgumentError
-from .metadata.topic import validate_topic_name
+from .names import validate_topic_name
 from .protocol.apis import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ApiKey
 from .protocol.codec import raise_for_error
 

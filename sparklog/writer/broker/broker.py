@@ -34,7 +34,7 @@ from ...protocol.apis import (
 )
 from ...protocol.codec import FileRegion, RequestHeader, decode_request_body, error_fields
 from ...storage import FileIO, open_fileio
-from ...storage.paths import url_scheme
+from ...storage.paths import storage_root, url_scheme
 from . import admin, groups_api, server
 from ...retention.manager import RetentionManager
 from .config import BrokerConfig
@@ -77,7 +77,7 @@ class Broker:
         if not isinstance(storage_uri, str) or not storage_uri:
             raise InvalidArgumentError(
                 f"storage URI must be a non-empty string, got {storage_uri!r}")
-        self.storage_uri = storage_uri.rstrip("/") or storage_uri
+        self.storage_uri = storage_root(storage_uri)
         self.config = config or BrokerConfig()
         self.fileio = fileio or open_fileio(self.storage_uri, **self._storage_options())
         self.topics = TopicStore(self.storage_uri, self.fileio)
