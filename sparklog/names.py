@@ -131,6 +131,15 @@ def validate_client_id(client_id) -> str:
                   "any character but control characters", 0, MAX_CLIENT_ID_LENGTH)
 
 
+def printable(name: str) -> str:
+    """``name`` with its control characters escaped (``\\n``, ``\\x7f``...), for a
+    name the broker logs but did not choose (a request's client id)."""
+    if _NO_CONTROL.fullmatch(name) or not name:
+        return name
+    return re.sub(f"[{_CONTROL}\\\\]", lambda m: m.group().encode("unicode_escape").decode(),
+                  name)
+
+
 def validate_transactional_id(transactional_id) -> str:
     """Return ``transactional_id`` if valid (1-249 characters, no control characters),
     else InvalidArgumentError."""

@@ -12,6 +12,7 @@ import itertools
 import socket
 
 from ..errors import BrokerNotAvailableError, InvalidArgumentError
+from ..names import validate_client_id
 from .apis import ACKS_NONE, ApiKey
 from .codec import (
     DEFAULT_MAX_REQUEST_BYTES, decode_response, encode_request_parts, raise_for_error,
@@ -48,7 +49,7 @@ class Connection:
     def __init__(self, address: str, *, client_id: str = "sparklog", timeout: float = 30.0,
                  max_response_bytes: int = DEFAULT_MAX_REQUEST_BYTES + (1 << 20)):
         self.address = address
-        self.client_id = client_id
+        self.client_id = validate_client_id(client_id)
         self.max_response_bytes = max_response_bytes
         host, port = parse_address(address)
         try:
