@@ -44,6 +44,7 @@ _TOPIC = re.compile(f"[{_TOPIC_CHARS}]+")
 #: terminal output, and some stores cannot hold them)
 _CONTROL = "\x00-\x1f\x7f-\x9f"
 _NO_CONTROL = re.compile(f"[^{_CONTROL}]+")
+_CONTROL_RE = re.compile(f"[{_CONTROL}]")
 _USER = re.compile(r"[A-Za-z_][A-Za-z0-9._-]*\$?")
 
 
@@ -77,6 +78,11 @@ def _check(kind: str, error, name, pattern: re.Pattern, legal: str, low: int,
         raise error(f"{kind} {name!r} contains illegal characters {describe_chars(bad)}; "
                     f"legal are {legal}")
     return name
+
+
+def control_chars(text: str) -> list[str]:
+    """The control characters (C0, DEL, C1) of ``text``, in order."""
+    return _CONTROL_RE.findall(text)
 
 
 def validate_topic_name(name) -> str:

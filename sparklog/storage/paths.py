@@ -6,7 +6,7 @@ import os
 from urllib.parse import urlsplit
 
 from sparklog.errors import InvalidArgumentError
-from sparklog.names import describe_chars
+from sparklog.names import control_chars, describe_chars
 
 
 def check_path(path, what: str = "path") -> str:
@@ -60,7 +60,7 @@ def _bad_chars(name: str) -> list[str]:
     """Characters of ``name`` a path component may not hold: NUL and every control
     character (C0, DEL, C1), '\\' (a separator elsewhere), and the URL delimiters
     '#' and '?' (a ``file://``/``webhdfs://`` URL would end there)."""
-    return [c for c in name if ord(c) < 32 or 127 <= ord(c) < 160 or c in "\\#?"]
+    return [c for c in name if c in "\\#?"] + control_chars(name)
 
 
 def check_component(name, what: str = "path component") -> str:
@@ -112,7 +112,7 @@ def check_normal(path: str, display: str) -> str:
             raise InvalidArgumentError(
                 f"{display}: name {part[:40]!r}... is {size} bytes long; file names are "
                 f"limited to {MAX_COMPONENT_BYTES} bytes")
-    bad = [c for c in path if ord(c) < 32 or 127 <= ord(c) < 160]
+    bad = control_chars(path)
     if bad:
         shown = describe_chars(bad)
         raise InvalidArgumentError(f"{display}: path contains control character(s) {shown}")
@@ -141,8 +141,12 @@ def strip_scheme(url: str, scheme: str) -> tuple[str, str]:
 
 
 def _split_url(url: str):
-    """urlsplit of a storage URL, refusing a query or fragment (InvalidArgumentError):
-    they would silently cut the path short."""
+    """urlsplit of a storage URL, refusing a query or fragment and control characters
+    (InvalidArgumentError): urlsplit would silently cut the path short or drop them."""
+    bad = control_chars(url)
+    if bad:
+        raise InvalidArgumentError(
+            f"storage URL {url!r} contains control character(s) {describe_chars(bad)}")
     for c in "?#":
         if c in url:
             raise InvalidArgumentError(

@@ -174,6 +174,10 @@ def read_lease(os_path: str) -> dict | None:
             raw = f.read()
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:  # no lease can have that name (a directory
+            return None                      # with a long name: leases are for files)
+        raise
     try:
         record = json.loads(raw)
         return record if isinstance(record, dict) else {}
