@@ -158,7 +158,7 @@ def test_group_id_rules_and_stored_form():
 def test_a_corrupt_group_file_is_named_not_expecting_value(storage_root):
     store = LocalCoordinationStore(storage_root)
     store.commit_offsets("victim", {("t", 0): OffsetAndMetadata(1)})
-    path = store._group_file("victim").path_of(2)
+    path = store._file("groups", "victim").path_of(2)
     Path(local_dir(path)).write_bytes(b"")  # as the '#' bug left it
     with pytest.raises(CoordinationError, match="does not hold JSON") as ei:
         LocalCoordinationStore(storage_root).fetch_offsets("victim")
@@ -169,7 +169,7 @@ def test_coordination_retries_are_bounded(storage_root):
     """A writer that loses every compare-and-set gives up with a clear error."""
     store = LocalCoordinationStore(storage_root)
     rival = LocalCoordinationStore(storage_root)
-    vf = store._group_file("g")
+    vf = store._file("groups", "g")
     outcome = {}
 
     def always_beaten(doc):  # another writer commits the version we are about to write
@@ -186,8 +186,8 @@ def test_coordination_retries_are_bounded(storage_root):
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    thread.join(60)
-    assert "gave up after" in outcome.get("result", "still retrying after 60 s")
+    thread.join(30)
+    assert "gave up after" in outcome.get("result", "still retrying after 30 s")
 
 
 # --- 9: long topic names ---------------------------------------------------------------
