@@ -178,6 +178,32 @@ def test_names_through_the_shell_tools(wire, broker, capsys, name):
     check_layout(root, state["topics"], state["groups"])
 
 
+@settings(max_examples=15, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(group=names.filter(lambda n: "\x00" not in n and not n.startswith("-")))
+def test_group_ids_through_the_shell_tools(wire, broker, capsys, group):
+    """``consume --group`` joins the group and commits what it printed."""
+    from sparklog.cli.main import main
+
+    conn, root, state = wire
+    if "fz-record" not in state:
+        from sparklog.writer.producer.producer import Producer
+
+        with Producer(bootstrap_servers=broker.address) as producer:
+            producer.send("fz", b"one record").get(timeout=30)
+        state["fz-record"] = True
+    code = main(["consume", "fz", "--group", group, "--from-beginning", "--max-messages",
+                 "1", "--timeout-ms", "5000", "--bootstrap-server", broker.address])
+    out = capsys.readouterr()
+    assert "Traceback" not in out.err
+    assert (code == 0) == _valid(validate_group_id, group), out.err
+    if code == 0:
+        state["groups"][group] = 1
+    else:
+        assert out.err.startswith("sparklog: error: "), out.err
+    check_layout(root, state["topics"], state["groups"])
+
+
 def test_broker_still_serves_after_the_fuzz(wire):
     conn, _, _ = wire
     resp = conn.request(ApiKey.METADATA, {"topics": ["fz"], "allow_auto_topic_creation": False})
