@@ -190,6 +190,25 @@ def test_coordination_retries_are_bounded(storage_root):
     assert "gave up after" in outcome.get("result", "still retrying after 30 s")
 
 
+def test_a_stale_writer_cannot_fill_a_pruned_version_slot(storage_root):
+    """Writer A read version 1; meanwhile versions 2, 3 and 4 were written and 2 was
+    pruned. A's write of "version 2" must lose, not silently succeed with stale data
+    (duplicate producer ids, lost offset commits)."""
+    from sparklog.errors import FileAlreadyExistsError
+    from sparklog.storage.versioned import VersionedFile
+
+    fio = open_fileio(storage_root)
+    vf = VersionedFile(fio, storage_root + "/v", keep=2)
+    vf.write(1, b"1")
+    stale_version, _ = vf.latest()
+    for v in (2, 3, 4):
+        vf.write(v, str(v).encode())
+    assert not fio.exists(vf.path_of(2))  # pruned
+    with pytest.raises(FileAlreadyExistsError):
+        vf.write(stale_version + 1, b"stale")
+    assert vf.latest() == (4, b"4")
+
+
 # --- 9: long topic names ---------------------------------------------------------------
 
 
