@@ -261,6 +261,20 @@ def test_odd_storage_values_give_one_error_line(storage, tmp_path):
     assert not (ROOT / "hdfs:").exists() and not (ROOT / "webhdfs:").exists()
 
 
+@pytest.mark.parametrize("target", ["./relative", "rel/path", "hdfs://", "webhdfs://",
+                                    "file:///tmp/sparklog-x#f"])
+def test_odd_bootstrap_or_storage_targets_give_one_error_line(target, tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "sparklog.cli.main", "topics", "list", "--bootstrap-server",
+         target], capture_output=True, timeout=30, cwd=str(tmp_path),
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+            filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))))
+    err = proc.stderr.decode()
+    assert proc.returncode == 1, err
+    assert err.startswith("sparklog: error: ") and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []  # no local directory made of a URL
+
+
 # --- collisions ----------------------------------------------------------------------
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import re
 import socket
 
 from ..errors import BrokerNotAvailableError, InvalidArgumentError
@@ -20,14 +21,27 @@ from .codec import (
 from .stream import recv_message, send_parts
 
 
+_HOST = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.?|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*(%\w+)?")
+
+
+def _check_host(host: str, address: str) -> str:
+    """``host`` if it is a host name or an IP address, else InvalidArgumentError (a
+    path given where an address belongs would otherwise fail deep in the resolver)."""
+    if _HOST.fullmatch(host) is None:
+        raise InvalidArgumentError(
+            f"broker address {address!r}: {host!r} is not a host name or IP address "
+            "(a storage path needs a URL: file:///absolute/path)")
+    return host
+
+
 def parse_address(address: str, default_port: int = 9092) -> tuple[str, int]:
     """Split ``host:port`` (``[v6]:port`` too) into (host, port)."""
     if not isinstance(address, str) or not address:
         raise InvalidArgumentError(f"broker address must be 'host:port', got {address!r}")
     host, sep, port = address.rpartition(":")
     if not sep:
-        return address, default_port
-    host = host.strip("[]") or "127.0.0.1"
+        return _check_host(address, address), default_port
+    host = _check_host(host.strip("[]") or "127.0.0.1", address)
     try:
         number = int(port)
     except ValueError:
