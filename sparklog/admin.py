@@ -18,7 +18,7 @@ from .client.network import NetworkClient
 from .client.offsets import fetch_committed, list_offsets
 from .client.types import OffsetAndTimestamp, PartitionInfo, TopicPartition
 from .errors import InvalidArgumentError
-from .metadata.topic import validate_topic_name
+from .names import validate_group_id, validate_topic_name
 from .protocol.apis import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ApiKey
 from .protocol.codec import raise_for_error
 
@@ -311,6 +311,8 @@ class Admin:
     def describe_consumer_groups(self, group_ids) -> list[GroupDescription]:
         """State, generation and members of groups."""
         group_ids = [group_ids] if isinstance(group_ids, str) else list(group_ids)
+        for group_id in group_ids:
+            validate_group_id(group_id)
         resp = self._client.request(ApiKey.DESCRIBE_GROUPS, {"groups": group_ids})
         out = []
         for g in resp["groups"]:
@@ -322,9 +324,7 @@ class Admin:
     def list_consumer_group_offsets(self, group_id: str, partitions=None) -> dict:
         """``{TopicPartition: OffsetAndMetadata}`` committed by ``group_id`` (all its
         partitions, or those given)."""
-        if not isinstance(group_id, str) or not group_id:
-            raise InvalidArgumentError(f"group id must be a non-empty str, got {group_id!r}")
-        return fetch_committed(self._client, group_id, partitions)
+        return fetch_committed(self._client, validate_group_id(group_id), partitions)
 
     # --- lifecycle --------------------------------------------------------------------
     def close(self) -> None:

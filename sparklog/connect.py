@@ -115,9 +115,10 @@ def connect(target: str, *, broker_config: dict | None = None) -> Session:
                 "webhdfs:// for embedded mode or host:port for a cluster")
         servers = target.split("://", 1)[-1]
         return Session(servers)
+    from .storage.paths import storage_root
     from .writer.broker import EmbeddedBroker
 
-    uri = target.rstrip("/")
+    uri = storage_root(target)
     with _LOCK:
         entry = _EMBEDDED.get(uri)
         if entry is None:

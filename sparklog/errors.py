@@ -31,6 +31,13 @@ class InvalidTopicError(InvalidArgumentError):
     code = 17
 
 
+class InvalidGroupIdError(InvalidArgumentError):
+    """A consumer group id is empty, too long or has a character it may not have
+    (Kafka: INVALID_GROUP_ID)."""
+
+    code = 24
+
+
 class InvalidConfigError(InvalidArgumentError):
     """A topic or broker config key is unknown or its value is invalid."""
 

@@ -333,9 +333,28 @@ def test_group_offsets_in_kafka_layout(cluster, zookeeper):
     store.delete_offsets("g1", ["t"])
     assert store.fetch_offsets("g1") == {}
     with pytest.raises(InvalidArgumentError, match="group id"):
-        store.commit_offsets("a/b", {("t", 0): OffsetAndMetadata(1)})
+        store.commit_offsets("a\nb", {("t", 0): OffsetAndMetadata(1)})
     with pytest.raises(InvalidArgumentError):
         store.commit_offsets("g", {("t", 0): 5})
+
+
+def test_group_ids_zookeeper_cannot_hold_are_escaped(cluster, zookeeper):
+    """Kafka allows '/', '#', '.' ... in group ids; each is stored under its escaped
+    node name, apart from every other group."""
+    store = cluster(1)
+    groups = {"a/b": 1, "a": 2, "..": 3, "team#1": 4, "x%2Fy": 5, "\ue000": 6}
+    for group, offset in groups.items():
+        store.commit_offsets(group, {("t", 0): OffsetAndMetadata(offset)})
+    for group, offset in groups.items():
+        assert store.fetch_offsets(group)[("t", 0)].offset == offset
+    assert set(groups) <= set(store.list_groups())
+    zk = zookeeper.client()
+    try:
+        assert zk.get("/consumers/a%2Fb/offsets/t/0")[0] == b"1"
+        assert zk.get("/consumers/%2E./offsets/t/0")[0] == b"3"
+    finally:
+        zk.stop()
+        zk.close()
 
 
 # --- topic admin ----------------------------------------------------------------------------------

@@ -132,6 +132,8 @@ def test_describe_group_and_offsets(store, members):
 
 def test_bad_arguments(zookeeper):
     with pytest.raises(InvalidArgumentError, match="group id"):
-        ZkGroupMember(zookeeper.connect, "a/b", ["t"])
+        ZkGroupMember(zookeeper.connect, "a\tb", ["t"])  # '/' is escaped, not refused
+    with pytest.raises(InvalidArgumentError, match="consumer id"):
+        ZkGroupMember(zookeeper.connect, "g", ["t"], consumer_id="c/1")
     with pytest.raises(InvalidArgumentError, match="at least one topic"):
         ZkGroupMember(zookeeper.connect, "g", [])

@@ -71,6 +71,7 @@ def _topic(args) -> str | None:
 def run(args) -> int:
     """Carry out one ``topics`` action."""
     from ..admin import NewTopic, parse_schema, schema_to_spec
+    from ..names import COLLISION_WARNING, has_collision_chars, validate_topic_name
 
     topic = _topic(args) if args.action != "list" else None
     out = sys.stdout
@@ -79,6 +80,8 @@ def run(args) -> int:
         if args.action == "create":
             configs = parse_key_values(args.config, "--config")
             schema = parse_schema(args.schema) if args.schema else None
+            if has_collision_chars(validate_topic_name(topic)):  # as kafka-topics.sh warns
+                print(f"WARNING: {COLLISION_WARNING}.", file=sys.stderr)
             try:
                 admin.create_topics([NewTopic(topic, args.partitions, configs, schema)])
             except TopicExistsError:

@@ -19,6 +19,7 @@ from ..errors import (
 from ..protocol.apis import SUPPORTED_VERSIONS, ApiKey, api_name
 from ..protocol.codec import raise_for_error
 from ..protocol.connection import parse_address
+from ..names import validate_client_id
 from .connection import BrokerConnection
 from .metadata import ClusterMetadata, TopicInfo
 
@@ -66,7 +67,7 @@ class NetworkClient:
                  retry_backoff_ms: int = 100, metadata_max_age_ms: int = 300000,
                  connect_timeout_ms: int = 10000):
         self.bootstrap = parse_bootstrap_servers(bootstrap_servers)
-        self.client_id = client_id
+        self.client_id = validate_client_id(client_id)
         self.request_timeout_ms = int(request_timeout_ms)
         self.max_in_flight = int(max_in_flight)
         self.retry_backoff = retry_backoff_ms / 1000.0

@@ -24,7 +24,8 @@ import abc
 import time
 from dataclasses import dataclass
 
-from ..errors import InvalidArgumentError
+from ..errors import CoordinationError, InvalidArgumentError
+from ..names import MAX_GROUP_ID_LENGTH, validate_group_id  # noqa: F401 (re-exported)
 from ..protocol.types import BrokerInfo
 
 NO_LEADER = -1
@@ -58,25 +59,21 @@ class OffsetAndMetadata:
             object.__setattr__(self, "commit_timestamp", int(time.time() * 1000))
 
 
-MAX_GROUP_ID_LENGTH = 249
+#: Most attempts of one compare-and-set (a versioned file, a ZooKeeper node version)
+#: against concurrent writers before CoordinationError: each lost attempt means another
+#: writer made progress, so running out means something rewrites the value in a loop.
+MAX_CAS_ATTEMPTS = 100
 
 
-def validate_group_id(group) -> str:
-    """Return ``group`` if it is a valid consumer group id (a safe single path
-    component: 1-249 characters, no ``/`` or ``\\``, no control characters, not ``.``
-    or ``..``), else raise InvalidArgumentError naming the problem."""
-    if not isinstance(group, str) or not group:
-        raise InvalidArgumentError(f"group id must be a non-empty string, got {group!r}")
-    if len(group) > MAX_GROUP_ID_LENGTH:
-        raise InvalidArgumentError(
-            f"group id is {len(group)} characters long, the limit is {MAX_GROUP_ID_LENGTH}")
-    if group in (".", "..") or "/" in group or "\\" in group \
-            or any(ord(c) < 32 or ord(c) == 127 for c in group):
-        raise InvalidArgumentError(
-            f"group id {group!r} may not contain '/', '\\' or control characters, "
-            "nor be '.' or '..'")
-    return group
-
+def cas_attempts(what: str):
+    """Yield attempt numbers for a compare-and-set retry loop (``for _ in
+    cas_attempts(...)``, leave it with break/return on success); after MAX_CAS_ATTEMPTS
+    raise CoordinationError naming ``what``. Every retry loop of the stores uses it, so
+    none retries without a bound."""
+    yield from range(MAX_CAS_ATTEMPTS)
+    raise CoordinationError(
+        f"{what}: gave up after {MAX_CAS_ATTEMPTS} attempts, each lost to a concurrent "
+        "writer")
 
 
 def validate_offsets(group: str, offsets: dict) -> dict:

@@ -31,7 +31,7 @@ import logging
 
 from ..errors import UnknownTopicOrPartitionError
 from .assignment import elect_leaders, preferred_replicas
-from .base import NO_LEADER, PartitionState
+from .base import NO_LEADER, PartitionState, cas_attempts
 from .zkclient import EventWorker
 from .zkpaths import (
     ADMIN_CONTROLLED_SHUTDOWN, ADMIN_DELETE_TOPICS, BROKERS_IDS, BROKERS_TOPICS, CONTROLLER,
@@ -141,7 +141,7 @@ class Controller:
     def _become_active(self) -> None:
         from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-        while True:  # compare-and-set increment of /controller_epoch
+        for _ in cas_attempts("increment of /controller_epoch"):
             try:
                 data, stat = self.client.get(CONTROLLER_EPOCH)
             except NoNodeError:

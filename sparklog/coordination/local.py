@@ -19,15 +19,17 @@ import json
 import threading
 import uuid
 
-from ..errors import FileAlreadyExistsError, InvalidArgumentError
+from ..errors import CoordinationError, FileAlreadyExistsError, InvalidArgumentError
 from ..metadata.topic import validate_partition, validate_topic_name
 from ..storage import FileIO, open_fileio
+from ..storage.paths import storage_root
 from ..storage.versioned import VersionedFile
 from .base import (
     validate_offsets,
     NO_LEADER, BrokerInfo, CoordinationStore, OffsetAndMetadata, PartitionState,
-    validate_group_id,
+    cas_attempts, validate_group_id,
 )
+from ..names import name_from_storage, storage_name
 
 COORDINATION_DIR = "coordination"
 
@@ -42,7 +44,7 @@ class LocalCoordinationStore(CoordinationStore):
     def __init__(self, root: str, fileio: FileIO | None = None):
         if not isinstance(root, str) or not root:
             raise InvalidArgumentError(f"storage root must be a non-empty string URL, got {root!r}")
-        self.root = root.rstrip("/") or root
+        self.root = storage_root(root)
         self.fileio = fileio or open_fileio(self.root)
         self.base = self.fileio.join(self.root, COORDINATION_DIR)
         self._lock = threading.RLock()
@@ -58,17 +60,30 @@ class LocalCoordinationStore(CoordinationStore):
         latest = vf.latest()
         if latest is None:
             return 0, {}
-        return latest[0], json.loads(latest[1])
+        try:
+            doc = json.loads(latest[1])
+        except ValueError as exc:
+            raise CoordinationError(
+                f"coordination file {vf.path_of(latest[0])} does not hold JSON ({exc}); "
+                "it was not written by sparklog: move it away") from None
+        if not isinstance(doc, dict):
+            raise CoordinationError(
+                f"coordination file {vf.path_of(latest[0])} holds {type(doc).__name__}, "
+                "not a JSON object: move it away")
+        return latest[0], doc
 
-    def _update(self, vf: VersionedFile, change) -> dict:
+    def _update(self, vf: VersionedFile, change, latest=None) -> tuple[int, dict]:
         """Read-modify-write: ``change(doc) -> new doc`` written as the next version,
-        retried when a concurrent writer got there first."""
-        while True:
-            version, doc = self._latest_json(vf)
+        retried (a bounded number of times: :func:`~.base.cas_attempts`) when a
+        concurrent writer got there first. ``latest`` is a known (version, doc) to start
+        from instead of reading. Returns the (version, doc) written."""
+        for _ in cas_attempts(f"update of {vf.directory}"):
+            version, doc = latest or self._latest_json(vf)
+            latest = None
             new = change(doc)
             try:
                 vf.write(version + 1, json.dumps(new, sort_keys=True).encode())
-                return new
+                return version + 1, new
             except FileAlreadyExistsError:
                 continue
 
@@ -125,7 +140,7 @@ class LocalCoordinationStore(CoordinationStore):
 
     def acquire_leadership(self, topic: str, partition: int, broker_id: int) -> PartitionState:
         """Always granted: the epoch becomes one more than any recorded."""
-        doc = self._update(self._state_file(topic, partition), lambda d: {
+        _, doc = self._update(self._state_file(topic, partition), lambda d: {
             "leader": broker_id, "leader_epoch": d.get("leader_epoch", -1) + 1})
         return PartitionState(doc["leader"], doc["leader_epoch"])
 
@@ -152,28 +167,28 @@ class LocalCoordinationStore(CoordinationStore):
         return got["start"]
 
     # --- group offsets -----------------------------------------------------------------------------
+    def _group_file(self, group: str) -> VersionedFile:
+        """The offsets file of ``group``, under its escaped name
+        (:func:`sparklog.names.storage_name`)."""
+        return self._file("groups", storage_name(validate_group_id(group)))
+
     def _load_group(self, group: str) -> tuple[int, dict]:
-        return self._latest_json(self._file("groups", validate_group_id(group)))
+        return self._latest_json(self._group_file(group))
 
     def commit_offsets(self, group: str, offsets: dict) -> None:
         """Merge ``offsets`` into the group's offsets document (one atomic version)."""
         entries = validate_offsets(group, offsets)
-        vf = self._file("groups", group)
+        vf = self._group_file(group)
+
+        def merge(doc):
+            table = {t: dict(ps) for t, ps in doc.get("offsets", {}).items()}
+            for (topic, partition), om in entries.items():
+                table.setdefault(topic, {})[str(partition)] = [
+                    om.offset, om.metadata, om.commit_timestamp]
+            return {"offsets": table}
+
         with self._lock:
-            version, doc = self._groups.get(group) or self._load_group(group)
-            while True:
-                table = {t: dict(ps) for t, ps in doc.get("offsets", {}).items()}
-                for (topic, partition), om in entries.items():
-                    table.setdefault(topic, {})[str(partition)] = [
-                        om.offset, om.metadata, om.commit_timestamp]
-                new = {"offsets": table}
-                try:
-                    vf.write(version + 1, json.dumps(new, sort_keys=True).encode())
-                except FileAlreadyExistsError:
-                    version, doc = self._load_group(group)  # another writer: merge again
-                    continue
-                self._groups[group] = (version + 1, new)
-                return
+            self._groups[group] = self._update(vf, merge, self._groups.get(group))
 
     def fetch_offsets(self, group: str, partitions=None) -> dict:
         """The group's committed offsets (all, or those of ``partitions``)."""
@@ -191,8 +206,13 @@ class LocalCoordinationStore(CoordinationStore):
         """Groups that have an offsets document with at least one offset."""
         out = []
         for info in self.fileio.list(self.fileio.join(self.base, "groups")):
-            if info.is_dir and self._load_group(info.name)[1].get("offsets"):
-                out.append(info.name)
+            if not info.is_dir:
+                continue
+            group = name_from_storage(info.name)
+            if storage_name(group) != info.name:
+                continue  # not a name this store wrote
+            if self._load_group(group)[1].get("offsets"):
+                out.append(group)
         return sorted(out)
 
     def delete_offsets(self, group: str, topics=None) -> None:
@@ -207,7 +227,7 @@ class LocalCoordinationStore(CoordinationStore):
                                 if t not in drop}}
 
         with self._lock:
-            self._update(self._file("groups", group), change)
+            self._update(self._group_file(group), change)
             self._groups.pop(group, None)
 
     def close(self) -> None:

@@ -24,9 +24,9 @@ import zlib
 from ..errors import (
     InvalidArgumentError, RequestTimedOutError, TopicExistsError, UnknownTopicOrPartitionError,
 )
-from ..metadata.topic import validate_topic_name
+from ..names import validate_topic_name
 from .assignment import preferred_replicas
-from .base import NO_LEADER
+from .base import NO_LEADER, cas_attempts
 from .zkpaths import (
     decode_assignment, delete_topic_path, dumps, encode_assignment, topic_config_path,
     topic_path,
@@ -109,7 +109,7 @@ def alter_topic(store, name: str, *, configs=None, delete_configs=None, partitio
     new = _topic_store(store).alter_topic(name, configs=configs, delete_configs=delete_configs,
                                           partitions=partitions)
     path = topic_path(name)
-    while partitions is not None:
+    for _ in (cas_attempts(f"partition count of {path}") if partitions is not None else ()):
         try:
             data, stat = store.client.get(path)
         except NoNodeError:

@@ -33,9 +33,9 @@ import time
 import uuid
 
 from ..errors import CoordinationError, InvalidArgumentError
-from ..metadata.topic import validate_topic_name
+from ..names import storage_name, validate_client_id, validate_group_id, validate_topic_name
 from .assignment import range_assign
-from .base import validate_group_id
+from .base import cas_attempts
 from .zkclient import DEFAULT_SESSION_TIMEOUT_MS, EventWorker, close_zk, connect_zk
 from .zkpaths import (
     decode_assignment, dumps, group_ids_path, group_owners_path, group_path, loads, now_ms,
@@ -62,8 +62,11 @@ class ZkGroupMember:
             raise InvalidArgumentError(f"group {group_id!r}: subscribe to at least one topic")
         self.topics = sorted({validate_topic_name(t) for t in topics})
         self.consumer_id = consumer_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:12]}"
-        if "/" in self.consumer_id or not self.consumer_id:
-            raise InvalidArgumentError(f"consumer id {self.consumer_id!r} may not contain '/'")
+        validate_client_id(self.consumer_id)
+        if not self.consumer_id or storage_name(self.consumer_id) != self.consumer_id:
+            raise InvalidArgumentError(
+                f"consumer id {self.consumer_id!r} must be non-empty, without '%', '/', "
+                "'\\', '#', '?' and not start with '.' (it is a ZooKeeper node name)")
         self.rebalance_backoff = rebalance_backoff_ms / 1000.0
         self.rebalance_max_retries = rebalance_max_retries
         self.on_change = on_change
@@ -237,7 +240,7 @@ class ZkGroupMember:
         node vanishes) is retried, not reported."""
         from kazoo.exceptions import NodeExistsError, NoNodeError
 
-        while True:
+        for _ in cas_attempts(f"claim of {path}"):
             try:
                 self.client.create(path, self.consumer_id.encode(), ephemeral=True)
                 return None

@@ -31,7 +31,7 @@ import json
 import time
 
 from ..errors import CoordinationError, InvalidConfigError
-from ..metadata.topic import validate_topic_name
+from ..names import storage_name, validate_topic_name
 from .base import NO_LEADER, BrokerInfo, PartitionState, validate_group_id
 
 BROKERS_IDS = "/brokers/ids"
@@ -118,8 +118,9 @@ def topic_config_path(topic: str) -> str:
 
 
 def group_path(group: str) -> str:
-    """``/consumers/<group>``."""
-    return f"{CONSUMERS}/{validate_group_id(group)}"
+    """``/consumers/<group>`` (the group id in its escaped form,
+    :func:`sparklog.names.storage_name`: unchanged for ``[A-Za-z0-9._-]`` ids)."""
+    return f"{CONSUMERS}/{storage_name(validate_group_id(group))}"
 
 
 def group_ids_path(group: str) -> str:

@@ -31,9 +31,11 @@ import uuid
 
 from ..errors import CoordinationError, InvalidArgumentError, InvalidConfigError, NotLeaderError
 from ..metadata.topic import validate_partition, validate_topic_name
+from ..names import name_from_storage, storage_name
 from .base import (
     validate_offsets,
-    BrokerInfo, CoordinationStore, OffsetAndMetadata, PartitionState, validate_group_id,
+    BrokerInfo, CoordinationStore, OffsetAndMetadata, PartitionState, cas_attempts,
+    validate_group_id,
 )
 from .controller import Controller
 from .zkclient import DEFAULT_SESSION_TIMEOUT_MS, close_zk, connect_zk
@@ -158,7 +160,8 @@ class ZkCoordinationStore(CoordinationStore):
 
         path = broker_path(broker.node_id)
         deadline = time.monotonic() + wait_s
-        while True:
+        holder = "its registration vanished and came back meanwhile"
+        while time.monotonic() < deadline:
             try:
                 self.client.create(path, encode_broker(broker), ephemeral=True)
                 return
@@ -171,12 +174,12 @@ class ZkCoordinationStore(CoordinationStore):
             if stat.owner_session_id == self.client.client_id[0]:
                 self.client.set(path, encode_broker(broker))
                 return
-            if time.monotonic() >= deadline:
-                raise InvalidConfigError(
-                    f"broker.id {broker.node_id} is already registered in ZooKeeper "
-                    f"{self.connect!r} by another live broker ({data.decode(errors='replace')}); "
-                    "each broker needs its own broker.id")
+            holder = data.decode(errors="replace")
             time.sleep(0.1)
+        raise InvalidConfigError(
+            f"broker.id {broker.node_id} is already registered in ZooKeeper "
+            f"{self.connect!r} by another live broker ({holder}); "
+            "each broker needs its own broker.id")
 
     def unregister_broker(self, broker_id: int) -> None:
         """Delete this store's registration of ``broker_id`` (no error if absent)."""
@@ -285,7 +288,7 @@ class ZkCoordinationStore(CoordinationStore):
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise InvalidArgumentError(f"producer id count must be a positive int, got {count!r}")
         me = self._broker.node_id if self._broker else -1
-        while True:
+        for _ in cas_attempts(f"allocation from {PRODUCER_ID_BLOCK}"):
             try:
                 data, stat = self.client.get(PRODUCER_ID_BLOCK)
             except NoNodeError:
@@ -370,10 +373,13 @@ class ZkCoordinationStore(CoordinationStore):
         from kazoo.exceptions import NoNodeError
 
         out = []
-        for group in self.client.get_children(CONSUMERS):
+        for node in self.client.get_children(CONSUMERS):
+            group = name_from_storage(node)
+            if storage_name(group) != node:
+                continue  # not a group id's escaped form
             for child in ("offsets", "ids"):
                 try:
-                    if self.client.get_children(f"{CONSUMERS}/{group}/{child}"):
+                    if self.client.get_children(f"{CONSUMERS}/{node}/{child}"):
                         out.append(group)
                         break
                 except NoNodeError:

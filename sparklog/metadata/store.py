@@ -6,27 +6,35 @@ Layout under a storage root::
     <root>/topics/<topic>/<partition>/...           partition logs (sparklog.log)
 
 Creating a topic writes config version 1 with rename-no-replace, so of concurrent
-creators exactly one wins. Deleting renames the topic directory away first (the topic
-vanishes atomically for readers), then removes it. Both the broker and the Spark
+creators exactly one wins; a name that collides with an existing topic once '.' is
+replaced by '_' is refused (as Kafka does). Deleting renames the topic directory to
+``<root>/deleted-topics/<random hex>/<topic>`` first (the topic vanishes atomically for
+readers; the derived name is the topic's own, so every valid name fits the file
+system's 255-byte limit), then removes it. Both the broker and the Spark
 source's ``path`` mode read topics from here, so storage alone describes the log.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 import pyarrow as pa
 
 from ..errors import (
-    FileAlreadyExistsError, InvalidArgumentError, TopicExistsError,
+    FileAlreadyExistsError, InvalidArgumentError, InvalidTopicError, TopicExistsError,
     UnknownTopicOrPartitionError,
 )
 from ..storage import FileIO, open_fileio
+from ..storage.paths import storage_root
 from ..storage.versioned import VersionedFile
-from .topic import TopicConfig, validate_topic_name
+from ..names import topic_collision_key, validate_topic_name
+from .topic import TopicConfig
 
 TOPICS_DIR = "topics"
 TRASH_DIR = "deleted-topics"
+
+log = logging.getLogger(__name__)
 
 
 class TopicStore:
@@ -35,7 +43,7 @@ class TopicStore:
     def __init__(self, root, fileio: FileIO | None = None):
         if not isinstance(root, str):
             raise InvalidArgumentError(f"storage root must be a string URL, got {type(root).__name__}")
-        self.root = root.rstrip("/") or root
+        self.root = storage_root(root)
         self.fileio = fileio or open_fileio(self.root)
 
     # --- paths -------------------------------------------------------------------------
@@ -56,6 +64,7 @@ class TopicStore:
         """Create a topic (TopicExistsError if it exists, including a concurrent
         creation that won)."""
         config = TopicConfig(name, partitions, schema, configs or {})
+        self._check_collisions(name)
         try:
             self._config_file(name).write(1, config.to_json())
         except FileAlreadyExistsError:
@@ -63,6 +72,25 @@ class TopicStore:
         for p in range(partitions):
             self.fileio.mkdirs(self.partition_dir(name, p))
         return config
+
+    def _check_collisions(self, name: str) -> None:
+        """InvalidTopicError if another topic's name equals ``name`` once '.' is replaced
+        by '_' (Kafka's rule: their metric names would collide); a warning if another
+        differs only in letter case (one directory on a case-insensitive file system)."""
+        key = topic_collision_key(name)
+        base = self.fileio.join(self.root, TOPICS_DIR)
+        for info in self.fileio.list(base):
+            other = info.name
+            if other == name or not info.is_dir or not self._is_topic_name(other):
+                continue
+            if topic_collision_key(other) == key and self.topic_exists(other):
+                raise InvalidTopicError(
+                    f"topic {name!r} collides with existing topic {other!r} (names that "
+                    "differ only in '.' versus '_' collide in metric names)")
+            if other.casefold() == name.casefold():
+                log.warning("topic %r differs from existing topic %r only in letter case: "
+                            "they share one directory on a case-insensitive file system",
+                            name, other)
 
     def describe_topic(self, name: str) -> TopicConfig:
         """The topic's current config (UnknownTopicOrPartitionError if absent)."""
@@ -79,7 +107,19 @@ class TopicStore:
         """Names of existing topics, sorted."""
         base = self.fileio.join(self.root, TOPICS_DIR)
         return [i.name for i in self.fileio.list(base)
-                if i.is_dir and self._config_file(i.name).latest() is not None]
+                if i.is_dir and self._is_topic_name(i.name)
+                and self._config_file(i.name).latest() is not None]
+
+    @staticmethod
+    def _is_topic_name(name: str) -> bool:
+        """True for a valid topic name; a directory under ``topics/`` named otherwise
+        (not made by sparklog) is skipped with a warning."""
+        try:
+            validate_topic_name(name)
+            return True
+        except InvalidTopicError as exc:
+            log.warning("skipping directory %r under %s/: %s", name, TOPICS_DIR, exc)
+            return False
 
     def alter_topic(self, name: str, *, configs: dict | None = None,
                     delete_configs: list | None = None,
@@ -110,8 +150,7 @@ class TopicStore:
     def delete_topic(self, name: str) -> None:
         """Delete a topic and all its data (UnknownTopicOrPartitionError if absent)."""
         self.describe_topic(name)
-        trash = self.fileio.join(self.root, TRASH_DIR)
+        trash = self.fileio.join(self.root, TRASH_DIR, uuid.uuid4().hex)
         self.fileio.mkdirs(trash)
-        moved = self.fileio.join(trash, f"{name}.{uuid.uuid4().hex}")
-        self.fileio.rename(self.topic_dir(name), moved)
-        self.fileio.delete(moved, recursive=True)
+        self.fileio.rename(self.topic_dir(name), self.fileio.join(trash, name))
+        self.fileio.delete(trash, recursive=True)

@@ -10,42 +10,14 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from ..errors import InvalidArgumentError, InvalidConfigError, InvalidTopicError
+from ..errors import InvalidArgumentError, InvalidConfigError
 from ..format.frame import RAW_SCHEMA, RESERVED_COLUMNS
 from ..log.config import LOG_CONFIGS, parse_log_config_value
-
-MAX_TOPIC_NAME_LENGTH = 249  # Kafka's limit
-_LEGAL_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
-
-
-def validate_topic_name(name) -> str:
-    """Return ``name`` if it is a valid topic name, else raise InvalidTopicError.
-
-    Kafka's rules, which also make the name a safe single path component: 1 to 249
-    characters from ``[A-Za-z0-9._-]``, and neither ``.`` nor ``..``. This excludes ``/``,
-    ``\\``, whitespace and control characters.
-    """
-    if not isinstance(name, str):
-        raise InvalidTopicError(f"topic name must be a string, got {type(name).__name__}")
-    if not name:
-        raise InvalidTopicError("topic name is empty")
-    if len(name) > MAX_TOPIC_NAME_LENGTH:
-        raise InvalidTopicError(
-            f"topic name is {len(name)} characters long, the limit is {MAX_TOPIC_NAME_LENGTH}")
-    if name in (".", ".."):
-        raise InvalidTopicError(f"topic name {name!r} is not allowed")
-    if not _LEGAL_NAME.match(name):
-        bad = sorted({c for c in name if not re.match(r"[A-Za-z0-9._-]", c)})
-        raise InvalidTopicError(
-            f"topic name {name!r} contains illegal characters {bad!r}; "
-            "legal are ASCII letters, digits, '.', '_' and '-'")
-    return name
-
+from ..names import MAX_TOPIC_NAME_LENGTH, validate_topic_name  # noqa: F401 (re-exported)
 
 def validate_partition(partition, num_partitions: int | None = None, topic: str = "") -> int:
     """Check a partition number's type (and range if ``num_partitions`` is given)."""

@@ -9,14 +9,29 @@ from __future__ import annotations
 
 import collections
 import itertools
+import re
 import socket
 
 from ..errors import BrokerNotAvailableError, InvalidArgumentError
+from ..names import validate_client_id
 from .apis import ACKS_NONE, ApiKey
 from .codec import (
     DEFAULT_MAX_REQUEST_BYTES, decode_response, encode_request_parts, raise_for_error,
 )
 from .stream import recv_message, send_parts
+
+
+_HOST = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.?|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*(%\w+)?")
+
+
+def _check_host(host: str, address: str) -> str:
+    """``host`` if it is a host name or an IP address, else InvalidArgumentError (a
+    path given where an address belongs would otherwise fail deep in the resolver)."""
+    if _HOST.fullmatch(host) is None:
+        raise InvalidArgumentError(
+            f"broker address {address!r}: {host!r} is not a host name or IP address "
+            "(a storage path needs a URL: file:///absolute/path)")
+    return host
 
 
 def parse_address(address: str, default_port: int = 9092) -> tuple[str, int]:
@@ -25,8 +40,8 @@ def parse_address(address: str, default_port: int = 9092) -> tuple[str, int]:
         raise InvalidArgumentError(f"broker address must be 'host:port', got {address!r}")
     host, sep, port = address.rpartition(":")
     if not sep:
-        return address, default_port
-    host = host.strip("[]") or "127.0.0.1"
+        return _check_host(address, address), default_port
+    host = _check_host(host.strip("[]") or "127.0.0.1", address)
     try:
         number = int(port)
     except ValueError:
@@ -48,7 +63,7 @@ class Connection:
     def __init__(self, address: str, *, client_id: str = "sparklog", timeout: float = 30.0,
                  max_response_bytes: int = DEFAULT_MAX_REQUEST_BYTES + (1 << 20)):
         self.address = address
-        self.client_id = client_id
+        self.client_id = validate_client_id(client_id)
         self.max_response_bytes = max_response_bytes
         host, port = parse_address(address)
         try:

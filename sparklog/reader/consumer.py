@@ -35,7 +35,8 @@ from ..errors import (
     InvalidArgumentError, InvalidConfigError, OffsetOutOfRangeError, SparklogError,
     UnknownTopicOrPartitionError,
 )
-from ..metadata.topic import validate_partition, validate_topic_name
+from ..metadata.topic import validate_partition
+from ..names import validate_group_id, validate_topic_name
 from ..protocol.apis import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ApiKey
 from ..protocol.codec import error_from
 
@@ -83,9 +84,8 @@ class Consumer:
                 f"{cfg['auto_offset_reset']!r}")
         if cfg["fetch_max_wait_ms"] < 0 or cfg["fetch_max_wait_ms"] >= cfg["request_timeout_ms"]:
             raise InvalidConfigError("fetch_max_wait_ms must be >= 0 and below request_timeout_ms")
-        if cfg["group_id"] is not None and (not isinstance(cfg["group_id"], str)
-                                            or not cfg["group_id"]):
-            raise InvalidConfigError(f"group_id must be a non-empty str, got {cfg['group_id']!r}")
+        if cfg["group_id"] is not None:
+            validate_group_id(cfg["group_id"])
         self.client_id = cfg["client_id"] or f"consumer-{next(_CLIENT_IDS)}"
         self.group_id = cfg["group_id"]
         self._client = NetworkClient(

@@ -127,7 +127,8 @@ class FileIO(abc.ABC):
         import uuid
 
         parent, name = self.split(path)
-        tmp = self.join(parent, f".{name}.{uuid.uuid4().hex}.tmp")
+        stem = name.encode("utf-8")[:200].decode("utf-8", "ignore")  # tmp name fits 255 bytes
+        tmp = self.join(parent, f".{stem}.{uuid.uuid4().hex}.tmp")
         out = self.create(tmp)
         try:
             out.write(data)
@@ -183,10 +184,23 @@ class FileIO(abc.ABC):
 
     # --- path helpers (pure string work) -------------------------------------------------
     def join(self, *parts: str) -> str:
-        """Join path components with '/', keeping the scheme/authority of the first."""
+        """Join path components with '/', keeping the scheme/authority of the first.
+
+        Every part after the first is one or more components ('a' or 'a/b'), each of
+        which must be a name no normalisation changes (:func:`check_component`: not
+        empty, '.' or '..', no control characters, '\\', '#' or '?', at most 255
+        bytes): InvalidArgumentError otherwise, so no name reaches outside its
+        directory or onto another name."""
+        from .paths import check_relative
+
         head = parts[0].rstrip("/")
-        rest = [p.strip("/") for p in parts[1:] if p]
+        rest = [check_relative(p, "path component").strip("/") for p in parts[1:]]
         return "/".join([head, *rest]) if rest else parts[0]
+
+    def entry_path(self, directory: str, name: str) -> str:
+        """Path of entry ``name`` of ``directory`` as listed (no check: names read
+        from the storage are what they are)."""
+        return f"{directory.rstrip('/')}/{name}"
 
     def split(self, path: str) -> tuple[str, str]:
         """Return (parent, name) of ``path``."""

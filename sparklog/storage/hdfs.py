@@ -39,7 +39,8 @@ from sparklog.errors import (
     StorageFileNotFoundError,
 )
 from sparklog.storage.base import FileInfo, FileIO
-from sparklog.storage.paths import check_int, check_path, strip_scheme
+from sparklog.names import validate_user
+from sparklog.storage.paths import check_int, check_normal, check_path, strip_scheme
 from sparklog.storage.stream import BufferedOutputStream, LeaseLost
 
 CREATING_SUFFIX = ".sparklog-creating"
@@ -107,7 +108,7 @@ class HadoopFileIO(FileIO):
             raise InvalidArgumentError(f"expected hdfs://namenode[:port]/path, got {url!r}")
         self.authority = parts.netloc
         self._host, self._port = parts.hostname, parts.port or 0
-        self._user, self._kerb = user, kerb_ticket
+        self._user, self._kerb = (None if user is None else validate_user(user)), kerb_ticket
         self._replication = check_int(replication, "replication")
         self._block_size = check_int(block_size, "block_size")
         self._extra = dict(extra_conf or {})
@@ -155,7 +156,7 @@ class HadoopFileIO(FileIO):
                 f"{path!r} names namenode {authority!r}, this FileIO is {self.authority!r}")
         if not p.startswith("/"):
             raise InvalidArgumentError(f"HDFS path must be absolute: {path!r}")
-        return path, p.rstrip("/") or "/"
+        return path, check_normal(p, path).rstrip("/") or "/"
 
     def _info(self, p: str):
         from pyarrow import fs as pafs
@@ -322,7 +323,7 @@ class HadoopFileIO(FileIO):
             if i.base_name.endswith(CREATING_SUFFIX):
                 continue
             is_dir = i.type == pafs.FileType.Directory
-            out.append(FileInfo(path=self.join(path, i.base_name), name=i.base_name,
+            out.append(FileInfo(path=self.entry_path(path, i.base_name), name=i.base_name,
                                 size=0 if is_dir else (i.size or 0), is_dir=is_dir,
                                 mtime=i.mtime.timestamp() if i.mtime else 0.0))
         out.sort(key=lambda f: f.name)

@@ -46,7 +46,9 @@ from sparklog.errors import (
     StorageFileNotFoundError,
 )
 from sparklog.storage.base import FileInfo, FileIO
-from sparklog.storage.paths import check_int, check_path, is_lease_file, strip_scheme
+from sparklog.storage.paths import (
+    check_int, check_normal, check_path, is_lease_file, strip_scheme,
+)
 from sparklog.storage.posix import (
     DirLock, WriteBehind, acquire_lease, fsync_dir, lease_path, owner_alive, read_lease,
     rename_noreplace,
@@ -234,7 +236,7 @@ class LocalFileIO(FileIO):
         authority, p = strip_scheme(path, "file")
         if authority not in ("", "localhost"):
             raise InvalidArgumentError(f"file:// URL with a remote host: {path!r}")
-        return path, os.path.abspath(p)
+        return path, os.path.abspath(check_normal(p, path))
 
     def local_path(self, path: str) -> str:
         """The OS path of ``path`` (the broker serves it with sendfile)."""
@@ -446,7 +448,7 @@ class LocalFileIO(FileIO):
             except FileNotFoundError:
                 continue  # deleted while listing
             is_dir = stat_mod.S_ISDIR(st.st_mode)
-            out.append(FileInfo(path=self.join(path, e.name), name=e.name,
+            out.append(FileInfo(path=self.entry_path(path, e.name), name=e.name,
                                 size=0 if is_dir else st.st_size, is_dir=is_dir,
                                 mtime=st.st_mtime))
         out.sort(key=lambda i: i.name)

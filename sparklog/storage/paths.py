@@ -6,6 +6,7 @@ import os
 from urllib.parse import urlsplit
 
 from sparklog.errors import InvalidArgumentError
+from sparklog.names import control_chars, describe_chars
 
 
 def check_path(path, what: str = "path") -> str:
@@ -50,6 +51,74 @@ def check_int(value, what: str, minimum: int = 0) -> int:
     return value
 
 
+#: Bytes of one file or directory name (Linux NAME_MAX; HDFS's default
+#: dfs.namenode.fs-limits.max-component-length).
+MAX_COMPONENT_BYTES = 255
+
+
+def _bad_chars(name: str) -> list[str]:
+    """Characters of ``name`` a path component may not hold: NUL and every control
+    character (C0, DEL, C1), '\\' (a separator elsewhere), and the URL delimiters
+    '#' and '?' (a ``file://``/``webhdfs://`` URL would end there)."""
+    return [c for c in name if c in "\\#?"] + control_chars(name)
+
+
+def check_component(name, what: str = "path component") -> str:
+    """Return ``name`` if it is one path component that no normalisation changes, or
+    raise InvalidArgumentError naming the problem: not empty, not ``.`` or ``..``, no
+    '/', none of :func:`_bad_chars`, and at most 255 bytes of UTF-8."""
+    if not isinstance(name, str):
+        raise InvalidArgumentError(f"{what} must be a str, got {type(name).__name__}")
+    if name in ("", ".", ".."):
+        raise InvalidArgumentError(f"{what} {name!r} is not a file name")
+    if "/" in name:
+        raise InvalidArgumentError(f"{what} {name!r} contains '/'")
+    bad = _bad_chars(name)
+    if bad:
+        shown = describe_chars(bad)
+        raise InvalidArgumentError(f"{what} {name!r} contains {shown}")
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidArgumentError(f"{what} {name!r} is not valid Unicode") from None
+    if size > MAX_COMPONENT_BYTES:
+        raise InvalidArgumentError(
+            f"{what} {name[:40]!r}... is {size} bytes long; file names are limited to "
+            f"{MAX_COMPONENT_BYTES} bytes")
+    return name
+
+
+def check_relative(path: str, what: str = "relative path") -> str:
+    """Return ``path`` (components joined by '/', outer '/' ignored) if every component
+    passes :func:`check_component`; InvalidArgumentError otherwise."""
+    for part in path.strip("/").split("/"):
+        check_component(part, what if part == path else f"component of {what} {path!r}")
+    return path
+
+
+def check_normal(path: str, display: str) -> str:
+    """Return ``path`` (the path part of a storage path) if normalisation leaves its
+    components as they are: no '..' component, no '.' component but a leading one
+    (``./data``), no control character, and each component at most 255 bytes (what
+    the file systems hold). InvalidArgumentError names the problem."""
+    parts = path.split("/")
+    for i, part in enumerate(parts):
+        if part == ".." or (part == "." and i > 0):
+            raise InvalidArgumentError(
+                f"{display}: path component {part!r} is not allowed (a path names its "
+                "file directly)")
+        size = len(part.encode("utf-8", "surrogateescape"))
+        if size > MAX_COMPONENT_BYTES:
+            raise InvalidArgumentError(
+                f"{display}: name {part[:40]!r}... is {size} bytes long; file names are "
+                f"limited to {MAX_COMPONENT_BYTES} bytes")
+    bad = control_chars(path)
+    if bad:
+        shown = describe_chars(bad)
+        raise InvalidArgumentError(f"{display}: path contains control character(s) {shown}")
+    return path
+
+
 def url_scheme(url: str) -> str:
     """The lower-case scheme of ``url`` ('' for a plain path, also on Windows drives)."""
     if "://" not in url and not url.startswith("file:"):
@@ -67,8 +136,45 @@ def strip_scheme(url: str, scheme: str) -> tuple[str, str]:
         return "", url
     if got != scheme:
         raise InvalidArgumentError(f"expected a {scheme}:// URL or a plain path, got {url!r}")
-    parts = urlsplit(url)
+    parts = _split_url(url)
     return parts.netloc, parts.path or "/"
+
+
+def _split_url(url: str):
+    """urlsplit of a storage URL, refusing a query or fragment and control characters
+    (InvalidArgumentError): urlsplit would silently cut the path short or drop them."""
+    bad = control_chars(url)
+    if bad:
+        raise InvalidArgumentError(
+            f"storage URL {url!r} contains control character(s) {describe_chars(bad)}")
+    for c in "?#":
+        if c in url:
+            raise InvalidArgumentError(
+                f"storage URL {url!r} contains {c!r}: sparklog URLs have no query or "
+                "fragment (give a plain path to use the character in a local file name)")
+    return urlsplit(url)
+
+
+def storage_root(url) -> str:
+    """``url`` checked and normalised as the root of a log: InvalidArgumentError naming
+    the problem for a query or fragment, an ``hdfs://``/``webhdfs://`` URL without a
+    namenode host or a ``file:`` URL with a relative path; trailing '/' removed (but
+    not the file system's own root)."""
+    url = check_path(url, "storage root")
+    scheme = url_scheme(url)
+    if scheme:
+        parts = _split_url(url)
+        if scheme != "file" and not parts.hostname:
+            raise InvalidArgumentError(
+                f"storage URL {url!r} names no namenode host: use "
+                f"{scheme}://namenode[:port]/path")
+        if not parts.path.startswith("/") and parts.path:
+            raise InvalidArgumentError(
+                f"storage URL {url!r} has a relative path: use {scheme}:///absolute/path "
+                "or a plain path")
+        if parts.path.strip("/") == "":
+            return url
+    return url.rstrip("/") or url
 
 
 #: Suffix of a writer's lease sidecar file (local and WebHDFS backends).

@@ -105,6 +105,16 @@ class WriteBehind:
             self.start = end
 
 
+def _into_itself(src: str, dst: str) -> bool:
+    """True if ``dst`` is ``src`` or inside it, or either names '.' or '..' (the other
+    causes of EINVAL from rename(2), besides a file system without RENAME_NOREPLACE)."""
+    if os.path.basename(src) in (".", "..") or os.path.basename(dst) in (".", ".."):
+        return True
+    real_src = os.path.realpath(src)
+    real_dst = os.path.realpath(os.path.dirname(dst))
+    return real_dst == real_src or real_dst.startswith(real_src.rstrip("/") + "/")
+
+
 def rename_noreplace(src: str, dst: str) -> None:
     """Atomically rename src to dst, raising FileExistsError if dst exists."""
     if _RENAMEAT2 is not None:
@@ -113,6 +123,10 @@ def rename_noreplace(src: str, dst: str) -> None:
         if rc == 0:
             return
         err = ctypes.get_errno()
+        if err == errno.EINVAL and _into_itself(src, dst):
+            raise StorageError(
+                f"cannot rename {src!r} to {dst!r}: the destination is inside the source "
+                "(or a name is '.' or '..')")
         if err not in (errno.EINVAL, errno.ENOSYS):
             raise OSError(err, os.strerror(err), src, None, dst)
     if os.path.isdir(src):
@@ -160,6 +174,10 @@ def read_lease(os_path: str) -> dict | None:
             raw = f.read()
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:  # no lease can have that name (a directory
+            return None                      # with a long name: leases are for files)
+        raise
     try:
         record = json.loads(raw)
         return record if isinstance(record, dict) else {}

@@ -13,6 +13,7 @@ from __future__ import annotations
 from .base import FileIO
 
 _WIDTH = 10
+_MAX_RELISTS = 100
 
 
 class VersionedFile:
@@ -39,20 +40,42 @@ class VersionedFile:
         return self.fileio.join(self.directory, f"{version:0{_WIDTH}d}{self.suffix}")
 
     def latest(self) -> tuple[int, bytes] | None:
-        """(version, bytes) of the newest version, or None if nothing was written."""
-        from ..errors import StorageFileNotFoundError
+        """(version, bytes) of the newest version, or None if nothing was written.
 
-        for version in reversed(self._versions()):
+        A newest version that vanishes before it is read was pruned, so newer ones
+        exist: the directory is listed again (never an older version returned, which a
+        writer would take for the newest)."""
+        from ..errors import StorageError, StorageFileNotFoundError
+
+        for _ in range(_MAX_RELISTS):
+            versions = self._versions()
+            if not versions:
+                return None
             try:
-                return version, self.fileio.read_all(self.path_of(version))
-            except StorageFileNotFoundError:  # pruned under us: try the next one
+                return versions[-1], self.fileio.read_all(self.path_of(versions[-1]))
+            except StorageFileNotFoundError:  # pruned under us: newer versions exist
                 continue
-        return None
+        raise StorageError(f"{self.directory}: the newest version vanished "
+                           f"{_MAX_RELISTS} times while being read")
 
     def write(self, version: int, data: bytes) -> None:
         """Write ``version`` (must not exist yet: FileAlreadyExistsError otherwise),
-        then prune versions older than the last ``keep``."""
+        then prune versions older than the last ``keep``.
+
+        A writer that read version ``n`` long ago may find the slot ``n + 1`` free
+        again because it was written *and pruned* meanwhile; pruning it took version
+        ``n + 1 + keep``, so seeing a version that high after the write also raises
+        FileAlreadyExistsError (the caller re-reads and retries, as for any lost race;
+        its stray file is never the newest and is pruned later). A rightful write sees
+        one only if ``keep`` more versions were written between its rename and its
+        listing: it then retries too, which read-modify-write callers survive."""
+        from ..errors import FileAlreadyExistsError
+
         self.fileio.mkdirs(self.directory)
         self.fileio.write_atomic(self.path_of(version), data)
-        for old in self._versions()[: -self.keep]:
+        versions = self._versions()
+        if versions and versions[-1] >= version + self.keep:
+            raise FileAlreadyExistsError(
+                f"{self.path_of(version)}: version {versions[-1]} was written meanwhile")
+        for old in versions[: -self.keep]:
             self.fileio.delete(self.path_of(old))

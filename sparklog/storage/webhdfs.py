@@ -40,8 +40,9 @@ from sparklog.errors import (
     StorageFileNotFoundError,
 )
 from sparklog.storage.base import FileInfo, FileIO
+from sparklog.names import validate_user
 from sparklog.storage.paths import (
-    check_int, check_path, is_lease_file, lease_name, strip_scheme,
+    check_int, check_normal, check_path, is_lease_file, lease_name, strip_scheme,
 )
 from sparklog.storage.stream import BufferedOutputStream, LeaseLost
 
@@ -146,6 +147,8 @@ class WebHdfsFileIO(FileIO):
             raise InvalidArgumentError(f"expected webhdfs://namenode:port/path, got {url!r}")
         self.scheme = parts.scheme
         self.authority = parts.netloc
+        if user is not None:
+            validate_user(user)
         self.buffer_size = check_int(buffer_size, "buffer_size", 1)
         self.lease_soft_limit = float(lease_soft_limit)
         http = ("https" if parts.scheme == "swebhdfs" else "http") + "://" + parts.netloc
@@ -171,7 +174,7 @@ class WebHdfsFileIO(FileIO):
                 f"{path!r} names namenode {authority!r}, this FileIO is {self.authority!r}")
         if not p.startswith("/"):
             raise InvalidArgumentError(f"HDFS path must be absolute: {path!r}")
-        return path, p.rstrip("/") or "/"
+        return path, check_normal(p, path).rstrip("/") or "/"
 
     @staticmethod
     def _lease_path(hpath: str) -> str:
@@ -353,7 +356,7 @@ class WebHdfsFileIO(FileIO):
         if st["type"] == "FILE":
             raise StorageError(f"{path}: is a file, not a directory")
         entries = self._call("list", path, self.client.list, p, status=True)
-        out = [FileInfo(path=self.join(path, name), name=name,
+        out = [FileInfo(path=self.entry_path(path, name), name=name,
                         size=s["length"] if s["type"] == "FILE" else 0,
                         is_dir=s["type"] == "DIRECTORY",
                         mtime=s["modificationTime"] / 1000.0)

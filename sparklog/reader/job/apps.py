@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ...errors import InvalidArgumentError
 from ...storage import open_fileio
-from .offsets import validate_app_id
+from ...names import validate_app_id
 from .sink import Sink, normalize_uri
 
 FORMATS = ("delta", "parquet")

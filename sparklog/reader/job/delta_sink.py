@@ -28,7 +28,7 @@ import json
 from ...errors import (
     ConcurrentTransactionsError, InvalidArgumentError, SchemaMismatchError, StorageError,
 )
-from .offsets import validate_app_id
+from ...names import validate_app_id
 from .records import CommitRecord, StagedFiles
 from .sink import Sink, attempt_dir_name, parse_attempt_dir_name
 

@@ -11,35 +11,10 @@ the one of Spark's Kafka source options (``startingOffsets``/``endingOffsets``):
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 
 from ...errors import InvalidArgumentError
-from ...metadata.topic import validate_topic_name
-
-MAX_APP_ID_LENGTH = 200
-_LEGAL_APP_ID = re.compile(r"^[A-Za-z0-9._-]+$")
-
-
-def validate_app_id(app_id) -> str:
-    """Return ``app_id`` if it is a valid application id, else InvalidArgumentError.
-
-    An application id names the job's transaction in its output and is a path component
-    of the Parquet sink's manifests: 1 to 200 characters from ``[A-Za-z0-9._-]``, not
-    ``.``/``..``, not starting with ``_`` or ``.`` (hidden names are the sink's own).
-    """
-    if not isinstance(app_id, str):
-        raise InvalidArgumentError(
-            f"application id must be a string, got {type(app_id).__name__}")
-    if not app_id or len(app_id) > MAX_APP_ID_LENGTH:
-        raise InvalidArgumentError(
-            f"application id {app_id!r} must have 1 to {MAX_APP_ID_LENGTH} characters")
-    if not _LEGAL_APP_ID.match(app_id) or app_id[0] in "._":
-        raise InvalidArgumentError(
-            f"application id {app_id!r} is invalid: use ASCII letters, digits, '.', '_' "
-            "and '-', not starting with '.' or '_'")
-    return app_id
-
+from ...names import MAX_APP_ID_LENGTH, validate_app_id, validate_topic_name  # noqa: F401
 
 @dataclass(frozen=True, order=True)
 class OffsetRange:

@@ -31,7 +31,7 @@ from ...errors import (
     StorageFileNotFoundError,
 )
 from ...metadata.topic import schema_from_text, schema_to_text
-from .offsets import validate_app_id
+from ...names import validate_app_id
 from .records import CommitRecord, DataFile, StagedFiles
 from .sink import Sink, attempt_dir_name, normalize_uri, parse_attempt_dir_name
 

@@ -46,7 +46,7 @@ import re
 from dataclasses import dataclass, field
 
 from ...errors import InvalidArgumentError
-from ...metadata.topic import validate_topic_name
+from ...names import validate_topic_name
 
 log = logging.getLogger(__name__)
 

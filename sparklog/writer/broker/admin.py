@@ -22,6 +22,14 @@ log = logging.getLogger(__name__)
 _OK = {"error_code": 0, "error_message": ""}
 
 
+def _topic_error(api: str, name, exc: Exception) -> dict:
+    """The error fields of one topic of a request; an unexpected error (a bug) is
+    logged with its traceback, and still fails only that topic."""
+    if not isinstance(exc, SparklogError):
+        log.exception("%s of topic %r failed", api, name)
+    return error_fields(exc)
+
+
 def _schema_from_bytes(data, topic: str):
     if data is None:
         return None
@@ -125,8 +133,8 @@ async def create_topics(broker, body, ctx) -> dict:
                 log.info("topic %s created by %s: %d partition(s)", name, ctx.client_id,
                          tc.partitions)
             item.update(_OK, num_partitions=tc.partitions)
-        except SparklogError as exc:
-            item.update(error_fields(exc))
+        except Exception as exc:  # noqa: BLE001 - one topic's failure is its own
+            item.update(_topic_error("CreateTopics", name, exc))
         out.append(item)
     return {**_OK, "topics": out}
 
@@ -166,8 +174,8 @@ async def delete_topics(broker, body, ctx) -> dict:
                 broker.metrics.forget_topic(name, tc.partitions)
             log.info("topic %s deleted by %s", name, ctx.client_id)
             item.update(_OK)
-        except SparklogError as exc:
-            item.update(error_fields(exc))
+        except Exception as exc:  # noqa: BLE001 - one topic's failure is its own
+            item.update(_topic_error("DeleteTopics", name, exc))
         out.append(item)
     return {**_OK, "topics": out}
 

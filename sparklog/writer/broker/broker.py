@@ -21,6 +21,7 @@ import time
 
 from ...coordination.base import BrokerInfo, CoordinationStore
 from ...coordination.local import LocalCoordinationStore
+from ...names import printable, validate_transactional_id
 from ...errors import (
     InvalidArgumentError, OffsetOutOfRangeError, RequestTimedOutError, SparklogError,
     UnknownTopicOrPartitionError, UnsupportedVersionError,
@@ -34,7 +35,7 @@ from ...protocol.apis import (
 )
 from ...protocol.codec import FileRegion, RequestHeader, decode_request_body, error_fields
 from ...storage import FileIO, open_fileio
-from ...storage.paths import url_scheme
+from ...storage.paths import storage_root, url_scheme
 from . import admin, groups_api, server
 from ...retention.manager import RetentionManager
 from .config import BrokerConfig
@@ -54,9 +55,28 @@ class RequestContext:
     __slots__ = ("client_id", "client_host", "order")
 
     def __init__(self, client_id: str, client_host: str, order: asyncio.Lock | None = None):
-        self.client_id = client_id
+        self.client_id = printable(client_id)  # logged and part of member ids
         self.client_host = client_host
         self.order = order or asyncio.Lock()
+
+
+def _warn_unauthenticated(sockets) -> None:
+    """Log a WARNING for every listening socket not bound to a loopback address: the
+    broker has no authentication yet, so every client reaching it may create, read and
+    delete any topic and group."""
+    import ipaddress
+
+    for sock in sockets:
+        host = sock.getsockname()[0]
+        try:
+            loopback = ipaddress.ip_address(host.split("%")[0]).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback:
+            log.warning("listener %s is not a loopback address and sparklog has no "
+                        "authentication yet: every client that can reach it may create, "
+                        "read and delete any topic and group; bind 127.0.0.1 or restrict "
+                        "access with a firewall", host)
 
 
 def _time_out(futures, timeout_ms: int) -> None:
@@ -77,7 +97,7 @@ class Broker:
         if not isinstance(storage_uri, str) or not storage_uri:
             raise InvalidArgumentError(
                 f"storage URI must be a non-empty string, got {storage_uri!r}")
-        self.storage_uri = storage_uri.rstrip("/") or storage_uri
+        self.storage_uri = storage_root(storage_uri)
         self.config = config or BrokerConfig()
         self.fileio = fileio or open_fileio(self.storage_uri, **self._storage_options())
         self.topics = TopicStore(self.storage_uri, self.fileio)
@@ -180,6 +200,7 @@ class Broker:
         self._server = await self.loop.create_server(
             server.protocol_factory(self), self.host, self.port, reuse_address=True)
         self.host, self.port = self._server.sockets[0].getsockname()[:2]
+        _warn_unauthenticated(self._server.sockets)
         if self.leadership is not None:
             self.leadership.start()
         self.retention = RetentionManager(lambda: self.partitions.values(), self.run_io,
@@ -518,6 +539,8 @@ class Broker:
         return {**_NO_ERROR, "topics": topics}
 
     async def _init_producer_id(self, body, ctx) -> dict:
+        if body["transactional_id"] is not None:  # not used yet: only checked
+            validate_transactional_id(body["transactional_id"])
         pid, epoch = body["producer_id"], body["producer_epoch"]
         if pid >= 0 and 0 <= epoch < 32766:
             return {**_NO_ERROR, "producer_id": pid, "producer_epoch": epoch + 1}

@@ -23,7 +23,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from ...coordination.base import validate_group_id
+from ...names import validate_group_id
 from ...errors import (
     IllegalGenerationError, InvalidArgumentError, RebalanceInProgressError,
     UnknownMemberIdError,

@@ -8,7 +8,8 @@ offsets are the coordination store's (persistent). Each handler is
 
 from __future__ import annotations
 
-from ...coordination.base import OffsetAndMetadata, validate_group_id
+from ...coordination.base import OffsetAndMetadata
+from ...names import validate_group_id
 from ...errors import SparklogError
 from ...metadata import validate_partition
 from ...protocol.apis import NO_OFFSET, ApiKey
