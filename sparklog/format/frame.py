@@ -428,7 +428,8 @@ def iter_frames(buf, pos: int = 0, *, verify_crc: bool = True, path=None,
                 or (header.explicit_offsets and header.last_offset >= expected_offset)):
             check_follows(header, expected_offset, where, path=path, position=pos)
         yield frame
-        expected = header.next_offset
+        if expected_offset is not None:
+            expected = header.next_offset
         pos += header.size
 
 
