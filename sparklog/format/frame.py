@@ -327,9 +327,11 @@ def record_schema(schema: pa.Schema) -> pa.Schema:
 
 
 def validate_frame(buf, pos: int = 0, *, max_size: int | None = None,
-                   verify_crc: bool = True, path=None, check_body: bool = True) -> FrameHeader:
+                   verify_crc: bool = True, path=None,
+                   check_body: bool | None = None) -> FrameHeader:
     """Check the frame at ``buf[pos:]``: complete, sane length, known magic, CRC32C,
-    record count vs offset delta, and (``check_body``) an Arrow body whose one record
+    record count vs offset delta, and (``check_body``, by default as ``verify_crc``: a
+    caller that trusts the bytes reads headers only) an Arrow body whose one record
     batch has the header's record count and buffers inside the body
     (:func:`~sparklog.format.ipc.check_ipc_body`, metadata only). Returns its header or
     raises CorruptRecordError (RecordTooLargeError if it exceeds ``max_size``);
@@ -372,7 +374,7 @@ def validate_frame(buf, pos: int = 0, *, max_size: int | None = None,
             f"inconsistent frame header{where()}: {header.record_count} records, "
             f"last offset delta {header.last_offset_delta}, attributes "
             f"{header.attributes:#x}", path=path, position=pos)
-    if check_body:
+    if check_body or (check_body is None and verify_crc):
         try:
             check_ipc_body(view, pos + HEADER_SIZE, pos + size, header.record_count, where())
         except CorruptRecordError as exc:
