@@ -91,7 +91,7 @@ def fill(conn, topic, frames: int) -> int:
     return frames * RECORDS_PER_FRAME
 
 
-def consume(address, topic, total, *, limit_s=20.0, partition=0):
+def consume(address, topic, total, *, limit_s=20.0, partition=0, what=""):
     """Read the partition from the start with a real Consumer until it has the
     ``total`` records acknowledged or raises: ``(records as (offset, value), error or
     None)``. Fails the test if neither happens within ``limit_s`` (a stall) or if more
@@ -103,7 +103,7 @@ def consume(address, topic, total, *, limit_s=20.0, partition=0):
         deadline = time.monotonic() + limit_s
         while len(got) < total:
             assert time.monotonic() < deadline, \
-                f"consumer neither finished nor raised in {limit_s}s: {len(got)} records"
+                f"consumer neither finished nor raised in {limit_s}s: {len(got)} records {what}"
             try:
                 batch = c.poll(timeout_ms=100)
             except SparklogError as exc:
@@ -397,20 +397,47 @@ def _damage(rng: random.Random, pdir: Path, sealed: list[Path]) -> str:
 
 
 def test_fuzz_damaged_sealed_segments_never_give_wrong_or_skipped_records(broker, conn):
-    """Bounded (about 40 s): each case damages one sealed segment of a fresh topic under
+    """Bounded (60 cases or 40 s): each case damages one sealed segment of a fresh topic under
     the running broker, then reads it through the broker (a real Consumer) and through
     LogReader; every read returns the exact records from offset 0 or raises an error
     naming the offsets it could not read."""
     rng = random.Random(int(os.environ.get("SPARKLOG_FUZZ_SEED", "18")))
     deadline = time.monotonic() + 40
     cases = 0
-    while time.monotonic() < deadline and cases < 30:
+    while time.monotonic() < deadline and cases < 60:
         topic, total, pdir, sealed = damaged_topic(conn, broker.root, frames=20,
                                                    segment_bytes=rng.choice([3000, 6000]))
         what = _damage(rng, pdir, sealed)
-        got, error = consume(broker.address, topic, total, limit_s=15)
+        got, error = consume(broker.address, topic, total, limit_s=15, what=f"after {what}")
         assert_exact_prefix(got, total, error, f"consumer after {what}")
         got, error = read_log(LogReader(LocalFileIO(), pdir.as_uri()), total)
         assert_exact_prefix(got, total, error, f"LogReader after {what}")
         cases += 1
     assert cases >= 5
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_spark_path_reader_honours_fail_on_data_loss(broker, conn, fail):
+    """The Spark task's reader (path mode, LogReader underneath) on a deleted sealed
+    segment: failOnDataLoss=true raises naming the offsets; false skips exactly them."""
+    pytest.importorskip("pyspark")
+    from sparklog.reader.spark.planning import OffsetRange
+    from sparklog.reader.spark.scan import read_range
+    from sparklog.reader.spark.schema import arrow_schema, kafka_schema
+
+    topic, total, pdir, sealed = damaged_topic(conn, broker.root)
+    seg = sealed[1]
+    first, end = int(seg.stem), int(sealed[2].stem)
+    seg.unlink()
+    r = OffsetRange(topic, 0, 0, total, broker.root.as_uri(), fail_on_data_loss=fail)
+    target = arrow_schema(kafka_schema())
+    offsets = []
+    try:
+        for batch in read_range(r, target):
+            offsets += batch.column("offset").to_pylist()
+    except DataLossError as exc:
+        assert fail and f"[{first}, {end})" in str(exc) and "failOnDataLoss" in str(exc)
+        assert offsets == list(range(first))
+        return
+    assert not fail, "no error with failOnDataLoss=true"
+    assert offsets == [o for o in range(total) if not first <= o < end]

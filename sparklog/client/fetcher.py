@@ -185,8 +185,14 @@ class Fetcher:
                 end = _next_offset(data)
                 if end is not None and end > st.fetch_offset:
                     st.fetch_offset = end
-                    st.buffered_bytes += len(data)
-                    self._completed.append(CompletedFetch(tp, epoch, data, offset=offset))
+                elif len(data):
+                    # frames that do not move the offset on can only be damaged: decoding
+                    # them raises for the application; no more fetches until it seeks
+                    st.fetch_offset = None
+                else:
+                    continue
+                st.buffered_bytes += len(data)
+                self._completed.append(CompletedFetch(tp, epoch, data, offset=offset))
             self.cond.notify_all()
         self.send_fetches()  # pipelining: the next fetch goes out before poll() asks
 
@@ -243,6 +249,8 @@ class Fetcher:
                     st.position = new_position
                     if done:
                         st.buffered_bytes = max(0, st.buffered_bytes - cf.size)
+                        if st.fetch_offset is None:  # the suspect frames decoded after all
+                            st.fetch_offset = new_position
                 if done and cf in self._completed:
                     self._completed.remove(cf)
             if taken:

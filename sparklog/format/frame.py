@@ -368,8 +368,7 @@ def validate_frame(buf, pos: int = 0, *, max_size: int | None = None,
             raise CorruptRecordError(
                 f"CRC32C mismatch{where()}: stored {header.crc:#010x}, "
                 f"computed {actual:#010x}", path=path, position=pos)
-    if header.record_count <= 0 or header.last_offset_delta < header.record_count - 1 \
-            or (header.attributes & CODEC_MASK) not in (0, 1, 2):
+    if not counts_consistent(header) or (header.attributes & CODEC_MASK) not in (0, 1, 2):
         raise CorruptRecordError(
             f"inconsistent frame header{where()}: {header.record_count} records, "
             f"last offset delta {header.last_offset_delta}, attributes "
@@ -380,6 +379,13 @@ def validate_frame(buf, pos: int = 0, *, max_size: int | None = None,
         except CorruptRecordError as exc:
             raise CorruptRecordError(str(exc), path=path, position=pos) from None
     return header
+
+
+def counts_consistent(header: FrameHeader) -> bool:
+    """True if the header's record count and last offset delta can be right (at least
+    one record; the delta at least the count - 1): the cheap part of validation that
+    a reader of headers alone can do."""
+    return header.record_count > 0 and header.last_offset_delta >= header.record_count - 1
 
 
 def check_follows(header: FrameHeader, expected: int, where: str = "", *,

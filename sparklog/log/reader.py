@@ -229,12 +229,13 @@ class LogReader:
             return
         i = self._segment_index(start)
         position = start  # the next offset to yield
+        continued = False  # whether segment i continues a read of segment i - 1
         while i < len(self._segments):
             seg = self._segments[i]
             if end is not None and seg.base_offset >= end:
                 return
-            if i and self._segments[i - 1].next_offset != seg.base_offset:
-                raise self._gap(i)
+            if continued and self._segments[i - 1].next_offset != seg.base_offset:
+                raise self._gap(i)  # the read goes on from the segment before
             try:
                 if i == len(self._segments) - 1 and not seg.sealed:
                     frames = self._active_frames(seg, position, end)
@@ -250,6 +251,7 @@ class LogReader:
             if end is not None and seg.next_offset >= end:
                 return
             i += 1
+            continued = True
         last = self._segments[-1].next_offset
         if end is not None and end > last or start > last:
             raise self._out_of_range(start, end, end if end is not None and end > last else start)

@@ -14,7 +14,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from ..errors import CorruptRecordError, DataLossError
-from ..format.frame import Frame, check_follows, decode_frame
+from ..format.frame import Frame, check_follows, counts_consistent, decode_frame
 from ..format.header import HEADER_SIZE, LOG_OVERHEAD, unpack_header
 from ..storage.base import FileIO
 
@@ -164,6 +164,9 @@ def read_frame_bytes(fileio: FileIO, path: str, position: int, end: int, offset:
                               f"{end - pos} bytes left of the segment")
             check_follows(header, expected, f" at position {pos} of {path}", path=path,
                           position=pos, end_offset=end_offset)
+            if not counts_consistent(header):
+                raise damaged(f"the frame header says {header.record_count} records and "
+                              f"last offset delta {header.last_offset_delta}")
             if header.base_offset >= max_offset:
                 break
             if start is None and header.last_offset < offset:
