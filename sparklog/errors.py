@@ -101,6 +101,24 @@ class CorruptRecordError(SparklogError):
         self.position = position
 
 
+class DataLossError(CorruptRecordError):
+    """Acknowledged records cannot be read: a segment file is missing, shorter than the
+    log recorded, or holds a damaged frame (wrong base offset or length, bad CRC).
+
+    ``first_offset`` and ``end_offset`` name the unreadable range ``[first, end)``
+    (``end_offset`` None when unknown), ``path`` and ``position`` the file and byte.
+    On the wire it is CORRUPT_MESSAGE (2), with the range in the message.
+    """
+
+    def __init__(self, message: str, *, path=None, position=None, topic=None,
+                 partition=None, first_offset=None, end_offset=None):
+        super().__init__(message, path=path, position=position)
+        self.topic = topic
+        self.partition = partition
+        self.first_offset = first_offset
+        self.end_offset = end_offset
+
+
 class RecordTooLargeError(SparklogError):
     """A frame or request exceeds the configured size limit (message.max.bytes)."""
 

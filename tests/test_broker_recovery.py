@@ -120,9 +120,10 @@ def test_idempotent_producer_dedup_survives_restart(proc, restart):
         dup = _idempotent(c, pid, epoch, 2, ["c"])
         assert dup["error_code"] == 0 and dup["base_offset"] == 2
         assert _idempotent(c, pid, epoch, 3, ["d"])["base_offset"] == 3
-        bumped = c.request(ApiKey.INIT_PRODUCER_ID, {"producer_id": pid, "producer_epoch": epoch})
-        assert bumped["producer_epoch"] == epoch + 1
-        assert _idempotent(c, pid, epoch + 1, 0, ["e"])["base_offset"] == 4
+        # restarting sequences gets a fresh id: the broker bumps no one's epoch (KIP-360)
+        fresh = c.request(ApiKey.INIT_PRODUCER_ID, {"producer_id": pid, "producer_epoch": epoch})
+        assert fresh["producer_id"] != pid and fresh["producer_epoch"] == 0
+        assert _idempotent(c, pid, epoch + 1, 0, ["e"])["base_offset"] == 4  # its own bump
         zombie = _idempotent(c, pid, epoch, 4, ["z"])
         assert error_for_code(zombie["error_code"]) is InvalidProducerEpochError
         assert [v.decode() for v in read_values(c, "idem", 0)] == ["a", "b", "c", "d", "e"]

@@ -26,8 +26,8 @@ import time
 import pyarrow as pa
 
 from ..errors import (
-    BrokerNotAvailableError, FencedLeaderEpochError, NotLeaderError, SparklogError,
-    UnknownTopicOrPartitionError,
+    BrokerNotAvailableError, CorruptRecordError, FencedLeaderEpochError, NotLeaderError,
+    SparklogError, UnknownTopicOrPartitionError,
 )
 from ..format.frame import RESERVED_COLUMNS, TIMESTAMP_COLUMN, iter_frames
 from ..format.header import HEADER_SIZE, unpack_header
@@ -72,14 +72,16 @@ class CompletedFetch:
     """One partition's part of a Fetch response, waiting to be consumed."""
 
     __slots__ = ("tp", "epoch", "data", "error", "frames", "current", "row", "cache",
-                 "size")
+                 "size", "offset", "corrupt")
 
-    def __init__(self, tp, epoch, data, error=None):
+    def __init__(self, tp, epoch, data, error=None, offset=None):
         self.tp = tp
         self.epoch = epoch
         self.data = data
         self.size = len(data) if data else 0
         self.error = error
+        self.offset = offset   # the fetch offset the data answers
+        self.corrupt = None    # the CorruptRecordError met in the data, once met
         self.frames = None   # iterator of Frame, created on first use
         self.current = None  # (frame, batch, offsets list) being consumed
         self.row = 0
@@ -183,8 +185,14 @@ class Fetcher:
                 end = _next_offset(data)
                 if end is not None and end > st.fetch_offset:
                     st.fetch_offset = end
-                    st.buffered_bytes += len(data)
-                    self._completed.append(CompletedFetch(tp, epoch, data))
+                elif len(data):
+                    # frames that do not move the offset on can only be damaged: decoding
+                    # them raises for the application; no more fetches until it seeks
+                    st.fetch_offset = None
+                else:
+                    continue
+                st.buffered_bytes += len(data)
+                self._completed.append(CompletedFetch(tp, epoch, data, offset=offset))
             self.cond.notify_all()
         self.send_fetches()  # pipelining: the next fetch goes out before poll() asks
 
@@ -206,10 +214,14 @@ class Fetcher:
         return bool(self._completed)
 
     def next_error(self):
-        """Pop and return the first completed fetch that carries an error, or None."""
+        """Pop and return the first completed fetch that carries an error, or None; an
+        error waits until the data fetched before it for its partition is consumed."""
         with self.cond:
+            with_data = set()
             for cf in self._completed:
-                if cf.error is not None:
+                if cf.error is None:
+                    with_data.add(cf.tp)
+                elif cf.tp not in with_data:
                     self._completed.remove(cf)
                     return cf
         return None
@@ -226,12 +238,19 @@ class Fetcher:
                     break
                 st = self.states[cf.tp]
                 position = st.position
-            taken, new_position, done = self._take(cf, position, left, batches)
+            try:
+                taken, new_position, done = self._take(cf, position, left, batches)
+            except CorruptRecordError:
+                if out:  # deliver what was taken; the next poll raises
+                    break
+                raise
             with self.cond:
                 if st.epoch == cf.epoch and self.states.get(cf.tp) is st:
                     st.position = new_position
                     if done:
                         st.buffered_bytes = max(0, st.buffered_bytes - cf.size)
+                        if st.fetch_offset is None:  # the suspect frames decoded after all
+                            st.fetch_offset = new_position
                 if done and cf in self._completed:
                     self._completed.remove(cf)
             if taken:
@@ -254,18 +273,32 @@ class Fetcher:
         """Consume up to ``limit`` rows of ``cf`` from ``position``; returns (records or
         batches, new position, cf exhausted?)."""
         out = []
+        if cf.corrupt is not None:
+            raise cf.corrupt
         if cf.frames is None:
             cf.frames = iter_frames(cf.data, verify_crc=self.check_crcs,
-                                    path=f"fetch of {cf.tp.topic}-{cf.tp.partition}")
+                                    path=f"fetch of {cf.tp.topic}-{cf.tp.partition}",
+                                    expected_offset=cf.offset)
         while limit > 0:
             if cf.current is None:
-                frame = next(cf.frames, None)
-                if frame is None:
-                    return out, position, True
-                if frame.header.is_control or frame.header.last_offset < position:
-                    continue
-                batch = frame.batch()
-                offsets = frame.offsets()
+                try:
+                    frame = next(cf.frames, None)
+                    if frame is None:
+                        return out, position, True
+                    if frame.header.is_control or frame.header.last_offset < position:
+                        continue
+                    batch = frame.batch()
+                    offsets = frame.offsets()
+                except CorruptRecordError as exc:
+                    # the records before the bad frame are delivered; from it on, every
+                    # poll raises until the application seeks past it
+                    cf.corrupt = type(exc)(
+                        f"partition {cf.tp.topic}-{cf.tp.partition}: the records from "
+                        f"offset {position} on cannot be read: {exc}",
+                        path=exc.path, position=exc.position)
+                    if out:
+                        return out, position, False
+                    raise cf.corrupt from None
                 cf.current = (frame, batch, offsets)
                 cf.cache = None
                 # first row at or after position

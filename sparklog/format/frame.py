@@ -18,12 +18,13 @@ import crc32c as _crc32c
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from ..errors import CorruptRecordError, InvalidArgumentError, RecordTooLargeError
+from ..errors import CorruptRecordError, DataLossError, InvalidArgumentError, RecordTooLargeError
 from .header import (
     BASE_OFFSET_POS, CODEC_IDS, CODEC_MASK, CONTROL_BIT, CRC_START, EXPLICIT_OFFSETS_BIT,
     HEADER_SIZE, LEADER_EPOCH_POS, LOG_OVERHEAD, MAGIC, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
     NO_SEQUENCE, TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, FrameHeader, unpack_header,
 )
+from .ipc import check_ipc_body
 import struct
 
 TIMESTAMP_COLUMN = "__timestamp"
@@ -326,11 +327,15 @@ def record_schema(schema: pa.Schema) -> pa.Schema:
 
 
 def validate_frame(buf, pos: int = 0, *, max_size: int | None = None,
-                   verify_crc: bool = True, path=None) -> FrameHeader:
+                   verify_crc: bool = True, path=None,
+                   check_body: bool | None = None) -> FrameHeader:
     """Check the frame at ``buf[pos:]``: complete, sane length, known magic, CRC32C,
-    record count vs offset delta. Returns its header or raises CorruptRecordError
-    (RecordTooLargeError if it exceeds ``max_size``); InvalidArgumentError for a ``buf``
-    that is not bytes-like or a negative ``pos``."""
+    record count vs offset delta, and (``check_body``, by default as ``verify_crc``: a
+    caller that trusts the bytes reads headers only) an Arrow body whose one record
+    batch has the header's record count and buffers inside the body
+    (:func:`~sparklog.format.ipc.check_ipc_body`, metadata only). Returns its header or
+    raises CorruptRecordError (RecordTooLargeError if it exceeds ``max_size``);
+    InvalidArgumentError for a ``buf`` that is not bytes-like or a negative ``pos``."""
     view = _frame_view(buf, pos)
     avail = len(view) - pos
 
@@ -363,13 +368,42 @@ def validate_frame(buf, pos: int = 0, *, max_size: int | None = None,
             raise CorruptRecordError(
                 f"CRC32C mismatch{where()}: stored {header.crc:#010x}, "
                 f"computed {actual:#010x}", path=path, position=pos)
-    if header.record_count <= 0 or header.last_offset_delta < header.record_count - 1 \
-            or (header.attributes & CODEC_MASK) not in (0, 1, 2):
+    if not counts_consistent(header) or (header.attributes & CODEC_MASK) not in (0, 1, 2):
         raise CorruptRecordError(
             f"inconsistent frame header{where()}: {header.record_count} records, "
             f"last offset delta {header.last_offset_delta}, attributes "
             f"{header.attributes:#x}", path=path, position=pos)
+    if check_body or (check_body is None and verify_crc):
+        try:
+            check_ipc_body(view, pos + HEADER_SIZE, pos + size, header.record_count, where())
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(str(exc), path=path, position=pos) from None
     return header
+
+
+def counts_consistent(header: FrameHeader) -> bool:
+    """True if the header's record count and last offset delta can be right (at least
+    one record; the delta at least the count - 1): the cheap part of validation that
+    a reader of headers alone can do."""
+    return header.record_count > 0 and header.last_offset_delta >= header.record_count - 1
+
+
+def check_follows(header: FrameHeader, expected: int, where: str = "", *,
+                  path=None, position=None, end_offset=None) -> None:
+    """Raise DataLossError unless a frame with ``header`` may come where the log's next
+    offset is ``expected``: its base offset must equal it (a frame of compacted data,
+    with the explicit-offsets bit, may start later). A frame that starts elsewhere
+    means a damaged base offset or length, or missing frames; the error names the
+    range from ``expected`` (to ``end_offset`` when the caller knows where the damage
+    ends)."""
+    base = header.base_offset
+    if base == expected or (base > expected and header.explicit_offsets):
+        return
+    span = f"[{expected}, {end_offset})" if end_offset is not None else f"from {expected}"
+    raise DataLossError(
+        f"frame{where} has base offset {base} where offset {expected} was expected "
+        f"(a damaged frame or missing data): offsets {span} cannot be read",
+        path=path, position=position, first_offset=expected, end_offset=end_offset)
 
 
 def decode_frame(buf, pos: int = 0, *, verify_crc: bool = True, path=None) -> Frame:
@@ -380,17 +414,31 @@ def decode_frame(buf, pos: int = 0, *, verify_crc: bool = True, path=None) -> Fr
     return Frame(header, body)
 
 
-def iter_frames(buf, pos: int = 0, *, verify_crc: bool = True, path=None) -> Iterator[Frame]:
+def iter_frames(buf, pos: int = 0, *, verify_crc: bool = True, path=None,
+                expected_offset: int | None = None) -> Iterator[Frame]:
     """Yield consecutive frames of ``buf`` from ``pos``; raises CorruptRecordError at the
-    first invalid or incomplete frame."""
+    first invalid or incomplete frame. With ``expected_offset`` (the offset a fetch
+    asked for) the first frame must hold it and each next frame must follow the one
+    before (:func:`check_follows`): DataLossError otherwise."""
     if not isinstance(buf, pa.Buffer):
         _frame_view(buf, pos)
     data = buf if isinstance(buf, pa.Buffer) else pa.py_buffer(buf)
     end = data.size
+    expected = None
     while pos < end:
         frame = decode_frame(data, pos, verify_crc=verify_crc, path=path)
+        header = frame.header
+        where = f" at position {pos}" + (f" of {path}" if path else "")
+        if expected is not None:
+            check_follows(header, expected, where, path=path, position=pos)
+        elif expected_offset is not None and not (
+                header.base_offset <= expected_offset <= header.last_offset
+                or (header.explicit_offsets and header.last_offset >= expected_offset)):
+            check_follows(header, expected_offset, where, path=path, position=pos)
         yield frame
-        pos += frame.header.size
+        if expected_offset is not None:
+            expected = header.next_offset
+        pos += header.size
 
 
 def _patchable(buf, what: str) -> None:

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 from ..errors import (
-    CorruptRecordError, InvalidArgumentError, OffsetOutOfRangeError, RecordTooLargeError,
-    StorageError, StorageFileNotFoundError,
+    CorruptRecordError, DataLossError, InvalidArgumentError, OffsetOutOfRangeError,
+    RecordTooLargeError, StorageError, StorageFileNotFoundError,
 )
 from ..format.frame import set_log_append_time, stamp_run, validate_frame
 from ..format.header import FrameHeader
@@ -94,6 +94,8 @@ class PartitionLog(PartitionRecovery):
         self._epoch = 0
         self._closed = False
         self._failed: BaseException | None = None
+        self._offline: StorageError | None = None
+        self._reported: set = set()  # damaged ranges already logged
         self._unsynced_records = 0
         self._last_sync_ms = self._clock()
         self._start_checkpoint = JsonCheckpoint(fileio, dir_url, LOG_START_SUFFIX)
@@ -101,8 +103,30 @@ class PartitionLog(PartitionRecovery):
         self._sealer = SegmentSealer(self.name, self._seal_failed)
 
     def _seal_failed(self, exc: BaseException) -> None:
+        """Record the failure of a write, flush, sync, roll or seal: the log is unusable
+        until reopened; a file that vanished under the writer takes it offline."""
         if self._failed is None:
             self._failed = exc
+        if isinstance(exc, StorageFileNotFoundError):
+            self._go_offline(f"a segment file vanished under its writer ({exc})")
+
+    def _go_offline(self, reason: str) -> StorageError:
+        """Take the partition offline (Kafka's KAFKA_STORAGE_ERROR for a failed log
+        dir): every later call raises the returned error, and it is logged as an
+        ERROR. For storage that changed under the log: a segment file deleted,
+        replaced or truncated by something else than this writer."""
+        if self._offline is None:
+            self._offline = StorageError(
+                f"partition {self.name} ({self.dir_url}) is offline: {reason}. Appends "
+                f"and reads are refused (KAFKA_STORAGE_ERROR); acknowledged records may "
+                f"be lost. Restart the broker to recover the partition from storage")
+            log.error("%s", self._offline)
+        return self._offline
+
+    @property
+    def offline(self) -> StorageError | None:
+        """The error of a partition taken offline (see :meth:`_go_offline`), else None."""
+        return self._offline
 
     def _wait_sealed(self) -> None:
         """Wait for the background sealing of rolled segments (see sealer.py)."""
@@ -187,6 +211,8 @@ class PartitionLog(PartitionRecovery):
         return self._epochs.end_offset_for(epoch, self._leo)
 
     def _check_usable(self) -> None:
+        if self._offline is not None:
+            raise self._offline
         if self._closed:
             raise StorageError(f"partition log {self.name} ({self.dir_url}) is closed")
         if self._failed is not None:
@@ -295,7 +321,7 @@ class PartitionLog(PartitionRecovery):
                 try:
                     self._out.write(view[start:end], borrow=borrow)
                 except BaseException as exc:
-                    self._failed = exc
+                    self._seal_failed(exc)
                     raise
                 offset = base
                 for pos, header in frames[i:j]:
@@ -345,7 +371,7 @@ class PartitionLog(PartitionRecovery):
             try:
                 self._out.flush()
             except BaseException as exc:
-                self._failed = exc
+                self._seal_failed(exc)
                 raise
             self._hw, self._hw_position = self._leo, self._segments[-1]._size
 
@@ -358,7 +384,7 @@ class PartitionLog(PartitionRecovery):
             try:
                 self._out.sync()
             except BaseException as exc:
-                self._failed = exc
+                self._seal_failed(exc)
                 raise
             self._hw, self._hw_position = self._leo, self._segments[-1]._size
             self._unsynced_records = 0
@@ -382,7 +408,7 @@ class PartitionLog(PartitionRecovery):
             new = self._new_segment(self._leo)
             self._out = self.fileio.create(new.path)
         except BaseException as exc:
-            self._failed = exc
+            self._seal_failed(exc)
             raise
         self._hw, self._hw_position = self._leo, 0
         self._segments.append(new)
@@ -425,30 +451,84 @@ class PartitionLog(PartitionRecovery):
     def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> FetchResult:
         """Whole frames from the one holding ``offset``, below the high watermark (and
         ``max_offset``), up to ``max_bytes`` but at least one frame, all from one
-        segment. OffsetOutOfRangeError outside [log start offset, log end offset]."""
+        segment. OffsetOutOfRangeError outside [log start offset, log end offset];
+        DataLossError (naming the file and offsets) when the offset lies in a gap
+        between segments or the frames read disagree with the log's records (see
+        :func:`~sparklog.log.scan.read_frame_bytes`); a segment file that vanished or
+        shrank under the log takes the partition offline (StorageError)."""
         check_offset(offset, "offset")
         check_offset(max_bytes, "max_bytes")
-        with self._lock:
-            self._check_usable()
-            if offset < self._log_start or offset > self._leo:
-                raise self._out_of_range("fetch offset", offset)
-            hw, log_start = self._hw, self._log_start
-            limit = hw if max_offset is None else min(hw, check_offset(max_offset, "max_offset"))
-            i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
-            while i < len(self._segments) - 1 and self._segments[i].next_offset <= offset:
-                i += 1
-            seg = self._segments[i]
-            active = i == len(self._segments) - 1
-            end = self._hw_position if active else seg.size
-            if offset >= limit:
-                return FetchResult(b"", seg.path, end, 0, hw, log_start)
-            position = seg.position_for(offset)
+        seg = end = None  # the segment being looked at and its readable end, for errors
         try:
+            with self._lock:
+                self._check_usable()
+                if offset < self._log_start or offset > self._leo:
+                    raise self._out_of_range("fetch offset", offset)
+                hw, log_start = self._hw, self._log_start
+                limit = hw if max_offset is None else \
+                    min(hw, check_offset(max_offset, "max_offset"))
+                i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
+                seg = self._segments[i]
+                while i < len(self._segments) - 1 and seg.next_offset <= offset:
+                    i += 1
+                    seg = self._segments[i]
+                active = i == len(self._segments) - 1
+                end = self._hw_position if active else seg.size
+                if offset >= limit:
+                    return FetchResult(b"", seg.path, end, 0, hw, log_start)
+                if offset < seg.base_offset:  # the segments before it end earlier
+                    before = self._segments[i - 1]
+                    raise self._damaged(DataLossError(
+                        f"partition {self.name} ({self.dir_url}): no segment holds offsets "
+                        f"[{before.next_offset}, {seg.base_offset}): segment {before.path} "
+                        f"ends at offset {before.next_offset}, the next one, {seg.path}, "
+                        f"starts at {seg.base_offset}", path=seg.path, position=0,
+                        topic=self.topic, partition=self.partition,
+                        first_offset=before.next_offset, end_offset=seg.base_offset))
+                end_offset = hw if active else seg.next_offset
+                entry_offset, position = seg.entry_for(offset)
             data, start = read_frame_bytes(self.fileio, seg.path, position, end, offset,
-                                           max(max_bytes, 1), limit)
-        except StorageFileNotFoundError:  # deleted by retention meanwhile
-            raise self._out_of_range("fetch offset", offset) from None
+                                           max(max_bytes, 1), limit,
+                                           position_offset=entry_offset,
+                                           end_offset=end_offset)
+        except StorageFileNotFoundError as exc:
+            with self._lock:
+                if offset < self._log_start:  # deleted by retention meanwhile
+                    raise self._out_of_range("fetch offset", offset) from None
+                raise self._vanished(seg, exc) from None
+        except DataLossError as exc:
+            if exc.topic is not None:  # a gap, reported above
+                raise
+            with self._lock:
+                try:
+                    shrunk = end is not None and self.fileio.size(seg.path) < end
+                except StorageFileNotFoundError:
+                    shrunk = True
+                if shrunk:
+                    if offset < self._log_start:
+                        raise self._out_of_range("fetch offset", offset) from None
+                    raise self._vanished(seg, exc) from None
+                raise self._damaged(DataLossError(
+                    f"partition {self.name}: {exc}", path=exc.path, position=exc.position,
+                    topic=self.topic, partition=self.partition,
+                    first_offset=exc.first_offset, end_offset=exc.end_offset)) from None
         return FetchResult(data, seg.path, start, len(data), hw, log_start)
+
+    def _vanished(self, seg: LogSegment, exc: BaseException) -> StorageError:
+        """Take the partition offline for segment ``seg`` whose file vanished or shrank."""
+        end = self._leo if seg is self._segments[-1] else seg.next_offset
+        return self._go_offline(
+            f"segment file {seg.path} holding offsets [{seg.base_offset}, {end}) was "
+            f"deleted, replaced or truncated outside the broker ({exc})")
+
+    def _damaged(self, exc: DataLossError) -> DataLossError:
+        """Log a damaged range once (ERROR) and return its error for the reader."""
+        key = (exc.path, exc.first_offset)
+        if key not in self._reported:
+            if len(self._reported) < 1024:
+                self._reported.add(key)
+            log.error("%s", exc)
+        return exc
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """First offset at or after the log start, below the high watermark, whose

@@ -23,7 +23,8 @@ from typing import Iterator
 import pyarrow as pa
 
 from ..errors import (
-    CorruptRecordError, InvalidArgumentError, OffsetOutOfRangeError, StorageFileNotFoundError,
+    CorruptRecordError, DataLossError, InvalidArgumentError, OffsetOutOfRangeError,
+    SparklogError, StorageFileNotFoundError,
 )
 from ..format.frame import (
     OFFSET_DELTA_COLUMN, TIMESTAMP_COLUMN, TIMESTAMP_TYPE, Frame, offset_range,
@@ -184,7 +185,20 @@ class LogReader:
         i = max(bisect.bisect_right(bases, offset) - 1, 0)
         while i < len(self._segments) - 1 and self._segments[i].next_offset <= offset:
             i += 1
+        if i and offset < self._segments[i].base_offset:
+            raise self._gap(i)
         return i
+
+    def _gap(self, i: int) -> DataLossError:
+        """The error for segment ``i`` not starting where segment ``i - 1`` ends."""
+        before, seg = self._segments[i - 1], self._segments[i]
+        first, end = sorted((before.next_offset, seg.base_offset))
+        return DataLossError(
+            f"partition {self.name} ({self.dir_url}): segment {before.path} ends at offset "
+            f"{before.next_offset} but the next one, {seg.path}, starts at "
+            f"{seg.base_offset} (a segment file is missing or damaged): offsets "
+            f"[{first}, {end}) cannot be read", path=seg.path, position=0,
+            topic=self.topic, partition=self.partition, first_offset=first, end_offset=end)
 
     def locate(self, offset: int) -> tuple[LogSegment, int]:
         """(segment, file position) of the frame holding ``offset`` (or of the first
@@ -214,28 +228,65 @@ class LogReader:
                 raise self._out_of_range(start, end, end if end is not None else start)
             return
         i = self._segment_index(start)
+        position = start  # the next offset to yield
+        continued = False  # whether segment i continues a read of segment i - 1
         while i < len(self._segments):
             seg = self._segments[i]
             if end is not None and seg.base_offset >= end:
                 return
+            if continued and self._segments[i - 1].next_offset != seg.base_offset:
+                raise self._gap(i)  # the read goes on from the segment before
             try:
                 if i == len(self._segments) - 1 and not seg.sealed:
-                    yield from self._active_frames(seg, start, end)
-                    return
-                for _, frame in self._frames_in(seg.scan(seg.position_for(start), seg.size),
-                                                start, end):
+                    frames = self._active_frames(seg, position, end)
+                else:
+                    frames = self._sealed_frames(seg, position, end)
+                for frame in frames:
                     yield frame
+                    position = max(position, frame.header.next_offset)
+                if i == len(self._segments) - 1 and not seg.sealed:
+                    return
             except StorageFileNotFoundError:
-                raise OffsetOutOfRangeError(
-                    f"partition {self.name} ({self.dir_url}): segment {seg.path} was deleted "
-                    f"while being read (retention); offsets from {start} are gone",
-                    topic=self.topic, partition=self.partition, offset=start) from None
+                raise self._vanished(seg, position) from None
             if end is not None and seg.next_offset >= end:
                 return
             i += 1
+            continued = True
         last = self._segments[-1].next_offset
         if end is not None and end > last or start > last:
             raise self._out_of_range(start, end, end if end is not None and end > last else start)
+
+    def _vanished(self, seg: LogSegment, position: int) -> SparklogError:
+        """The error for segment ``seg`` gone while offsets from ``position`` were read:
+        OffsetOutOfRangeError if retention moved the log start past them, else
+        DataLossError (the file was deleted or replaced outside the log)."""
+        self.refresh()
+        if position < self._log_start:
+            return OffsetOutOfRangeError(
+                f"partition {self.name} ({self.dir_url}): segment {seg.path} was deleted "
+                f"while being read (retention); offsets [{position}, {self._log_start}) "
+                f"are gone", topic=self.topic, partition=self.partition, offset=position,
+                log_start_offset=self._log_start)
+        return DataLossError(
+            f"partition {self.name} ({self.dir_url}): segment {seg.path} vanished while "
+            f"offsets from {position} were read, though the log starts at "
+            f"{self._log_start} (deleted or replaced outside the log): offsets "
+            f"[{position}, {seg.next_offset}) cannot be read", path=seg.path,
+            topic=self.topic, partition=self.partition, first_offset=position,
+            end_offset=seg.next_offset if seg.sealed else None)
+
+    @staticmethod
+    def _sealed_frames(seg: LogSegment, start: int, end: int | None):
+        """Frames of a sealed segment in [start, end): a contiguous scan from its offset
+        index, checked against the segment's recorded end (DataLossError)."""
+        scan = seg.scan_for(start)
+        for _, frame in scan:
+            h = frame.header
+            if end is not None and h.base_offset >= end:
+                return
+            if h.last_offset >= start:
+                yield frame
+        seg.check_end(scan)
 
     @staticmethod
     def _frames_in(scan, start: int, end: int | None):

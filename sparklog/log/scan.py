@@ -13,8 +13,8 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from ..errors import CorruptRecordError
-from ..format.frame import Frame, decode_frame
+from ..errors import CorruptRecordError, DataLossError
+from ..format.frame import Frame, check_follows, counts_consistent, decode_frame
 from ..format.header import HEADER_SIZE, LOG_OVERHEAD, unpack_header
 from ..storage.base import FileIO
 
@@ -99,11 +99,16 @@ class FrameScan:
                 return
             header = frame.header
             expected = self.next_offset
-            if expected is not None and (header.base_offset < expected or
-                                         (self.contiguous and header.base_offset != expected)):
+            if expected is not None and self.contiguous:
+                try:
+                    check_follows(header, expected, f" at position {pos} of {path}",
+                                  path=path, position=pos)
+                except DataLossError as exc:
+                    self.error = exc
+                    return
+            elif expected is not None and header.base_offset < expected:
                 self._fail(f"frame at position {pos} of {path} has base offset "
-                           f"{header.base_offset}, expected "
-                           f"{'' if self.contiguous else 'at least '}{expected}", pos)
+                           f"{header.base_offset}, expected at least {expected}", pos)
                 return
             yield pos, frame
             pos += header.size
@@ -112,47 +117,84 @@ class FrameScan:
 
 
 def read_frame_bytes(fileio: FileIO, path: str, position: int, end: int, offset: int,
-                     max_bytes: int, max_offset: int) -> tuple[bytes, int]:
+                     max_bytes: int, max_offset: int, *, position_offset: int,
+                     end_offset: int) -> tuple[bytes, int]:
     """Whole frames of a segment for a fetch: ``(data, start position)``.
 
     Starts at the first frame at or after ``position`` whose last offset is
     ``>= offset``; takes consecutive frames whose base offset is ``< max_offset`` and
     that lie before file position ``end``, while the total stays within ``max_bytes``,
-    but always at least one frame. Frames are not re-validated (they were validated on
-    append; consumers check CRCs).
+    but always at least one frame. CRCs are not re-checked (they were on append;
+    consumers check them again), but every header read is checked against the log's
+    own records: the frame at ``position`` starts at offset ``position_offset`` (its
+    offset index entry), each next frame where the previous one ended
+    (:func:`~sparklog.format.frame.check_follows`), no frame runs past ``end``, and the
+    frame at ``end`` would start at ``end_offset``. A damaged frame (a flipped base
+    offset or length) or a file shorter than ``end`` stops the read after the good
+    frames before it; with none before it, it raises DataLossError naming the file and
+    the offsets ``[first unreadable, end_offset)``.
     """
     chunk = min(end - position, max(max_bytes, 64 << 10) + (64 << 10))
     buf = fileio.read_range(path, position, chunk)
     buf_start = position
     pos = position
     start = None
-    while pos < end:
-        rel = pos - buf_start
-        if len(buf) - rel < HEADER_SIZE:
-            if start is not None:
+    expected = position_offset
+
+    def damaged(why: str) -> DataLossError:
+        return DataLossError(
+            f"{path} at position {pos}: {why}: offsets [{expected}, {end_offset}) "
+            f"cannot be read", path=path, position=pos, first_offset=expected,
+            end_offset=end_offset)
+
+    try:
+        while pos < end:
+            rel = pos - buf_start
+            if len(buf) - rel < HEADER_SIZE:
+                if start is not None:
+                    break
+                want = min(chunk, end - pos)
+                buf, buf_start, rel = fileio.read_range(path, pos, want), pos, 0
+                if len(buf) < min(HEADER_SIZE, want):
+                    raise damaged(f"the file ends at byte {pos + len(buf)}, the log "
+                                  f"recorded {end} bytes")
+            header = unpack_header(buf, rel)
+            if header.length < HEADER_SIZE - LOG_OVERHEAD or pos + header.size > end:
+                raise damaged(f"a frame length of {header.length} does not fit the "
+                              f"{end - pos} bytes left of the segment")
+            check_follows(header, expected, f" at position {pos} of {path}", path=path,
+                          position=pos, end_offset=end_offset)
+            if not counts_consistent(header):
+                raise damaged(f"the frame header says {header.record_count} records and "
+                              f"last offset delta {header.last_offset_delta}")
+            if header.base_offset >= max_offset:
                 break
-            buf, buf_start, rel = fileio.read_range(path, pos, min(chunk, end - pos)), pos, 0
-            if len(buf) < HEADER_SIZE:
+            if start is None and header.last_offset < offset:
+                pos += header.size
+                expected = header.next_offset
+                continue
+            if start is None:
+                start = pos
+            elif pos + header.size - start > max_bytes:
                 break
-        header = unpack_header(buf, rel)
-        if header.base_offset >= max_offset or pos + header.size > end \
-                or header.length < HEADER_SIZE - LOG_OVERHEAD:
-            break
-        if start is None and header.last_offset < offset:
+            if rel + header.size > len(buf):
+                if pos > start:
+                    break
+                # the first frame is larger than the chunk: read it whole
+                buf, buf_start = fileio.read_range(path, pos, header.size), pos
+                if len(buf) < header.size:
+                    raise damaged(f"the file ends at byte {pos + len(buf)}, the log "
+                                  f"recorded {end} bytes")
             pos += header.size
-            continue
-        if start is None:
-            start = pos
-        elif pos + header.size - start > max_bytes:
-            break
-        if rel + header.size > len(buf):
-            if pos > start:
+            expected = header.next_offset
+            if pos - start >= max_bytes:
                 break
-            # the first frame is larger than the chunk: read it whole
-            buf, buf_start = fileio.read_range(path, pos, header.size), pos
-        pos += header.size
-        if pos - start >= max_bytes:
-            break
+        if pos == end and expected != end_offset:
+            raise damaged(f"the segment's frames end at offset {expected}, the log "
+                          f"recorded {end_offset}")
+    except DataLossError:
+        if start is None or pos == start:
+            raise
     if start is None:
         return b"", position
     rel = start - buf_start

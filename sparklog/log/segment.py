@@ -16,7 +16,9 @@ import time
 
 import pyarrow as pa
 
-from ..errors import CorruptRecordError, FileAlreadyExistsError, StorageFileNotFoundError
+from ..errors import (
+    CorruptRecordError, DataLossError, FileAlreadyExistsError, StorageFileNotFoundError,
+)
 from ..format.frame import TIMESTAMP_COLUMN, Frame
 from ..storage.base import FileIO
 from .index import INDEX_HEADER_SIZE, OffsetIndex, SegmentSummary, TimeIndex, parse_index_header
@@ -170,11 +172,41 @@ class LogSegment:
         self._size = position + size
 
     def scan(self, position: int = 0, end: int | None = None, *, contiguous: bool = False,
-             verify_crc: bool = True) -> FrameScan:
-        """A :class:`FrameScan` of this segment's ``.log`` from ``position``."""
-        expected = self.base_offset if position == 0 else None
+             verify_crc: bool = True, expected_offset: int | None = None) -> FrameScan:
+        """A :class:`FrameScan` of this segment's ``.log`` from ``position`` (where a frame
+        starting at ``expected_offset`` must be; the segment's base offset at 0)."""
+        expected = expected_offset if expected_offset is not None else \
+            self.base_offset if position == 0 else None
         return FrameScan(self.fileio, self.path, position, end, expected_offset=expected,
                          contiguous=contiguous, verify_crc=verify_crc)
+
+    def scan_for(self, offset: int) -> FrameScan:
+        """A contiguous scan of this sealed segment from the index entry at or before
+        ``offset`` to its recorded size: the first frame must start at the entry's
+        offset and each next one where the previous ended (see :meth:`check_end`)."""
+        entry_offset, position = self.entry_for(offset)
+        return self.scan(position, self.size, contiguous=True, expected_offset=entry_offset)
+
+    def check_end(self, scan: FrameScan) -> None:
+        """After ``scan`` (from :meth:`scan_for`) stopped, raise DataLossError naming the
+        file and the unreadable offsets unless it read every frame up to the recorded
+        end of this sealed segment (size and next offset of its ``.index`` summary)."""
+        expected = scan.next_offset
+        if scan.error is None and scan.valid_end == self.size and expected == self.next_offset:
+            return
+        if scan.error is not None:
+            why = str(scan.error)
+        elif scan.valid_end != self.size:
+            why = (f"the file ends at byte {scan.valid_end}, the log recorded "
+                   f"{self.size} bytes")
+        else:
+            why = f"its frames end at offset {expected}, the log recorded {self.next_offset}"
+        position = scan.error.position if scan.error is not None else scan.valid_end
+        raise DataLossError(
+            f"sealed segment {self.path} is damaged ({why}): offsets "
+            f"[{expected}, {self.next_offset}) cannot be read",
+            path=self.path, position=position, first_offset=expected,
+            end_offset=self.next_offset)
 
     def scan_new(self, end: int | None = None, *, contiguous: bool = True) -> FrameScan:
         """A scan of the bytes after the tracked ``size`` (new frames of an active
@@ -251,11 +283,12 @@ class LogSegment:
         self._record_count = self._frame_count = 0
         self.first_frame_max_timestamp = None
         self._lazy = False
-        scan = self.extend(contiguous=False)
+        scan = self.extend(contiguous=True)
         if scan.error is not None:
-            raise CorruptRecordError(
-                f"sealed segment {self.path} is corrupt: {scan.error}",
-                path=self.path, position=scan.error.position)
+            raise DataLossError(
+                f"sealed segment {self.path} is corrupt ({scan.error}): offsets from "
+                f"{scan.next_offset} on in it cannot be read",
+                path=self.path, position=scan.error.position, first_offset=scan.next_offset)
         if self.writable:
             self.fileio.delete(self.index_path)
             self.fileio.delete(self.timeindex_path)
@@ -265,8 +298,13 @@ class LogSegment:
     def position_for(self, offset: int) -> int:
         """File position of a frame at or before the one holding ``offset`` (from the
         sparse offset index; scan forward from there)."""
+        return self.entry_for(offset)[1]
+
+    def entry_for(self, offset: int) -> tuple[int, int]:
+        """(base offset, file position) of a frame at or before the one holding
+        ``offset``: the sparse offset index entry to scan forward from."""
         self.load_indexes()
-        return self.offset_index.lookup(offset)[1]
+        return self.offset_index.lookup(offset)
 
     def offset_for_timestamp(self, timestamp: int, end: int | None = None,
                              min_offset: int = 0, max_offset: int | None = None) -> int | None:

@@ -89,6 +89,8 @@ class LocalOutputStream(BufferedOutputStream):
         # this filesystem can get its inode number, and every lease is a new file
         # (O_EXCL create after an unlink), so "the sidecar is still our inode" is exact.
         self._fd = fd
+        st = os.fstat(fd)
+        self._file_id = (st.st_dev, st.st_ino)
         self._lease_fd = os.open(self._lease_path, os.O_RDONLY)
         st = os.fstat(self._lease_fd)
         self._lease_id = (st.st_dev, st.st_ino)
@@ -104,10 +106,22 @@ class LocalOutputStream(BufferedOutputStream):
             return False
         return (st.st_dev, st.st_ino) == self._lease_id
 
-    def _precheck_write(self) -> None:
-        # one stat(2); _push repeats it under the directory lock, which is authoritative
+    def _check_lease(self) -> None:
+        """Raise LeaseLost unless our lease holds and the path is still our file (as
+        HDFS fails the writer of a file deleted under it): the file deleted or replaced
+        under the writer raises LeaseLost(vanished=True)."""
         if not self._lease_ok():
             raise LeaseLost()
+        try:
+            st = os.stat(self._os_path)
+        except FileNotFoundError:
+            raise LeaseLost(vanished=True) from None
+        if (st.st_dev, st.st_ino) != self._file_id:
+            raise LeaseLost(vanished=True)
+
+    def _precheck_write(self) -> None:
+        # two stat(2)s; _push repeats them under the directory lock, which is authoritative
+        self._check_lease()
 
     def _push(self, data: memoryview) -> None:
         self._push_parts([data])
@@ -118,8 +132,7 @@ class LocalOutputStream(BufferedOutputStream):
         except StorageFileNotFoundError:  # the directory was deleted: so was the lease
             raise LeaseLost() from None
         try:  # recover_lease (exclusive) waits for this write
-            if not self._lease_ok():
-                raise LeaseLost()
+            self._check_lease()
             pending = [p for p in parts if len(p)]
             end = self._pushed + sum(len(p) for p in pending)  # file length once written
             while pending:  # writev(2), resumed after a partial write
@@ -135,11 +148,10 @@ class LocalOutputStream(BufferedOutputStream):
         self._write_behind.written(self._fd, end)
 
     def _verify_lease(self) -> None:
-        if not self._lease_ok():
-            raise LeaseLost()
+        self._check_lease()
 
     def _persist(self) -> None:
-        self._verify_lease()
+        self._check_lease()
         os.fsync(self._fd)
 
     def _release(self) -> None:

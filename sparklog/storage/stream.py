@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 
-from sparklog.errors import LeaseExpiredError, StorageError
+from sparklog.errors import LeaseExpiredError, StorageError, StorageFileNotFoundError
 from sparklog.storage.base import OutputStream
 from sparklog.storage.paths import check_bytes
 
@@ -29,7 +29,12 @@ MAX_HELD_BYTES = 64 << 20
 
 
 class LeaseLost(Exception):
-    """Raised by a backend hook when the writer's lease was revoked (internal)."""
+    """Raised by a backend hook when the writer's lease was revoked (internal);
+    ``vanished``: rather, the file itself was deleted or replaced under the writer."""
+
+    def __init__(self, vanished: bool = False):
+        super().__init__()
+        self.vanished = vanished
 
 
 class BufferedOutputStream(OutputStream):
@@ -84,10 +89,12 @@ class BufferedOutputStream(OutputStream):
         the LeaseExpiredError of ``op``."""
         try:
             step()
-        except LeaseLost:
-            raise self._fenced(op) from None
+        except LeaseLost as exc:
+            raise self._fenced(op, exc.vanished) from None
 
-    def _fenced(self, op: str) -> LeaseExpiredError:
+    def _fenced(self, op: str, vanished: bool = False) -> StorageError:
+        """Fence this writer; the error to raise: LeaseExpiredError, or
+        StorageFileNotFoundError when the file ``vanished`` under it."""
         dropped = len(self._buf) + self._held_bytes
         self._buf.clear()
         self._held, self._held_bytes = [], 0
@@ -96,6 +103,11 @@ class BufferedOutputStream(OutputStream):
             self._abandon()
         except Exception:  # the handle is useless anyway
             pass
+        if vanished:
+            return StorageFileNotFoundError(
+                f"{self.path}: the file was deleted or replaced while being written; {op} "
+                f"refused, {dropped} unflushed bytes dropped (bytes written earlier are "
+                f"gone with the file)")
         return LeaseExpiredError(
             f"{self.path}: lease lost (the file was recovered or deleted by another "
             f"writer); {op} refused, {dropped} unflushed bytes dropped")
@@ -120,8 +132,8 @@ class BufferedOutputStream(OutputStream):
                 if data is not None:
                     parts.append(data)
                 self._push_parts(parts)
-        except LeaseLost:
-            raise self._fenced(op) from None
+        except LeaseLost as exc:
+            raise self._fenced(op, exc.vanished) from None
         self._pushed += self._buffered() + (len(data) if data is not None else 0)
         self._buf.clear()
         self._held, self._held_bytes = [], 0

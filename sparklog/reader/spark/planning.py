@@ -74,9 +74,13 @@ def data_loss_message(topic: str, partition: int, first: int, end: int | None,
 
 
 def report_data_loss(fail: bool, topic: str, partition: int, first: int, end: int | None,
-                     why: str, log_start=None, log_end=None) -> None:
-    """Raise OffsetOutOfRangeError (``fail``) or log a warning for a lost range."""
+                     why: str, log_start=None, log_end=None, *, error=None) -> None:
+    """Raise OffsetOutOfRangeError (``fail``; ``error=DataLossError`` for damaged
+    files) or log a warning for a lost range."""
     message = data_loss_message(topic, partition, first, end, why)
+    if fail and error is not None:
+        raise error(message, topic=topic, partition=partition, first_offset=first,
+                    end_offset=end)
     if fail:
         raise OffsetOutOfRangeError(message, topic=topic, partition=partition, offset=first,
                                     log_start_offset=log_start, log_end_offset=log_end)

@@ -6,7 +6,9 @@ yields Arrow batches sliced exactly to ``[start, end)`` in the output schema.
 
 If retention deletes the range (or part of it) while the task runs, the task either
 fails with an error naming the topic, partition and missing range (``failOnDataLoss``
-true) or logs a warning and continues from the new log start.
+true) or logs a warning and continues from the new log start. Damaged or missing
+segment files (the log reader's DataLossError) are handled the same way: with
+``failOnDataLoss`` false the task skips the unreadable range when its end is known.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from ...errors import OffsetOutOfRangeError, StorageFileNotFoundError
+from ...errors import DataLossError, OffsetOutOfRangeError, StorageFileNotFoundError
 from ...metadata import TopicStore
 from .catalog import open_log_reader
 from .planning import OffsetRange, report_data_loss
@@ -42,6 +44,14 @@ def read_range(r: OffsetRange, target: pa.Schema) -> Iterator[pa.RecordBatch]:
                     position = batch.column(OFFSET_COLUMN)[-1].as_py() + 1
                     yield out
                 position = r.end
+            except DataLossError as exc:  # damaged or missing segment files
+                if exc.end_offset is None or exc.end_offset <= position:
+                    raise
+                lost_end = min(exc.end_offset, r.end)
+                report_data_loss(r.fail_on_data_loss, r.topic, r.partition,
+                                 max(exc.first_offset, position), lost_end, str(exc),
+                                 error=DataLossError)
+                position = lost_end
             except (OffsetOutOfRangeError, StorageFileNotFoundError):
                 log_start = reader.log_start_offset()
                 if log_start <= position:

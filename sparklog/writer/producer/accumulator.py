@@ -190,8 +190,8 @@ class InFlightBatch:
     encoded as one frame, with its sequence number; kept unchanged across retries."""
 
     __slots__ = ("tp", "batches", "record_count", "size", "frame", "base_sequence",
-                 "epoch", "attempts", "retry_at", "created", "last_error", "finished",
-                 "order")
+                 "epoch", "producer_id", "attempts", "retry_at", "created", "last_error",
+                 "finished", "order")
 
     def __init__(self, tp: tuple, batches: list):
         self.tp = tp
@@ -201,6 +201,7 @@ class InFlightBatch:
         self.frame = None
         self.base_sequence = -1
         self.epoch = -1
+        self.producer_id = -1  # with epoch: the producer identity its sequence belongs to
         self.attempts = 0
         self.retry_at = 0.0
         self.created = batches[0].created

@@ -60,7 +60,8 @@ class IdempotenceState:
         self.bump_needed = False
 
     def init(self) -> None:
-        """Get a producer id (or bump the epoch of ours) from the broker; sequences
+        """Get a producer id from the broker (a fresh one when sequences must restart:
+        the broker bumps no epoch for a producer without a transactional id); sequences
         restart at 0."""
         body = {"producer_id": self.producer_id, "producer_epoch": self.producer_epoch}
         resp = self.client.request(ApiKey.INIT_PRODUCER_ID, body)
@@ -197,6 +198,7 @@ class Sender(threading.Thread):
         batches = item.batches
         if batches[0].frame is not None:  # frames built by send_batch, sent together
             if self.idempotence is not None:
+                item.producer_id = self.idempotence.producer_id
                 item.epoch = self.idempotence.producer_epoch
             frames = [self._own_frame(item, b.frame, b.count) for b in batches]
             item.frame = frames[0] if len(frames) == 1 else b"".join(frames)
@@ -228,7 +230,7 @@ class Sender(threading.Thread):
         item.frame = encode_frame(records, timestamps=timestamps, compression=self.compression,
                                   producer_id=pid, producer_epoch=epoch,
                                   base_sequence=item.base_sequence)
-        item.epoch = epoch
+        item.producer_id, item.epoch = pid, epoch
 
     def _own_frame(self, item: InFlightBatch, frame: bytes, count: int):
         """A send_batch frame with this producer's id, epoch and next sequence (CRC
@@ -315,7 +317,7 @@ class Sender(threading.Thread):
             return
         idem = self.idempotence
         if idem is not None and item.base_sequence >= 0 \
-                and item.epoch == idem.producer_epoch:
+                and (item.producer_id, item.epoch) == (idem.producer_id, idem.producer_epoch):
             if outcome_known and not self.acc.others_pending(item):
                 # not appended, nothing after it: the sequence can be reused
                 idem.sequences[item.tp] = item.base_sequence
