@@ -184,7 +184,8 @@ def to_record_batch(data, schema: pa.Schema | None = None) -> pa.RecordBatch:
         if not batch.schema.equals(schema) and record_names == batch.schema.names:
             try:
                 batch = batch.cast(schema)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError) as exc:
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError,
+                    ValueError) as exc:  # ValueError: nulls in a not-null field
                 raise SchemaMismatchError(
                     f"columns cannot be converted to the topic schema: {exc}") from None
     return batch
