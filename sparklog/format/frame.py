@@ -262,7 +262,7 @@ def encode_frame(
     mm = _compute().min_max(ts_int)
     first_ts = ts_int[0].as_py()
     max_ts = mm["max"].as_py()
-    columns = list(batch.columns) + [ts]
+    columns = [_compact(c) for c in batch.columns] + [ts]
     fields = list(batch.schema) + [pa.field(TIMESTAMP_COLUMN, TIMESTAMP_TYPE, nullable=False)]
     attributes = CODEC_IDS[codec]
     if offset_deltas is not None:
@@ -292,6 +292,18 @@ def encode_frame(
     crc = crc32c(memoryview(out)[CRC_START:])
     struct.pack_into(">I", out, 17, crc)
     return bytes(out)
+
+
+def _compact(column: pa.Array) -> pa.Array:
+    """``column``, copied when it is a slice of a larger nested array: Arrow IPC writes
+    the whole child buffers of a sliced struct (in a list), so a frame of a few rows
+    sliced from a large batch would carry the bytes of all of them."""
+    if not pa.types.is_nested(column.type) or \
+            column.get_total_buffer_size() <= 2 * column.nbytes + 4096:
+        return column
+    if column.null_count == len(column):
+        return pa.nulls(len(column), column.type)
+    return column.take(offset_range(0, len(column)))
 
 
 def encode_body(batch: pa.RecordBatch, codec: str = "none") -> pa.Buffer:
