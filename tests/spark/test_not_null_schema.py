@@ -1,0 +1,48 @@
+"""Spark's schema of a typed topic carries the declared nullability: ``nullable=False``
+for not-null columns, struct fields and list elements (the producer and the broker
+refuse nulls there), and the rows read back."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+pytest.importorskip("pyspark", reason="pyspark is not installed")
+
+from pyspark.sql.types import (
+    ArrayType, DoubleType, IntegerType, LongType, StringType, StructField, StructType,
+)
+
+import sparklog
+
+from .conftest import load
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = pa.schema([
+    pa.field("sym", pa.string(), False),
+    pa.field("px", pa.float64()),
+    pa.field("qty", pa.int64(), False),
+    pa.field("tags", pa.list_(pa.field("item", pa.string(), False))),
+    pa.field("p", pa.struct([pa.field("a", pa.int32(), False), pa.field("b", pa.string())])),
+])
+
+
+def test_spark_schema_nullability_is_the_declared_one(sl_spark, storage_root):
+    rows = [{"sym": "A", "px": 1.5, "qty": 1, "tags": ["x", "y"], "p": {"a": 1, "b": None}},
+            {"sym": "B", "px": None, "qty": 2, "tags": None, "p": None}]
+    with sparklog.connect(storage_root) as s:
+        s.admin().create_topic("declared", 1, schema=SCHEMA)
+        with s.producer() as producer:
+            producer.send_batch("declared", pa.Table.from_pylist(rows)).get(30)
+    df = load(sl_spark, storage_root, subscribe="declared")
+    declared = StructType([
+        StructField("sym", StringType(), False), StructField("px", DoubleType(), True),
+        StructField("qty", LongType(), False),
+        StructField("tags", ArrayType(StringType(), containsNull=False), True),
+        StructField("p", StructType([StructField("a", IntegerType(), False),
+                                     StructField("b", StringType(), True)]), True)])
+    assert StructType(df.schema.fields[:5]) == declared
+    got = [r.asDict(recursive=True) for r in df.select("sym", "px", "qty", "tags", "p")
+           .orderBy("qty").collect()]
+    assert got == rows
