@@ -112,6 +112,9 @@ def test_console_producer_names_the_line(broker, admin):
     err = proc.stderr.decode()
     assert "line 2:" in err and "'sym' is declared not null" in err
     assert "Traceback" not in err
+    # the line before it was sent
+    assert [r.value for r in consume_all(broker.address, topic, 1, 1)[0]] == \
+        [{"sym": "A", "px": 1.0}]
 
 
 # --- property: random nulls ----------------------------------------------------------------
@@ -127,7 +130,7 @@ _ROWS = st.lists(st.fixed_dictionaries({
 }), min_size=1, max_size=30)
 
 
-@settings(max_examples=25, deadline=None, database=None,
+@settings(max_examples=40, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(rows=_ROWS, bulk=st.booleans())
 def test_property_nulls_in_not_null_fields_are_refused_the_rest_stored(broker, admin, rows,
