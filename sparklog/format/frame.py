@@ -255,13 +255,16 @@ def encode_frame(
         ts = timestamps if isinstance(timestamps, pa.Array) else pa.array(timestamps, pa.int64())
         if len(ts) != n:
             raise InvalidArgumentError(f"{len(ts)} timestamps given for {n} records")
-        ts = ts.cast(TIMESTAMP_TYPE)
+        ts = ts.view(TIMESTAMP_TYPE) if ts.type == pa.int64() else ts.cast(TIMESTAMP_TYPE)
     if ts.null_count:
         raise InvalidArgumentError("record timestamps must not be null")
-    ts_int = ts.cast(pa.int64())
-    mm = _compute().min_max(ts_int)
-    first_ts = ts_int[0].as_py()
-    max_ts = mm["max"].as_py()
+    if isinstance(timestamps, list) and TIMESTAMP_COLUMN not in names:
+        # ints (pa.array checked them): no compute kernels for a small frame's bounds
+        first_ts, max_ts = timestamps[0], max(timestamps)
+    else:
+        ts_int = ts.cast(pa.int64())
+        first_ts = ts_int[0].as_py()
+        max_ts = _compute().min_max(ts_int)["max"].as_py()
     columns = [_compact(c) for c in batch.columns] + [ts]
     fields = list(batch.schema) + [pa.field(TIMESTAMP_COLUMN, TIMESTAMP_TYPE, nullable=False)]
     attributes = CODEC_IDS[codec]
