@@ -14,18 +14,11 @@ from pyspark.sql.types import (
 )
 
 import sparklog
+from test_typed_not_null import SCHEMA  # sym, qty, tags[], p.a declared not null
 
 from .conftest import load
 
 pytestmark = pytest.mark.spark
-
-SCHEMA = pa.schema([
-    pa.field("sym", pa.string(), False),
-    pa.field("px", pa.float64()),
-    pa.field("qty", pa.int64(), False),
-    pa.field("tags", pa.list_(pa.field("item", pa.string(), False))),
-    pa.field("p", pa.struct([pa.field("a", pa.int32(), False), pa.field("b", pa.string())])),
-])
 
 
 def test_spark_schema_nullability_is_the_declared_one(sl_spark, storage_root):
