@@ -167,6 +167,7 @@ _SETTINGS = st.fixed_dictionaries({
     "max_request_size": st.integers(8 * 1024, 128 * 1024),
     "max_message_bytes": st.integers(8 * 1024, 128 * 1024),
     "segment_bytes": st.integers(8 * 1024, 128 * 1024),
+    "enable_idempotence": st.booleans(),
     "stale": st.booleans(),  # the broker's limit shrinks after the producer learned it
 })
 _RECORDS = st.lists(st.tuples(

@@ -6,6 +6,7 @@ property test sends rows with random nulls. (Spark's schema: tests/spark.)"""
 from __future__ import annotations
 
 import itertools
+import re
 
 import pyarrow as pa
 import pytest
@@ -166,8 +167,6 @@ def test_property_nulls_in_not_null_fields_are_refused_the_rest_stored(broker, a
 
 def _named(message: str):
     """(field, record index or None) a not-null error message names."""
-    import re
-
     m = re.search(r"field '([^']+)' is declared not null(?: but record (\d+))?", message)
     assert m, message
     return m.group(1), int(m.group(2)) if m.group(2) else None

@@ -32,7 +32,6 @@ cleanly.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import struct
 import threading
@@ -45,8 +44,8 @@ from ...errors import (
     RecordTooLargeError, SparklogError, UnknownTopicOrPartitionError,
 )
 from ...format.frame import crc32c, decode_frame, encode_frame, raw_batch, to_record_batch
-from ...format.nullability import check_not_null
 from ...format.header import CRC_START
+from ...format.nullability import check_not_null
 from ...protocol.apis import ACKS_NONE, ApiKey
 from ...protocol.codec import error_from, raise_for_error
 from .accumulator import InFlightBatch, RecordAccumulator
