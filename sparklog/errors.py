@@ -120,9 +120,18 @@ class DataLossError(CorruptRecordError):
 
 
 class RecordTooLargeError(SparklogError):
-    """A frame or request exceeds the configured size limit (message.max.bytes)."""
+    """A frame or record exceeds a size limit (Kafka: MESSAGE_TOO_LARGE,
+    RecordTooLargeException): the topic's max.message.bytes, or the producer's
+    max.request.size."""
 
     code = 10
+
+
+class RecordBatchTooLargeError(RecordTooLargeError):
+    """A frame is larger than the topic's segment.bytes (Kafka: RECORD_LIST_TOO_LARGE,
+    RecordBatchTooLargeException)."""
+
+    code = 18
 
 
 # --- storage contract (DESIGN.md section 3) -----------------------------------------
@@ -254,6 +263,27 @@ class ConcurrentTransactionsError(SparklogError):
     run wrote nothing visible; rerunning it continues from the winner's offsets."""
 
     code = 51
+
+
+#: Kafka's names of the error codes sparklog uses (metrics labels, log lines)
+KAFKA_ERROR_NAMES = {
+    -1: "UNKNOWN_SERVER_ERROR", 1: "OFFSET_OUT_OF_RANGE", 2: "CORRUPT_MESSAGE",
+    3: "UNKNOWN_TOPIC_OR_PARTITION", 6: "NOT_LEADER_OR_FOLLOWER", 7: "REQUEST_TIMED_OUT",
+    8: "BROKER_NOT_AVAILABLE", 10: "MESSAGE_TOO_LARGE", 17: "INVALID_TOPIC_EXCEPTION",
+    18: "RECORD_LIST_TOO_LARGE", 22: "ILLEGAL_GENERATION", 25: "UNKNOWN_MEMBER_ID",
+    27: "REBALANCE_IN_PROGRESS", 35: "UNSUPPORTED_VERSION", 36: "TOPIC_ALREADY_EXISTS",
+    40: "INVALID_CONFIG", 42: "INVALID_REQUEST", 45: "OUT_OF_ORDER_SEQUENCE_NUMBER",
+    46: "DUPLICATE_SEQUENCE_NUMBER", 47: "INVALID_PRODUCER_EPOCH",
+    51: "CONCURRENT_TRANSACTIONS", 56: "KAFKA_STORAGE_ERROR", 74: "FENCED_LEADER_EPOCH",
+    87: "INVALID_RECORD",
+}
+
+
+def error_name(code: int) -> str:
+    """Kafka's name of an error code (``MESSAGE_TOO_LARGE``); sparklog's own codes (from
+    1000 up) get their class name."""
+    name = KAFKA_ERROR_NAMES.get(code)
+    return name if name is not None else error_for_code(code).__name__
 
 
 def error_for_code(code: int) -> type[SparklogError]:

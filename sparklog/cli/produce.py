@@ -78,7 +78,11 @@ def run(args) -> int:
                         raise SchemaMismatchError(
                             f"line {number}: typed topic {args.topic!r} takes JSON objects: "
                             f"{exc}") from None
-                future = producer.send(args.topic, value, key=key, partition=args.partition)
+                try:
+                    future = producer.send(args.topic, value, key=key,
+                                           partition=args.partition)
+                except SchemaMismatchError as exc:  # e.g. a null in a not-null column
+                    raise SchemaMismatchError(f"line {number}: {exc}") from None
                 future.add_errback(errors.append)
             producer.flush()
     finally:

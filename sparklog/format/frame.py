@@ -185,7 +185,8 @@ def to_record_batch(data, schema: pa.Schema | None = None) -> pa.RecordBatch:
         if not batch.schema.equals(schema) and record_names == batch.schema.names:
             try:
                 batch = batch.cast(schema)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError) as exc:
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError,
+                    ValueError) as exc:  # ValueError: nulls in a not-null field
                 raise SchemaMismatchError(
                     f"columns cannot be converted to the topic schema: {exc}") from None
     return batch
@@ -255,14 +256,17 @@ def encode_frame(
         ts = timestamps if isinstance(timestamps, pa.Array) else pa.array(timestamps, pa.int64())
         if len(ts) != n:
             raise InvalidArgumentError(f"{len(ts)} timestamps given for {n} records")
-        ts = ts.cast(TIMESTAMP_TYPE)
+        ts = ts.view(TIMESTAMP_TYPE) if ts.type == pa.int64() else ts.cast(TIMESTAMP_TYPE)
     if ts.null_count:
         raise InvalidArgumentError("record timestamps must not be null")
-    ts_int = ts.cast(pa.int64())
-    mm = _compute().min_max(ts_int)
-    first_ts = ts_int[0].as_py()
-    max_ts = mm["max"].as_py()
-    columns = list(batch.columns) + [ts]
+    if isinstance(timestamps, list) and TIMESTAMP_COLUMN not in names:
+        # ints (pa.array checked them): no compute kernels for a small frame's bounds
+        first_ts, max_ts = timestamps[0], max(timestamps)
+    else:
+        ts_int = ts.cast(pa.int64())
+        first_ts = ts_int[0].as_py()
+        max_ts = _compute().min_max(ts_int)["max"].as_py()
+    columns = [_compact(c) for c in batch.columns] + [ts]
     fields = list(batch.schema) + [pa.field(TIMESTAMP_COLUMN, TIMESTAMP_TYPE, nullable=False)]
     attributes = CODEC_IDS[codec]
     if offset_deltas is not None:
@@ -292,6 +296,18 @@ def encode_frame(
     crc = crc32c(memoryview(out)[CRC_START:])
     struct.pack_into(">I", out, 17, crc)
     return bytes(out)
+
+
+def _compact(column: pa.Array) -> pa.Array:
+    """``column``, copied when it is a slice of a larger nested array: Arrow IPC writes
+    the whole child buffers of a sliced struct (in a list), so a frame of a few rows
+    sliced from a large batch would carry the bytes of all of them."""
+    if not pa.types.is_nested(column.type) or \
+            column.get_total_buffer_size() <= 2 * column.nbytes + 4096:
+        return column
+    if column.null_count == len(column):
+        return pa.nulls(len(column), column.type)
+    return column.take(offset_range(0, len(column)))
 
 
 def encode_body(batch: pa.RecordBatch, codec: str = "none") -> pa.Buffer:

@@ -25,6 +25,7 @@ from typing import Callable, NamedTuple
 
 from ..errors import (
     CorruptRecordError, DataLossError, InvalidArgumentError, OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
     RecordTooLargeError, StorageError, StorageFileNotFoundError,
 )
 from ..format.frame import set_log_append_time, stamp_run, validate_frame
@@ -237,7 +238,8 @@ class PartitionLog(PartitionRecovery):
         ``log_append_time_ms`` (default: now).
         Rolls first if the frame would overflow ``segment.bytes`` or the segment is
         older than ``segment.ms``. CorruptRecordError for a bad frame,
-        RecordTooLargeError over ``max.message.bytes`` or ``segment.bytes``,
+        RecordTooLargeError over ``max.message.bytes`` (RecordBatchTooLargeError over
+        ``segment.bytes``),
         FencedLeaderEpochError for a stale ``leader_epoch``.
         """
         if isinstance(frame, bytearray):
@@ -287,7 +289,7 @@ class PartitionLog(PartitionRecovery):
                     f"partition {self.name}: frames to append must follow each other; "
                     f"one starts at byte {pos}, expected {expected}")
             if header.size > config.segment_bytes:
-                raise RecordTooLargeError(
+                raise RecordBatchTooLargeError(
                     f"partition {self.name}: frame of {header.size} bytes exceeds "
                     f"segment.bytes={config.segment_bytes}")
             expected = pos + header.size

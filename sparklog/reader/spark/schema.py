@@ -6,7 +6,9 @@ Raw topics give exactly the columns of Spark's Kafka source::
     timestamp timestamp, timestampType int [, headers array<struct<key string, value binary>>]
 
 Typed topics give their own columns followed by the metadata columns ``topic, partition,
-offset, timestamp, timestampType``. Batches handed to Spark carry exactly the Arrow types
+offset, timestamp, timestampType``, with the nullability the topic's schema declares
+(``nullable=False`` for a ``not null`` column, struct field, list element or map value:
+the producer and the broker refuse nulls there, see ``sparklog/format/nullability.py``). Batches handed to Spark carry exactly the Arrow types
 Spark declares for that schema (``timestamp[us, tz=UTC]``, ``int32`` partitions...).
 """
 
@@ -64,12 +66,17 @@ def _spark_type(t: pa.DataType) -> pa.DataType:
     if pa.types.is_timestamp(t):
         return SPARK_TIMESTAMP
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return pa.list_(_spark_type(t.value_type))
+        return pa.list_(_spark_field(t.value_field))
     if pa.types.is_struct(t):
-        return pa.struct([pa.field(f.name, _spark_type(f.type)) for f in t])
+        return pa.struct([_spark_field(f) for f in t])
     if pa.types.is_map(t):
-        return pa.map_(_spark_type(t.key_type), _spark_type(t.item_type))
+        return pa.map_(_spark_type(t.key_type), _spark_field(t.item_field))
     return t
+
+
+def _spark_field(f: pa.Field) -> pa.Field:
+    """``f`` with its type as :func:`_spark_type` makes it, nullability kept."""
+    return pa.field(f.name, _spark_type(f.type), f.nullable)
 
 
 def spark_schema(record_schema: pa.Schema | None, include_headers: bool = False):
@@ -90,7 +97,7 @@ def spark_schema(record_schema: pa.Schema | None, include_headers: bool = False)
     out = StructType()
     for f in record_schema:
         try:
-            out.add(f.name, from_arrow_type(_spark_type(f.type)), nullable=True)
+            out.add(f.name, from_arrow_type(_spark_type(f.type)), nullable=f.nullable)
         except Exception as exc:  # pyspark raises PySparkTypeError for unsupported types
             raise SchemaMismatchError(
                 f"column {f.name!r} of type {f.type} cannot be read by Spark: {exc}") from None

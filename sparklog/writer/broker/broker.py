@@ -25,6 +25,7 @@ from ...names import printable, validate_transactional_id
 from ...errors import (
     InvalidArgumentError, InvalidProducerEpochError, OffsetOutOfRangeError,
     RequestTimedOutError, SparklogError, UnknownTopicOrPartitionError, UnsupportedVersionError,
+    error_name,
 )
 from ...log.config import LogConfig
 from ...metadata import TopicStore, validate_partition
@@ -41,6 +42,7 @@ from ...retention.manager import RetentionManager
 from .config import BrokerConfig
 from .group import GroupCoordinator
 from .partition import PartitionWriter, ProduceResult
+from .refusals import RefusalLog
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +123,7 @@ class Broker:
                 self.metrics = BrokerMetrics()
             except ImportError:  # prometheus-client is an optional extra
                 log.warning("prometheus-client is not installed: broker metrics are off")
+        self.refusals = RefusalLog(self.metrics)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.pool = concurrent.futures.ThreadPoolExecutor(
             self.config.num_io_threads, thread_name_prefix="sparklog-io")
@@ -382,7 +385,7 @@ class Broker:
             self.metrics.requests.labels(name).inc()
             self.metrics.latency.labels(name).observe(time.perf_counter() - started)
             if response is not None and response.get("error_code"):
-                self.metrics.errors.labels(name, str(response["error_code"])).inc()
+                self.metrics.errors.labels(name, error_name(response["error_code"])).inc()
         return response
 
     def _versions_body(self) -> dict:
@@ -422,17 +425,22 @@ class Broker:
         topics: dict[str, list] = {}
         for topic, partition, fut, size in pending:
             if not isinstance(fut, asyncio.Future):
+                error = fut
                 item = {"partition": partition, **error_fields(fut), "base_offset": -1}
             else:
                 res = fut.result()
                 if self.leadership is not None:
                     res = self.leadership.checked_result(topic, partition, res)
+                error = res.error
                 item = {"partition": partition, **error_fields(res.error),
                         "base_offset": res.base_offset,
                         "log_append_time_ms": res.log_append_time_ms,
                         "log_start_offset": res.log_start_offset}
                 if res.error is None and self.metrics is not None and not res.duplicate:
                     self.metrics.bytes_in.labels(topic).inc(size)
+            if error is not None:
+                self.refusals.refused("Produce", topic, partition, error, size,
+                                      f"{ctx.client_host} ({ctx.client_id})")
             topics.setdefault(topic, []).append(item)
         if acks == ACKS_NONE:
             for topic, items in topics.items():

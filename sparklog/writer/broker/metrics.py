@@ -7,7 +7,7 @@ listener host says otherwise. Names follow Prometheus conventions with Kafka's c
 metric                                 type       labels
 =====================================  =========  ======================================
 sparklog_requests_total                counter    api
-sparklog_request_errors_total          counter    api, error
+sparklog_request_errors_total          counter    api, error (Kafka's error name)
 sparklog_bytes_in_total                counter    topic
 sparklog_bytes_out_total               counter    topic
 sparklog_messages_in_total             counter    topic (records appended)
@@ -16,6 +16,10 @@ sparklog_log_end_offset                gauge      topic, partition
 sparklog_high_watermark                gauge      topic, partition
 sparklog_connections                   gauge      -
 =====================================  =========  ======================================
+
+``sparklog_request_errors_total`` counts error responses and, for Produce, every
+refused partition write (``error`` is Kafka's name: ``MESSAGE_TOO_LARGE``,
+``RECORD_LIST_TOO_LARGE``, ``INVALID_RECORD``, ``CORRUPT_MESSAGE``...).
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ class BrokerMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter("sparklog_requests", "Requests handled", ["api"], registry=r)
-        self.errors = Counter("sparklog_request_errors", "Error responses (by error class)",
+        self.errors = Counter("sparklog_request_errors",
+                              "Error responses and refused Produce partitions (by error)",
                               ["api", "error"], registry=r)
         self.bytes_in = Counter("sparklog_bytes_in", "Frame bytes appended", ["topic"], registry=r)
         self.bytes_out = Counter("sparklog_bytes_out", "Frame bytes fetched", ["topic"],

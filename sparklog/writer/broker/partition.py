@@ -26,6 +26,7 @@ from ...errors import (
     CorruptRecordError, RecordTooLargeError, SchemaMismatchError, SparklogError, StorageError,
 )
 from ...format.frame import TIMESTAMP_COLUMN, body_schema, iter_frames, validate_frame
+from ...format.nullability import check_not_null, constrained_fields
 from ...format.header import HEADER_SIZE, NO_PRODUCER_ID, FrameHeader
 from ...log.config import LogConfig
 from ...log.partition import PartitionLog
@@ -105,6 +106,31 @@ class SchemaChecker:
             self._accepted.add(key)
 
 
+class NotNullChecker:
+    """Refuses frames of a typed topic whose body has a null in a field the topic's
+    schema declares not null (SchemaMismatchError naming the field and the record).
+    Only the constrained columns are decoded (and decompressed)."""
+
+    def __init__(self, topic: TopicConfig):
+        self.fields = constrained_fields(topic.schema)
+        names = topic.record_schema.names
+        self.options = pa.ipc.IpcReadOptions(
+            included_fields=sorted(names.index(f.name) for f in self.fields))
+
+    def check(self, buf, pos: int, header: FrameHeader, partition: str) -> None:
+        """Check the frame at byte ``pos`` of a request to ``partition`` (whose columns
+        SchemaChecker already found to be the topic's)."""
+        body = pa.py_buffer(memoryview(buf)[pos + HEADER_SIZE:pos + header.size])
+        try:
+            batch = pa.ipc.open_stream(body, options=self.options).read_next_batch()
+        except (pa.ArrowInvalid, StopIteration, OSError) as exc:
+            raise CorruptRecordError(
+                f"partition {partition}, frame at byte {pos} of the request: body is not a "
+                f"valid Arrow IPC batch: {exc}") from None
+        check_not_null(batch, self.fields,
+                       f"partition {partition}, frame at byte {pos} of the request")
+
+
 class PartitionWriter:
     """The broker's handle on one partition it leads (see the module docstring)."""
 
@@ -123,6 +149,7 @@ class PartitionWriter:
         self.snapshot_interval_ms = snapshot_interval_ms
         self.metrics = metrics
         self.schema = SchemaChecker(topic)
+        self.not_null = NotNullChecker(topic) if constrained_fields(topic.schema) else None
         self._queue: asyncio.Queue = asyncio.Queue()
         self._waiters: list[asyncio.Future] = []
         self._last_snapshot = time.monotonic()
@@ -208,6 +235,8 @@ class PartitionWriter:
                 raise RecordTooLargeError(
                     f"partition {self.name}: {exc} (max.message.bytes)") from None
             self.schema.check(buf, pos, header, self.name)
+            if self.not_null is not None:
+                self.not_null.check(buf, pos, header, self.name)
             item.frames.append((pos, header))
             pos += header.size
 

@@ -7,13 +7,21 @@ timestamps): ``send()`` only appends to lists, and the frame (Arrow IPC body, on
 partition and request) is built once per drain by the sender thread, so there is no
 per-record frame work. Kafka's knobs:
 
-* ``batch.size``: bytes after which a batch is full (and ready) and a new one starts;
+* ``batch.size``: the bytes of one batch, which becomes one frame: a batch is full (and
+  ready) when its records' estimated frame size reaches it (or the topic's frame limit,
+  if smaller: see :meth:`RecordAccumulator.set_batch_limit`), and a new one starts;
 * ``linger.ms``: how long a not-full batch waits for more records;
 * ``buffer.memory``: bytes of unsent records held; ``send()`` blocks up to
   ``max.block.ms`` when the buffer is full (back-pressure), then raises;
-* ``max.request.size``: one drain takes several full batches of a partition into one
-  frame (or, for the frames ``send_batch`` builds, several frames into one request),
-  up to this many bytes.
+* ``max.request.size``: one drain takes several ready batches (frames) of a partition
+  into one request, up to this many bytes.
+
+A record's size (``RECORD_OVERHEAD`` plus its key, value and header bytes) is an upper
+bound of what it adds to an Arrow frame, so frames stay within their limit; the sender
+checks each encoded frame anyway and splits the batch when it is larger (see
+:mod:`.sender`). A batch split after it was appended to (before sending, or because the
+broker refused its frame as too large) keeps its records' futures: its
+:class:`ProduceRequestResult` completes when every piece has.
 
 Up to ``max.in.flight.requests.per.connection`` requests per partition are in flight
 (pipelined on the leader's connection, which the broker answers and appends in order).
@@ -41,15 +49,21 @@ from ...errors import RequestTimedOutError
 
 log = logging.getLogger(__name__)
 
-#: bytes counted per record beyond key and value (offset, timestamp, lengths)
-RECORD_OVERHEAD = 16
+#: bytes counted per record beyond key, value and headers: an upper bound of what a
+#: record adds to a raw topic's Arrow frame (key, value and headers offsets, timestamp,
+#: validity bits: 28 bytes measured)
+RECORD_OVERHEAD = 32
+#: bytes counted per header beyond its key and value (offsets, validity)
+HEADER_OVERHEAD = 12
 
 
 class ProduceRequestResult:
-    """Completion of one batch, shared by the futures of its records."""
+    """Completion of one batch, shared by the futures of its records. A batch that was
+    split has ``pieces`` (first record index, result, record count): each record's
+    outcome is its piece's (:meth:`leaf`), and this result completes after them all."""
 
     __slots__ = ("topic", "partition", "event", "base_offset", "log_append_time", "error",
-                 "callbacks")
+                 "callbacks", "pieces", "parent", "pending")
 
     def __init__(self, topic: str, partition: int):
         self.topic = topic
@@ -59,6 +73,9 @@ class ProduceRequestResult:
         self.log_append_time = -1
         self.error = None
         self.callbacks = None  # list of (index, timestamp, fn, on_error) once used
+        self.pieces = None
+        self.parent = None
+        self.pending = 0
 
     def metadata(self, index: int, timestamp: int) -> RecordMetadata:
         """RecordMetadata of the record at ``index`` of the batch."""
@@ -66,8 +83,39 @@ class ProduceRequestResult:
         ts = self.log_append_time if self.log_append_time >= 0 else timestamp
         return RecordMetadata(self.topic, self.partition, offset, ts)
 
+    def split(self, counts: list[int]) -> list["ProduceRequestResult"]:
+        """Results of consecutive pieces of ``counts`` records each of this batch."""
+        children, start = [], 0
+        for count in counts:
+            child = ProduceRequestResult(self.topic, self.partition)
+            child.parent = self
+            children.append((start, child, count))
+            start += count
+        self.pending = len(children)
+        self.pieces = children
+        return [c for _, c, _ in children]
+
+    def leaf(self, index: int) -> tuple["ProduceRequestResult", int]:
+        """The result that holds record ``index`` of the batch, and its index there."""
+        result = self
+        while result.pieces is not None:
+            for start, child, count in result.pieces:
+                if index < start + count:
+                    result, index = child, index - start
+                    break
+        return result, index
+
+    def leaves(self, count: int):
+        """``(result, record count)`` of each unsplit piece, in record order."""
+        if self.pieces is None:
+            yield self, count
+            return
+        for _, child, n in self.pieces:
+            yield from child.leaves(n)
+
 
 def _run(result, index, timestamp, fn, on_error):
+    result, index = result.leaf(index)
     try:
         if result.error is None and not on_error:
             fn(result.metadata(index, timestamp))
@@ -96,22 +144,24 @@ class FutureRecordMetadata:
 
     def succeeded(self) -> bool:
         """True when acknowledged."""
-        return self._result.event.is_set() and self._result.error is None
+        return self._result.event.is_set() and self.exception is None
 
     def failed(self) -> bool:
         """True when delivery failed."""
-        return self._result.event.is_set() and self._result.error is not None
+        return self._result.event.is_set() and self.exception is not None
 
     @property
     def exception(self):
         """The delivery error, or None."""
-        return self._result.error
+        return self._result.leaf(self._index)[0].error
 
     @property
     def value(self) -> RecordMetadata | None:
         """The metadata once acknowledged, else None."""
-        return self._result.metadata(self._index, self._timestamp) if self.succeeded() \
-            else None
+        if not self.succeeded():
+            return None
+        result, index = self._result.leaf(self._index)
+        return result.metadata(index, self._timestamp)
 
     def get(self, timeout: float | None = None) -> RecordMetadata:
         """Wait up to ``timeout`` seconds for the acknowledgement; RecordMetadata or the
@@ -121,9 +171,10 @@ class FutureRecordMetadata:
             raise RequestTimedOutError(
                 f"record for {result.topic}-{result.partition} not acknowledged "
                 f"within {timeout} s")
+        result, index = result.leaf(self._index)
         if result.error is not None:
             raise result.error
-        return result.metadata(self._index, self._timestamp)
+        return result.metadata(index, self._timestamp)
 
     def _add(self, fn, on_error: bool):
         result = self._result
@@ -153,20 +204,32 @@ _CALLBACK_LOCK = threading.Lock()
 
 def complete_result(result: ProduceRequestResult, base_offset: int,
                     log_append_time: int = -1, error=None) -> None:
-    """Complete ``result`` so that callbacks added concurrently run exactly once."""
+    """Complete ``result`` so that callbacks added concurrently run exactly once (and the
+    batch it is a piece of, once its last piece is complete)."""
     with _CALLBACK_LOCK:
         result.base_offset = base_offset
         result.log_append_time = log_append_time
         result.error = error
         result.event.set()
         callbacks, result.callbacks = result.callbacks, None
+        parent = result.parent
+        if parent is not None:
+            parent.pending -= 1
+            if parent.pending:
+                parent = None
     if callbacks:
         for index, timestamp, fn, on_error in callbacks:
             _run(result, index, timestamp, fn, on_error)
+    if parent is not None:  # every piece is complete
+        first = parent.pieces[0][1]
+        error = next((c.error for _, c, _ in parent.pieces if c.error is not None), None)
+        complete_result(parent, first.base_offset, first.log_append_time, error)
 
 
 class ProducerBatch:
-    """Records appended to one partition, as columns (see the module docstring)."""
+    """Records appended to one partition, as columns (see the module docstring), then
+    its frame once encoded (``frame`` is set at once for a frame ``send_batch`` built,
+    or for a piece of a split batch)."""
 
     __slots__ = ("tp", "values", "keys", "headers", "timestamps", "size", "count",
                  "created", "result", "has_keys", "frame")
@@ -182,12 +245,20 @@ class ProducerBatch:
         self.created = now
         self.result = ProduceRequestResult(tp[0], tp[1])
         self.has_keys = False
-        self.frame = None  # a frame built by send_batch (no lists then)
+        self.frame = None  # the encoded frame (lists are dropped then)
+
+    def piece(self, frame: bytes, count: int, size: int,
+              result: ProduceRequestResult) -> "ProducerBatch":
+        """A batch holding part of this one's records as ``frame``."""
+        piece = ProducerBatch(self.tp, self.created)
+        piece.frame, piece.count, piece.size, piece.result = frame, count, size, result
+        return piece
 
 
 class InFlightBatch:
-    """What one produce request carries for one partition: one or more ProducerBatches
-    encoded as one frame, with its sequence number; kept unchanged across retries."""
+    """What one produce request carries for one partition: one or more ProducerBatches,
+    one frame each (``frame`` holds them all, the first one's sequence number is
+    ``base_sequence``); kept unchanged across retries."""
 
     __slots__ = ("tp", "batches", "record_count", "size", "frame", "base_sequence",
                  "epoch", "producer_id", "attempts", "retry_at", "created", "last_error",
@@ -195,9 +266,7 @@ class InFlightBatch:
 
     def __init__(self, tp: tuple, batches: list):
         self.tp = tp
-        self.batches = batches
-        self.record_count = sum(b.count for b in batches)
-        self.size = sum(b.size for b in batches)
+        self.set_batches(batches)
         self.frame = None
         self.base_sequence = -1
         self.epoch = -1
@@ -207,7 +276,13 @@ class InFlightBatch:
         self.created = batches[0].created
         self.last_error = None
         self.finished = False
-        self.order = 0  # drain order within the partition
+        self.order = (0,)  # drain order within the partition; pieces of a split: (n, i)
+
+    def set_batches(self, batches: list) -> None:
+        """Carry ``batches`` (what the item's buffer accounting covers)."""
+        self.batches = batches
+        self.record_count = sum(b.count for b in batches)
+        self.size = sum(b.size for b in batches)
 
     def complete(self, base_offset: int, log_append_time: int = -1) -> bool:
         """Acknowledge every record (offsets from ``base_offset`` on; -1 for acks=0).
@@ -258,7 +333,18 @@ class RecordAccumulator:
         self._flushing = 0
         self._closing = False
         self._memory_waiters = 0
+        self._batch_limits: dict[str, int] = {}
         self.sender_waiting = False
+
+    def set_batch_limit(self, topic: str, limit: int) -> None:
+        """Bytes of records (their estimated sizes) after which a batch of ``topic`` is
+        full: ``batch.size`` less the topic's fixed frame overhead, or less when the
+        topic's frame limit is smaller (see the producer)."""
+        self._batch_limits[topic] = max(1, int(limit))
+
+    def batch_limit(self, topic: str) -> int:
+        """See :meth:`set_batch_limit` (``batch.size`` for a topic not set)."""
+        return self._batch_limits.get(topic, self.batch_size)
 
     # --- append (caller threads) ------------------------------------------------------
     def append(self, tp: tuple, timestamp: int, key, value, headers, size: int
@@ -271,8 +357,9 @@ class RecordAccumulator:
             if queue is None:
                 queue = self._queues[tp] = collections.deque()
             batch = queue[-1] if queue else None
+            limit = self._batch_limits.get(tp[0], self.batch_size)
             if batch is None or batch.frame is not None or (
-                    batch.count and batch.size + size > self.batch_size):
+                    batch.count and batch.size + size > limit):
                 batch = ProducerBatch(tp, time.monotonic())
                 queue.append(batch)
                 if self.sender_waiting:  # a new linger deadline, or a full batch before
@@ -291,7 +378,7 @@ class RecordAccumulator:
                 batch.headers.append(headers)
             self._used += size
             self._incomplete += 1
-            if self.sender_waiting and batch.size >= self.batch_size:
+            if self.sender_waiting and batch.size >= limit:
                 self.cond.notify_all()  # full: ready now
             return FutureRecordMetadata(batch.result, index, timestamp)
 
@@ -340,10 +427,11 @@ class RecordAccumulator:
 
     # --- drain (sender thread, under self.cond) ----------------------------------------
     def drain(self, now: float) -> tuple[list[InFlightBatch], float]:
-        """Take what is ready to send, at most one batch per partition: the oldest retry
-        once its partition has nothing in flight, else (below the in-flight limit) the
-        full, lingered or flushed batches of the partition's queue, up to
-        max.request.size. Returns (in-flight batches, seconds until the next is ready)."""
+        """Take what is ready to send, at most one request's worth per partition: the
+        oldest retry once its partition has nothing in flight, else (below the in-flight
+        limit) the full, lingered or flushed batches of the partition's queue, up to
+        max.request.size (estimated) and ``frames_per_request``. Returns (in-flight
+        batches, seconds until the next is ready)."""
         out: list[InFlightBatch] = []
         wait = 3600.0
         hurry = self._flushing or self._closing or self._memory_waiters
@@ -365,22 +453,22 @@ class RecordAccumulator:
                     any(item.tp == tp for item in out):
                 continue
             first = queue[0]
-            if not (hurry or len(queue) > 1 or first.size >= self.batch_size
+            limit = self._batch_limits.get(tp[0], self.batch_size)
+            if not (hurry or len(queue) > 1 or first.size >= limit
                     or first.frame is not None or now - first.created >= self.linger):
                 wait = min(wait, first.created + self.linger - now)
                 continue
             taken = [queue.popleft()]
             size = first.size
-            while queue and (first.frame is None) == (queue[0].frame is None) \
-                    and (first.frame is None or self.frames_per_request is None
-                         or len(taken) < self.frames_per_request) \
+            while queue and (self.frames_per_request is None
+                             or len(taken) < self.frames_per_request) \
                     and size + queue[0].size <= self.max_request_size and (
-                    hurry or len(queue) > 1 or queue[0].size >= self.batch_size
-                    or now - queue[0].created >= self.linger):
+                    hurry or len(queue) > 1 or queue[0].size >= limit
+                    or queue[0].frame is not None or now - queue[0].created >= self.linger):
                 size += queue[0].size
                 taken.append(queue.popleft())
             item = InFlightBatch(tp, taken)
-            item.order = next(self._orders)
+            item.order = (next(self._orders),)
             self._in_flight.setdefault(tp, []).append(item)
             out.append(item)
         return out, max(wait, 0.0)
@@ -398,6 +486,26 @@ class RecordAccumulator:
             item.retry_at = time.monotonic() + backoff
             pending = self._retries.setdefault(item.tp, [])
             pending.insert(bisect.bisect([i.order for i in pending], item.order), item)
+            self.cond.notify_all()
+
+    def push_front(self, tp: tuple, batches: list) -> None:
+        """Put batches taken by a drain but not sent (pieces of a split frame that did not
+        fit the request) back at the front of their partition's queue, in order; they
+        are ready at once."""
+        with self.cond:
+            queue = self._queues.setdefault(tp, collections.deque())
+            queue.extendleft(reversed(batches))
+            self.cond.notify_all()
+
+    def replace(self, item: InFlightBatch, pieces: list) -> None:
+        """Replace a sent batch the broker refused (too large) by its ``pieces``, which
+        are retried at once, before anything newer of the partition, in order. The
+        pieces carry the item's records and buffer bytes."""
+        with self.cond:
+            self._forget(item)
+            pending = self._retries.setdefault(item.tp, [])
+            for piece in pieces:
+                pending.insert(bisect.bisect([i.order for i in pending], piece.order), piece)
             self.cond.notify_all()
 
     def earlier_pending(self, item: InFlightBatch) -> bool:

@@ -28,12 +28,14 @@ from ...errors import (
     SchemaMismatchError, SparklogError,
 )
 from ...format.frame import (
-    HEADER_TYPE, RAW_SCHEMA, TIMESTAMP_COLUMN, TIMESTAMP_TYPE, encode_frame, to_record_batch,
+    HEADER_TYPE, RAW_SCHEMA, TIMESTAMP_COLUMN, TIMESTAMP_TYPE, encode_frame, raw_batch,
+    to_record_batch,
 )
+from ...format.nullability import check_not_null, constrained_fields, row_violation
 from ...metadata.topic import validate_partition, validate_topic_name
 from ...protocol.apis import ACKS_ALL, ApiKey
 from ...protocol.codec import raise_for_error
-from .accumulator import RECORD_OVERHEAD, RecordAccumulator
+from .accumulator import HEADER_OVERHEAD, RECORD_OVERHEAD, RecordAccumulator
 from .partitioner import DefaultPartitioner
 from .sender import IdempotenceState, Sender
 
@@ -100,17 +102,25 @@ class BatchFuture:
                 raise RequestTimedOutError(
                     f"batch for {result.topic}-{result.partition} not acknowledged within "
                     f"{timeout} s")
-            if result.error is not None:
-                raise result.error
-            out.append(BatchMetadata(result.topic, result.partition, result.base_offset,
-                                     count))
+            for piece, n in result.leaves(count):  # a frame split into pieces: each
+                if piece.error is not None:
+                    raise piece.error
+                out.append(BatchMetadata(piece.topic, piece.partition, piece.base_offset, n))
         return out
 
 
 class _Topic(NamedTuple):
+    """What the producer knows of a topic (from Metadata and DescribeConfigs)."""
+
     num_partitions: int
     schema: pa.Schema | None
-    max_message_bytes: int
+    #: top-level fields of a typed topic's schema that are, or hold, not-null fields
+    not_null: list
+    #: the largest frame the producer sends: min(max.request.size, max.message.bytes,
+    #: segment.bytes)
+    frame_limit: int
+    #: the limits named, for error messages
+    limits: str
 
 
 class Producer:
@@ -174,7 +184,7 @@ class Producer:
             retry_backoff_ms=cfg["retry_backoff_ms"],
             request_timeout_ms=cfg["request_timeout_ms"],
             delivery_timeout_ms=cfg["delivery_timeout_ms"], compression_type=codec,
-            idempotence=idempotence, schema_of=self._schema_of, client_id=self.client_id,
+            idempotence=idempotence, topic_of=self._topic_of, client_id=self.client_id,
             refresh_topics=self._refresh_topics,
             metadata_max_age_ms=cfg["metadata_max_age_ms"])
         self._sender.start()
@@ -187,18 +197,31 @@ class Producer:
         return info
 
     def _load_topic(self, topic: str) -> _Topic:
-        """Partition count, schema and max.message.bytes of ``topic`` from the broker."""
+        """Partition count, schema and size limits of ``topic`` from the broker; sets
+        the accumulator's batch limit for the topic."""
         validate_topic_name(topic)
         meta = self._client.topic_info(topic, refresh=True)
-        schema, max_bytes = None, None
+        schema, configs = None, {}
         resp = self._client.request(ApiKey.DESCRIBE_CONFIGS, {"topics": [topic]})
         for t in resp["topics"]:
             raise_for_error(t, f"topic {topic!r}")
             if t.get("schema"):
                 schema = pa.ipc.read_schema(pa.py_buffer(t["schema"]))
-            max_bytes = t.get("configs", {}).get("max.message.bytes")
-        return _Topic(meta.num_partitions, schema,
-                      int(max_bytes) if max_bytes else self._max_request_size)
+            configs = t.get("configs", {})
+        limits = {"max_request_size": self._max_request_size}
+        for key in ("max.message.bytes", "segment.bytes"):
+            if configs.get(key):
+                limits[f"the topic's {key}"] = int(configs[key])
+        frame_limit = min(limits.values())
+        info = _Topic(meta.num_partitions, schema, constrained_fields(schema), frame_limit,
+                      ", ".join(f"{k}={v}" for k, v in limits.items()))
+        # a batch is full when its records' sizes (upper bounds of what each adds to a
+        # frame) plus the fixed cost of a frame of this topic reach the smaller of
+        # batch.size and the frame limit
+        target = min(self.config["batch_size"], frame_limit)
+        self._accumulator.set_batch_limit(topic, target - _frame_overhead(schema,
+                                                                         self._compression))
+        return info
 
     def _refresh_topics(self) -> None:
         """Reload the metadata of every topic sent to (partition counts grow, schemas
@@ -210,9 +233,9 @@ class Producer:
                 log.info("metadata of topic %r not refreshed: %s", topic, exc)
                 self._topics.pop(topic, None)
 
-    def _schema_of(self, topic: str):
+    def _topic_of(self, topic: str) -> _Topic:
         info = self._topics.get(topic)
-        return info.schema if info is not None else None
+        return info if info is not None else self._topic(topic)
 
     def topic_schema(self, topic: str):
         """The Arrow schema of a typed topic (None for a raw topic)."""
@@ -251,19 +274,26 @@ class Producer:
                 raise SchemaMismatchError(
                     f"topic {topic!r} is typed: value must be a dict of the columns "
                     f"{info.schema.names}, got {type(value).__name__}")
-            size = RECORD_OVERHEAD + 8 * len(value)
+            if info.not_null:
+                field = row_violation(value, info.not_null)
+                if field is not None:
+                    raise SchemaMismatchError(
+                        f"record {_preview(value)} for topic {topic!r}: field {field!r} is "
+                        f"declared not null but is null")
+            size = RECORD_OVERHEAD + _row_size(value)
         if key is not None:
             if key.__class__ is not bytes:
                 key = _to_bytes(key, "key", topic)
             size += len(key)
         if headers is not None:
             headers = _check_headers(headers, topic)
-            size += sum(len(k) + len(v or b"") for k, v in headers)
-        if size > self._max_request_size or size > info.max_message_bytes:
+            size += sum(HEADER_OVERHEAD + len(k) + len(v or b"") for k, v in headers)
+        if size - RECORD_OVERHEAD > info.frame_limit and self._compression == "none":
+            # its frame is larger still (a compressed one may fit: the sender checks)
             raise RecordTooLargeError(
-                f"record of {size} bytes for topic {topic!r} exceeds max_request_size "
-                f"({self._max_request_size}) or the topic's max.message.bytes "
-                f"({info.max_message_bytes})")
+                f"record of {size - RECORD_OVERHEAD} bytes for topic {topic!r} is larger "
+                f"than the largest frame the producer may send: {info.frame_limit} bytes "
+                f"({info.limits})")
         if partition is None:
             if key is None:
                 partition = self._partitioner.sticky_partition(topic, info.num_partitions, size)
@@ -306,6 +336,8 @@ class Producer:
         if info.schema is None:
             table = _raw_table(table, topic)
         else:
+            if info.not_null:
+                check_not_null(table, info.not_null, f"send_batch to topic {topic!r}")
             table = pa.Table.from_batches([to_record_batch(table, info.schema)]) \
                 if table.schema != info.schema else table
         table = table.append_column(pa.field(TIMESTAMP_COLUMN, TIMESTAMP_TYPE, False), ts)
@@ -317,16 +349,18 @@ class Producer:
             groups = self._split_by_key(topic, table, info.num_partitions)
         else:
             groups = [(None, table)]
-        # frames of about 1 MiB (the broker appends those fastest); several of them
-        # travel in one request, up to max_request_size
-        limit = min(self._max_request_size, info.max_message_bytes, FRAME_TARGET) - 4096
+        # frames of about 1 MiB (the broker appends those fastest), at most the frame
+        # limit; several of them travel in one request, up to max_request_size
+        limit = min(info.frame_limit, FRAME_TARGET) - _frame_overhead(info.schema,
+                                                                      self._compression)
         parts = []
         for part, rows in groups:
             for chunk in _chunks(rows, limit):
                 p = part if part is not None else self._partitioner.sticky_partition(
                     topic, info.num_partitions, self._partitioner.batch_size)
                 # the frame is built here, in the caller's thread, while the sender
-                # thread and the broker work on the previous one
+                # thread and the broker work on the previous one (which splits it if
+                # it came out larger than the frame limit)
                 frame = encode_frame(chunk, compression=self._compression)
                 result = self._accumulator.append_frame((topic, p), frame, chunk.num_rows)
                 parts.append((result, chunk.num_rows))
@@ -485,6 +519,48 @@ def _raw_table(table: pa.Table, topic: str) -> pa.Table:
                                              else HEADER_TYPE)])
         cols.append(col)
     return pa.Table.from_arrays(cols, schema=RAW_SCHEMA)
+
+
+_OVERHEADS: dict = {}
+
+
+def _frame_overhead(schema: pa.Schema | None, codec: str) -> int:
+    """Bytes of a frame of ``schema`` beyond its records' sizes (as ``send()`` counts
+    them): the encoded size of a frame of one empty record, plus padding room."""
+    key = (schema, codec)
+    size = _OVERHEADS.get(key)
+    if size is None:
+        rows = raw_batch([b""]) if schema is None else \
+            pa.RecordBatch.from_pylist([{}], schema=schema)
+        size = len(encode_frame(rows, timestamps=[0], compression=codec)) + \
+            8 * (len(schema or RAW_SCHEMA) + 8)
+        if len(_OVERHEADS) < 256:
+            _OVERHEADS[key] = size
+    return size
+
+
+def _row_size(row: dict) -> int:
+    """An upper bound of the bytes a typed row adds to a frame (beyond RECORD_OVERHEAD)."""
+    return sum(_value_size(v) for v in row.values())
+
+
+def _value_size(value) -> int:
+    if value is None or value.__class__ in (int, float, bool):
+        return 9
+    if isinstance(value, str):
+        return 9 + (len(value) if value.isascii() else len(value.encode("utf-8", "replace")))
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return 9 + len(value)
+    if isinstance(value, dict):  # a struct or a map
+        return 9 + sum(_value_size(k) + _value_size(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return 9 + sum(_value_size(v) for v in value)
+    return 17  # decimals, dates, timestamps
+
+
+def _preview(value, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "...}"
 
 
 def _chunks(table: pa.Table, limit: int):

@@ -3,10 +3,22 @@
 sends one Produce request per broker, and completes, retries or fails the batches when
 the responses arrive (Kafka's Sender).
 
-Frames are built here, not in ``send()``: the records of a drain become one Arrow
+Frames are built here, not in ``send()``: the records of a batch become one Arrow
 record batch (:func:`~sparklog.format.frame.raw_batch` for raw topics, the topic's
 schema for typed ones) encoded by :func:`~sparklog.format.frame.encode_frame` with the
-producer's ``compression_type``.
+producer's ``compression_type``: one frame per batch, several frames of a partition per
+request (one with idempotence).
+
+Frame sizes: an encoded frame of several records larger than ``batch.size`` (a frame
+``send_batch`` built: larger than the frame limit) is split in halves until the pieces
+fit; the frame limit is the smallest of ``max.request.size`` and the topic's
+``max.message.bytes`` and ``segment.bytes``. A frame of one record over the frame limit
+fails that record with RecordTooLargeError naming the sizes. When the broker refuses a
+frame as too large anyway (MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE: its limits changed,
+or differ from what the producer knows), the request's frames are retried one per
+request, and a single frame of several records is split in halves and retried, as
+Kafka's producer splits a batch (``splitAndReenqueue``); the pieces keep the records'
+futures and, with idempotence, the frame's sequence range.
 
 Retries keep the frame bytes, hence the idempotent producer's producer id, epoch and
 sequence numbers, so a broker that already appended a retried frame acknowledges it
@@ -20,7 +32,6 @@ cleanly.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import struct
 import threading
@@ -30,10 +41,11 @@ from collections import defaultdict
 from ...client.network import NetworkClient
 from ...errors import (
     BrokerNotAvailableError, FencedLeaderEpochError, NotLeaderError, OutOfOrderSequenceError,
-    SparklogError, UnknownTopicOrPartitionError,
+    RecordTooLargeError, SparklogError, UnknownTopicOrPartitionError,
 )
-from ...format.frame import crc32c, encode_frame, raw_batch, to_record_batch
+from ...format.frame import crc32c, decode_frame, encode_frame, raw_batch, to_record_batch
 from ...format.header import CRC_START
+from ...format.nullability import check_not_null
 from ...protocol.apis import ACKS_NONE, ApiKey
 from ...protocol.codec import error_from, raise_for_error
 from .accumulator import InFlightBatch, RecordAccumulator
@@ -47,6 +59,14 @@ _SEQUENCE_LIMIT = 1 << 31
 CRC_POS, PRODUCER_ID_POS = 17, 43
 _CRC = struct.Struct(">I")
 _PRODUCER_FIELDS = struct.Struct(">qhi")  # producer id, producer epoch, base sequence
+
+
+def _stamped(frame, producer_id: int, producer_epoch: int, sequence: int) -> bytearray:
+    """A copy of ``frame`` with these producer fields (CRC redone)."""
+    out = bytearray(frame)
+    _PRODUCER_FIELDS.pack_into(out, PRODUCER_ID_POS, producer_id, producer_epoch, sequence)
+    _CRC.pack_into(out, CRC_POS, crc32c(memoryview(out)[CRC_START:]))
+    return out
 
 
 class IdempotenceState:
@@ -79,13 +99,14 @@ class IdempotenceState:
 
 
 class Sender(threading.Thread):
-    """See the module docstring. ``schema_of(topic)`` returns a typed topic's Arrow
-    schema (None for raw topics)."""
+    """See the module docstring. ``topic_of(topic)`` returns what the producer knows of
+    a topic it sent to: ``schema`` (None for raw topics), ``not_null`` (the schema's
+    constrained fields), ``frame_limit`` and ``limits`` (a text naming them)."""
 
     def __init__(self, client: NetworkClient, accumulator: RecordAccumulator, *,
                  acks: int, retries: int, retry_backoff_ms: int, request_timeout_ms: int,
                  delivery_timeout_ms: int, compression_type: str,
-                 idempotence: IdempotenceState | None, schema_of, client_id: str = "",
+                 idempotence: IdempotenceState | None, topic_of, client_id: str = "",
                  refresh_topics=None, metadata_max_age_ms: int = 300000):
         super().__init__(name=f"sparklog-producer-sender-{client_id}", daemon=True)
         self.client = client
@@ -97,7 +118,7 @@ class Sender(threading.Thread):
         self.delivery_timeout = delivery_timeout_ms / 1000.0
         self.compression = compression_type
         self.idempotence = idempotence
-        self.schema_of = schema_of
+        self.topic_of = topic_of
         self.refresh_topics = refresh_topics
         self.metadata_max_age = metadata_max_age_ms / 1000.0
         self._topics_refreshed = time.monotonic()
@@ -175,8 +196,8 @@ class Sender(threading.Thread):
                 if leader < 0:
                     raise NotLeaderError(
                         f"no leader known for partition {item.tp[0]}-{item.tp[1]}")
-                if item.frame is None:
-                    self._build_frame(item)
+                if item.frame is None and not self._build_frame(item):
+                    continue  # every record of it failed
             except SparklogError as exc:
                 self._handle_error(item, exc, outcome_known=True)
                 continue
@@ -194,43 +215,90 @@ class Sender(threading.Thread):
             log.info("metadata refresh for %s failed: %s", sorted(topics), exc)
             self._stale.update(topics)
 
-    def _build_frame(self, item: InFlightBatch) -> None:
-        batches = item.batches
-        if batches[0].frame is not None:  # frames built by send_batch, sent together
-            if self.idempotence is not None:
-                item.producer_id = self.idempotence.producer_id
-                item.epoch = self.idempotence.producer_epoch
-            frames = [self._own_frame(item, b.frame, b.count) for b in batches]
-            item.frame = frames[0] if len(frames) == 1 else b"".join(frames)
-            return
-        if len(batches) == 1:
-            b = batches[0]
-            values, keys, timestamps, headers, has_keys = \
-                b.values, b.keys, b.timestamps, b.headers, b.has_keys
-        else:
-            chain = itertools.chain.from_iterable
-            values = list(chain(b.values for b in batches))
-            keys = list(chain(b.keys for b in batches))
-            timestamps = list(chain(b.timestamps for b in batches))
-            has_keys = any(b.has_keys for b in batches)
-            headers = None
-            if any(b.headers is not None for b in batches):
-                headers = list(chain(b.headers if b.headers is not None
-                                     else [None] * b.count for b in batches))
-        schema = self.schema_of(item.tp[0])
-        if schema is None:
-            records = raw_batch(values, keys if has_keys else None, headers)
-        else:
-            records = to_record_batch(values, schema)
+    def _build_frame(self, item: InFlightBatch) -> bool:
+        """Encode the item's batches (one frame each, split to fit their limits), keep
+        what fits one request (the rest goes back to the front of the queue) and give
+        the frames this producer's id and sequences. False when nothing is left to
+        send (every record failed: too large, or not matching a typed topic)."""
+        tp = item.tp
+        info = self.topic_of(tp[0])
+        fitting, failed = [], []
+        for b in item.batches:
+            cap = info.frame_limit
+            if b.frame is None:
+                try:
+                    self._encode(b, info)
+                except SparklogError as exc:
+                    failed.append((b, exc))
+                    continue
+                if b.count > 1:
+                    cap = min(cap, self.acc.batch_size)
+            self._fit(b, cap, info, fitting, failed)
+        for b, exc in failed:
+            self._finish_failed(InFlightBatch(tp, [b]), exc)
+        limit = self.acc.frames_per_request
+        taken, size = 0, 0
+        for b in fitting:
+            if taken and (taken == limit or size + len(b.frame) > self.acc.max_request_size):
+                break
+            taken += 1
+            size += len(b.frame)
+        if taken < len(fitting):
+            self.acc.push_front(tp, fitting[taken:])
+        item.set_batches(fitting[:taken])
+        if not taken:
+            self.acc.release(item)
+            return False
         if self.idempotence is not None:
-            item.base_sequence = self.idempotence.next_sequence(item.tp, item.record_count)
-            pid, epoch = self.idempotence.producer_id, self.idempotence.producer_epoch
+            item.producer_id = self.idempotence.producer_id
+            item.epoch = self.idempotence.producer_epoch
+        frames = [self._own_frame(item, b.frame, b.count) for b in item.batches]
+        item.frame = frames[0] if len(frames) == 1 else b"".join(frames)
+        return True
+
+    def _encode(self, b, info) -> None:
+        """Encode the records of a ``send()`` batch as its frame (no producer id yet)."""
+        if info.schema is None:
+            records = raw_batch(b.values, b.keys if b.has_keys else None, b.headers)
         else:
-            pid = epoch = -1
-        item.frame = encode_frame(records, timestamps=timestamps, compression=self.compression,
-                                  producer_id=pid, producer_epoch=epoch,
-                                  base_sequence=item.base_sequence)
-        item.producer_id, item.epoch = pid, epoch
+            records = to_record_batch(b.values, info.schema)
+            if info.not_null:  # send() checked each row; this is the last line
+                check_not_null(records, info.not_null,
+                               f"records for {b.tp[0]}-{b.tp[1]}")
+        b.frame = encode_frame(records, timestamps=b.timestamps,
+                               compression=self.compression)
+        b.values = b.keys = b.timestamps = b.headers = None
+
+    def _fit(self, b, cap: int, info, fitting: list, failed: list) -> None:
+        """Append ``b`` to ``fitting`` if its frame is at most ``cap`` bytes, else its
+        halves (recursively); a single record over the frame limit goes to ``failed``."""
+        if len(b.frame) <= cap:
+            fitting.append(b)
+        elif b.count == 1:
+            failed.append((b, RecordTooLargeError(
+                f"record for {b.tp[0]}-{b.tp[1]} is a frame of {len(b.frame)} bytes "
+                f"(Arrow IPC, compression {self.compression}), over the largest frame "
+                f"the producer may send: {info.frame_limit} bytes ({info.limits})")))
+        else:
+            for half in self.halves(b):
+                self._fit(half, info.frame_limit if half.count == 1 else cap, info,
+                          fitting, failed)
+
+    def halves(self, b) -> list:
+        """Split a batch's frame into two frames of half its records each (new batches
+        whose results are pieces of ``b``'s)."""
+        body = decode_frame(b.frame).batch()  # record columns and timestamps
+        n = b.count
+        counts = [n // 2, n - n // 2]
+        results = b.result.split(counts)
+        sizes = [b.size * counts[0] // n]
+        sizes.append(b.size - sizes[0])
+        out, start = [], 0
+        for count, size, result in zip(counts, sizes, results):
+            frame = encode_frame(body.slice(start, count), compression=self.compression)
+            out.append(b.piece(frame, count, size, result))
+            start += count
+        return out
 
     def _own_frame(self, item: InFlightBatch, frame: bytes, count: int):
         """A send_batch frame with this producer's id, epoch and next sequence (CRC
@@ -241,11 +309,7 @@ class Sender(threading.Thread):
         seq = idem.next_sequence(item.tp, count)
         if item.base_sequence < 0:
             item.base_sequence = seq
-        out = bytearray(frame)
-        _PRODUCER_FIELDS.pack_into(out, PRODUCER_ID_POS, idem.producer_id, idem.producer_epoch,
-                                   seq)
-        _CRC.pack_into(out, CRC_POS, crc32c(memoryview(out)[CRC_START:]))
-        return out
+        return _stamped(frame, idem.producer_id, idem.producer_epoch, seq)
 
     def _send_request(self, node_id: int, group: list[InFlightBatch]) -> None:
         topics: dict[str, list] = defaultdict(list)
@@ -309,6 +373,11 @@ class Sender(threading.Thread):
             retriable = True  # the gap is an earlier batch of ours, being retried
         if isinstance(exc, _METADATA_ERRORS):
             self._stale.add(item.tp[0])
+        if isinstance(exc, RecordTooLargeError) and item.frame is not None \
+                and item.record_count > 1 and not self._forced:
+            self._topics_refreshed = float("-inf")  # learn the topic's limits again
+            self.acc.replace(item, self._split_refused(item))
+            return
         expired = time.monotonic() - item.created >= self.delivery_timeout
         if retriable and item.attempts <= self.retries and not expired and not self._forced:
             log.debug("retrying %s-%s (attempt %d): %s", item.tp[0], item.tp[1],
@@ -324,6 +393,28 @@ class Sender(threading.Thread):
             else:  # may be in the log: restart sequences under a new epoch
                 idem.bump_needed = True
         self._finish_failed(item, exc)
+
+    def _split_refused(self, item: InFlightBatch) -> list[InFlightBatch]:
+        """Pieces of a sent item the broker refused as too large: one per frame, or the
+        two halves of a single frame; each keeps its part of the item's sequence range
+        and epoch, and sorts where the item did among the partition's batches."""
+        batches = item.batches if len(item.batches) > 1 else self.halves(item.batches[0])
+        log.info("%s-%s: frame(s) of %d records refused as too large: retrying as %d "
+                 "frames", item.tp[0], item.tp[1], item.record_count, len(batches))
+        idem = self.idempotence
+        pieces, seq = [], item.base_sequence
+        for i, b in enumerate(batches):
+            piece = InFlightBatch(item.tp, [b])
+            piece.created, piece.order = item.created, item.order + (i,)
+            piece.producer_id, piece.epoch = item.producer_id, item.epoch
+            if idem is not None and seq >= 0:
+                piece.base_sequence = seq
+                piece.frame = _stamped(b.frame, item.producer_id, item.epoch, seq)
+                seq = (seq + b.count) % _SEQUENCE_LIMIT
+            else:
+                piece.frame = b.frame
+            pieces.append(piece)
+        return pieces
 
     def _finish_failed(self, item: InFlightBatch, exc: BaseException) -> None:
         if not isinstance(exc, SparklogError):
