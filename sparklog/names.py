@@ -11,7 +11,8 @@ topic                  1-249 characters of ``[A-Za-z0-9._-]``, not ``.``/``..``
                        (Kafka's rule); it is a directory name on the storage
 group id               1-249 characters, no control characters; any other character
                        is allowed (as in Kafka) and escaped where it is stored
-                       (:func:`storage_name`), whose result must fit 255 bytes
+                       (:func:`storage_name`, :func:`znode_name`); the file
+                       name must fit 255 bytes
 client id              0-255 characters, no control characters (it is logged)
 transactional id       1-249 characters, no control characters
 storage user           Hadoop's default user pattern ``[A-Za-z_][A-Za-z0-9._-]*$?``
@@ -178,24 +179,40 @@ def validate_app_id(app_id) -> str:
 
 # --- stored form of free-form names ---------------------------------------------------------
 
-#: Characters escaped in a stored name: '%' (the escape), the path and URL delimiters,
+#: Characters escaped in a file name: '%' (the escape), the path and URL delimiters,
+#: ':' (HDFS refuses it in a path component), a leading '.' (hidden names, '.', '..'),
 #: and what ZooKeeper cannot hold (surrogates, private use, U+FFF0-U+FFFF).
-_ESCAPED = re.compile(r"[%/\\#?\ud800-\uf8ff\ufff0-\uffff]|^\.")
+_FILE_ESCAPED = re.compile(r"[%/\\#?:\ud800-\uf8ff\ufff0-\uffff]|^\.")
+#: Characters escaped in a ZooKeeper node name: '%', '/', what ZooKeeper cannot hold,
+#: and the first '.' of the names '.' and '..' (Kafka 0.8's layout kept otherwise).
+_ZNODE_ESCAPED = re.compile(r"[%/\ud800-\uf8ff\ufff0-\uffff]|^\.(?=\.?$)")
 
 
-def storage_name(name: str) -> str:
-    """The form of a free-form name (a group id) as one file or ZooKeeper node name:
-    ``%``, ``/``, ``\\``, ``#``, ``?``, a leading ``.`` and the characters ZooKeeper
-    refuses become ``%XX`` (their UTF-8 bytes); every other character stays as is, so a
-    group id of ``[A-Za-z0-9._-]`` (not starting with '.') is stored unchanged. Distinct
-    names have distinct stored forms (:func:`name_from_storage` inverts it)."""
-    return _ESCAPED.sub(
+def _escape(pattern: re.Pattern, name: str) -> str:
+    return pattern.sub(
         lambda m: "".join(f"%{b:02X}" for b in m.group().encode("utf-8", "surrogatepass")),
         name)
 
 
+def storage_name(name: str) -> str:
+    """The form of a free-form name (a group id) as one file or directory name:
+    ``%``, ``/``, ``\\``, ``#``, ``?``, ``:``, a leading ``.`` and the characters
+    ZooKeeper refuses become ``%XX`` (their UTF-8 bytes); every other character stays,
+    so a group id of ``[A-Za-z0-9._-]`` (not starting with '.') is stored unchanged.
+    Distinct names have distinct stored forms (:func:`name_from_storage` inverts it)."""
+    return _escape(_FILE_ESCAPED, name)
+
+
+def znode_name(name: str) -> str:
+    """The form of a free-form name as one ZooKeeper node name: like
+    :func:`storage_name` but only ``%``, ``/``, the characters ZooKeeper refuses and the
+    names ``.``/``..`` are escaped (ZooKeeper holds ``#``, ``?``, ``:``... and Kafka 0.8
+    stored them as they are). :func:`name_from_storage` inverts it."""
+    return _escape(_ZNODE_ESCAPED, name)
+
+
 def name_from_storage(stored: str) -> str:
-    """Inverse of :func:`storage_name`."""
+    """Inverse of :func:`storage_name` and of :func:`znode_name`."""
     from urllib.parse import unquote
 
     return unquote(stored, errors="surrogatepass")

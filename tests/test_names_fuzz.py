@@ -186,12 +186,7 @@ def test_group_ids_through_the_shell_tools(wire, broker, capsys, group):
     from sparklog.cli.main import main
 
     conn, root, state = wire
-    if "fz-record" not in state:
-        from sparklog.writer.producer.producer import Producer
-
-        with Producer(bootstrap_servers=broker.address) as producer:
-            producer.send("fz", b"one record").get(timeout=30)
-        state["fz-record"] = True
+    _one_record(broker, state)
     code = main(["consume", "fz", "--group", group, "--from-beginning", "--max-messages",
                  "1", "--timeout-ms", "5000", "--bootstrap-server", broker.address])
     out = capsys.readouterr()
@@ -202,6 +197,36 @@ def test_group_ids_through_the_shell_tools(wire, broker, capsys, group):
     else:
         assert out.err.startswith("sparklog: error: "), out.err
     check_layout(root, state["topics"], state["groups"])
+
+
+@settings(max_examples=20, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(client_id=names.filter(lambda n: "\x00" not in n))
+def test_client_ids_through_the_shell_tools(wire, broker, capsys, client_id):
+    """``consume --consumer-property client.id=...``: a clear error or a normal run."""
+    from sparklog.cli.main import main
+    from sparklog.names import validate_client_id
+
+    conn, root, state = wire
+    _one_record(broker, state)
+    code = main(["consume", "fz", "--consumer-property", f"client.id={client_id}",
+                 "--from-beginning", "--max-messages", "1", "--timeout-ms", "5000",
+                 "--bootstrap-server", broker.address])
+    out = capsys.readouterr()
+    assert "Traceback" not in out.err
+    if client_id and not _valid(validate_client_id, client_id):
+        assert code == 1 and out.err.startswith("sparklog: error: "), out.err
+    check_layout(root, state["topics"], state["groups"])
+
+
+def _one_record(broker, state) -> None:
+    """Produce one record to ``fz`` once, for the consuming tools to print."""
+    if "fz-record" not in state:
+        from sparklog.writer.producer.producer import Producer
+
+        with Producer(bootstrap_servers=broker.address) as producer:
+            producer.send("fz", b"one record").get(timeout=30)
+        state["fz-record"] = True
 
 
 def test_broker_still_serves_after_the_fuzz(wire):

@@ -342,7 +342,7 @@ def test_group_ids_zookeeper_cannot_hold_are_escaped(cluster, zookeeper):
     """Kafka allows '/', '#', '.' ... in group ids; each is stored under its escaped
     node name, apart from every other group."""
     store = cluster(1)
-    groups = {"a/b": 1, "a": 2, "..": 3, "team#1": 4, "x%2Fy": 5, "\ue000": 6}
+    groups = {"a/b": 1, "a": 2, "..": 3, "team#1": 4, "x%2Fy": 5, "\ue000": 6, "a:b": 7}
     for group, offset in groups.items():
         store.commit_offsets(group, {("t", 0): OffsetAndMetadata(offset)})
     for group, offset in groups.items():
@@ -352,6 +352,8 @@ def test_group_ids_zookeeper_cannot_hold_are_escaped(cluster, zookeeper):
     try:
         assert zk.get("/consumers/a%2Fb/offsets/t/0")[0] == b"1"
         assert zk.get("/consumers/%2E./offsets/t/0")[0] == b"3"
+        assert zk.get("/consumers/team#1/offsets/t/0")[0] == b"4"  # Kafka 0.8's node
+        assert zk.get("/consumers/a:b/offsets/t/0")[0] == b"7"
     finally:
         zk.stop()
         zk.close()

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from ..errors import CoordinationError, InvalidArgumentError
 from ..names import MAX_GROUP_ID_LENGTH, validate_group_id  # noqa: F401 (re-exported)
+from ..storage.versioned import MAX_CAS_ATTEMPTS, cas_attempts as _cas_attempts  # noqa: F401
 from ..protocol.types import BrokerInfo
 
 NO_LEADER = -1
@@ -59,21 +60,11 @@ class OffsetAndMetadata:
             object.__setattr__(self, "commit_timestamp", int(time.time() * 1000))
 
 
-#: Most attempts of one compare-and-set (a versioned file, a ZooKeeper node version)
-#: against concurrent writers before CoordinationError: each lost attempt means another
-#: writer made progress, so running out means something rewrites the value in a loop.
-MAX_CAS_ATTEMPTS = 100
-
-
 def cas_attempts(what: str):
-    """Yield attempt numbers for a compare-and-set retry loop (``for _ in
-    cas_attempts(...)``, leave it with break/return on success); after MAX_CAS_ATTEMPTS
-    raise CoordinationError naming ``what``. Every retry loop of the stores uses it, so
-    none retries without a bound."""
-    yield from range(MAX_CAS_ATTEMPTS)
-    raise CoordinationError(
-        f"{what}: gave up after {MAX_CAS_ATTEMPTS} attempts, each lost to a concurrent "
-        "writer")
+    """:func:`sparklog.storage.versioned.cas_attempts` raising CoordinationError: every
+    retry loop of the coordination stores (versioned files, ZooKeeper node versions)
+    uses it, so none retries without a bound."""
+    return _cas_attempts(what, CoordinationError)
 
 
 def validate_offsets(group: str, offsets: dict) -> dict:

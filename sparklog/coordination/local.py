@@ -172,8 +172,22 @@ class LocalCoordinationStore(CoordinationStore):
         (:func:`sparklog.names.storage_name`)."""
         return self._file("groups", storage_name(validate_group_id(group)))
 
+    def _legacy_group_file(self, group: str) -> VersionedFile | None:
+        """Where versions before the escaping kept ``group`` (its raw id), when that
+        differs from the escaped name and is no other group's escaped name."""
+        if storage_name(group) == group or storage_name(name_from_storage(group)) == group:
+            return None
+        try:
+            return self._file("groups", group)  # join refuses what was never storable
+        except InvalidArgumentError:
+            return None
+
     def _load_group(self, group: str) -> tuple[int, dict]:
-        return self._latest_json(self._group_file(group))
+        """(version, doc) of the group's offsets; a group an older version stored
+        under its raw id is read from there until its first commit here."""
+        latest = self._latest_json(self._group_file(group))
+        legacy = self._legacy_group_file(group) if latest[0] == 0 else None
+        return self._latest_json(legacy) if legacy is not None else latest
 
     def commit_offsets(self, group: str, offsets: dict) -> None:
         """Merge ``offsets`` into the group's offsets document (one atomic version)."""
@@ -188,7 +202,8 @@ class LocalCoordinationStore(CoordinationStore):
             return {"offsets": table}
 
         with self._lock:
-            self._groups[group] = self._update(vf, merge, self._groups.get(group))
+            self._groups[group] = self._update(
+                vf, merge, self._groups.get(group) or self._load_group(group))
 
     def fetch_offsets(self, group: str, partitions=None) -> dict:
         """The group's committed offsets (all, or those of ``partitions``)."""
@@ -210,10 +225,16 @@ class LocalCoordinationStore(CoordinationStore):
                 continue
             group = name_from_storage(info.name)
             if storage_name(group) != info.name:
-                continue  # not a name this store wrote
+                group = info.name  # kept under its raw id by an older version
+                if self._legacy_group_file(group) is None:
+                    continue
+            try:
+                validate_group_id(group)
+            except InvalidArgumentError:
+                continue  # not a directory this store made
             if self._load_group(group)[1].get("offsets"):
                 out.append(group)
-        return sorted(out)
+        return sorted(set(out))
 
     def delete_offsets(self, group: str, topics=None) -> None:
         """Drop the group's offsets (of ``topics`` only if given)."""
@@ -227,7 +248,7 @@ class LocalCoordinationStore(CoordinationStore):
                                 if t not in drop}}
 
         with self._lock:
-            self._update(self._group_file(group), change)
+            self._update(self._group_file(group), change, self._load_group(group))
             self._groups.pop(group, None)
 
     def close(self) -> None:

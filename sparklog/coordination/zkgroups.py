@@ -33,7 +33,7 @@ import time
 import uuid
 
 from ..errors import CoordinationError, InvalidArgumentError
-from ..names import storage_name, validate_client_id, validate_group_id, validate_topic_name
+from ..names import validate_client_id, validate_group_id, validate_topic_name, znode_name
 from .assignment import range_assign
 from .base import cas_attempts
 from .zkclient import DEFAULT_SESSION_TIMEOUT_MS, EventWorker, close_zk, connect_zk
@@ -63,10 +63,10 @@ class ZkGroupMember:
         self.topics = sorted({validate_topic_name(t) for t in topics})
         self.consumer_id = consumer_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:12]}"
         validate_client_id(self.consumer_id)
-        if not self.consumer_id or storage_name(self.consumer_id) != self.consumer_id:
+        if not self.consumer_id or znode_name(self.consumer_id) != self.consumer_id:
             raise InvalidArgumentError(
-                f"consumer id {self.consumer_id!r} must be non-empty, without '%', '/', "
-                "'\\', '#', '?' and not start with '.' (it is a ZooKeeper node name)")
+                f"consumer id {self.consumer_id!r} must be non-empty, without '%' and '/', "
+                "and not '.' or '..' (it is a ZooKeeper node name)")
         self.rebalance_backoff = rebalance_backoff_ms / 1000.0
         self.rebalance_max_retries = rebalance_max_retries
         self.on_change = on_change

@@ -31,7 +31,7 @@ import json
 import time
 
 from ..errors import CoordinationError, InvalidConfigError
-from ..names import storage_name, validate_topic_name
+from ..names import validate_topic_name, znode_name
 from .base import NO_LEADER, BrokerInfo, PartitionState, validate_group_id
 
 BROKERS_IDS = "/brokers/ids"
@@ -119,8 +119,8 @@ def topic_config_path(topic: str) -> str:
 
 def group_path(group: str) -> str:
     """``/consumers/<group>`` (the group id in its escaped form,
-    :func:`sparklog.names.storage_name`: unchanged for ``[A-Za-z0-9._-]`` ids)."""
-    return f"{CONSUMERS}/{storage_name(validate_group_id(group))}"
+    sparklog.names.znode_name: unchanged for ``[A-Za-z0-9._-]`` ids)."""
+    return f"{CONSUMERS}/{znode_name(validate_group_id(group))}"
 
 
 def group_ids_path(group: str) -> str:

@@ -31,7 +31,7 @@ import uuid
 
 from ..errors import CoordinationError, InvalidArgumentError, InvalidConfigError, NotLeaderError
 from ..metadata.topic import validate_partition, validate_topic_name
-from ..names import name_from_storage, storage_name
+from ..names import name_from_storage, znode_name
 from .base import (
     validate_offsets,
     BrokerInfo, CoordinationStore, OffsetAndMetadata, PartitionState, cas_attempts,
@@ -375,7 +375,7 @@ class ZkCoordinationStore(CoordinationStore):
         out = []
         for node in self.client.get_children(CONSUMERS):
             group = name_from_storage(node)
-            if storage_name(group) != node:
+            if znode_name(group) != node:
                 continue  # not a group id's escaped form
             for child in ("offsets", "ids"):
                 try:

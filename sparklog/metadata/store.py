@@ -27,7 +27,7 @@ from ..errors import (
 )
 from ..storage import FileIO, open_fileio
 from ..storage.paths import storage_root
-from ..storage.versioned import VersionedFile
+from ..storage.versioned import VersionedFile, cas_attempts
 from ..names import topic_collision_key, validate_topic_name
 from .topic import TopicConfig
 
@@ -126,8 +126,8 @@ class TopicStore:
                     partitions: int | None = None) -> TopicConfig:
         """Set or remove config keys, or increase the partition count (Kafka allows no
         decrease). Written as the next config version; a concurrent alteration makes one
-        of the two writers retry on the newer version."""
-        while True:
+        of the two writers retry on the newer version (a bounded number of times)."""
+        for _ in cas_attempts(f"alteration of topic {name!r}"):
             current = self.describe_topic(name)
             new_configs = dict(current.configs)
             new_configs.update(configs or {})

@@ -6,7 +6,7 @@ import os
 from urllib.parse import urlsplit
 
 from sparklog.errors import InvalidArgumentError
-from sparklog.names import control_chars, describe_chars
+from sparklog.names import MAX_COMPONENT_BYTES, control_chars, describe_chars
 
 
 def check_path(path, what: str = "path") -> str:
@@ -51,9 +51,6 @@ def check_int(value, what: str, minimum: int = 0) -> int:
     return value
 
 
-#: Bytes of one file or directory name (Linux NAME_MAX; HDFS's default
-#: dfs.namenode.fs-limits.max-component-length).
-MAX_COMPONENT_BYTES = 255
 
 
 def _bad_chars(name: str) -> list[str]:

@@ -16,6 +16,24 @@ _WIDTH = 10
 _MAX_RELISTS = 100
 
 
+#: Most attempts of one compare-and-set (a versioned file, a ZooKeeper node version)
+#: against concurrent writers: each lost attempt means another writer made progress,
+#: so running out means something rewrites the value in a loop.
+MAX_CAS_ATTEMPTS = 100
+
+
+def cas_attempts(what: str, error=None):
+    """Yield attempt numbers for a compare-and-set retry loop (``for _ in
+    cas_attempts(...)``, left with break/return on success); after MAX_CAS_ATTEMPTS
+    raise ``error`` (default StorageError) naming ``what``."""
+    from ..errors import StorageError
+
+    yield from range(MAX_CAS_ATTEMPTS)
+    raise (error or StorageError)(
+        f"{what}: gave up after {MAX_CAS_ATTEMPTS} attempts, each lost to a concurrent "
+        "writer")
+
+
 class VersionedFile:
     """A small value stored as versioned immutable files in ``directory``."""
 
