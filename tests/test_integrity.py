@@ -441,3 +441,25 @@ def test_spark_path_reader_honours_fail_on_data_loss(broker, conn, fail):
         return
     assert not fail, "no error with failOnDataLoss=true"
     assert offsets == [o for o in range(total) if not first <= o < end]
+
+
+def test_damaged_sealed_segment_after_a_crash_still_opens(tmp_path):
+    """A broker killed (no producer snapshot) restarts over a sealed segment with a
+    flipped base offset: the partition opens (producer state is rebuilt around the
+    damage), the records before the damage are read, the damage is reported."""
+    topic = "crashed"
+    with BrokerProcess(tmp_path.as_uri(), log_path=tmp_path.parent / "cr.log") as proc:
+        with Connection(proc.address) as c:
+            create(c, topic, **{"segment.bytes": 8000})
+            total = fill(c, topic, 30)
+        proc.kill()
+        seg = sealed_segments(partition_dir(tmp_path, topic))[1]
+        pos, base = frame_positions(seg)[2]
+        flip(seg, pos + 7, 6)
+        proc.start()
+        got, error = consume(proc.address, topic, total)
+        assert_exact_prefix(got, total, error, "consumer after a restart")
+        assert len(got) == base and isinstance(error, CorruptRecordError), (len(got), error)
+        with Connection(proc.address) as c:
+            assert produce(c, topic, numbered(total))["error_code"] == 0
+        assert "producer state not rebuilt" in proc.log_text()
