@@ -463,3 +463,24 @@ def test_damaged_sealed_segment_after_a_crash_still_opens(tmp_path):
         with Connection(proc.address) as c:
             assert produce(c, topic, numbered(total))["error_code"] == 0
         assert "producer state not rebuilt" in proc.log_text()
+
+
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+def test_local_writer_notices_its_file_vanishing(tmp_path, how):
+    """The local backend fails the writer of a file deleted or replaced under it at its
+    next write, flush or sync (as HDFS fails the writer of a deleted file), instead of
+    writing on into an unlinked inode."""
+    from sparklog.errors import StorageFileNotFoundError
+
+    fs = LocalFileIO()
+    path = (tmp_path / "seg.log").as_uri()
+    out = fs.create(path)
+    out.write(b"acknowledged")
+    out.sync()
+    (tmp_path / "seg.log").unlink()
+    if how == "replaced":
+        (tmp_path / "seg.log").write_bytes(b"someone else's")
+    with pytest.raises(StorageFileNotFoundError, match="deleted or replaced"):
+        out.write(b"later")  # a write into an empty buffer checks, as the next sync would
+        out.sync()
+    out.close()
