@@ -441,3 +441,46 @@ def test_spark_path_reader_honours_fail_on_data_loss(broker, conn, fail):
         return
     assert not fail, "no error with failOnDataLoss=true"
     assert offsets == [o for o in range(total) if not first <= o < end]
+
+
+def test_damaged_sealed_segment_after_a_crash_still_opens(tmp_path):
+    """A broker killed (no producer snapshot) restarts over a sealed segment with a
+    flipped base offset: the partition opens (producer state is rebuilt around the
+    damage), the records before the damage are read, the damage is reported."""
+    topic = "crashed"
+    with BrokerProcess(tmp_path.as_uri(), log_path=tmp_path.parent / "cr.log") as proc:
+        with Connection(proc.address) as c:
+            create(c, topic, **{"segment.bytes": 8000})
+            total = fill(c, topic, 30)
+        proc.kill()
+        seg = sealed_segments(partition_dir(tmp_path, topic))[1]
+        pos, base = frame_positions(seg)[2]
+        flip(seg, pos + 7, 6)
+        proc.start()
+        got, error = consume(proc.address, topic, total)
+        assert_exact_prefix(got, total, error, "consumer after a restart")
+        assert len(got) == base and isinstance(error, CorruptRecordError), (len(got), error)
+        with Connection(proc.address) as c:
+            assert produce(c, topic, numbered(total))["error_code"] == 0
+        assert "producer state not rebuilt" in proc.log_text()
+
+
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+def test_local_writer_notices_its_file_vanishing(tmp_path, how):
+    """The local backend fails the writer of a file deleted or replaced under it at its
+    next write, flush or sync (as HDFS fails the writer of a deleted file), instead of
+    writing on into an unlinked inode."""
+    from sparklog.errors import StorageFileNotFoundError
+
+    fs = LocalFileIO()
+    path = (tmp_path / "seg.log").as_uri()
+    out = fs.create(path)
+    out.write(b"acknowledged")
+    out.sync()
+    (tmp_path / "seg.log").unlink()
+    if how == "replaced":
+        (tmp_path / "seg.log").write_bytes(b"someone else's")
+    with pytest.raises(StorageFileNotFoundError, match="deleted or replaced"):
+        out.write(b"later")  # a write into an empty buffer checks, as the next sync would
+        out.sync()
+    out.close()

@@ -19,14 +19,13 @@ from ..errors import CorruptRecordError
 
 _CONTINUATION = 0xFFFFFFFF
 _U8, _U16, _I32, _U32, _I64 = (struct.Struct(f"<{c}") for c in "BHiIq")
-_FIELD_NODE = 16  # struct FieldNode { length: long; null_count: long }
 _BUFFER = struct.Struct("<qq")  # struct Buffer { offset: long; length: long }
 # MessageHeader union tags
 _SCHEMA, _DICTIONARY_BATCH, _RECORD_BATCH = 1, 2, 3
 # field slots: Message {version, header_type, header, bodyLength, custom_metadata};
 # RecordBatch {length, nodes, buffers, compression, ...}; DictionaryBatch {id, data, ...}
 _MSG_HEADER_TYPE, _MSG_HEADER, _MSG_BODY_LENGTH = 1, 2, 3
-_RB_LENGTH, _RB_NODES, _RB_BUFFERS = 0, 1, 2
+_RB_LENGTH, _RB_BUFFERS = 0, 2
 _DB_DATA = 1
 
 
@@ -34,128 +33,145 @@ class _Bad(Exception):
     """Internal: the body is malformed (the message says how)."""
 
 
-class _Table:
-    """A flatbuffer table inside ``buf[start:end]`` (bounds checked on every read)."""
-
-    __slots__ = ("buf", "start", "end", "pos", "vtable", "vsize")
-
-    def __init__(self, buf, start: int, end: int, pos: int):
-        self.buf, self.start, self.end, self.pos = buf, start, end, pos
-        self._need(pos, 4)
-        self.vtable = pos - _I32.unpack_from(buf, pos)[0]
-        self._need(self.vtable, 4)
-        self.vsize = _U16.unpack_from(buf, self.vtable)[0]
-        if self.vsize < 4 or self.vsize % 2:
-            raise _Bad(f"flatbuffer vtable size {self.vsize}")
-        self._need(self.vtable, self.vsize)
-
-    def _need(self, pos: int, size: int) -> None:
-        if pos < self.start or pos + size > self.end:
-            raise _Bad("flatbuffer reference out of the metadata")
-
-    def _field(self, slot: int) -> int | None:
-        at = 4 + 2 * slot
-        if at + 2 > self.vsize:
-            return None
-        rel = _U16.unpack_from(self.buf, self.vtable + at)[0]
-        return self.pos + rel if rel else None
-
-    def scalar(self, slot: int, fmt: struct.Struct, default: int = 0) -> int:
-        at = self._field(slot)
-        if at is None:
-            return default
-        self._need(at, fmt.size)
-        return fmt.unpack_from(self.buf, at)[0]
-
-    def _target(self, slot: int) -> int | None:
-        at = self._field(slot)
-        if at is None:
-            return None
-        self._need(at, 4)
-        return at + _U32.unpack_from(self.buf, at)[0]
-
-    def table(self, slot: int) -> "_Table | None":
-        at = self._target(slot)
-        return None if at is None else _Table(self.buf, self.start, self.end, at)
-
-    def vector(self, slot: int, item_size: int) -> tuple[int, int]:
-        """(position of the first item, item count) of a vector of structs."""
-        at = self._target(slot)
-        if at is None:
-            return 0, 0
-        self._need(at, 4)
-        n = _U32.unpack_from(self.buf, at)[0]
-        self._need(at + 4, n * item_size)
-        return at + 4, n
+_U32x2 = struct.Struct("<II")
+_VTABLE_RB = struct.Struct("<HHHHH")  # vtable size, table size, length, nodes, buffers
+_VECTORS: dict[int, struct.Struct] = {}  # buffer count -> its Struct
+#: schema messages (prefix and metadata bytes) already found well-formed, by value
+_KNOWN_SCHEMAS: set[bytes] = set()
+_KNOWN_MAX = 256
 
 
-def _batch_rows(buf, batch: _Table, body_length: int) -> int:
-    """Rows of a RecordBatch table, after checking its buffers lie in its body."""
-    rows = batch.scalar(_RB_LENGTH, _I64)
-    if rows < 0:
-        raise _Bad(f"negative record batch length {rows}")
-    batch.vector(_RB_NODES, _FIELD_NODE)
-    first, n = batch.vector(_RB_BUFFERS, _BUFFER.size)
-    values = struct.unpack_from(f"<{2 * n}q", buf, first)
-    for i in range(n):
-        offset, length = values[2 * i], values[2 * i + 1]
+def _table(buf, lo: int, hi: int, pos: int) -> tuple[int, int, int]:
+    """(table position, vtable position, vtable size) of the flatbuffer table at
+    ``pos``, every byte of both inside ``buf[lo:hi]``."""
+    if pos < lo or pos + 4 > hi:
+        raise _Bad("flatbuffer table out of the metadata")
+    vtable = pos - _I32.unpack_from(buf, pos)[0]
+    if vtable < lo or vtable + 4 > hi:
+        raise _Bad("flatbuffer vtable out of the metadata")
+    vsize = _U16.unpack_from(buf, vtable)[0]
+    if vsize < 4 or vsize % 2 or vtable + vsize > hi:
+        raise _Bad(f"flatbuffer vtable of {vsize} bytes")
+    return pos, vtable, vsize
+
+
+def _slot(buf, table: tuple[int, int, int], slot: int, size: int, hi: int) -> int:
+    """Position of field ``slot`` of ``table`` (``size`` bytes inside ``hi``), 0 if
+    absent."""
+    pos, vtable, vsize = table
+    at = 4 + 2 * slot
+    if at + 2 > vsize:
+        return 0
+    rel = _U16.unpack_from(buf, vtable + at)[0]
+    if not rel:
+        return 0
+    if pos + rel + size > hi:
+        raise _Bad("flatbuffer field out of the metadata")
+    return pos + rel
+
+
+def _ref(buf, at: int) -> int:
+    """The position an offset field at ``at`` refers to."""
+    return at + _U32.unpack_from(buf, at)[0]
+
+
+def _batch_rows(buf, lo: int, hi: int, at: int, body_length: int) -> int:
+    """Rows of the RecordBatch table referred to at ``at``, after checking that its
+    buffers lie in its body (inlined flatbuffer reads: this runs for every frame)."""
+    pos, vtable, vsize = _table(buf, lo, hi, _ref(buf, at))
+    if vsize >= 10:
+        _, _, f_length, _, f_buffers = _VTABLE_RB.unpack_from(buf, vtable)
+    else:
+        f_length = _U16.unpack_from(buf, vtable + 4)[0] if vsize >= 6 else 0
+        f_buffers = 0
+    rows = 0
+    if f_length:
+        if pos + f_length + 8 > hi:
+            raise _Bad("record batch length out of the metadata")
+        rows = _I64.unpack_from(buf, pos + f_length)[0]
+        if rows < 0:
+            raise _Bad(f"negative record batch length {rows}")
+    if not f_buffers:
+        return rows
+    f = pos + f_buffers
+    if f + 4 > hi:
+        raise _Bad("buffer list out of the metadata")
+    vec = f + _U32.unpack_from(buf, f)[0]
+    if vec < lo or vec + 4 > hi:
+        raise _Bad("buffer list out of the metadata")
+    n = _U32.unpack_from(buf, vec)[0]
+    if vec + 4 + n * _BUFFER.size > hi:
+        raise _Bad(f"buffer list of {n} entries runs out of the metadata")
+    fmt = _VECTORS.get(n)
+    if fmt is None:
+        fmt = _VECTORS[n] = struct.Struct(f"<{2 * n}q")
+    values = fmt.unpack_from(buf, vec + 4)
+    for i in range(0, 2 * n, 2):
+        offset, length = values[i], values[i + 1]
         if offset < 0 or length < 0 or offset + length > body_length:
-            raise _Bad(f"buffer {i} [{offset}, {offset + length}) lies outside the "
+            raise _Bad(f"buffer {i // 2} [{offset}, {offset + length}) lies outside the "
                        f"{body_length}-byte message body")
     return rows
 
 
 def _walk(buf, pos: int, end: int) -> int:
     """Rows of the one record batch of the IPC stream ``buf[pos:end]``."""
-    kinds = []
+    first = True
     rows = None
     while pos < end:
-        if end - pos < 4:
+        if end - pos < 8:
+            if end - pos == 4 and _U32.unpack_from(buf, pos)[0] == 0:
+                break  # the pre-1.0 end-of-stream marker
             raise _Bad(f"{end - pos} stray bytes at the end of the stream")
-        meta_len = _U32.unpack_from(buf, pos)[0]
-        head = 4
-        if meta_len == _CONTINUATION:
-            if end - pos < 8:
-                raise _Bad("stream ends inside a message prefix")
-            meta_len = _U32.unpack_from(buf, pos + 4)[0]
-            head = 8
+        marker, meta_len = _U32x2.unpack_from(buf, pos)
+        head = 8
+        if marker != _CONTINUATION:  # the pre-1.0 format: no continuation marker
+            meta_len, head = marker, 4
         if meta_len == 0:  # end-of-stream marker
             if pos + head != end:
                 raise _Bad(f"{end - pos - head} bytes follow the end-of-stream marker")
             break
         meta = pos + head
-        if meta_len > end - meta:
+        hi = meta + meta_len
+        if meta_len < 4 or hi > end:
             raise _Bad(f"message metadata of {meta_len} bytes at byte {pos} runs past the "
                        f"end of the body ({end - meta} bytes left)")
-        root = meta + _U32.unpack_from(buf, meta)[0] if meta_len >= 4 else -1
-        message = _Table(buf, meta, meta + meta_len, root)
-        kind = message.scalar(_MSG_HEADER_TYPE, _U8)
-        body_length = message.scalar(_MSG_BODY_LENGTH, _I64)
-        body = meta + meta_len
-        if body_length < 0 or body_length > end - body:
-            raise _Bad(f"message body of {body_length} bytes at byte {body} runs past the "
-                       f"end of the frame body ({end - body} bytes left): truncated batch")
-        header = message.table(_MSG_HEADER)
+        if first:
+            key = bytes(buf[pos:hi])
+            if key in _KNOWN_SCHEMAS:  # the same schema message as an earlier frame's
+                first, pos = False, hi
+                continue
+        message = _table(buf, meta, hi, _ref(buf, meta))
+        f = _slot(buf, message, _MSG_HEADER_TYPE, 1, hi)
+        kind = _U8.unpack_from(buf, f)[0] if f else 0
+        f = _slot(buf, message, _MSG_BODY_LENGTH, 8, hi)
+        body_length = _I64.unpack_from(buf, f)[0] if f else 0
+        if body_length < 0 or body_length > end - hi:
+            raise _Bad(f"message body of {body_length} bytes at byte {hi} runs past the "
+                       f"end of the frame body ({end - hi} bytes left): truncated batch")
+        header = _slot(buf, message, _MSG_HEADER, 4, hi)
+        if first != (kind == _SCHEMA):
+            raise _Bad("the stream does not start with a schema" if first else
+                       "a schema message after the first message")
         if kind == _SCHEMA:
-            if kinds:
-                raise _Bad("a schema message after the first message")
+            if len(_KNOWN_SCHEMAS) < _KNOWN_MAX and body_length == 0:
+                _KNOWN_SCHEMAS.add(key)
         elif kind == _DICTIONARY_BATCH:
-            data = header.table(_DB_DATA) if header is not None else None
-            if data is None or rows is not None:
+            data = _slot(buf, _table(buf, meta, hi, _ref(buf, header)), _DB_DATA, 4, hi) \
+                if header else 0
+            if not data or rows is not None:
                 raise _Bad("misplaced or empty dictionary batch")
-            _batch_rows(buf, data, body_length)
+            _batch_rows(buf, meta, hi, data, body_length)
         elif kind == _RECORD_BATCH:
             if rows is not None:
                 raise _Bad("more than one record batch")
-            if header is None:
+            if not header:
                 raise _Bad("record batch message without its header")
-            rows = _batch_rows(buf, header, body_length)
+            rows = _batch_rows(buf, meta, hi, header, body_length)
         else:
             raise _Bad(f"unexpected message type {kind}")
-        if not kinds and kind != _SCHEMA:
-            raise _Bad("the stream does not start with a schema")
-        kinds.append(kind)
-        pos = body + body_length
+        first = False
+        pos = hi + body_length
     if rows is None:
         raise _Bad("no record batch")
     return rows

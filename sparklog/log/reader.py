@@ -267,13 +267,17 @@ class LogReader:
                 f"while being read (retention); offsets [{position}, {self._log_start}) "
                 f"are gone", topic=self.topic, partition=self.partition, offset=position,
                 log_start_offset=self._log_start)
+        try:
+            end = seg.next_offset if seg.sealed else None
+        except StorageFileNotFoundError:  # its index went with it
+            end = None
         return DataLossError(
             f"partition {self.name} ({self.dir_url}): segment {seg.path} vanished while "
             f"offsets from {position} were read, though the log starts at "
             f"{self._log_start} (deleted or replaced outside the log): offsets "
-            f"[{position}, {seg.next_offset}) cannot be read", path=seg.path,
-            topic=self.topic, partition=self.partition, first_offset=position,
-            end_offset=seg.next_offset if seg.sealed else None)
+            f"{f'[{position}, {end})' if end is not None else f'from {position}'} cannot "
+            f"be read", path=seg.path, topic=self.topic, partition=self.partition,
+            first_offset=position, end_offset=end)
 
     @staticmethod
     def _sealed_frames(seg: LogSegment, start: int, end: int | None):

@@ -23,7 +23,8 @@ from typing import NamedTuple
 import pyarrow as pa
 
 from ...errors import (
-    CorruptRecordError, RecordTooLargeError, SchemaMismatchError, SparklogError, StorageError,
+    CorruptRecordError, DataLossError, RecordTooLargeError, SchemaMismatchError, SparklogError,
+    StorageError,
 )
 from ...format.frame import TIMESTAMP_COLUMN, body_schema, iter_frames, validate_frame
 from ...format.nullability import check_not_null, constrained_fields
@@ -355,7 +356,14 @@ def replay_producer_state(plog: PartitionLog, state: ProducerState, start: int,
     offset, count = start, 0
     end = plog.high_watermark
     while offset < end:
-        result = plog.read(offset, chunk)
+        try:
+            result = plog.read(offset, chunk)
+        except DataLossError as exc:  # damaged frames: their producers are not known
+            log.error("partition %s: producer state not rebuilt from %s", plog.name, exc)
+            if exc.end_offset is None or exc.end_offset <= offset:
+                break
+            offset = exc.end_offset
+            continue
         if not result.size:
             break
         for frame in iter_frames(result.data, verify_crc=False):
