@@ -20,7 +20,8 @@ import time
 from ..client.types import TopicPartition
 from ..errors import InvalidArgumentError, UnknownTopicOrPartitionError
 from .clientargs import (
-    add_console_args, bool_property, client_configs, console_properties, session, unescape,
+    add_console_args, bool_property, client_configs, console_properties, session, topic_of,
+    unescape,
 )
 
 _PROPERTIES = {"print.key", "print.timestamp", "print.offset", "print.partition",
@@ -55,6 +56,7 @@ def _text(value) -> bytes:
 
 def run(args) -> int:
     """Print records; see the module docstring."""
+    args.topic = topic_of(args)
     props = console_properties(args.property, _PROPERTIES)
     flags = {k: bool_property(props, k) for k in _PROPERTIES if k.startswith("print.")}
     sep = unescape(props.get("key.separator", "\t")).encode()
