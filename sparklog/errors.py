@@ -231,6 +231,20 @@ class ConcurrentTransactionsError(SparklogError):
     code = 51
 
 
+class NonEmptyGroupError(SparklogError):
+    """The consumer group still has members: it cannot be deleted (Kafka:
+    NON_EMPTY_GROUP)."""
+
+    code = 68
+
+
+class GroupIdNotFoundError(SparklogError):
+    """No consumer group with that id (no members, no committed offsets) (Kafka:
+    GROUP_ID_NOT_FOUND)."""
+
+    code = 69
+
+
 def error_for_code(code: int) -> type[SparklogError]:
     """Return the error class that has the given wire ``code`` (SparklogError if none)."""
     return _BY_CODE.get(code, SparklogError)

@@ -32,6 +32,10 @@ def add_parser(subparsers) -> None:
     add_topic(p)
     p.add_argument("--partitions", type=int, default=-1,
                    help="number of partitions (default: the broker's num.partitions)")
+    p.add_argument("--replication-factor", type=int, default=-1, metavar="N",
+                   help="HDFS replication (dfs.replication) of the topic's files, kept as "
+                        "the topic config replication.factor (default: the storage's); "
+                        "file:// storage has no replication and ignores it")
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                    help="topic config (Kafka names), repeatable")
     p.add_argument("--schema", help="make a typed topic: columns as 'name type[, ...]' or "
@@ -65,7 +69,8 @@ def run(args) -> int:
             configs = parse_key_values(args.config, "--config")
             schema = parse_schema(args.schema) if args.schema else None
             try:
-                admin.create_topics([NewTopic(topic, args.partitions, configs, schema)])
+                admin.create_topics([NewTopic(topic, args.partitions, args.replication_factor,
+                                              configs=configs, schema=schema)])
             except TopicExistsError:
                 if not args.if_not_exists:
                     raise

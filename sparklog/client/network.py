@@ -82,7 +82,8 @@ class NetworkClient:
         self.connect_timeout_ms = connect_timeout_ms
         self.reconnect_backoff = reconnect_backoff_ms / 1000.0
         self.reconnect_backoff_max = max(reconnect_backoff_ms, reconnect_backoff_max_ms) / 1000.0
-        self._refused: dict[tuple[str, int], tuple[int, float]] = {}  # failures, retry at
+        # address -> (failures in a row, next attempt at, last error)
+        self._refused: dict[tuple[str, int], tuple[int, float, str]] = {}
         self.metadata = ClusterMetadata()
         self._lock = threading.RLock()
         self._by_address: dict[tuple[str, int], BrokerConnection] = {}
@@ -99,22 +100,22 @@ class NetworkClient:
                 if node_id >= 0:
                     conn.node_id = node_id
                 return conn
-            failures, retry_at = self._refused.get((host, port), (0, 0.0))
+            failures, retry_at, error = self._refused.get((host, port), (0, 0.0, ""))
         wait = retry_at - time.monotonic()
         if wait > 0:
             raise BrokerNotAvailableError(
-                f"broker {host}:{port} is unreachable (reconnect backoff: next attempt "
-                f"in {wait * 1000:.0f} ms)")
+                f"{error} (reconnect backoff: next attempt in {wait * 1000:.0f} ms)")
         try:
             conn = BrokerConnection(host, port, node_id=node_id, client_id=self.client_id,
                                     max_in_flight=self.max_in_flight,
                                     request_timeout_ms=self.request_timeout_ms,
                                     connect_timeout_ms=self.connect_timeout_ms)
-        except BrokerNotAvailableError:
+        except BrokerNotAvailableError as exc:
             backoff = min(self.reconnect_backoff_max, self.reconnect_backoff * 2 ** failures)
             with self._lock:
                 self._refused[(host, port)] = (
-                    failures + 1, time.monotonic() + backoff * random.uniform(0.8, 1.2))
+                    failures + 1, time.monotonic() + backoff * random.uniform(0.8, 1.2),
+                    str(exc))
             raise
         with self._lock:
             self._refused.pop((host, port), None)

@@ -241,16 +241,20 @@ class Producer:
 
     # --- send -----------------------------------------------------------------------
     def send(self, topic: str, value=None, key=None, headers=None, partition=None,
-             timestamp=None):
+             timestamp=None, timestamp_ms=None):
         """Send one record; returns a future of its RecordMetadata (see module doc).
 
         ``value``/``key``: bytes (str is UTF-8 encoded; other types need a
         value/key_serializer); for a typed topic ``value`` is a dict of the row's columns.
-        ``headers``: list of ``(str, bytes)``. ``timestamp``: ms since the epoch
-        (default now). Blocks up to ``max_block_ms`` when the buffer is full.
+        ``headers``: list of ``(str, bytes)``. ``timestamp`` (or kafka-python's name
+        ``timestamp_ms``): the record's CreateTime, ms since the epoch (default now). Blocks up to ``max_block_ms`` when the buffer is full.
         """
         if self._closed:
             raise InvalidArgumentError("send() on a closed producer")
+        if timestamp_ms is not None:
+            if timestamp is not None and timestamp != timestamp_ms:
+                raise InvalidArgumentError("send(): timestamp and timestamp_ms differ; give one")
+            timestamp = timestamp_ms
         info = self._topics.get(topic)
         if info is None:
             info = self._topic(topic)

@@ -1,0 +1,81 @@
+"""Python API habits of kafka-python users work: NewTopic's third positional argument is
+the replication factor, send(timestamp_ms=...), auto_offset_reset's old names
+smallest/largest, and the package root lists its lazily loaded exports."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+
+import pytest
+
+from sparklog.admin import Admin, NewTopic
+from sparklog.client.types import TopicPartition
+from sparklog.errors import InvalidArgumentError, InvalidConfigError
+from sparklog.reader.consumer import Consumer
+from sparklog.writer.producer import Producer
+
+_names = itertools.count()
+
+
+def test_new_topic_takes_kafka_pythons_replication_factor(broker):
+    t1, t2, t3 = (f"h{next(_names)}" for _ in range(3))
+    with Admin(broker.address) as admin:
+        admin.create_topics([NewTopic(t1, 2, 1),
+                             NewTopic(t2, num_partitions=1, replication_factor=3,
+                                      topic_configs={"retention.ms": "60000"}),
+                             NewTopic(t3, 1, {"retention.ms": 70000})])  # sparklog's old form
+        described = {d.name: d for d in admin.describe_topics([t1, t2, t3])}
+    assert len(described[t1].partitions) == 2
+    assert described[t1].configs["replication.factor"] == 1
+    assert described[t2].configs["replication.factor"] == 3
+    assert described[t2].configs["retention.ms"] == 60000
+    assert described[t3].configs["retention.ms"] == 70000
+    assert described[t3].configs["replication.factor"] == -1  # the storage's default
+    with pytest.raises(InvalidArgumentError, match="replication_factor"):
+        Admin(broker.address).create_topics([NewTopic("bad-rf", 1, 0)])
+    with pytest.raises(InvalidArgumentError, match="replica_assignments"):
+        NewTopic("x", 1, 1, replica_assignments={0: [1]})
+
+
+def test_send_takes_timestamp_ms(broker):
+    topic = f"h{next(_names)}"
+    with Admin(broker.address) as admin:
+        admin.create_topic(topic, 1)
+    with Producer(broker.address) as p:
+        md = p.send(topic, b"v", timestamp_ms=1234567).get(10)
+        with pytest.raises(InvalidArgumentError, match="timestamp_ms"):
+            p.send(topic, b"v", timestamp=1, timestamp_ms=2)
+    with Consumer(bootstrap_servers=broker.address) as c:
+        c.assign([TopicPartition(topic, 0)])
+        c.seek(TopicPartition(topic, 0), md.offset)
+        records = c.poll(timeout_ms=5000)[TopicPartition(topic, 0)]
+    assert (records[0].timestamp, records[0].timestamp_type) == (1234567, 0)  # CreateTime
+
+
+@pytest.mark.parametrize("alias, meaning", [("smallest", "earliest"), ("largest", "latest")])
+def test_auto_offset_reset_takes_kafka_pythons_aliases(broker, alias, meaning):
+    topic = f"h{next(_names)}"
+    with Admin(broker.address) as admin:
+        admin.create_topic(topic, 1)
+    with Producer(broker.address) as p:
+        for i in range(3):
+            p.send(topic, b"%d" % i)
+        p.flush(10)
+    with Consumer(bootstrap_servers=broker.address, auto_offset_reset=alias) as c:
+        assert c.config["auto_offset_reset"] == meaning
+        c.assign([TopicPartition(topic, 0)])
+        assert c.position(TopicPartition(topic, 0)) == (0 if meaning == "earliest" else 3)
+    with pytest.raises(InvalidConfigError, match="'oldest'"):
+        Consumer(bootstrap_servers=broker.address, auto_offset_reset="oldest")
+
+
+def test_dir_of_the_package_lists_the_lazy_exports():
+    code = ("import sparklog; names = dir(sparklog); "
+            "assert 'Producer' not in vars(sparklog), 'loaded eagerly'; "
+            "print(' '.join(names))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    for name in ("Producer", "Consumer", "Admin", "NewTopic", "connect", "TopicPartition"):
+        assert name in out
