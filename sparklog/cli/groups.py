@@ -35,7 +35,8 @@ _COLUMNS = ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "
 
 def add_parser(subparsers) -> None:
     """Register ``groups`` and its actions."""
-    parser = subparsers.add_parser("groups", help="list consumer groups, show their lag",
+    parser = subparsers.add_parser("groups",
+                                   help="list, describe (lag), reset, delete consumer groups",
                                    description=__doc__.split("\n\n")[0])
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     p = actions.add_parser("list", help="list group ids")
