@@ -190,10 +190,10 @@ def submit_main(argv=None) -> int:
 
 def format_descriptions(descriptions) -> list[str]:
     """Kafka-style table lines (GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG,
-    then the application's committed VERSION and its OUTPUT) for
+    then the application's committed TXN-VERSION and its OUTPUT) for
     :class:`~sparklog.reader.job.ApplicationDescription` objects."""
     rows = [("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
-             "VERSION", "OUTPUT")]
+             "TXN-VERSION", "OUTPUT")]
     for d in descriptions:
         for p in d.partitions:
             rows.append((d.app_id, p.topic, str(p.partition),

@@ -279,7 +279,7 @@ def run(args) -> int:
 def application_rows(admin, output_uri: str) -> list:
     """Rows of ``_COLUMNS`` for the exactly-once applications committed to
     ``output_uri`` (their offsets live in the output, not in a group; CLIENT-ID shows
-    the output format and committed version)."""
+    the output format and committed transaction version)."""
     from ..reader.job import describe_application, list_applications
 
     def ends(tps):
@@ -294,5 +294,5 @@ def application_rows(admin, output_uri: str) -> list:
                          "-" if p.current_offset is None else p.current_offset,
                          "-" if p.log_end_offset is None else p.log_end_offset,
                          "-" if p.lag is None else p.lag, "-", "-",
-                         f"etl-{d.format}-v{d.version}"])
+                         f"etl-{d.format}-txn{d.version}"])
     return rows
