@@ -10,6 +10,12 @@ a consumer without a group gets all of them. Positions start at the group's comm
 returns Arrow record batches instead (bulk readers). Offsets are committed to the broker
 for ``group_id`` (manually with ``commit()``, or every ``auto_commit_interval_ms``).
 
+A pattern subscription is matched again every ``metadata_max_age_ms`` (topics created
+later join it). A restarting broker is waited for, as kafka-python's consumer does:
+``poll()`` retries inside itself (``retry_backoff_ms``, ``reconnect_backoff_ms``) and
+``commit()`` for up to ``request_timeout_ms``, rejoining a group that forgot the member;
+positions are kept, so nothing is lost or read twice.
+
 Configuration uses Kafka's names with ``_`` for ``.``; unknown names raise
 InvalidConfigError. Not thread-safe (as Kafka's consumer): one thread polls.
 """

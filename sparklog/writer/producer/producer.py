@@ -247,7 +247,8 @@ class Producer:
         ``value``/``key``: bytes (str is UTF-8 encoded; other types need a
         value/key_serializer); for a typed topic ``value`` is a dict of the row's columns.
         ``headers``: list of ``(str, bytes)``. ``timestamp`` (or kafka-python's name
-        ``timestamp_ms``): the record's CreateTime, ms since the epoch (default now). Blocks up to ``max_block_ms`` when the buffer is full.
+        ``timestamp_ms``): the record's CreateTime, ms since the epoch (default now).
+        Blocks up to ``max_block_ms`` when the buffer is full.
         """
         if self._closed:
             raise InvalidArgumentError("send() on a closed producer")
