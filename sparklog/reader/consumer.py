@@ -459,17 +459,23 @@ class Consumer:
         the offsets of the partitions it still owns; offsets of partitions it lost
         raise the group's error, as Kafka's CommitFailedException."""
         deadline = time.monotonic() + self.config["request_timeout_ms"] / 1000.0
+        forgotten = None  # the membership error to answer with a rejoin
         while True:
             try:
+                if forgotten is not None:
+                    self._set_assignment(
+                        self._membership.join(self.group_id, self._subscription))
+                    if offsets is not None and not \
+                            set(map(TopicPartition._make, offsets)) <= self.assignment():
+                        raise forgotten
+                    forgotten = None
                 self._commit_future(offsets).get(max(0.0, deadline - time.monotonic()) + 1)
                 return
-            except _MEMBERSHIP_ERRORS:
-                if not rejoin or self._subscription is None or time.monotonic() >= deadline:
+            except _MEMBERSHIP_ERRORS as exc:
+                if exc is forgotten or not rejoin or self._subscription is None \
+                        or time.monotonic() >= deadline:
                     raise
-                self._set_assignment(self._membership.join(self.group_id, self._subscription))
-                if offsets is not None and not set(map(TopicPartition._make, offsets)) \
-                        <= self.assignment():
-                    raise
+                forgotten = exc
             except SparklogError as exc:
                 if not _ride_through(exc) or time.monotonic() >= deadline:
                     raise
