@@ -52,6 +52,11 @@ def test_console_tools_take_topic_as_kafkas_do(broker):
     assert "--formatter 'my.Formatter'" in line
     line = one_error_line(sparklog("consume", topic, "--topic", "other", bootstrap=b))
     assert "two different topics" in line
+    ok(sparklog("topics", "create", "--topic", f"{topic}-x", bootstrap=b))
+    ok(sparklog("produce", "--topic", f"{topic}-x", stdin=b"v3\n", bootstrap=b))
+    out = ok(sparklog("consume", "--include", f"{topic}(-x)?", "--from-beginning",
+                      "--max-messages", "3", bootstrap=b))
+    assert sorted(out.split()) == ["v1", "v2", "v3"]  # Kafka's --include regex
 
 
 def test_topics_create_replication_factor_is_the_topics_hdfs_replication(broker):

@@ -3,7 +3,8 @@
 Prints one record per line (values as bytes, typed rows as JSON). Without ``--group``
 it reads every partition (or ``--partition``) from the end, or from the beginning with
 ``--from-beginning``; with ``--group`` it joins the group, starts at its committed
-offsets and commits what it printed. Stops after ``--max-messages`` records or
+offsets and commits what it printed. ``--include REGEX`` reads every topic whose name
+matches instead of one (Kafka's form). Stops after ``--max-messages`` records or
 ``--timeout-ms`` without one, then prints ``Processed a total of N messages`` on stderr.
 
 Properties (Kafka's formatter): ``print.key``, ``print.timestamp``, ``print.offset``,
@@ -42,6 +43,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--formatter", metavar="CLASS", default=DEFAULT_FORMATTERS[0],
                    help="the message formatter: only Kafka's default one, "
                         "kafka.tools.DefaultMessageFormatter (its properties: --property)")
+    p.add_argument("--include", metavar="REGEX",
+                   help="consume every topic whose name matches REGEX (instead of a topic; "
+                        "topics created later join within metadata.max.age.ms)")
     p.add_argument("--from-beginning", action="store_true",
                    help="start at the earliest offset when there is no committed one")
     p.add_argument("--group", help="consumer group: join it and commit offsets")
@@ -63,7 +67,11 @@ def _text(value) -> bytes:
 
 def run(args) -> int:
     """Print records; see the module docstring."""
-    args.topic = topic_of(args)
+    if args.include is not None:
+        if args.topic or args.topic_pos or args.partition is not None:
+            raise InvalidArgumentError("--include takes no topic and no --partition")
+    else:
+        args.topic = topic_of(args)
     props = console_properties(args.property, _PROPERTIES)
     if args.formatter not in DEFAULT_FORMATTERS:
         raise InvalidArgumentError(
@@ -85,7 +93,9 @@ def run(args) -> int:
     count = 0
     with session(args) as s:
         consumer = s.consumer(group_id=args.group, **configs)
-        if args.group:
+        if args.include is not None:
+            consumer.subscribe(pattern=args.include)
+        elif args.group:
             consumer.subscribe([args.topic])
         else:
             parts = consumer.partitions_for_topic(args.topic)
