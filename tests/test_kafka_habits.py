@@ -79,3 +79,50 @@ def test_dir_of_the_package_lists_the_lazy_exports():
                          check=True).stdout.split()
     for name in ("Producer", "Consumer", "Admin", "NewTopic", "connect", "TopicPartition"):
         assert name in out
+
+
+# --- replication.factor: the HDFS replication of a topic's files ---------------------------
+
+
+def test_replication_factor_is_applied_to_every_file_of_the_topic(tmp_path, caplog):
+    from sparklog.log import PartitionLog
+    from sparklog.storage.local import LocalFileIO
+    from test_log_support import typed_frame
+
+    class ReplicatedFileIO(LocalFileIO):
+        """The local disk, answering set_replication as HDFS does (recording it)."""
+
+        def __init__(self):
+            super().__init__()
+            self.replicated: list[tuple[str, int]] = []
+
+        def set_replication(self, path, replication):
+            self.replicated.append((path.rsplit("/", 1)[1], replication))
+            return True
+
+    fio = ReplicatedFileIO()
+    pdir = fio.join(tmp_path.as_uri(), "topics", "rf", "0")
+    config = {"replication.factor": 3, "segment.bytes": 4096}
+    with PartitionLog.open(fio, pdir, config) as plog:
+        while len(plog.segments) < 3:
+            first = plog.log_end_offset
+            plog.append(typed_frame(list(range(first, first + 20)), [1000] * 20))
+        plog.flush()
+        bases = [s.base_offset for s in plog.segments]
+    names = {name for name, n in fio.replicated if n == 3}
+    assert len(fio.replicated) == len(names)  # each file once
+    for base in bases:
+        assert f"{base:020d}.log" in names
+    for base in bases[:-1]:  # sealed: their indexes too
+        assert {f"{base:020d}.index", f"{base:020d}.timeindex"} <= names
+
+    plain = LocalFileIO()  # file://: no replication, said once at INFO
+    caplog.set_level("INFO", logger="sparklog.log.segment")
+    import sparklog.log.segment as segment
+    segment._NO_REPLICATION_NOTED.discard("file")
+    with PartitionLog.open(plain, fio.join(tmp_path.as_uri(), "topics", "rf", "1"),
+                           config) as plog:
+        for i in range(60):
+            plog.append(typed_frame(list(range(i * 20, i * 20 + 20)), [1000] * 20))
+    notes = [r for r in caplog.records if "replication.factor=3 ignored" in r.getMessage()]
+    assert len(notes) == 1 and notes[0].levelname == "INFO"
