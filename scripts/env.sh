@@ -15,5 +15,22 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/python -m pip install --disable-pip-version-check -q -e ".[$EXTRAS]"
     touch "$stamp"
 fi
+# PySpark's launchers (.venv/bin/spark-submit, pyspark...) find SPARK_HOME and pick the
+# Python of the driver and workers with "python3" from PATH unless PYSPARK_PYTHON is
+# set: without an activated venv that is the system's Python, which has no pyspark nor
+# sparklog ("find_spec('pyspark') is None", "/bin/spark-class: No such file"). Every
+# launcher sources find-spark-home first, so it gets this venv's Python there.
+hook='# sparklog (scripts/env.sh): the Python of this venv unless PYSPARK_PYTHON is set'
+launcher=.venv/bin/find-spark-home
+if [ -f "$launcher" ] && ! grep -qF "$hook" "$launcher"; then
+    {
+        head -n 1 "$launcher"
+        echo "$hook"
+        echo 'if [ -z "${PYSPARK_PYTHON:-}" ] && [ -x "$(dirname "$0")/python" ]; then'
+        echo '  export PYSPARK_PYTHON="$(cd "$(dirname "$0")"; pwd)/python"'
+        echo 'fi'
+        tail -n +2 "$launcher"
+    } > "$launcher.sparklog" && mv "$launcher.sparklog" "$launcher"
+fi
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 export PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"

@@ -7,7 +7,16 @@ The client API is importable from the package root (loaded on first use)::
         s.admin().create_topic("events", partitions=3)
         s.producer().send("events", b"hello").get()
 """
+from typing import TYPE_CHECKING
+
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:  # what IDEs and type checkers see; at run time loaded on first use
+    from sparklog.admin import Admin, NewTopic
+    from sparklog.client.types import OffsetAndMetadata, TopicPartition
+    from sparklog.connect import Session, connect
+    from sparklog.reader.consumer import Consumer
+    from sparklog.writer.producer import Producer
 
 _EXPORTS = {
     "connect": ("sparklog.connect", "connect"),
@@ -31,3 +40,8 @@ def __getattr__(name):
         globals()[name] = value
         return value
     raise AttributeError(f"module 'sparklog' has no attribute {name!r}")
+
+
+def __dir__():
+    """The module's names, the lazily loaded exports included (tab completion)."""
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import pyarrow as pa
 
 from .client.network import NetworkClient
-from .client.offsets import fetch_committed, list_offsets
+from .client.offsets import commit_request, fetch_committed, list_offsets
 from .client.types import OffsetAndTimestamp, PartitionInfo, TopicPartition
 from .errors import InvalidArgumentError
 from .names import validate_group_id, validate_topic_name
@@ -23,15 +23,42 @@ from .protocol.apis import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ApiKey
 from .protocol.codec import raise_for_error
 
 
-class NewTopic(NamedTuple):
-    """A topic to create: ``num_partitions`` (-1: the broker's ``num.partitions``),
-    Kafka-named ``configs`` and, for a typed topic, a ``schema`` (pyarrow.Schema or a
-    spec string for :func:`parse_schema`)."""
-
+class _NewTopicFields(NamedTuple):
     name: str
     num_partitions: int = -1
+    replication_factor: int = -1
     configs: dict | None = None
     schema: object = None
+
+
+class NewTopic(_NewTopicFields):
+    """A topic to create, with kafka-python's arguments: ``NewTopic(name,
+    num_partitions, replication_factor, topic_configs={...})``.
+
+    ``num_partitions`` -1: the broker's ``num.partitions``. ``replication_factor``
+    (-1: the storage's default) becomes the topic config ``replication.factor``: the
+    HDFS replication (``dfs.replication``) of the topic's files where the storage has
+    one (hdfs://, webhdfs://; ignored on file://). ``configs`` (alias
+    ``topic_configs``): Kafka-named topic configs; a dict given third, as sparklog's
+    earlier ``NewTopic(name, partitions, configs)``, is taken as the configs.
+    ``schema`` makes a typed topic (pyarrow.Schema or a spec string for
+    :func:`parse_schema`). ``replica_assignments`` has no meaning here (HDFS places
+    replicas): only an empty one is accepted."""
+
+    def __new__(cls, name, num_partitions=-1, replication_factor=-1, configs=None,
+                schema=None, *, topic_configs=None, replica_assignments=None):
+        if isinstance(replication_factor, dict):  # NewTopic(name, partitions, configs)
+            replication_factor, configs = -1, replication_factor
+        if topic_configs is not None:
+            if configs is not None:
+                raise InvalidArgumentError(
+                    f"topic {name!r}: give configs or topic_configs, not both")
+            configs = topic_configs
+        if replica_assignments:
+            raise InvalidArgumentError(
+                f"topic {name!r}: replica_assignments are not supported (HDFS places the "
+                "replicas of a topic's files; give replication_factor)")
+        return super().__new__(cls, name, num_partitions, replication_factor, configs, schema)
 
 
 class TopicDescription(NamedTuple):
@@ -190,8 +217,15 @@ class Admin:
                 raise InvalidArgumentError(
                     f"topic {t.name!r}: num_partitions must be a positive int, "
                     f"got {t.num_partitions!r}")
-            item = {"name": t.name, "num_partitions": t.num_partitions,
-                    "configs": dict(t.configs or {})}
+            configs = dict(t.configs or {})
+            if t.replication_factor not in (None, -1):
+                rf = t.replication_factor
+                if isinstance(rf, bool) or not isinstance(rf, int) or rf < 1:
+                    raise InvalidArgumentError(
+                        f"topic {t.name!r}: replication_factor must be a positive int or "
+                        f"-1, got {rf!r}")
+                configs["replication.factor"] = rf
+            item = {"name": t.name, "num_partitions": t.num_partitions, "configs": configs}
             if t.schema is not None:
                 item["schema"] = parse_schema(t.schema).serialize().to_pybytes()
             items.append(item)
@@ -203,7 +237,7 @@ class Admin:
     def create_topic(self, name: str, partitions: int = -1, configs: dict | None = None,
                      schema=None) -> None:
         """Create one topic (see :class:`NewTopic`)."""
-        self.create_topics([NewTopic(name, partitions, configs, schema)])
+        self.create_topics([NewTopic(name, partitions, configs=configs, schema=schema)])
 
     def delete_topics(self, topics) -> None:
         """Delete topics and their data."""
@@ -320,6 +354,27 @@ class Admin:
             out.append(GroupDescription(g["group_id"], g["state"], g.get("generation_id", -1),
                                         list(g.get("members", []))))
         return out
+
+    def delete_consumer_groups(self, group_ids) -> None:
+        """Delete groups without active members, with their committed offsets (Kafka's
+        DeleteGroups). Raises NonEmptyGroupError or GroupIdNotFoundError naming the
+        group."""
+        group_ids = [group_ids] if isinstance(group_ids, str) else list(group_ids)
+        resp = self._client.request(ApiKey.DELETE_GROUPS, {"groups": group_ids})
+        for g in resp["groups"]:
+            raise_for_error(g, f"delete group {g['group_id']!r}")
+
+    def alter_consumer_group_offsets(self, group_id: str, offsets: dict) -> None:
+        """Commit ``{TopicPartition: int | OffsetAndMetadata}`` for ``group_id`` (Kafka's
+        alterConsumerGroupOffsets; the group should have no active members, which
+        ``sparklog groups reset-offsets`` checks)."""
+        if not isinstance(group_id, str) or not group_id:
+            raise InvalidArgumentError(f"group id must be a non-empty str, got {group_id!r}")
+        resp = self._client.request(ApiKey.OFFSET_COMMIT, commit_request(group_id, offsets))
+        for t in resp["topics"]:
+            for p in t["partitions"]:
+                raise_for_error(p, f"commit of {t['name']}-{p['partition']} for group "
+                                   f"{group_id!r}")
 
     def list_consumer_group_offsets(self, group_id: str, partitions=None) -> dict:
         """``{TopicPartition: OffsetAndMetadata}`` committed by ``group_id`` (all its

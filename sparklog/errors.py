@@ -265,6 +265,20 @@ class ConcurrentTransactionsError(SparklogError):
     code = 51
 
 
+class NonEmptyGroupError(SparklogError):
+    """The consumer group still has members: it cannot be deleted (Kafka:
+    NON_EMPTY_GROUP)."""
+
+    code = 68
+
+
+class GroupIdNotFoundError(SparklogError):
+    """No consumer group with that id (no members, no committed offsets) (Kafka:
+    GROUP_ID_NOT_FOUND)."""
+
+    code = 69
+
+
 #: Kafka's names of the error codes sparklog uses (metrics labels, log lines)
 KAFKA_ERROR_NAMES = {
     -1: "UNKNOWN_SERVER_ERROR", 1: "OFFSET_OUT_OF_RANGE", 2: "CORRUPT_MESSAGE",
@@ -274,7 +288,8 @@ KAFKA_ERROR_NAMES = {
     27: "REBALANCE_IN_PROGRESS", 35: "UNSUPPORTED_VERSION", 36: "TOPIC_ALREADY_EXISTS",
     40: "INVALID_CONFIG", 42: "INVALID_REQUEST", 45: "OUT_OF_ORDER_SEQUENCE_NUMBER",
     46: "DUPLICATE_SEQUENCE_NUMBER", 47: "INVALID_PRODUCER_EPOCH",
-    51: "CONCURRENT_TRANSACTIONS", 56: "KAFKA_STORAGE_ERROR", 74: "FENCED_LEADER_EPOCH",
+    24: "INVALID_GROUP_ID", 51: "CONCURRENT_TRANSACTIONS", 56: "KAFKA_STORAGE_ERROR",
+    68: "NON_EMPTY_GROUP", 69: "GROUP_ID_NOT_FOUND", 74: "FENCED_LEADER_EPOCH",
     87: "INVALID_RECORD",
 }
 

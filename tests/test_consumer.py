@@ -252,7 +252,7 @@ def test_typed_topic_rows_through_a_group(broker, admin, producer):
 def test_bad_arguments(broker, admin, producer):
     topic = filled_topic(admin, producer, 1, 1)
     with pytest.raises(InvalidConfigError, match="auto_offset_reset"):
-        Consumer(bootstrap_servers=broker.address, auto_offset_reset="smallest")
+        Consumer(bootstrap_servers=broker.address, auto_offset_reset="oldest")
     with pytest.raises(InvalidConfigError, match="grop_id"):
         Consumer(bootstrap_servers=broker.address, grop_id="x")
     with pytest.raises(UnknownTopicOrPartitionError, match="nope"):

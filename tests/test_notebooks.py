@@ -17,7 +17,10 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (extra 'notebook')")
     nbclient = pytest.importorskip("nbclient", reason="nbclient is not installed (extra 'notebook')")
     pytest.importorskip("ipykernel", reason="ipykernel is not installed (extra 'notebook')")
-    monkeypatch.setenv("SPARKLOG_NOTEBOOK_ROOT", str(tmp_path))
+    scratch = tmp_path / "tmp"  # the notebook's own temporary directory goes here
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.delenv("SPARKLOG_NOTEBOOK_ROOT", raising=False)
     monkeypatch.delenv("MPLBACKEND", raising=False)
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
     nb = nbformat.read(path, as_version=4)
@@ -27,3 +30,5 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     images = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if "image/png" in o.get("data", {})]
     assert len(images) >= 3, "the tour's plots were not rendered"
+    left = sorted(p.name for p in scratch.iterdir() if p.name.startswith("sparklog-nb-"))
+    assert not left, f"the notebook left its temporary directory behind: {left}"

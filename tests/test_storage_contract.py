@@ -810,3 +810,13 @@ def test_local_lease_of_a_forked_child_is_live(backend):
     with fs.append(path) as out:
         out.write(b"+parent")
     assert fs.read_all(path) == b"child+parent"
+
+
+def test_set_replication_where_the_storage_has_replication(backend):
+    fs, root, name = backend
+    path = fs.join(root, "r.log")
+    with fs.create(path) as out:
+        out.write(b"abc")
+    applied = fs.set_replication(path, 1)
+    assert applied is (name != "local")  # the local disk has no replication: a no-op
+    assert fs.read_all(path) == b"abc"

@@ -24,12 +24,33 @@ def add_bootstrap(parser) -> None:
              "(default $SPARKLOG_BOOTSTRAP_SERVERS or %(default)s)")
 
 
+def add_topic(parser, required: bool = True) -> None:
+    """Add the topic as Kafka's tools take it (``--topic NAME``) or positionally
+    (``TOPIC``); :func:`topic_of` reconciles the two."""
+    parser.add_argument("topic_pos", nargs="?", metavar="TOPIC", help="topic name")
+    parser.add_argument("--topic", help="topic name (same as TOPIC)")
+    parser.set_defaults(topic_required=required)
+
+
+def topic_of(args) -> str | None:
+    """The topic given by :func:`add_topic`'s arguments; InvalidArgumentError when two
+    different ones are given, or none and one is required."""
+    if args.topic and args.topic_pos and args.topic != args.topic_pos:
+        raise InvalidArgumentError(
+            f"two different topics given: {args.topic_pos!r} and --topic {args.topic!r}")
+    topic = args.topic or args.topic_pos
+    if topic is None and getattr(args, "topic_required", False):
+        raise InvalidArgumentError("a topic is required (--topic NAME)")
+    return topic
+
+
 def add_console_args(parser, client: str, properties_help: str, client_help: str) -> None:
-    """Add what the console tools (``produce``, ``consume``) share: ``TOPIC``,
-    ``--bootstrap-server``, repeatable ``--property key=value`` (the tool's own
-    properties) and repeatable ``--<client>-property key=value`` (configs of the
-    ``client``, ``producer`` or ``consumer``, with Kafka's names)."""
-    parser.add_argument("topic", metavar="TOPIC")
+    """Add what the console tools (``produce``, ``consume``) share: the topic
+    (``--topic NAME`` or ``TOPIC``), ``--bootstrap-server``, repeatable ``--property
+    key=value`` (the tool's own properties) and repeatable ``--<client>-property
+    key=value`` (configs of the ``client``, ``producer`` or ``consumer``, with Kafka's
+    names)."""
+    add_topic(parser)
     add_bootstrap(parser)
     parser.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
                         help=properties_help)

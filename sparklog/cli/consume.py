@@ -3,12 +3,14 @@
 Prints one record per line (values as bytes, typed rows as JSON). Without ``--group``
 it reads every partition (or ``--partition``) from the end, or from the beginning with
 ``--from-beginning``; with ``--group`` it joins the group, starts at its committed
-offsets and commits what it printed. Stops after ``--max-messages`` records or
+offsets and commits what it printed. ``--include REGEX`` reads every topic whose name
+matches instead of one (Kafka's form). Stops after ``--max-messages`` records or
 ``--timeout-ms`` without one, then prints ``Processed a total of N messages`` on stderr.
 
 Properties (Kafka's formatter): ``print.key``, ``print.timestamp``, ``print.offset``,
-``print.partition``, ``print.headers``, ``key.separator`` (default tab),
-``line.separator`` (default newline).
+``print.partition``, ``print.headers``, ``print.value`` (default true),
+``key.separator`` (default tab), ``line.separator`` (default newline). ``--formatter``
+takes the name of Kafka's default formatter (the only one there is here).
 """
 
 from __future__ import annotations
@@ -20,11 +22,15 @@ import time
 from ..client.types import TopicPartition
 from ..errors import InvalidArgumentError, UnknownTopicOrPartitionError
 from .clientargs import (
-    add_console_args, bool_property, client_configs, console_properties, session, unescape,
+    add_console_args, bool_property, client_configs, console_properties, session, topic_of,
+    unescape,
 )
 
 _PROPERTIES = {"print.key", "print.timestamp", "print.offset", "print.partition",
-               "print.headers", "key.separator", "line.separator"}
+               "print.headers", "print.value", "key.separator", "line.separator"}
+#: the class names of Kafka's DefaultMessageFormatter, which this tool's output follows
+DEFAULT_FORMATTERS = ("kafka.tools.DefaultMessageFormatter",
+                      "org.apache.kafka.tools.consumer.DefaultMessageFormatter")
 
 
 def add_parser(subparsers) -> None:
@@ -34,6 +40,12 @@ def add_parser(subparsers) -> None:
     add_console_args(p, "consumer",
                      "formatter property (print.key=true, key.separator=:...), repeatable",
                      "consumer config, Kafka name, repeatable")
+    p.add_argument("--formatter", metavar="CLASS", default=DEFAULT_FORMATTERS[0],
+                   help="the message formatter: only Kafka's default one, "
+                        "kafka.tools.DefaultMessageFormatter (its properties: --property)")
+    p.add_argument("--include", metavar="REGEX",
+                   help="consume every topic whose name matches REGEX (instead of a topic; "
+                        "topics created later join within metadata.max.age.ms)")
     p.add_argument("--from-beginning", action="store_true",
                    help="start at the earliest offset when there is no committed one")
     p.add_argument("--group", help="consumer group: join it and commit offsets")
@@ -55,8 +67,18 @@ def _text(value) -> bytes:
 
 def run(args) -> int:
     """Print records; see the module docstring."""
+    if args.include is not None:
+        if args.topic or args.topic_pos or args.partition is not None:
+            raise InvalidArgumentError("--include takes no topic and no --partition")
+    else:
+        args.topic = topic_of(args)
     props = console_properties(args.property, _PROPERTIES)
-    flags = {k: bool_property(props, k) for k in _PROPERTIES if k.startswith("print.")}
+    if args.formatter not in DEFAULT_FORMATTERS:
+        raise InvalidArgumentError(
+            f"--formatter {args.formatter!r} is not available: only Kafka's default "
+            f"formatter ({DEFAULT_FORMATTERS[0]}), configured with --property print.key=true...")
+    flags = {k: bool_property(props, k, k == "print.value")
+             for k in _PROPERTIES if k.startswith("print.")}
     sep = unescape(props.get("key.separator", "\t")).encode()
     eol = unescape(props.get("line.separator", "\n")).encode()
     if args.max_messages is not None and args.max_messages < 1:
@@ -71,7 +93,9 @@ def run(args) -> int:
     count = 0
     with session(args) as s:
         consumer = s.consumer(group_id=args.group, **configs)
-        if args.group:
+        if args.include is not None:
+            consumer.subscribe(pattern=args.include)
+        elif args.group:
             consumer.subscribe([args.topic])
         else:
             parts = consumer.partitions_for_topic(args.topic)
@@ -135,5 +159,6 @@ def _format(r, flags, sep: bytes) -> bytes:
                                for k, v in r.headers) or b"NO_HEADERS")
     if flags["print.key"]:
         parts.append(_text(r.key))
-    parts.append(_text(r.value))
+    if flags["print.value"]:
+        parts.append(_text(r.value))
     return sep.join(parts)

@@ -1,7 +1,8 @@
 """``sparklog dump-log PATH`` (Kafka's kafka-dump-log.sh): print the frames of a segment.
 
 PATH is a segment ``.log``, its ``.index`` or ``.timeindex``, or a partition directory
-(every segment in offset order), as a local path or a storage URL. Each frame prints
+(every segment in offset order), as a local path or a storage URL; several go
+comma-separated in ``--files`` (kafka-dump-log's form). Each frame prints
 its header (offsets, count, timestamps, producer id/epoch/sequence, leader epoch,
 position, size, codec, CRC valid or not); ``--deep-iteration`` adds one line per record
 and ``--print-data-log`` adds the keys and values. The command exits with status 1 at
@@ -11,6 +12,7 @@ Examples::
 
     sparklog dump-log /data/log/topics/events/0/00000000000000000000.log
     sparklog dump-log --print-data-log hdfs://nn:8020/sparklog/topics/events/0
+    sparklog dump-log --files 00000000000000000000.log,00000000000000000000.index
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ import sys
 
 import pyarrow as pa
 
-from ..errors import CorruptRecordError, SparklogError, StorageError, StorageFileNotFoundError
+from ..errors import (
+    CorruptRecordError, InvalidArgumentError, SparklogError, StorageError,
+    StorageFileNotFoundError,
+)
 from ..format.frame import RESERVED_COLUMNS, TIMESTAMP_COLUMN, Frame
 from ..format.header import HEADER_SIZE, unpack_header
 from ..log.index import OffsetIndex, TimeIndex
@@ -36,9 +41,11 @@ def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "dump-log", help="print the frames of a segment file, index or partition directory",
         description=__doc__.split("\n\n")[0])
-    parser.add_argument("path", metavar="PATH",
+    parser.add_argument("path", metavar="PATH", nargs="?",
                         help="a .log, .index or .timeindex file or a partition directory "
                              "(local path or storage URL)")
+    parser.add_argument("--files", metavar="PATH[,PATH...]",
+                        help="comma-separated paths to dump (as kafka-dump-log --files)")
     parser.add_argument("--deep-iteration", action="store_true",
                         help="print every record, not only the frame headers")
     parser.add_argument("--print-data-log", action="store_true",
@@ -146,10 +153,21 @@ def dump_index(fileio, path: str, out) -> int:
 
 
 def run(args, out=None, err=None) -> int:
-    """Dump ``args.path``; 0 if everything read was valid, 1 otherwise."""
-    out = out or sys.stdout
-    err = err or sys.stderr
-    path = args.path.rstrip("/") or args.path
+    """Dump ``args.path`` and every path of ``args.files``; 0 if everything read was
+    valid, 1 otherwise."""
+    paths = ([args.path] if args.path else []) + \
+        [p.strip() for p in (getattr(args, "files", None) or "").split(",") if p.strip()]
+    if not paths:
+        raise InvalidArgumentError("dump-log: give PATH or --files PATH[,PATH...]")
+    status = 0
+    for path in paths:
+        status |= dump_path(args, path, out or sys.stdout, err or sys.stderr)
+    return status
+
+
+def dump_path(args, path: str, out, err) -> int:
+    """Dump one path (see the module docstring); 0 if valid, 1 otherwise."""
+    path = path.rstrip("/") or path
     fileio = open_fileio(path)
     deep = args.deep_iteration or args.print_data_log
     try:

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import os
 import sys
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, SparklogError
+
+log = logging.getLogger(__name__)
 
 
 def add_parser(subparsers) -> None:
@@ -132,15 +135,39 @@ def run(args) -> int:
         if not args.quiet:
             print(f"[etl {args.app_id}] {line}", file=sys.stderr, flush=True)
 
-    result = run_incremental(
-        spark, app_id=args.app_id, subscribe=args.subscribe, output=args.output,
-        format=args.format, transform=transform, path=args.path,
-        bootstrap_servers=args.bootstrap_server, max_records_per_run=args.max_records_per_run,
-        partition_by=partition_by, starting_offsets=args.starting_offsets,
-        fail_on_data_loss=args.fail_on_data_loss == "true",
-        source_options=_source_options(args.source_option), progress=progress)
+    try:
+        result = run_incremental(
+            spark, app_id=args.app_id, subscribe=args.subscribe, output=args.output,
+            format=args.format, transform=transform, path=args.path,
+            bootstrap_servers=args.bootstrap_server,
+            max_records_per_run=args.max_records_per_run, partition_by=partition_by,
+            starting_offsets=args.starting_offsets,
+            fail_on_data_loss=args.fail_on_data_loss == "true",
+            source_options=_source_options(args.source_option), progress=progress)
+    except Exception as exc:
+        raise spark_error(exc, "--sql" if args.sql is not None else "--transform") from None
     print(json.dumps(result.to_dict(), indent=1) if args.json else result.summary())
     return 0
+
+
+def spark_error(exc: Exception, what: str) -> Exception:
+    """A Spark failure (bad SQL, a failing transform) as one line: InvalidArgumentError
+    naming ``what`` for an analysis or parse error of the query, SparklogError for
+    others; the Java stack and the Python traceback are logged at DEBUG. Other
+    exceptions are returned unchanged."""
+    try:
+        from pyspark.errors import AnalysisException, PySparkException
+    except ImportError:
+        return exc
+    if isinstance(exc, SparklogError) or not isinstance(exc, PySparkException):
+        return exc
+    log.debug("the Spark job failed", exc_info=exc)
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    first = lines[0] if lines else type(exc).__name__
+    hint = " (details: --log-level DEBUG)"
+    if isinstance(exc, AnalysisException):  # ParseException is one
+        return InvalidArgumentError(f"{what}: {first}{hint}")
+    return SparklogError(f"Spark job failed: {type(exc).__name__}: {first}{hint}")
 
 
 def submit_main(argv=None) -> int:
@@ -163,10 +190,10 @@ def submit_main(argv=None) -> int:
 
 def format_descriptions(descriptions) -> list[str]:
     """Kafka-style table lines (GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG,
-    then the application's committed VERSION and its OUTPUT) for
+    then the application's committed TXN-VERSION and its OUTPUT) for
     :class:`~sparklog.reader.job.ApplicationDescription` objects."""
     rows = [("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
-             "VERSION", "OUTPUT")]
+             "TXN-VERSION", "OUTPUT")]
     for d in descriptions:
         for p in d.partitions:
             rows.append((d.app_id, p.topic, str(p.partition),

@@ -1,14 +1,32 @@
-"""``sparklog groups list|describe`` (Kafka's kafka-consumer-groups.sh).
+"""``sparklog groups list|describe|reset-offsets|delete`` (Kafka's
+kafka-consumer-groups.sh).
 
 ``describe`` prints, per partition the group has committed: the committed offset, the
 log end offset, the lag between them and the member that owns the partition now.
+
+``reset-offsets --group G (--topic T[:P,P...] ... | --all-topics) SPEC [--execute]``
+moves the group's committed offsets, as Kafka's ``--reset-offsets``: SPEC is one of
+``--to-earliest``, ``--to-latest``, ``--to-current``, ``--to-offset N``,
+``--shift-by N`` (from the committed offset), ``--to-datetime
+YYYY-MM-DDTHH:mm:SS[.sss][zone]`` (the first offset at or after it; no zone: local
+time) or ``--by-duration PnDTnHnMnS`` (that long before now). Offsets outside the
+partition's log are clamped to its start or end. Without ``--execute`` it is a dry run
+that only prints the new offsets. A group with active members is refused (stop its
+consumers first), as Kafka does. ``--all-topics`` means every topic the group has
+committed offsets for.
+
+``delete --group G [--group G2 ...]`` deletes groups without active members, with
+their committed offsets.
 """
 
 from __future__ import annotations
 
+import datetime
+import re
 import sys
+import time
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, NonEmptyGroupError
 from .clientargs import add_bootstrap, session
 
 _COLUMNS = ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
@@ -17,7 +35,8 @@ _COLUMNS = ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "
 
 def add_parser(subparsers) -> None:
     """Register ``groups`` and its actions."""
-    parser = subparsers.add_parser("groups", help="list consumer groups, show their lag",
+    parser = subparsers.add_parser("groups",
+                                   help="list, describe (lag), reset, delete consumer groups",
                                    description=__doc__.split("\n\n")[0])
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     p = actions.add_parser("list", help="list group ids")
@@ -32,6 +51,158 @@ def add_parser(subparsers) -> None:
                         "committed to this Delta table or Parquet directory (repeatable)")
     add_bootstrap(p)
     p.set_defaults(func=run)
+    _add_reset_parser(actions)
+    p = actions.add_parser("delete", help="delete groups without members, with their offsets")
+    p.add_argument("--group", action="append", required=True,
+                   help="group id, repeatable")
+    add_bootstrap(p)
+    p.set_defaults(func=delete)
+
+
+def _add_reset_parser(actions) -> None:
+    p = actions.add_parser("reset-offsets", help="move a group's committed offsets",
+                           description=__doc__.split("\n\n")[2])
+    p.add_argument("--group", required=True, help="group id")
+    scope = p.add_mutually_exclusive_group(required=True)
+    scope.add_argument("--topic", action="append", metavar="TOPIC[:P,P...]",
+                       help="a topic, all its partitions or those listed; repeatable")
+    scope.add_argument("--all-topics", action="store_true",
+                       help="every topic the group has committed offsets for")
+    spec = p.add_mutually_exclusive_group(required=True)
+    spec.add_argument("--to-earliest", action="store_true", help="the log start offset")
+    spec.add_argument("--to-latest", action="store_true", help="the log end offset")
+    spec.add_argument("--to-current", action="store_true", help="the committed offset")
+    spec.add_argument("--to-offset", type=int, metavar="N", help="offset N")
+    spec.add_argument("--shift-by", type=int, metavar="N",
+                      help="the committed offset plus N (negative: back)")
+    spec.add_argument("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss",
+                      help="the first offset at or after this time (ISO 8601)")
+    spec.add_argument("--by-duration", metavar="PnDTnHnMnS",
+                      help="the first offset at or after now minus this ISO 8601 duration")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true",
+                      help="print the new offsets only (the default)")
+    mode.add_argument("--execute", action="store_true", help="commit the new offsets")
+    add_bootstrap(p)
+    p.set_defaults(func=reset_offsets)
+
+
+_DURATION = re.compile(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?")
+
+
+def parse_duration_ms(text: str) -> int:
+    """ISO 8601 ``PnDTnHnMnS`` (Kafka's --by-duration) -> milliseconds."""
+    m = _DURATION.fullmatch(text.strip().upper())
+    if not m or text.strip().upper() in ("P", "PT"):
+        raise InvalidArgumentError(
+            f"--by-duration {text!r} is not an ISO 8601 duration like PT1H30M or P1DT2H")
+    days, hours, minutes, seconds = (float(g) if g else 0.0 for g in m.groups())
+    return int(((days * 24 + hours) * 60 + minutes) * 60000 + seconds * 1000)
+
+
+def parse_datetime_ms(text: str) -> int:
+    """``YYYY-MM-DDTHH:mm:SS[.sss][Z|+hh:mm]`` (Kafka's --to-datetime; no zone: local
+    time) -> ms since the epoch."""
+    try:
+        when = datetime.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidArgumentError(
+            f"--to-datetime {text!r} is not YYYY-MM-DDTHH:mm:SS.sss (optionally with a "
+            "zone: Z or +hh:mm)") from None
+    return int(when.timestamp() * 1000)
+
+
+def _partitions(admin, args, committed) -> list:
+    from ..client.types import TopicPartition
+
+    if args.all_topics:
+        return sorted(committed)
+    out = []
+    for spec in args.topic:
+        topic, _, parts = spec.partition(":")
+        described = admin.describe_topics([topic])[0]
+        existing = range(len(described.partitions))
+        if parts:
+            try:
+                chosen = [int(p) for p in parts.split(",")]
+            except ValueError:
+                raise InvalidArgumentError(
+                    f"--topic {spec!r}: partitions must be numbers (TOPIC:0,1)") from None
+            bad = [p for p in chosen if p not in existing]
+            if bad:
+                raise InvalidArgumentError(f"--topic {spec!r}: topic {topic!r} has no "
+                                           f"partition {bad[0]} (it has {len(existing)})")
+        else:
+            chosen = list(existing)
+        out.extend(TopicPartition(topic, p) for p in chosen)
+    return sorted(set(out))
+
+
+def new_offsets(admin, args, tps, committed) -> dict:
+    """``{tp: new offset}`` for reset-offsets' SPEC, clamped to each partition's log."""
+    earliest = {tp: o.offset for tp, o in admin.list_offsets(
+        {tp: "earliest" for tp in tps}).items()}
+    latest = {tp: o.offset for tp, o in admin.list_offsets(
+        {tp: "latest" for tp in tps}).items()}
+    if args.to_datetime is not None or args.by_duration is not None:
+        ts = parse_datetime_ms(args.to_datetime) if args.to_datetime is not None else \
+            int(time.time() * 1000) - parse_duration_ms(args.by_duration)
+        found = admin.list_offsets({tp: max(0, ts) for tp in tps})
+        wanted = {tp: found[tp].offset if found[tp].offset >= 0 else latest[tp] for tp in tps}
+    elif args.to_earliest:
+        wanted = earliest
+    elif args.to_latest:
+        wanted = latest
+    elif args.to_offset is not None:
+        wanted = {tp: args.to_offset for tp in tps}
+    else:  # --to-current, --shift-by: from the committed offset
+        missing = [f"{tp.topic}-{tp.partition}" for tp in tps if tp not in committed]
+        if missing:
+            raise InvalidArgumentError(
+                f"group {args.group!r} has no committed offset for {', '.join(missing)}: "
+                "use --to-earliest, --to-latest, --to-offset or --to-datetime there")
+        shift = args.shift_by or 0
+        wanted = {tp: committed[tp].offset + shift for tp in tps}
+    return {tp: min(max(wanted[tp], earliest[tp]), latest[tp]) for tp in tps}
+
+
+def reset_offsets(args) -> int:
+    """``groups reset-offsets``: see the module docstring."""
+    from ..client.types import TopicPartition
+
+    with session(args) as s:
+        admin = s.admin()
+        for g in admin.describe_consumer_groups([args.group]):
+            if g.members:
+                raise NonEmptyGroupError(
+                    f"assignments can only be reset if the group {args.group!r} is "
+                    f"inactive, but the current state is {g.state} ({len(g.members)} "
+                    "member(s)): stop its consumers first")
+        committed = {TopicPartition(*tp): om for tp, om in
+                     admin.list_consumer_group_offsets(args.group).items()}
+        tps = _partitions(admin, args, committed)
+        if not tps:
+            raise InvalidArgumentError(f"group {args.group!r} has no committed offsets: "
+                                       "name the topics with --topic")
+        offsets = new_offsets(admin, args, tps, committed)
+        if args.execute:
+            admin.alter_consumer_group_offsets(args.group, offsets)
+        else:
+            print("WARN: no action was performed as the --execute option is missing "
+                  "(a dry run: these are the offsets --execute would commit)",
+                  file=sys.stderr)
+    print(_table([["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]] +
+                 [[args.group, tp.topic, tp.partition, o] for tp, o in offsets.items()]))
+    return 0
+
+
+def delete(args) -> int:
+    """``groups delete``: delete groups without members."""
+    with session(args) as s:
+        s.admin().delete_consumer_groups(args.group)
+    names = ", ".join(repr(g) for g in args.group)
+    print(f"Deletion of requested consumer groups ({names}) was successful.")
+    return 0
 
 
 def _table(rows) -> str:
@@ -108,7 +279,7 @@ def run(args) -> int:
 def application_rows(admin, output_uri: str) -> list:
     """Rows of ``_COLUMNS`` for the exactly-once applications committed to
     ``output_uri`` (their offsets live in the output, not in a group; CLIENT-ID shows
-    the output format and committed version)."""
+    the output format and committed transaction version)."""
     from ..reader.job import describe_application, list_applications
 
     def ends(tps):
@@ -123,5 +294,5 @@ def application_rows(admin, output_uri: str) -> list:
                          "-" if p.current_offset is None else p.current_offset,
                          "-" if p.log_end_offset is None else p.log_end_offset,
                          "-" if p.lag is None else p.lag, "-", "-",
-                         f"etl-{d.format}-v{d.version}"])
+                         f"etl-{d.format}-txn{d.version}"])
     return rows

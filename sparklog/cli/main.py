@@ -11,9 +11,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import re
 import sys
 
 from ..errors import SparklogError
+
+#: ``--log-level`` values (Python logging's level names; any case)
+LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
 
 #: Sub-command modules, in the order ``sparklog --help`` lists them.
 COMMAND_MODULES = ["topics", "produce", "consume", "groups", "broker", "dump_log", "etl",
@@ -27,8 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sparklog", description="sparklog: a partitioned log on HDFS, read by Spark.")
     parser.add_argument("--version", action="version", version=f"sparklog {__version__}")
-    parser.add_argument("--log-level", default="WARNING",
-                        help="Python logging level (default WARNING)")
+    _add_log_level(parser, "WARNING")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:
@@ -42,14 +45,50 @@ def build_parser() -> argparse.ArgumentParser:
         for command in set(sub.choices) - before:  # modules may rely on run(args)
             if sub.choices[command].get_default("func") is None and hasattr(module, "run"):
                 sub.choices[command].set_defaults(func=module.run)
+    _prepare_subparsers(parser)
     return parser
+
+
+def _add_log_level(parser, default) -> None:
+    parser.add_argument("--log-level", default=default, type=str.upper, choices=LOG_LEVELS,
+                        metavar="LEVEL",
+                        help=f"Python logging level: {', '.join(LOG_LEVELS)} (default "
+                             "WARNING; before or after the sub-command)")
+
+
+_RST = re.compile(r":\w+:`~?(?:[\w.]*\.)?([^`]+)`|``([^`]+)``")
+
+
+def plain_text(text):
+    """Help text without the docstrings' reST markup (````x````, ``:class:`~a.B```)."""
+    return _RST.sub(lambda m: m.group(1) or m.group(2), text) if text else text
+
+
+def _prepare_subparsers(parser) -> None:
+    """Every (nested) sub-command takes ``--log-level`` too (given after it, it wins over
+    one given before), remembers its parser so that an unknown argument is reported
+    with the sub-command's usage, and shows its help texts as plain text."""
+    parser.description = plain_text(parser.description)
+    parser.epilog = plain_text(parser.epilog)
+    for action in parser._actions:
+        action.help = plain_text(action.help)
+    for action in parser._subparsers._group_actions if parser._subparsers else ():
+        for choice in action._choices_actions:
+            choice.help = plain_text(choice.help)
+        for sub in dict.fromkeys(action.choices.values()):
+            if "--log-level" not in sub._option_string_actions:
+                _add_log_level(sub, argparse.SUPPRESS)
+            sub.set_defaults(_parser=sub)
+            _prepare_subparsers(sub)
 
 
 def main(argv=None) -> int:
     """Entry point of the ``sparklog`` command."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(),
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # the sub-command's usage, not the top-level one
+        getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+    logging.basicConfig(level=args.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not getattr(args, "func", None):
         parser.print_help()

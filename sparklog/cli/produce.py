@@ -18,7 +18,8 @@ import sys
 
 from ..errors import InvalidArgumentError, SchemaMismatchError
 from .clientargs import (
-    add_console_args, bool_property, client_configs, console_properties, session, unescape,
+    add_console_args, bool_property, client_configs, console_properties, session, topic_of,
+    unescape,
 )
 
 _PROPERTIES = {"parse.key", "key.separator", "ignore.error"}
@@ -42,6 +43,7 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     """Send stdin's lines; see the module docstring."""
+    args.topic = topic_of(args)
     props = console_properties(args.property, _PROPERTIES)
     parse_key = bool_property(props, "parse.key")
     ignore_error = bool_property(props, "ignore.error")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from ..errors import InvalidArgumentError, TopicExistsError, UnknownTopicOrPartitionError
-from .clientargs import add_bootstrap, parse_key_values, session
+from .clientargs import add_bootstrap, add_topic, parse_key_values, session, topic_of
 
 
 def add_parser(subparsers) -> None:
@@ -28,15 +28,14 @@ def add_parser(subparsers) -> None:
         p.set_defaults(func=run)
         return p
 
-    def topic_arg(p, required=True):
-        p.add_argument("topic_pos", nargs="?", metavar="TOPIC", help="topic name")
-        p.add_argument("--topic", help="topic name (same as TOPIC)")
-        p.set_defaults(topic_required=required)
-
     p = action("create", "create a topic")
-    topic_arg(p)
+    add_topic(p)
     p.add_argument("--partitions", type=int, default=-1,
                    help="number of partitions (default: the broker's num.partitions)")
+    p.add_argument("--replication-factor", type=int, default=-1, metavar="N",
+                   help="HDFS replication (dfs.replication) of the topic's files, kept as "
+                        "the topic config replication.factor (default: the storage's); "
+                        "file:// storage has no replication and ignores it")
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                    help="topic config (Kafka names), repeatable")
     p.add_argument("--schema", help="make a typed topic: columns as 'name type[, ...]' or "
@@ -45,12 +44,12 @@ def add_parser(subparsers) -> None:
                    help="succeed if the topic already exists")
     p = action("list", "list topic names")
     p = action("describe", "describe topics: partitions, leaders, configs, schema")
-    topic_arg(p, required=False)
+    add_topic(p, required=False)
     p = action("delete", "delete a topic and its data")
-    topic_arg(p)
+    add_topic(p)
     p.add_argument("--if-exists", action="store_true", help="succeed if there is no such topic")
     p = action("alter", "change a topic's configs or grow its partitions")
-    topic_arg(p)
+    add_topic(p)
     p.add_argument("--partitions", type=int, help="new (larger) partition count")
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                    help="config to set, repeatable")
@@ -58,22 +57,12 @@ def add_parser(subparsers) -> None:
                    help="config to reset to its default, repeatable")
 
 
-def _topic(args) -> str | None:
-    if args.topic and args.topic_pos and args.topic != args.topic_pos:
-        raise InvalidArgumentError(
-            f"two different topics given: {args.topic_pos!r} and --topic {args.topic!r}")
-    topic = args.topic or args.topic_pos
-    if topic is None and getattr(args, "topic_required", False):
-        raise InvalidArgumentError(f"topics {args.action}: a topic is required (--topic NAME)")
-    return topic
-
-
 def run(args) -> int:
     """Carry out one ``topics`` action."""
     from ..admin import NewTopic, parse_schema, schema_to_spec
     from ..names import COLLISION_WARNING, has_collision_chars, validate_topic_name
 
-    topic = _topic(args) if args.action != "list" else None
+    topic = topic_of(args) if args.action != "list" else None
     out = sys.stdout
     with session(args) as s:
         admin = s.admin()
@@ -83,7 +72,8 @@ def run(args) -> int:
             if has_collision_chars(validate_topic_name(topic)):  # as kafka-topics.sh warns
                 print(f"WARNING: {COLLISION_WARNING}.", file=sys.stderr)
             try:
-                admin.create_topics([NewTopic(topic, args.partitions, configs, schema)])
+                admin.create_topics([NewTopic(topic, args.partitions, args.replication_factor,
+                                              configs=configs, schema=schema)])
             except TopicExistsError:
                 if not args.if_not_exists:
                     raise

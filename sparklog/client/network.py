@@ -5,11 +5,18 @@ bootstrap handling, one connection per broker, metadata refresh and request rout
 strings (or ``(host, port)`` tuples). The first reachable bootstrap address answers the
 first Metadata request; afterwards requests go to brokers by node id, as the metadata
 names them. A connection that broke is reopened on its next use.
+
+An address that refused a connection is not tried again before its reconnect backoff
+has passed (Kafka's ``reconnect.backoff.ms``, doubling per failure up to
+``reconnect.backoff.max.ms``, with +-20% jitter; reset by a successful connection):
+meanwhile a request to it fails at once with the retriable BrokerNotAvailableError,
+which the clients retry (a restarting broker is waited for, not hammered).
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 
@@ -65,7 +72,8 @@ class NetworkClient:
     def __init__(self, bootstrap_servers, *, client_id: str = "sparklog",
                  request_timeout_ms: int = 30000, max_in_flight: int = 5,
                  retry_backoff_ms: int = 100, metadata_max_age_ms: int = 300000,
-                 connect_timeout_ms: int = 10000):
+                 connect_timeout_ms: int = 10000, reconnect_backoff_ms: int = 50,
+                 reconnect_backoff_max_ms: int = 1000):
         self.bootstrap = parse_bootstrap_servers(bootstrap_servers)
         self.client_id = validate_client_id(client_id)
         self.request_timeout_ms = int(request_timeout_ms)
@@ -73,6 +81,10 @@ class NetworkClient:
         self.retry_backoff = retry_backoff_ms / 1000.0
         self.metadata_max_age = metadata_max_age_ms / 1000.0
         self.connect_timeout_ms = connect_timeout_ms
+        self.reconnect_backoff = reconnect_backoff_ms / 1000.0
+        self.reconnect_backoff_max = max(reconnect_backoff_ms, reconnect_backoff_max_ms) / 1000.0
+        # address -> (failures in a row, next attempt at, last error)
+        self._refused: dict[tuple[str, int], tuple[int, float, str]] = {}
         self.metadata = ClusterMetadata()
         self._lock = threading.RLock()
         self._by_address: dict[tuple[str, int], BrokerConnection] = {}
@@ -89,10 +101,25 @@ class NetworkClient:
                 if node_id >= 0:
                     conn.node_id = node_id
                 return conn
-        conn = BrokerConnection(host, port, node_id=node_id, client_id=self.client_id,
-                                max_in_flight=self.max_in_flight,
-                                request_timeout_ms=self.request_timeout_ms,
-                                connect_timeout_ms=self.connect_timeout_ms)
+            failures, retry_at, error = self._refused.get((host, port), (0, 0.0, ""))
+        wait = retry_at - time.monotonic()
+        if wait > 0:
+            raise BrokerNotAvailableError(
+                f"{error} (reconnect backoff: next attempt in {wait * 1000:.0f} ms)")
+        try:
+            conn = BrokerConnection(host, port, node_id=node_id, client_id=self.client_id,
+                                    max_in_flight=self.max_in_flight,
+                                    request_timeout_ms=self.request_timeout_ms,
+                                    connect_timeout_ms=self.connect_timeout_ms)
+        except BrokerNotAvailableError as exc:
+            backoff = min(self.reconnect_backoff_max, self.reconnect_backoff * 2 ** failures)
+            with self._lock:
+                self._refused[(host, port)] = (
+                    failures + 1, time.monotonic() + backoff * random.uniform(0.8, 1.2),
+                    str(exc))
+            raise
+        with self._lock:
+            self._refused.pop((host, port), None)
         try:
             self._check_versions(conn)
         except SparklogError:

@@ -35,6 +35,9 @@ LOG_CONFIGS: dict[str, tuple[str, type, object]] = {
     "delete.retention.ms": ("delete_retention_ms", int, _DAY_MS),
     "flush.messages": ("flush_messages", int, -1),
     "flush.ms": ("flush_ms", int, -1),
+    # HDFS replication (dfs.replication) of the topic's files, where the storage has one
+    # (Kafka's --replication-factor; -1: the storage's default)
+    "replication.factor": ("replication_factor", int, -1),
 }
 
 _CHOICES = {
@@ -55,6 +58,7 @@ _RANGES = {
     "delete.retention.ms": (0, None),
     "flush.messages": (-1, None),
     "flush.ms": (-1, None),
+    "replication.factor": (-1, 32767),
 }
 
 
@@ -76,6 +80,9 @@ def parse_log_config_value(key: str, value):
             raise InvalidConfigError(f"log config {key}={parsed} must be >= {low}")
         if high is not None and parsed > high:
             raise InvalidConfigError(f"log config {key}={parsed} must be <= {high}")
+        if key == "replication.factor" and parsed == 0:
+            raise InvalidConfigError("log config replication.factor=0: give -1 (the "
+                                     "storage's default) or a replication >= 1")
         return parsed
     if not isinstance(value, str):
         raise InvalidConfigError(
@@ -108,6 +115,7 @@ class LogConfig:
     delete_retention_ms: int = LOG_CONFIGS["delete.retention.ms"][2]
     flush_messages: int = LOG_CONFIGS["flush.messages"][2]
     flush_ms: int = LOG_CONFIGS["flush.ms"][2]
+    replication_factor: int = LOG_CONFIGS["replication.factor"][2]
 
     def __post_init__(self):
         for key, (attr, _, _) in LOG_CONFIGS.items():

@@ -71,6 +71,7 @@ class PartitionRecovery:
             base = segments[-1].next_offset if segments else log_start
             active = self._new_segment(base)
             self._out = fileio.create(active.path)
+            active.apply_replication()
             segments.append(active)
         else:
             active = segments[-1]

@@ -166,7 +166,8 @@ class PartitionLog(PartitionRecovery):
 
     def _new_segment(self, base: int, **kw) -> LogSegment:
         seg = LogSegment(self.fileio, self.dir_url, base, writable=True,
-                         index_interval_bytes=self.config.index_interval_bytes, **kw)
+                         index_interval_bytes=self.config.index_interval_bytes,
+                         replication=self.config.replication_factor, **kw)
         seg.created_ms = self._clock()
         return seg
 
@@ -409,6 +410,7 @@ class PartitionLog(PartitionRecovery):
             old_out.verify_lease()
             new = self._new_segment(self._leo)
             self._out = self.fileio.create(new.path)
+            new.apply_replication()
         except BaseException as exc:
             self._seal_failed(exc)
             raise

@@ -26,6 +26,7 @@ from .layout import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_file_nam
 from .scan import FrameScan
 
 log = logging.getLogger(__name__)
+_NO_REPLICATION_NOTED: set[str] = set()  # storage schemes whose note was logged
 
 
 def write_replacing(fileio: FileIO, path: str, data: bytes) -> None:
@@ -70,7 +71,8 @@ class LogSegment:
 
     def __init__(self, fileio: FileIO, directory: str, base_offset: int, *,
                  sealed: bool = False, listed_size: int | None = None,
-                 index_interval_bytes: int = 4096, writable: bool = False):
+                 index_interval_bytes: int = 4096, writable: bool = False,
+                 replication: int = -1):
         self.fileio = fileio
         self.directory = directory
         self.base_offset = base_offset
@@ -82,6 +84,7 @@ class LogSegment:
         self.listed_size = listed_size
         self.index_interval_bytes = index_interval_bytes
         self.writable = writable
+        self.replication = replication
         self.created_ms = int(time.time() * 1000)
         self.first_frame_max_timestamp: int | None = None
         self._lazy = sealed  # counters still to be read from the index header
@@ -248,8 +251,24 @@ class LogSegment:
         summary = self.summary
         write_replacing(self.fileio, self.timeindex_path, self.time_index.to_bytes())
         write_replacing(self.fileio, self.index_path, self.offset_index.to_bytes(summary))
+        self.apply_replication(self.timeindex_path, self.index_path)
         self.sealed = True
         return summary
+
+    def apply_replication(self, *paths: str) -> None:
+        """Give ``paths`` (default: the ``.log``) the topic's ``replication.factor`` (HDFS
+        dfs.replication); a storage without replication (file://) ignores it, with one
+        INFO note per storage scheme."""
+        if self.replication < 1:
+            return
+        for path in paths or (self.path,):
+            if not self.fileio.set_replication(path, self.replication):
+                scheme = self.fileio.scheme or "file"
+                if scheme not in _NO_REPLICATION_NOTED:
+                    _NO_REPLICATION_NOTED.add(scheme)
+                    log.info("replication.factor=%d ignored: %s:// storage has no "
+                             "replication", self.replication, scheme)
+                return
 
     def load_indexes(self) -> None:
         """Make the index entries available (read them for a sealed segment, rebuilding

@@ -42,6 +42,7 @@ class ApiKey(enum.IntEnum):
     INIT_PRODUCER_ID = 22
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    DELETE_GROUPS = 42
     DESCRIBE_LOG = 1000
 
 
@@ -166,6 +167,9 @@ REQUESTS: dict[int, dict] = {
     ApiKey.DESCRIBE_GROUPS: {
         "groups": [str],
     },
+    ApiKey.DELETE_GROUPS: {
+        "groups": [str],
+    },
     ApiKey.DESCRIBE_LOG: {
         "topics": [{"name": str, "partitions": Opt([int], None)}],  # None = all
     },
@@ -273,6 +277,9 @@ RESPONSES: dict[int, dict] = {
                 "assignment": Opt(_TOPIC_PARTITIONS, []),
             }], []),
         })],
+    }),
+    ApiKey.DELETE_GROUPS: _with_err({
+        "groups": [_with_err({"group_id": str})],  # NonEmptyGroup, GroupIdNotFound
     }),
     ApiKey.DESCRIBE_LOG: _with_err({
         "storage_root": Opt(str, ""),

@@ -10,6 +10,12 @@ a consumer without a group gets all of them. Positions start at the group's comm
 returns Arrow record batches instead (bulk readers). Offsets are committed to the broker
 for ``group_id`` (manually with ``commit()``, or every ``auto_commit_interval_ms``).
 
+A pattern subscription is matched again every ``metadata_max_age_ms`` (topics created
+later join it). A restarting broker is waited for, as kafka-python's consumer does:
+``poll()`` retries inside itself (``retry_backoff_ms``, ``reconnect_backoff_ms``) and
+``commit()`` for up to ``request_timeout_ms``, rejoining a group that forgot the member;
+positions are kept, so nothing is lost or read twice.
+
 Configuration uses Kafka's names with ``_`` for ``.``; unknown names raise
 InvalidConfigError. Not thread-safe (as Kafka's consumer): one thread polls.
 """
@@ -32,8 +38,8 @@ from ..client.offsets import commit_request, fetch_committed, list_offsets
 from ..client.settings import client_config
 from ..client.types import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from ..errors import (
-    InvalidArgumentError, InvalidConfigError, OffsetOutOfRangeError, SparklogError,
-    UnknownTopicOrPartitionError,
+    IllegalGenerationError, InvalidArgumentError, InvalidConfigError, OffsetOutOfRangeError,
+    RebalanceInProgressError, SparklogError, UnknownMemberIdError, UnknownTopicOrPartitionError,
 )
 from ..metadata.topic import validate_partition
 from ..names import validate_group_id, validate_topic_name
@@ -42,6 +48,10 @@ from ..protocol.codec import error_from
 
 log = logging.getLogger(__name__)
 _CLIENT_IDS = itertools.count(1)
+#: kafka-python's (and Kafka 0.8's) older names of auto_offset_reset's values
+OFFSET_RESET_ALIASES = {"smallest": "earliest", "largest": "latest"}
+#: the group forgot this member (a restarted broker, an expired session): rejoin
+_MEMBERSHIP_ERRORS = (UnknownMemberIdError, IllegalGenerationError, RebalanceInProgressError)
 
 DEFAULT_CONFIG = {
     "client_id": None,
@@ -56,6 +66,8 @@ DEFAULT_CONFIG = {
     "max_partition_fetch_bytes": 1048576,
     "request_timeout_ms": 30000,
     "retry_backoff_ms": 100,
+    "reconnect_backoff_ms": 50,
+    "reconnect_backoff_max_ms": 1000,
     "check_crcs": True,
     "key_deserializer": None,
     "value_deserializer": None,
@@ -78,10 +90,12 @@ class Consumer:
             "consumer", DEFAULT_CONFIG, configs,
             positive=("max_poll_records", "fetch_max_bytes", "max_partition_fetch_bytes",
                       "request_timeout_ms"))
+        reset = cfg["auto_offset_reset"]
+        cfg["auto_offset_reset"] = OFFSET_RESET_ALIASES.get(reset, reset)
         if cfg["auto_offset_reset"] not in ("latest", "earliest", "none"):
             raise InvalidConfigError(
-                "auto_offset_reset must be 'latest', 'earliest' or 'none', got "
-                f"{cfg['auto_offset_reset']!r}")
+                "auto_offset_reset must be 'latest', 'earliest' or 'none' (or kafka-python's "
+                f"'largest', 'smallest'), got {reset!r}")
         if cfg["fetch_max_wait_ms"] < 0 or cfg["fetch_max_wait_ms"] >= cfg["request_timeout_ms"]:
             raise InvalidConfigError("fetch_max_wait_ms must be >= 0 and below request_timeout_ms")
         if cfg["group_id"] is not None:
@@ -92,7 +106,9 @@ class Consumer:
             bootstrap_servers, client_id=self.client_id,
             request_timeout_ms=cfg["request_timeout_ms"],
             retry_backoff_ms=cfg["retry_backoff_ms"],
-            metadata_max_age_ms=cfg["metadata_max_age_ms"])
+            metadata_max_age_ms=cfg["metadata_max_age_ms"],
+            reconnect_backoff_ms=cfg["reconnect_backoff_ms"],
+            reconnect_backoff_max_ms=cfg["reconnect_backoff_max_ms"])
         self._cond = threading.Condition()
         self._states: dict[TopicPartition, PartitionState] = {}
         self._fetcher = Fetcher(
@@ -105,6 +121,7 @@ class Consumer:
         self._membership = self._make_membership(cfg)
         self._subscription: list[str] | None = None
         self._pattern = None
+        self._next_match = 0.0
         self._manual = False
         self._next_auto_commit = time.monotonic() + cfg["auto_commit_interval_ms"] / 1000
         self._closed = False
@@ -143,7 +160,10 @@ class Consumer:
 
     def _commit_before_rebalance(self) -> None:
         if self.group_id and self.config["enable_auto_commit"] and self._current_offsets():
-            self.commit()
+            try:
+                self._commit_sync(None, rejoin=False)
+            except _MEMBERSHIP_ERRORS as exc:  # committed after the rejoin instead
+                log.info("commit before rejoining group %r refused: %s", self.group_id, exc)
 
     # --- assignment -------------------------------------------------------------------
     def assign(self, partitions) -> None:
@@ -166,14 +186,30 @@ class Consumer:
             topics = [topics]
         if pattern is not None:
             self._pattern = re.compile(pattern)
-            meta = self._client.refresh_metadata()
-            topics = sorted(t for t in meta.topics if self._pattern.fullmatch(t))
-        else:
-            topics = [validate_topic_name(t) for t in topics]
-            if not topics:
-                raise InvalidArgumentError("subscribe() needs topics or a pattern")
+            self._match_pattern(force=True)
+            return
+        topics = [validate_topic_name(t) for t in topics]
+        if not topics:
+            raise InvalidArgumentError("subscribe() needs topics or a pattern")
         self._subscription = list(topics)
         self._set_assignment(self._membership.join(self.group_id, self._subscription))
+
+    def _match_pattern(self, force: bool = False) -> None:
+        """Match the subscribed pattern against every topic (as Kafka's consumer does on
+        each metadata refresh, every ``metadata_max_age_ms``); join with the topics
+        matched when they changed, so topics created later are picked up."""
+        if not force and time.monotonic() < self._next_match:
+            return
+        meta = self._client.refresh_metadata()
+        self._next_match = time.monotonic() + self.config["metadata_max_age_ms"] / 1000
+        topics = sorted(t for t in meta.topics if self._pattern.fullmatch(t))
+        if not force and topics == self._subscription:
+            return
+        if self._subscription is not None:
+            log.info("pattern %r now matches %s", self._pattern.pattern, topics)
+            self._commit_before_rebalance()
+        self._subscription = topics
+        self._set_assignment(self._membership.join(self.group_id, topics))
 
     def subscription(self) -> set[str] | None:
         """The subscribed topics (None when not subscribed)."""
@@ -328,7 +364,18 @@ class Consumer:
         deadline = time.monotonic() + max(0, timeout_ms) / 1000.0
         self._maybe_auto_commit()
         while True:
-            self._maintain()
+            try:
+                self._maintain()
+            except SparklogError as exc:
+                if not _ride_through(exc):
+                    raise
+                # the broker is restarting or moving: kafka-python retries inside poll()
+                log.debug("consumer %s: %s; retrying", self.client_id, exc)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return {}
+                time.sleep(min(left, self.config["retry_backoff_ms"] / 1000.0))
+                continue
             self._fetcher.send_fetches()
             self._raise_fetch_errors()
             out = self._fetcher.collect(limit, batches=batches)
@@ -343,6 +390,8 @@ class Consumer:
                     self._cond.wait(min(left, 0.1))
 
     def _maintain(self) -> None:
+        if self._pattern is not None:
+            self._match_pattern()
         if self._subscription is not None:
             changed = self._membership.poll()
             if changed is not None:
@@ -401,7 +450,36 @@ class Consumer:
         """Commit offsets (default: the current positions) for the group; each value is
         the next offset to consume (an int or an OffsetAndMetadata)."""
         self._require_group("commit()")
-        self._commit_future(offsets).get(self.config["request_timeout_ms"] / 1000 + 1)
+        self._commit_sync(offsets, rejoin=True)
+
+    def _commit_sync(self, offsets, *, rejoin: bool) -> None:
+        """Commit and wait, retrying retriable errors (a restarting broker) for up to
+        ``request_timeout_ms``. When the group forgot this member (its broker
+        restarted), a subscribed consumer rejoins (with ``rejoin``) and commits again
+        the offsets of the partitions it still owns; offsets of partitions it lost
+        raise the group's error, as Kafka's CommitFailedException."""
+        deadline = time.monotonic() + self.config["request_timeout_ms"] / 1000.0
+        forgotten = None  # the membership error to answer with a rejoin
+        while True:
+            try:
+                if forgotten is not None:
+                    self._set_assignment(
+                        self._membership.join(self.group_id, self._subscription))
+                    if offsets is not None and not \
+                            set(map(TopicPartition._make, offsets)) <= self.assignment():
+                        raise forgotten
+                    forgotten = None
+                self._commit_future(offsets).get(max(0.0, deadline - time.monotonic()) + 1)
+                return
+            except _MEMBERSHIP_ERRORS as exc:
+                if exc is forgotten or not rejoin or self._subscription is None \
+                        or time.monotonic() >= deadline:
+                    raise
+                forgotten = exc
+            except SparklogError as exc:
+                if not _ride_through(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(self.config["retry_backoff_ms"] / 1000.0)
 
     def commit_async(self, offsets: dict | None = None, callback=None):
         """Commit without waiting; ``callback(offsets, exception_or_None)`` runs when
@@ -431,8 +509,11 @@ class Consumer:
             else:
                 result.success(None)
 
-        self._client.send(-1, ApiKey.OFFSET_COMMIT, body).add_callback(done) \
-            .add_errback(result.failure)
+        try:
+            sent = self._client.send(-1, ApiKey.OFFSET_COMMIT, body)
+        except SparklogError as exc:  # no broker reachable: the future fails, not the call
+            return result.failure(exc)
+        sent.add_callback(done).add_errback(result.failure)
         return result
 
     def committed(self, tp) -> int | None:
@@ -518,3 +599,9 @@ class Consumer:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _ride_through(exc: SparklogError) -> bool:
+    """True for the errors a client waits out (retries) instead of raising: a broker
+    that is unreachable, restarting or moving leadership. An unknown topic is raised."""
+    return exc.retriable and not isinstance(exc, UnknownTopicOrPartitionError)

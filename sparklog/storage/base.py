@@ -182,6 +182,12 @@ class FileIO(abc.ABC):
     def mkdirs(self, path: str) -> None:
         """Create the directory and its parents (no error if present)."""
 
+    def set_replication(self, path: str, replication: int) -> bool:
+        """Set the number of replicas of file ``path`` (HDFS setReplication: the
+        NameNode adds or removes block replicas in the background). Returns False,
+        doing nothing, where the storage has no replication (the local disk)."""
+        return False
+
     # --- path helpers (pure string work) -------------------------------------------------
     def join(self, *parts: str) -> str:
         """Join path components with '/', keeping the scheme/authority of the first.

@@ -255,6 +255,12 @@ class HadoopFileIO(FileIO):
             return f.read_at(length, offset).to_pybytes()
 
     # namespace ----------------------------------------------------------------------------
+    def set_replication(self, path: str, replication: int) -> bool:
+        """hdfsSetReplication (dfs.replication of one file)."""
+        _, p = self._p(path)
+        self._c.set_replication(p, check_int(replication, "replication"))
+        return True
+
     def rename(self, src: str, dst: str) -> None:
         """hdfsRename: atomic on the NameNode, refused when ``dst`` exists."""
         src, sp = self._p(src)

@@ -123,6 +123,7 @@ class LibHdfs:
             "hdfsSeek": ([_c_p, _c_p, ctypes.c_int64], ctypes.c_int),
             "hdfsAvailable": ([_c_p, _c_p], ctypes.c_int),
             "hdfsRename": ([_c_p, ctypes.c_char_p, ctypes.c_char_p], ctypes.c_int),
+            "hdfsSetReplication": ([_c_p, ctypes.c_char_p, ctypes.c_int16], ctypes.c_int),
         }
         for name, (args, res) in sig.items():
             try:
@@ -246,6 +247,11 @@ class Connection:
         """FileSystem.rename: True on success, False when refused (dst exists, src or
         dst parent missing)."""
         return self.h.lib.hdfsRename(self.fs, src.encode(), dst.encode()) == 0
+
+    def set_replication(self, path: str, replication: int) -> None:
+        """hdfsSetReplication of a file."""
+        if self.h.lib.hdfsSetReplication(self.fs, path.encode(), replication) != 0:
+            raise self.fail("setReplication", path)
 
     def visible_length(self, path: str, namenode_length: int) -> int:
         """Length a reader sees, including the hflushed part of a block under

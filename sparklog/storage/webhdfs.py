@@ -294,6 +294,12 @@ class WebHdfsFileIO(FileIO):
         return self._call("read", path, _read)
 
     # namespace ----------------------------------------------------------------------------
+    def set_replication(self, path: str, replication: int) -> bool:
+        """op=SETREPLICATION (dfs.replication of one file)."""
+        path, hp = self._p(path)
+        self._call("setreplication", path, self.client.set_replication, hp, int(replication))
+        return True
+
     def rename(self, src: str, dst: str) -> None:
         """op=RENAME; FileAlreadyExistsError when ``dst`` exists."""
         src, sp = self._p(src)

@@ -58,5 +58,5 @@ def test_job_through_a_broker_and_groups_describe(spark, storage_root, tmp_path,
         assert lines[0].split()[:6] == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET",
                                         "LOG-END-OFFSET", "LAG"]
         assert [line.split() for line in lines[1:]] == [
-            ["via-broker", "events", "0", "12", "15", "3", "-", "-", "etl-delta-v1"],
-            ["via-broker", "events", "1", "12", "12", "0", "-", "-", "etl-delta-v1"]]
+            ["via-broker", "events", "0", "12", "15", "3", "-", "-", "etl-delta-txn1"],
+            ["via-broker", "events", "1", "12", "12", "0", "-", "-", "etl-delta-txn1"]]

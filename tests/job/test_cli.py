@@ -34,11 +34,11 @@ def test_etl_run_twice_and_describe(spark, storage_root, tmp_path, capsys, monke
     captured = capsys.readouterr()
     doc = json.loads(captured.out)
     assert (doc["committed"], doc["version"], doc["inputRecords"]) == (True, 0, 20)
-    assert "[etl nightly] planned version 0" in captured.err
+    assert "[etl nightly] planned transaction version 0" in captured.err
     add_records(store, "events", 1, 12, 3)
     assert main(args + ["--quiet"]) == 0
     captured = capsys.readouterr()
-    assert "committed version 1: 7 records" in captured.out and captured.err == ""
+    assert "committed transaction version 1: 7 records" in captured.out and captured.err == ""
     assert main(["etl", "describe", "--output", out, "--path", storage_root]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:6] == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET",
@@ -55,7 +55,9 @@ def test_etl_run_sql_into_delta_and_errors(spark, storage_root, tmp_path, capsys
     base = ["etl", "run", "--subscribe", "events", "--app-id", "a", "--path", storage_root,
             "--output", out]
     assert main(base + ["--sql", SQL, "--partition-by", "partition", "--quiet"]) == 0
-    assert "committed version 0: 5 records" in capsys.readouterr().out
+    # the transaction version (the run) and the Delta table version, each named
+    assert "committed transaction version 0 (Delta table version 1):" in \
+        capsys.readouterr().out
     assert_exactly_once(out, "delta", "a", {("events", 0): 5})
     assert main(base + ["--transform", "nope"]) == 1
     assert "must be MODULE:FUNCTION" in capsys.readouterr().err

@@ -48,7 +48,7 @@ def test_runs_pick_up_exactly_the_new_records(spark, topic, tmp_path, fmt):
     r0 = run_incremental(spark, app_id="app", subscribe="events", path=root, output=out,
                          format=fmt, transform=SQL, progress=lines.append)
     assert (r0.committed, r0.version, r0.input_records, r0.output_records) == (True, 0, 60, 60)
-    assert any("planned version 0" in line for line in lines)
+    assert any("planned transaction version 0" in line for line in lines)
     add_records(store, "events", 0, 20, 10)
     add_records(store, "events", 2, 20, 5)
     r1 = run_incremental(spark, app_id="app", subscribe="events", path=root, output=out,
@@ -56,11 +56,11 @@ def test_runs_pick_up_exactly_the_new_records(spark, topic, tmp_path, fmt):
     assert (r1.version, r1.input_records) == (1, 15)
     assert [(r.partition, r.from_offset, r.until_offset) for r in r1.ranges] == \
         [(0, 20, 30), (2, 20, 25)]
-    assert "committed version 1: 15 records" in r1.summary()
+    assert "committed transaction version 1" in r1.summary()
     r2 = run_incremental(spark, app_id="app", subscribe="events", path=root, output=out,
                          format=fmt, transform=SQL)
     assert (r2.committed, r2.version, r2.ranges) == (False, 1, [])
-    assert "nothing new since version 1" in r2.summary()
+    assert "nothing new since transaction version 1" in r2.summary()
     assert_exactly_once(out, fmt, "app", {("events", 0): 30, ("events", 1): 20,
                                           ("events", 2): 25})
 

@@ -94,7 +94,7 @@ def test_sigkill_at_step_then_rerun(spark, storage_root, tmp_path, fmt, step, la
     assert done.returncode != 0, done.stdout
     if launcher is cli:
         assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
-    assert "committed version" not in done.stdout
+    assert "committed transaction version" not in done.stdout
     versions = [d["version"] for d in commit_docs(out, fmt, "app")]
     assert versions == ([0, 1] if step == "after-commit" else [0]), done.stderr[-2000:]
     runs = os.path.join(local(out), "sparklog-runs" if fmt == "delta" else "_sparklog/staging",

@@ -100,7 +100,7 @@ def test_result_summary_and_dict():
     r = JobResult("app", "file:///o", "delta", True, 3, [OffsetRange("t", 0, 10, 15)],
                   {("t", 0): 15, ("t", 1): 4}, 5, 5, 1, 1.25)
     text = r.summary()
-    assert "committed version 3: 5 records from 1 partition range(s) -> 5 rows" in text
+    assert "committed transaction version 3: 5 records from 1 partition range(s) -> 5 rows" in text
     assert "t-0: offsets [10, 15)" in text and "t-0=15, t-1=4" in text
     doc = r.to_dict()
     assert doc["offsets"] == {"t": {"0": 15, "1": 4}} and doc["ranges"][0]["untilOffset"] == 15

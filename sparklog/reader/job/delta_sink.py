@@ -146,6 +146,11 @@ class DeltaSink(Sink):
                 "explicit starting offsets")
         return record
 
+    def table_version(self) -> int | None:
+        """The Delta table's version (None before the table exists)."""
+        dt = self.table()
+        return None if dt is None else dt.version()
+
     def committed_version(self, app_id: str) -> int | None:
         """The application's Delta transaction version (from the snapshot itself)."""
         dt = self.table()

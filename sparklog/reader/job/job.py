@@ -77,8 +77,11 @@ class JobBatch:
 
 @dataclass
 class JobResult:
-    """What one run did. ``committed`` is False when there was nothing new (then
-    ``version`` is the application's current version, or None)."""
+    """What one run did. ``version`` is the application's *transaction version* (its
+    run counter, Delta's ``txn`` version); ``table_version`` the Delta table's version
+    (what Delta's history calls the version) after the run, None for Parquet.
+    ``committed`` is False when there was nothing new (then ``version`` is the
+    application's current transaction version, or None)."""
 
     app_id: str
     output: str
@@ -92,17 +95,20 @@ class JobResult:
     files: int = 0
     seconds: float = 0.0
     cleaned: int = 0
+    table_version: int | None = None
 
     def summary(self) -> str:
         """A few human-readable lines describing the run."""
         head = (f"application {self.app_id} -> {self.format} {self.output}: ")
         if not self.committed:
             head += ("nothing new to read" if self.version is None
-                     else f"nothing new since version {self.version}")
+                     else f"nothing new since transaction version {self.version}")
         else:
-            head += (f"committed version {self.version}: {self.input_records} records from "
-                     f"{len(self.ranges)} partition range(s) -> {self.output_records} rows in "
-                     f"{self.files} file(s)")
+            table = "" if self.table_version is None else \
+                f" (Delta table version {self.table_version})"
+            head += (f"committed transaction version {self.version}{table}: "
+                     f"{self.input_records} records from {len(self.ranges)} partition "
+                     f"range(s) -> {self.output_records} rows in {self.files} file(s)")
         lines = [head + f" ({self.seconds:.1f} s)"]
         for r in self.ranges:
             lines.append(f"  {r.topic}-{r.partition}: offsets [{r.from_offset}, "
@@ -118,6 +124,7 @@ class JobResult:
 
         return {"appId": self.app_id, "output": self.output, "format": self.format,
                 "committed": self.committed, "version": self.version,
+                "tableVersion": self.table_version,
                 "ranges": [r.to_dict() for r in self.ranges],
                 "offsets": offsets_to_json(self.offsets),
                 "inputRecords": self.input_records, "outputRecords": self.output_records,
@@ -303,8 +310,8 @@ class IncrementalJob:
         if cleaned:
             self._say(f"removed {cleaned} failed attempt(s) of earlier runs")
         batch = self.plan()
-        self._say(f"planned version {batch.version}: {batch.input_records} records in "
-                  f"{len(batch.ranges)} range(s)")
+        self._say(f"planned transaction version {batch.version}: {batch.input_records} "
+                  f"records in {len(batch.ranges)} range(s)")
         if batch.empty and (batch.previous is not None or not batch.start_offsets):
             return None
         batch.df = self.read(batch)
@@ -322,8 +329,9 @@ class IncrementalJob:
         """
         self.sink.validate(result)
         self.spark.sparkContext.setJobDescription(
-            f"sparklog job {self.app_id} version {batch.version} -> {self.sink.uri}")
-        self._say(f"writing version {batch.version} (attempt {batch.attempt})")
+            f"sparklog job {self.app_id} transaction version {batch.version} -> "
+            f"{self.sink.uri}")
+        self._say(f"writing transaction version {batch.version} (attempt {batch.attempt})")
         staged = None
         try:
             staged = self.sink.stage(result, self.app_id, batch.version, batch.attempt)
@@ -356,12 +364,13 @@ class IncrementalJob:
             return JobResult(self.app_id, self.sink.uri, self.sink.format, False,
                              last.version if last else None, [],
                              dict(last.offsets) if last else {},
-                             seconds=time.monotonic() - t0)
+                             seconds=time.monotonic() - t0,
+                             table_version=self.sink.table_version())
         record = self.commit(batch, apply_transform(batch.df, transform))
         cleaned = self.sink.cleanup(self.app_id)
         result = JobResult(self.app_id, self.sink.uri, self.sink.format, True, record.version,
                            list(record.ranges), dict(record.offsets), record.input_records,
                            record.output_records, record.files, time.monotonic() - t0,
-                           cleaned)
+                           cleaned, self.sink.table_version())
         self._say(result.summary().splitlines()[0])
         return result

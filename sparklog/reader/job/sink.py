@@ -198,6 +198,10 @@ class Sink(abc.ABC):
         """Check the job's result ``df`` against the existing output before anything is
         written (schema, partitioning); the base class accepts everything."""
 
+    def table_version(self) -> int | None:
+        """The output's own version (a Delta table's), None where it has none."""
+        return None
+
     # --- shared steps ----------------------------------------------------------------
     def committed_version(self, app_id: str) -> int | None:
         """The transaction version ``app_id`` committed last (None if none)."""

@@ -109,11 +109,49 @@ def register(spark, *, filter_pushdown: bool | None = None) -> None:
     source = SparklogPushdownDataSource if filter_pushdown else SparklogDataSource
     if filter_pushdown:
         spark.conf.set(PUSHDOWN_CONF, "true")
-    try:
-        spark.dataSource.register(source)
-    except Exception as exc:  # the JVM reader's jar holds the name: register behind it
-        if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
-            raise
-        from ..jvm import register_python_source
+    with _quiet_replacement(spark):
+        try:
+            spark.dataSource.register(source)
+        except Exception as exc:  # the JVM reader's jar holds the name: register behind it
+            if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
+                raise
+            from ..jvm import register_python_source
 
-        register_python_source(spark, source)
+            register_python_source(spark, source)
+
+
+#: the JVM logger that warns when a data source replaces a statically registered one
+_DATA_SOURCE_MANAGER = "org.apache.spark.sql.execution.datasources.DataSourceManager"
+
+
+class _quiet_replacement:
+    """Silence Spark's "The data source sparklog replaced a statically registered data
+    source" while :func:`register` replaces the source that ``pyspark_sparklog``
+    registered statically (it is sparklog's own: nothing to warn about)."""
+
+    def __init__(self, spark):
+        self.configurator = self.level = None
+        try:
+            jvm = spark.sparkContext._jvm
+            self.configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+            self.logger = jvm.org.apache.logging.log4j.LogManager.getLogger(
+                _DATA_SOURCE_MANAGER)
+            self.error = jvm.org.apache.logging.log4j.Level.ERROR
+        except Exception:  # Spark Connect (no JVM here) or another logging backend
+            self.configurator = None
+
+    def __enter__(self):
+        if self.configurator is not None:
+            try:
+                self.level = self.logger.getLevel()
+                self.configurator.setLevel(_DATA_SOURCE_MANAGER, self.error)
+            except Exception:
+                self.configurator = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.configurator is not None:
+            try:
+                self.configurator.setLevel(_DATA_SOURCE_MANAGER, self.level)
+            except Exception as err:  # only a log level: never fails the registration
+                log.debug("log level of %s not restored: %s", _DATA_SOURCE_MANAGER, err)

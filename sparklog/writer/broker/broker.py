@@ -23,7 +23,7 @@ from ...coordination.base import BrokerInfo, CoordinationStore
 from ...coordination.local import LocalCoordinationStore
 from ...names import printable, validate_transactional_id
 from ...errors import (
-    InvalidArgumentError, InvalidProducerEpochError, OffsetOutOfRangeError,
+    InvalidArgumentError, InvalidProducerEpochError, LeaseHeldError, OffsetOutOfRangeError,
     RequestTimedOutError, SparklogError, UnknownTopicOrPartitionError, UnsupportedVersionError,
     error_name,
 )
@@ -188,7 +188,7 @@ class Broker:
             self.leadership = BrokerLeadership(self, self.store)
         # cluster mode: partitions open when the controller makes this broker their leader
         names = [] if self.leadership else await self.run_io(self.topics.list_topics)
-        opened = 0
+        opened, held = 0, []
         for name in names:
             try:
                 tc = await self.topic_config(name)
@@ -198,10 +198,15 @@ class Broker:
             results = await asyncio.gather(
                 *(self.writer(name, p) for p in range(tc.partitions)), return_exceptions=True)
             for p, res in enumerate(results):
-                if isinstance(res, BaseException):
+                if isinstance(res, LeaseHeldError):
+                    held.append(f"{name}-{p}")
+                elif isinstance(res, BaseException):
                     log.error("partition %s-%d: recovery failed: %s", name, p, res)
                 else:
                     opened += 1
+        if held:  # said once; each request for them gets the error itself
+            log.info("%d partition(s) not opened, another process writes them (a broker "
+                     "serving this storage?): %s", len(held), ", ".join(held))
         self._server = await self.loop.create_server(
             server.protocol_factory(self), self.host, self.port, reuse_address=True)
         self.host, self.port = self._server.sockets[0].getsockname()[:2]
@@ -330,7 +335,13 @@ class Broker:
         if task is None:
             task = self._opening[key] = self.loop.create_task(self._open(tc, partition))
             task.add_done_callback(lambda _t: self._opening.pop(key, None))
-        return await asyncio.shield(task)
+        try:
+            return await asyncio.shield(task)
+        except LeaseHeldError as exc:
+            raise LeaseHeldError(
+                f"partition {topic}-{partition} is written by another process, probably a "
+                f"broker serving this storage: connect to that broker (host:port) instead "
+                f"of opening the storage here ({exc})") from None
 
     async def _open(self, tc: TopicConfig, partition: int) -> PartitionWriter:
         name = f"{tc.name}-{partition}"

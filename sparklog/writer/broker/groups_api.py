@@ -1,5 +1,5 @@
 """Group APIs of the broker: JoinGroup, Heartbeat, LeaveGroup, ListGroups,
-DescribeGroups, OffsetCommit and OffsetFetch.
+DescribeGroups, DeleteGroups, OffsetCommit and OffsetFetch.
 
 Membership is the :class:`~sparklog.writer.broker.group.GroupCoordinator`'s (memory);
 offsets are the coordination store's (persistent). Each handler is
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ...coordination.base import OffsetAndMetadata
 from ...names import validate_group_id
-from ...errors import SparklogError
+from ...errors import GroupIdNotFoundError, NonEmptyGroupError, SparklogError
 from ...metadata import validate_partition
 from ...protocol.apis import NO_OFFSET, ApiKey
 from ...protocol.codec import error_fields
@@ -54,24 +54,53 @@ async def list_groups(broker, body, ctx) -> dict:
     return {**_OK, "groups": [{"group_id": g, "state": s} for g, s in sorted(groups.items())]}
 
 
+async def _describe(broker, group_id: str, known: dict) -> dict:
+    """The DescribeGroups item of one group (raises for a bad group id)."""
+    item = broker.groups.describe(group_id)
+    if broker.leadership is not None and not item["members"]:
+        from ...coordination.zkgroups import group_description
+
+        # cluster mode: Kafka 0.8's consumer groups registered in ZooKeeper
+        zk_item = await broker.run_io(group_description, broker.store, group_id)
+        if zk_item["members"]:
+            item = zk_item
+    if item["state"] == "Dead" and group_id in known:
+        item["state"] = EMPTY
+    return item
+
+
 async def describe_groups(broker, body, ctx) -> dict:
     """DescribeGroups: state, generation, members and their assignments."""
     known = await _known_groups(broker)
     out = []
     for group_id in body["groups"]:
         try:
-            item = broker.groups.describe(group_id)
-            if broker.leadership is not None and not item["members"]:
-                from ...coordination.zkgroups import group_description
-
-                # cluster mode: Kafka 0.8's consumer groups registered in ZooKeeper
-                zk_item = await broker.run_io(group_description, broker.store, group_id)
-                if zk_item["members"]:
-                    item = zk_item
-            if item["state"] == "Dead" and group_id in known:
-                item["state"] = EMPTY
+            item = await _describe(broker, group_id, known)
         except SparklogError as exc:
             item = {"group_id": group_id, "state": "Dead", **error_fields(exc)}
+        out.append(item)
+    return {**_OK, "groups": out}
+
+
+async def delete_groups(broker, body, ctx) -> dict:
+    """DeleteGroups: forget groups without members (their committed offsets); a group
+    with members answers NonEmptyGroup, an unknown one GroupIdNotFound."""
+    known = await _known_groups(broker)
+    out = []
+    for group_id in body["groups"]:
+        item = {"group_id": group_id, **_OK}
+        try:
+            described = await _describe(broker, group_id, known)
+            if described["members"]:
+                raise NonEmptyGroupError(
+                    f"group {group_id!r} has {len(described['members'])} active member(s): "
+                    "stop its consumers first")
+            if group_id not in known:
+                raise GroupIdNotFoundError(f"consumer group {group_id!r} does not exist")
+            await broker.run_io(broker.store.delete_offsets, group_id)
+            broker.groups.groups.pop(group_id, None)
+        except SparklogError as exc:
+            item.update(error_fields(exc))
         out.append(item)
     return {**_OK, "groups": out}
 
@@ -139,6 +168,7 @@ HANDLERS = {
     ApiKey.LEAVE_GROUP: leave_group,
     ApiKey.LIST_GROUPS: list_groups,
     ApiKey.DESCRIBE_GROUPS: describe_groups,
+    ApiKey.DELETE_GROUPS: delete_groups,
     ApiKey.OFFSET_COMMIT: offset_commit,
     ApiKey.OFFSET_FETCH: offset_fetch,
 }

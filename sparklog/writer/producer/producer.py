@@ -24,8 +24,8 @@ import pyarrow as pa
 from ...client.network import NetworkClient
 from ...client.settings import client_config
 from ...errors import (
-    InvalidArgumentError, InvalidConfigError, RecordTooLargeError, RequestTimedOutError,
-    SchemaMismatchError, SparklogError,
+    BrokerNotAvailableError, InvalidArgumentError, InvalidConfigError, RecordTooLargeError,
+    RequestTimedOutError, SchemaMismatchError, SparklogError,
 )
 from ...format.frame import (
     HEADER_TYPE, RAW_SCHEMA, TIMESTAMP_COLUMN, TIMESTAMP_TYPE, encode_frame, raw_batch,
@@ -59,6 +59,8 @@ DEFAULT_CONFIG = {
     "max_request_size": 1048576,
     "retries": 2147483647,
     "retry_backoff_ms": 100,
+    "reconnect_backoff_ms": 50,
+    "reconnect_backoff_max_ms": 1000,
     "request_timeout_ms": 30000,
     "delivery_timeout_ms": 120000,
     "max_in_flight_requests_per_connection": 5,
@@ -162,7 +164,9 @@ class Producer:
             request_timeout_ms=cfg["request_timeout_ms"],
             max_in_flight=cfg["max_in_flight_requests_per_connection"],
             retry_backoff_ms=cfg["retry_backoff_ms"],
-            metadata_max_age_ms=cfg["metadata_max_age_ms"])
+            metadata_max_age_ms=cfg["metadata_max_age_ms"],
+            reconnect_backoff_ms=cfg["reconnect_backoff_ms"],
+            reconnect_backoff_max_ms=cfg["reconnect_backoff_max_ms"])
         self._accumulator = RecordAccumulator(
             batch_size=cfg["batch_size"], linger_ms=cfg["linger_ms"],
             buffer_memory=cfg["buffer_memory"], max_block_ms=cfg["max_block_ms"],
@@ -191,9 +195,20 @@ class Producer:
 
     # --- topic metadata -------------------------------------------------------------
     def _topic(self, topic: str) -> _Topic:
+        """The topic's metadata, loaded on first use; while no broker answers (one is
+        restarting) the load is retried for up to ``max_block_ms``, as kafka-python's
+        send() waits for metadata."""
         info = self._topics.get(topic)
         if info is None:
-            info = self._topics[topic] = self._load_topic(topic)
+            deadline = time.monotonic() + self.config["max_block_ms"] / 1000.0
+            while True:
+                try:
+                    info = self._topics[topic] = self._load_topic(topic)
+                    return info
+                except (BrokerNotAvailableError, RequestTimedOutError):
+                    if time.monotonic() >= deadline:
+                        raise
+                    time.sleep(self.config["retry_backoff_ms"] / 1000.0)
         return info
 
     def _load_topic(self, topic: str) -> _Topic:
@@ -229,9 +244,10 @@ class Producer:
         for topic in list(self._topics):
             try:
                 self._topics[topic] = self._load_topic(topic)
-            except SparklogError as exc:  # deleted or unreachable: looked up on next send
+            except SparklogError as exc:  # deleted: looked up on next send
                 log.info("metadata of topic %r not refreshed: %s", topic, exc)
-                self._topics.pop(topic, None)
+                if not isinstance(exc, (BrokerNotAvailableError, RequestTimedOutError)):
+                    self._topics.pop(topic, None)  # unreachable: the old metadata stays
 
     def _topic_of(self, topic: str) -> _Topic:
         info = self._topics.get(topic)
@@ -248,16 +264,21 @@ class Producer:
 
     # --- send -----------------------------------------------------------------------
     def send(self, topic: str, value=None, key=None, headers=None, partition=None,
-             timestamp=None):
+             timestamp=None, timestamp_ms=None):
         """Send one record; returns a future of its RecordMetadata (see module doc).
 
         ``value``/``key``: bytes (str is UTF-8 encoded; other types need a
         value/key_serializer); for a typed topic ``value`` is a dict of the row's columns.
-        ``headers``: list of ``(str, bytes)``. ``timestamp``: ms since the epoch
-        (default now). Blocks up to ``max_block_ms`` when the buffer is full.
+        ``headers``: list of ``(str, bytes)``. ``timestamp`` (or kafka-python's name
+        ``timestamp_ms``): the record's CreateTime, ms since the epoch (default now).
+        Blocks up to ``max_block_ms`` when the buffer is full.
         """
         if self._closed:
             raise InvalidArgumentError("send() on a closed producer")
+        if timestamp_ms is not None:
+            if timestamp is not None and timestamp != timestamp_ms:
+                raise InvalidArgumentError("send(): timestamp and timestamp_ms differ; give one")
+            timestamp = timestamp_ms
         info = self._topics.get(topic)
         if info is None:
             info = self._topic(topic)
