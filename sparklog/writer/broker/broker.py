@@ -95,7 +95,7 @@ class Broker:
 
     def __init__(self, storage_uri: str, config: BrokerConfig | None = None, *,
                  store: CoordinationStore | None = None, fileio: FileIO | None = None,
-                 metrics: bool = True):
+                 metrics: bool = True, refusal_log_level: int = logging.WARNING):
         if not isinstance(storage_uri, str) or not storage_uri:
             raise InvalidArgumentError(
                 f"storage URI must be a non-empty string, got {storage_uri!r}")
@@ -123,7 +123,7 @@ class Broker:
                 self.metrics = BrokerMetrics()
             except ImportError:  # prometheus-client is an optional extra
                 log.warning("prometheus-client is not installed: broker metrics are off")
-        self.refusals = RefusalLog(self.metrics)
+        self.refusals = RefusalLog(self.metrics, level=refusal_log_level)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.pool = concurrent.futures.ThreadPoolExecutor(
             self.config.num_io_threads, thread_name_prefix="sparklog-io")

@@ -30,7 +30,9 @@ class EmbeddedBroker:
         self.config = BrokerConfig.from_props(props)
         self.storage_uri = storage_uri
         self.start_timeout = start_timeout
-        self.broker = Broker(storage_uri, self.config, store=store)
+        # its client raises every refusal to the caller: no second report in the log
+        self.broker = Broker(storage_uri, self.config, store=store,
+                             refusal_log_level=logging.DEBUG)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()

@@ -3,7 +3,9 @@ counted in ``sparklog_request_errors_total{api="Produce", error=<Kafka name>}`` 
 when it refuses data for good (not a retriable error like NOT_LEADER_OR_FOLLOWER),
 logged as a WARNING naming the topic-partition, the error (with the sizes it involves)
 and the client. Warnings are rate-limited per topic-partition and error: one, then at
-most one per ``interval`` seconds saying how many were not logged in between."""
+most one per ``interval`` seconds saying how many were not logged in between. An
+embedded broker logs them at DEBUG instead: its in-process client reports each refusal
+to its caller already."""
 
 from __future__ import annotations
 
@@ -17,10 +19,13 @@ log = logging.getLogger(__name__)
 
 
 class RefusalLog:
-    """See the module docstring. ``metrics`` is the broker's BrokerMetrics (or None)."""
+    """See the module docstring. ``metrics`` is the broker's BrokerMetrics (or None);
+    ``level`` the logging level of the refusal lines."""
 
-    def __init__(self, metrics=None, interval: float = 10.0, clock=time.monotonic):
+    def __init__(self, metrics=None, interval: float = 10.0, clock=time.monotonic,
+                 level: int = logging.WARNING):
         self.metrics = metrics
+        self.level = level
         self.interval = interval
         self.clock = clock
         self._lock = threading.Lock()
@@ -48,7 +53,7 @@ class RefusalLog:
                 self._last.clear()
             self._last[key] = [now, 0]
         more = f" ({suppressed} more since the last warning)" if suppressed else ""
-        log.warning("%s to %s-%d from %s refused: %s: %d bytes of records: %s%s", api, topic,
+        log.log(self.level, "%s to %s-%d from %s refused: %s: %d bytes of records: %s%s", api, topic,
                     partition, client, name, size, error, more)
 
 
