@@ -37,6 +37,20 @@ class InvalidConfigError(InvalidArgumentError):
     code = 40
 
 
+class InvalidPartitionsError(InvalidArgumentError):
+    """A partition count is not allowed: below 1, or above the broker's
+    ``max.topic.partitions`` (Kafka: InvalidPartitionsException)."""
+
+    code = 37
+
+
+class PolicyViolationError(InvalidArgumentError):
+    """A request would break a broker policy, such as ``max.broker.partitions``
+    (Kafka: PolicyViolationException)."""
+
+    code = 44
+
+
 class SchemaMismatchError(InvalidArgumentError):
     """Records do not match the declared Arrow schema of a typed topic."""
 

@@ -15,6 +15,7 @@ networking (framing, ordering, limits, sendfile) in :mod:`.server`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import logging
 import time
@@ -22,7 +23,7 @@ import time
 from ...coordination.base import BrokerInfo, CoordinationStore
 from ...coordination.local import LocalCoordinationStore
 from ...errors import (
-    InvalidArgumentError, OffsetOutOfRangeError, RequestTimedOutError, SparklogError,
+    InvalidArgumentError, InvalidPartitionsError, OffsetOutOfRangeError, PolicyViolationError, RequestTimedOutError, SparklogError,
     UnknownTopicOrPartitionError, UnsupportedVersionError,
 )
 from ...log.config import LogConfig
@@ -35,7 +36,8 @@ from ...protocol.apis import (
 from ...protocol.codec import FileRegion, RequestHeader, decode_request_body, error_fields
 from ...storage import FileIO, open_fileio
 from ...storage.paths import url_scheme
-from . import admin, groups_api, server
+from . import admin, groups_api, resources, server
+from .acceptor import Acceptor
 from ...retention.manager import RetentionManager
 from .config import BrokerConfig
 from .group import GroupCoordinator
@@ -47,16 +49,19 @@ _NO_ERROR = {"error_code": 0, "error_message": ""}
 
 
 class RequestContext:
-    """Who sent a request (client id and host) and the connection's ordering lock:
-    produce requests of one connection reach their partitions' queues in the order
-    they arrived, though they are handled concurrently."""
+    """Who sent a request (client id and host), the connection's ordering lock
+    (produce requests of one connection reach their partitions' queues in the order
+    they arrived, though they are handled concurrently) and ``closed``, a future done
+    once the connection is gone (a long poll of a closed connection ends at once)."""
 
-    __slots__ = ("client_id", "client_host", "order")
+    __slots__ = ("client_id", "client_host", "order", "closed")
 
-    def __init__(self, client_id: str, client_host: str, order: asyncio.Lock | None = None):
+    def __init__(self, client_id: str, client_host: str, order: asyncio.Lock | None = None,
+                 closed: asyncio.Future | None = None):
         self.client_id = client_id
         self.client_host = client_host
         self.order = order or asyncio.Lock()
+        self.closed = closed
 
 
 def _time_out(futures, timeout_ms: int) -> None:
@@ -106,13 +111,19 @@ class Broker:
             self.config.num_io_threads, thread_name_prefix="sparklog-io")
         self.partitions: dict[tuple[str, int], PartitionWriter] = {}
         self._opening: dict[tuple[str, int], asyncio.Task] = {}
+        #: open partitions, least recently used first (see _close_idle)
+        self._recent: collections.OrderedDict = collections.OrderedDict()
+        #: leader epoch of partitions closed while idle (reopened without a new epoch)
+        self._closed_idle: dict[tuple[str, int], int] = {}
+        self._idle_closes: dict[tuple[str, int], asyncio.Task] = {}
+        self.limits: resources.ResourceLimits | None = None
         self._topic_cache: dict[str, TopicConfig] = {}
         self.deleting: set[str] = set()
         self._refence: set[tuple[str, int]] = set()
         self.groups: GroupCoordinator | None = None
         self.stopping = False
         self.host, self.port = self.config.listen_host_port
-        self._server: asyncio.AbstractServer | None = None
+        self._server: Acceptor | None = None
         self.connections: set = set()
         self.budget: server.ByteBudget | None = None
         self._pid_next = self._pid_end = 0
@@ -163,23 +174,29 @@ class Broker:
             self.leadership = BrokerLeadership(self, self.store)
         # cluster mode: partitions open when the controller makes this broker their leader
         names = [] if self.leadership else await self.run_io(self.topics.list_topics)
-        opened = 0
+        served = []
         for name in names:
             try:
                 tc = await self.topic_config(name)
+                self.check_served(tc)
             except SparklogError as exc:
-                log.error("topic %s: cannot read its config: %s", name, exc)
+                log.error("topic %s: not served: %s", name, exc)
                 continue
-            results = await asyncio.gather(
-                *(self.writer(name, p) for p in range(tc.partitions)), return_exceptions=True)
-            for p, res in enumerate(results):
-                if isinstance(res, BaseException):
-                    log.error("partition %s-%d: recovery failed: %s", name, p, res)
-                else:
-                    opened += 1
-        self._server = await self.loop.create_server(
-            server.protocol_factory(self), self.host, self.port, reuse_address=True)
-        self.host, self.port = self._server.sockets[0].getsockname()[:2]
+            served.append(tc)
+        total = sum(tc.partitions for tc in served)
+        if total > self.config.max_broker_partitions:
+            log.error("the storage root holds %d partitions, above max.broker.partitions=%d: "
+                      "creating topics or partitions is refused until topics are deleted or "
+                      "the limit raised", total, self.config.max_broker_partitions)
+        self.limits = resources.plan(self.config.max_open_partitions,
+                                     self.config.max_connections, total)
+        opened = await self._recover_existing(served)
+        self._server = Acceptor(
+            self.loop, server.protocol_factory(self, lambda r: self._server.on_closed(r.peer_ip)),
+            self.host, self.port, max_connections=self.limits.max_connections,
+            max_connections_per_ip=self.config.max_connections_per_ip)
+        self.host, self.port = self._server.address
+        self._server.start()
         if self.leadership is not None:
             self.leadership.start()
         self.retention = RetentionManager(lambda: self.partitions.values(), self.run_io,
@@ -194,6 +211,30 @@ class Broker:
                  "recovered in %.2fs", self.broker_id, self.address, self.storage_uri, opened,
                  len(names), time.monotonic() - started)
         return self.address
+
+    async def _recover_existing(self, topics: list[TopicConfig]) -> int:
+        """Open (recover) the partitions that have a directory (partitions never
+        written have none: they open on first use), at most ``max.open.partitions``;
+        return how many opened."""
+        room = self.limits.max_open_partitions
+        keys = []
+        for tc in topics:
+            listed = await self.run_io(self.fileio.list, self.topics.topic_dir(tc.name))
+            numbers = sorted(int(i.name) for i in listed if i.is_dir and i.name.isdigit())
+            keys += [(tc.name, p) for p in numbers if p < tc.partitions]
+        if len(keys) > room:
+            log.warning("%d partitions have data; recovering %d now (max.open.partitions), "
+                        "the others when first used", len(keys), room)
+            keys = keys[:room]
+        results = await asyncio.gather(*(self.writer(t, p) for t, p in keys),
+                                       return_exceptions=True)
+        opened = 0
+        for (t, p), res in zip(keys, results):
+            if isinstance(res, BaseException):
+                log.error("partition %s-%d: recovery failed: %s", t, p, res)
+            else:
+                opened += 1
+        return opened
 
     async def stop(self) -> None:
         """Graceful shutdown (see the module docstring). Idempotent."""
@@ -220,6 +261,8 @@ class Broker:
                 w.wake_fetchers()  # long polls answer now with what they have
             if conns:
                 await asyncio.wait([c.task for c in conns], timeout=timeout)
+            if self._idle_closes:
+                await asyncio.gather(*self._idle_closes.values(), return_exceptions=True)
             writers = list(self.partitions.items())
             self.partitions.clear()
             await asyncio.gather(*(w.close() for _, w in writers), return_exceptions=True)
@@ -259,6 +302,42 @@ class Broker:
         """Drop a topic from the cache (after create/alter/delete)."""
         self._topic_cache.pop(name, None)
 
+    def check_served(self, tc: TopicConfig) -> None:
+        """InvalidPartitionsError if the topic has more partitions than
+        ``max.topic.partitions`` (a topic created under a higher limit, or before there
+        was one): it is not served, but can be described, altered and deleted."""
+        limit = self.config.max_topic_partitions
+        if tc.partitions > limit:
+            raise InvalidPartitionsError(
+                f"topic {tc.name!r} has {tc.partitions} partitions, above "
+                f"max.topic.partitions={limit} of broker {self.broker_id}: it is not served; "
+                f"delete it (sparklog topics delete {tc.name}) or raise the limit")
+
+    async def check_new_partitions(self, name: str, count: int, current: int = 0) -> None:
+        """Refuse a topic of ``count`` partitions (``current`` before an alteration)
+        above ``max.topic.partitions`` (InvalidPartitionsError) or bringing the
+        partitions on the storage root above ``max.broker.partitions`` times the
+        number of brokers (PolicyViolationError)."""
+        limit = self.config.max_topic_partitions
+        if count <= current:
+            return
+        if count > limit:
+            raise InvalidPartitionsError(
+                f"topic {name!r}: {count} partitions requested, above "
+                f"max.topic.partitions={limit} of broker {self.broker_id}")
+        names = await self.run_io(self.topics.list_topics)
+        counts = await self.partition_counts(n for n in names if n != name)
+        total = sum(c for c in counts.values() if c <= limit)
+        brokers = 1
+        if self.leadership is not None:
+            brokers = max(len(self.leadership.metadata()["brokers"]), 1)
+        cap = self.config.max_broker_partitions * brokers
+        if total + count > cap:
+            raise PolicyViolationError(
+                f"topic {name!r}: {count - current} more partition(s) would make "
+                f"{total + count}, above max.broker.partitions={self.config.max_broker_partitions}"
+                f" x {brokers} broker(s); {total + current} exist")
+
     async def partition_counts(self, topics) -> dict[str, int]:
         """{topic: partition count} of the existing topics among ``topics``."""
         out = {}
@@ -282,6 +361,7 @@ class Broker:
         found = self.partitions.get(key)
         if found is not None:
             if not found.failed:
+                self._recent.move_to_end(key)
                 return found
             if self.leadership is not None:
                 self.leadership.check_failed_writer(found)  # fenced: NotLeaderError
@@ -295,6 +375,7 @@ class Broker:
         if partition >= tc.partitions:  # maybe grown by another broker/process
             tc = await self.topic_config(topic, refresh=True)
         validate_partition(partition, tc.partitions, topic)
+        self.check_served(tc)
         if self.stopping:
             raise UnknownTopicOrPartitionError(
                 f"partition {topic}-{partition}: broker {self.broker_id} is shutting down")
@@ -306,10 +387,19 @@ class Broker:
 
     async def _open(self, tc: TopicConfig, partition: int) -> PartitionWriter:
         name = f"{tc.name}-{partition}"
+        closing = self._idle_closes.get((tc.name, partition))
+        if closing is not None:  # its idle close must release the lease first
+            await asyncio.shield(closing)
+
+        closed_epoch = self._closed_idle.pop((tc.name, partition), None)
 
         def open_blocking():
             before = self.store.partition_state(tc.name, partition)
-            state = self.store.acquire_leadership(tc.name, partition, self.broker_id)
+            if before is not None and before.leader == self.broker_id \
+                    and before.leader_epoch == closed_epoch:
+                state = before  # reopened after an idle close: still ours, same epoch
+            else:
+                state = self.store.acquire_leadership(tc.name, partition, self.broker_id)
             # taking over from another broker fences its lease; the same broker id (a
             # restart) only takes over an expired lease, so two processes on one root
             # cannot both write: the second gets LeaseHeldError
@@ -327,12 +417,44 @@ class Broker:
                                  snapshot_interval_ms=self.config.producer_snapshot_interval_ms,
                                  metrics=self.metrics)
         self.partitions[(tc.name, partition)] = writer
+        self._recent[(tc.name, partition)] = None
+        self._close_idle()
         if self.metrics is not None:
             self.metrics.partition_offsets(tc.name, partition, plog.log_end_offset,
                                            plog.high_watermark)
         log.info("partition %s: leader epoch %d, log [%d, %d), %d producer(s)", name, epoch,
                  plog.log_start_offset, plog.log_end_offset, len(state.producers))
         return writer
+
+    def _close_idle(self) -> None:
+        """Above ``max.open.partitions``: close the least recently used partitions that
+        nobody waits on (reopened on their next use, see :mod:`.resources`)."""
+        excess = len(self.partitions) - self.limits.max_open_partitions
+        if excess <= 0 or self.stopping:
+            return
+        for key in list(self._recent):
+            if excess <= 0:
+                break
+            w = self.partitions.get(key)
+            if w is None:
+                del self._recent[key]
+                continue
+            if w.busy:
+                continue
+            del self.partitions[key], self._recent[key]
+            self._closed_idle[key] = w.log.leader_epoch
+            excess -= 1
+            task = self._idle_closes[key] = self.loop.create_task(self._close_writer(w))
+            task.add_done_callback(lambda t, k=key: self._idle_closes.get(k) is t
+                                   and self._idle_closes.pop(k))
+
+    async def _close_writer(self, w: PartitionWriter) -> None:
+        try:
+            await w.close()
+        except Exception as exc:  # noqa: BLE001 - logged; the next open recovers it
+            log.warning("partition %s: closing it (idle) failed: %s", w.name, exc)
+        else:
+            log.debug("partition %s: closed while idle (max.open.partitions)", w.name)
 
     # --- dispatch -------------------------------------------------------------------------------
     async def handle(self, header: RequestHeader, payload, position: int,
@@ -424,12 +546,21 @@ class Broker:
         while True:
             results, total, waiters, errors = await self._fetch_once(body)
             remaining = deadline - self.loop.time()
+            gone = ctx.closed is not None and ctx.closed.done()
             if total >= body["min_bytes"] or errors or remaining <= 0 or self.stopping \
-                    or not waiters:
+                    or not waiters or gone:
+                for w, fut in waiters:
+                    w.forget_waiter(fut)
                 break
-            await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-            for w in waiters:
-                w.cancel()
+            futures = [fut for _, fut in waiters]
+            if ctx.closed is not None:
+                futures.append(ctx.closed)
+            try:
+                await asyncio.wait(futures, timeout=remaining,
+                                   return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w, fut in waiters:
+                    w.forget_waiter(fut)
         topics: dict[str, list] = {}
         for topic, item in results:
             topics.setdefault(topic, []).append(item)
@@ -437,32 +568,44 @@ class Broker:
 
     async def _fetch_once(self, body):
         wanted = []
-        waiters = []
+        waiters = []   # (writer, future): given back to the writer once done
         errors = 0
         for t in body["topics"]:
             for p in t["partitions"]:
                 try:
                     w = await self.writer(t["name"], p["partition"])
-                    waiters.append(w.data_waiter())  # before reading: no lost wake-up
+                    waiters.append((w, w.data_waiter()))  # before reading: no lost wake-up
                     wanted.append((t["name"], p, w, None))
                 except SparklogError as exc:
                     wanted.append((t["name"], p, None, exc))
+                except BaseException:
+                    for w, fut in waiters:
+                        w.forget_waiter(fut)
+                    raise
         budget = max(min(body["max_bytes"], self.config.fetch_max_bytes), 1)
 
         def read_all():
             out, total, errs = [], 0, 0
+            oversized = False
             for topic, p, w, exc in wanted:
                 base = {"partition": p["partition"], "high_watermark": -1,
                         "log_start_offset": -1, "records": b""}
                 if exc is None:
                     try:
                         limit = min(p["partition_max_bytes"], budget - total)
-                        if limit <= 0 and total:
+                        res = None if limit <= 0 and total else \
+                            w.log.read(p["fetch_offset"], max(limit, 1))
+                        if res is not None and res.size > limit:
+                            # one frame larger than the limits is returned whole (as
+                            # Kafka's first record batch), one per response: clients
+                            # bound a response by max_bytes + one frame
+                            res = None if oversized else res
+                            oversized = True
+                        if res is None:
                             base.update(_NO_ERROR, high_watermark=w.log.high_watermark,
                                         log_start_offset=w.log.log_start_offset)
                             out.append((topic, base))
                             continue
-                        res = w.log.read(p["fetch_offset"], max(limit, 1))
                         records = res.data
                         local = self.fileio.local_path(res.segment_path) if res.size else None
                         if local is not None:
@@ -485,7 +628,12 @@ class Broker:
                 out.append((topic, base))
             return out, total, errs
 
-        results, total, errors = await self.run_io(read_all)
+        try:
+            results, total, errors = await self.run_io(read_all)
+        except BaseException:
+            for w, fut in waiters:
+                w.forget_waiter(fut)
+            raise
         return results, total, waiters, errors
 
     # --- offsets and producer ids --------------------------------------------------------------
