@@ -365,3 +365,227 @@ def test_client_memory_follows_the_bytes_received():
         conn.close()
     finally:
         fake.close()
+
+
+# --- file descriptors (item 10) --------------------------------------------------------------
+
+
+def test_more_partitions_than_the_fd_limit_are_served(tmp_path):
+    root = tmp_path / "log"
+    with BrokerProcess(root.as_uri(), log_path=tmp_path / "b.log") as b, \
+            Connection(b.address) as conn:
+        assert create(conn, "many", 200)["error_code"] == 0
+        for p in range(200):
+            assert produce(conn, "many", p, [f"v{p}"])["error_code"] == 0
+    with LimitedBroker(root.as_uri(), log_path=tmp_path / "b.log", nofile=(256, 256),
+                       start_timeout=60) as b:
+        with Connection(b.address) as conn:
+            for p in range(200):
+                item = produce(conn, "many", p, [f"w{p}"])
+                assert item["error_code"] == 0, (p, item)
+            for p in range(0, 200, 7):  # reopened transparently, nothing lost
+                item = fetch(conn, "many", p, 0)
+                assert item["error_code"] == 0 and item["high_watermark"] == 2
+        for _ in range(3):
+            assert timed_request(b.address) < 1.0
+        text = b.log_text()
+        assert "Too many open files" not in text
+        assert "file descriptors: limit 256" in text
+        assert "200 partition(s) would need" in text
+
+
+def test_soft_fd_limit_is_raised_to_the_hard_limit(tmp_path):
+    with LimitedBroker((tmp_path / "log").as_uri(), log_path=tmp_path / "b.log",
+                       nofile=(256, 4096)) as b:
+        assert "file descriptors: limit 4096 (raised from 256)" in b.log_text()
+
+
+ACCEPT_SCRIPT = r"""
+import asyncio, logging, os, sys
+from sparklog.writer.broker.acceptor import Acceptor
+
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+
+class Hello(asyncio.Protocol):
+    def connection_made(self, transport):
+        transport.write(b"hi")
+        self.t = transport
+
+async def main():
+    loop = asyncio.get_running_loop()
+    acc = None
+    def lost(ip):
+        acc.on_closed(ip)
+    acc = Acceptor(loop, Hello, "127.0.0.1", 0, max_connections=1000,
+                   max_connections_per_ip=1000)
+    acc.start()
+    hog = []
+    try:
+        while True:
+            hog.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError:
+        pass
+    print(acc.address[1], flush=True)
+    await asyncio.sleep(float(sys.argv[1]))   # clients knock: accept fails (EMFILE)
+    for fd in hog:
+        os.close(fd)
+    print("freed", flush=True)
+    await asyncio.sleep(5)
+
+asyncio.run(main())
+"""
+
+
+def test_accept_failures_back_off_and_are_logged_sparingly(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-c", ACCEPT_SCRIPT, "3"], stdout=subprocess.PIPE,
+                            stderr=open(tmp_path / "acc.log", "wb"), env=env, text=True,
+                            preexec_fn=limited_nofile(64, 64))
+    try:
+        port = int(proc.stdout.readline())
+        clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(20)]
+        assert proc.stdout.readline().strip() == "freed"
+        for c in clients:  # served once descriptors are free again
+            c.settimeout(5)
+            assert c.recv(2) == b"hi"
+            c.close()
+    finally:
+        proc.kill()
+        proc.wait()
+    text = (tmp_path / "acc.log").read_text()
+    assert text.count("cannot accept connections") <= 2, text[:2000]
+    assert "Too many open files" in text
+    assert len(text) < 20_000
+
+
+# --- stress: everything at once --------------------------------------------------------------
+
+#: broker RSS bound asserted under the stress load (documented in docs/operations.md)
+STRESS_RSS_BOUND = 256 << 20
+
+
+def metric(port, name) -> float:
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+    for line in text.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0
+
+
+PROBE_SCRIPT = r"""
+import json, sys, threading, time
+from sparklog.protocol import ApiKey, Connection
+from test_broker_limits import fetch, produce, rss_bytes
+
+address, pid = sys.argv[1], int(sys.argv[2])
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+latencies, rss, n = [], [], 0
+conn = Connection(address, timeout=30)
+produce(conn, "wide", 0, ["warm-up"])  # the first call of this process is slow (imports)
+print("probing", flush=True)
+while not stop.is_set():
+    n += 1
+    started = time.monotonic()
+    if n % 5 == 0:  # a new client, not only an old connection
+        conn.close()
+        conn = Connection(address, timeout=30)
+    p = n % 100
+    assert produce(conn, "wide", p, [f"p{n}"])["error_code"] == 0
+    assert fetch(conn, "wide", p, 0)["error_code"] == 0
+    conn.request(ApiKey.METADATA, {"topics": ["wide"]})
+    latencies.append(time.monotonic() - started)
+    rss.append(rss_bytes(pid))
+    stop.wait(0.05)
+print(json.dumps([latencies, rss]), flush=True)
+"""
+
+
+PARK_CONNS, PARK_EACH = 10, 400
+PARKED = PARK_CONNS * PARK_EACH
+
+
+def park_fetches(address, connections, per_connection, topic="hot"):
+    conns = []
+    for _ in range(connections):
+        c = Connection(address, timeout=60)
+        for _ in range(per_connection):
+            c.send(ApiKey.FETCH, fetch_body(topic, 0, 0, max_wait_ms=60000))
+        conns.append(c)
+    return conns
+
+
+def test_stress_parked_fetches_prefix_only_connections_and_an_fd_limit(tmp_path):
+    from conftest import free_port
+
+    metrics_port = free_port()
+    b = LimitedBroker((tmp_path / "log").as_uri(), [
+        "--override", "queued.max.request.bytes=8388608",
+        "--override", "socket.request.max.bytes=4194304",
+        "--metrics-port", str(metrics_port)],
+        log_path=tmp_path / "b.log", nofile=(300, 300))
+    b.start()
+    prober = None
+    try:
+        with Connection(b.address) as conn:
+            assert create(conn, "hot")["error_code"] == 0
+            assert create(conn, "wide", 100)["error_code"] == 0
+            for p in range(100):  # more partitions than the fd limit keeps open (59)
+                assert produce(conn, "wide", p, [f"v{p}"])["error_code"] == 0
+            assert fetch(conn, "hot", 0, 0)["error_code"] == 0  # opened before the herd
+
+        # the other client: its own process (the GIL of this one is busy with the load)
+        prober = subprocess.Popen(
+            [sys.executable, "-c", PROBE_SCRIPT, b.address, str(b.pid)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")])))
+        assert prober.stdout.readline().strip() == "probing"
+        squatters = []
+        for i in range(40):  # prefix-only requests, two of them half sent
+            s = socket.create_connection((b.host, b.port))
+            s.sendall(struct.pack(">i", 4 << 20) + (b"\0" * (1 << 20) if i < 2 else b""))
+            squatters.append(s)
+        parked = park_fetches(b.address, PARK_CONNS, PARK_EACH)  # long polls, one partition
+        wait_until(lambda: metric(metrics_port, "sparklog_fetch_purgatory_size") >= PARKED,
+                   30, f"{PARKED} parked fetches")
+        time.sleep(2)  # the probe keeps going under the load
+        started = time.monotonic()
+        with Connection(b.address) as conn:
+            assert produce(conn, "hot", 0, ["wake"])["error_code"] == 0
+        for c in parked:  # every long poll answered with the new record
+            for _ in range(PARK_EACH):
+                assert c.receive()["topics"][0]["partitions"][0]["records"]
+            c.close()
+        woken = time.monotonic() - started
+        parked = []  # park them again (past the new record), then SIGTERM
+        for c in (Connection(b.address, timeout=60) for _ in range(PARK_CONNS)):
+            for _ in range(PARK_EACH):
+                c.send(ApiKey.FETCH, fetch_body("hot", 0, 1, max_wait_ms=60000))
+            parked.append(c)
+        wait_until(lambda: metric(metrics_port, "sparklog_fetch_purgatory_size") >= PARKED,
+                   30, f"{PARKED} parked fetches again")
+        prober.stdin.close()
+        latencies, rss = json.loads(prober.stdout.readline())
+        prober.wait(30)
+        started = time.monotonic()
+        assert b.stop(timeout=10) == 0
+        stopped = time.monotonic() - started
+        for s in squatters:
+            s.close()
+        for c in parked:
+            c.close()
+    finally:
+        if prober is not None and prober.poll() is None:
+            prober.kill()
+            prober.wait()
+        if b.running:
+            b.kill()
+    assert latencies and max(latencies) < 1.0, (max(latencies), len(latencies))
+    assert max(rss) < STRESS_RSS_BOUND, max(rss)
+    assert woken < 10, woken
+    assert stopped < 10, stopped
+    print(f"probes {len(latencies)}, worst {max(latencies):.3f}s; broker RSS max "
+          f"{max(rss) >> 20} MiB; {PARKED} long polls woken in {woken:.2f}s; "
+          f"SIGTERM honoured in {stopped:.2f}s")
