@@ -51,17 +51,27 @@ _NO_ERROR = {"error_code": 0, "error_message": ""}
 class RequestContext:
     """Who sent a request (client id and host), the connection's ordering lock
     (produce requests of one connection reach their partitions' queues in the order
-    they arrived, though they are handled concurrently) and ``closed``, a future done
-    once the connection is gone (a long poll of a closed connection ends at once)."""
+    they arrived, though they are handled concurrently), ``closed``, a future done
+    once the connection is gone (a long poll of a closed connection ends at once), and
+    ``io_slots``, the connection's share of the I/O threads for fetch reads."""
 
-    __slots__ = ("client_id", "client_host", "order", "closed")
+    __slots__ = ("client_id", "client_host", "order", "closed", "io_slots")
 
     def __init__(self, client_id: str, client_host: str, order: asyncio.Lock | None = None,
-                 closed: asyncio.Future | None = None):
+                 closed: asyncio.Future | None = None,
+                 io_slots: asyncio.Semaphore | None = None):
         self.client_id = client_id
         self.client_host = client_host
         self.order = order or asyncio.Lock()
         self.closed = closed
+        self.io_slots = io_slots or asyncio.Semaphore(server.IO_SLOTS_PER_CONNECTION)
+
+
+def _nothing_to_read(plog, offset: int) -> bool:
+    """True when a fetch at ``offset`` finds no data without reading anything: at or
+    past the high watermark, within the log (a read would answer empty)."""
+    return plog.high_watermark <= offset <= plog.log_end_offset \
+        and offset >= plog.log_start_offset
 
 
 def _time_out(futures, timeout_ms: int) -> None:
@@ -420,6 +430,8 @@ class Broker:
         self._recent[(tc.name, partition)] = None
         self._close_idle()
         if self.metrics is not None:
+            self.metrics.open_partitions.set(len(self.partitions))
+        if self.metrics is not None:
             self.metrics.partition_offsets(tc.name, partition, plog.log_end_offset,
                                            plog.high_watermark)
         log.info("partition %s: leader epoch %d, log [%d, %d), %d producer(s)", name, epoch,
@@ -544,7 +556,7 @@ class Broker:
     async def _fetch(self, body, ctx) -> dict:
         deadline = self.loop.time() + max(body["max_wait_ms"], 0) / 1000
         while True:
-            results, total, waiters, errors = await self._fetch_once(body)
+            results, total, waiters, errors = await self._fetch_once(body, ctx)
             remaining = deadline - self.loop.time()
             gone = ctx.closed is not None and ctx.closed.done()
             if total >= body["min_bytes"] or errors or remaining <= 0 or self.stopping \
@@ -555,18 +567,22 @@ class Broker:
             futures = [fut for _, fut in waiters]
             if ctx.closed is not None:
                 futures.append(ctx.closed)
+            if self.metrics is not None:
+                self.metrics.purgatory.inc()
             try:
                 await asyncio.wait(futures, timeout=remaining,
                                    return_when=asyncio.FIRST_COMPLETED)
             finally:
                 for w, fut in waiters:
                     w.forget_waiter(fut)
+                if self.metrics is not None:
+                    self.metrics.purgatory.dec()
         topics: dict[str, list] = {}
         for topic, item in results:
             topics.setdefault(topic, []).append(item)
         return {**_NO_ERROR, "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
 
-    async def _fetch_once(self, body):
+    async def _fetch_once(self, body, ctx):
         wanted = []
         waiters = []   # (writer, future): given back to the writer once done
         errors = 0
@@ -629,7 +645,12 @@ class Broker:
             return out, total, errs
 
         try:
-            results, total, errors = await self.run_io(read_all)
+            if all(exc is None and _nothing_to_read(w.log, p["fetch_offset"])
+                   for _, p, w, exc in wanted):
+                results, total, errors = read_all()  # no I/O: a long poll parks at once
+            else:
+                async with ctx.io_slots:  # one connection cannot fill the I/O threads
+                    results, total, errors = await self.run_io(read_all)
         except BaseException:
             for w, fut in waiters:
                 w.forget_waiter(fut)

@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 _IPC_PREFIX = struct.Struct("<Ii")  # Arrow IPC continuation marker + metadata length
 #: most queued requests one drain hands to a single append batch
 MAX_BATCH_REQUESTS = 1024
+#: most waiting fetches woken per turn of the event loop
+WAKE_BATCH = 128
 
 
 @dataclass
@@ -284,13 +286,21 @@ class PartitionWriter:
     # forgetting one are O(1) whatever the number parked, and a wake-up touches each
     # waiter once.
     def wake_fetchers(self) -> None:
-        """Complete every waiting fetch (new data, or the broker is stopping)."""
+        """Complete every waiting fetch (new data, or the broker is stopping), at most
+        ``WAKE_BATCH`` per turn of the event loop, so other clients are served between
+        the batches of thousands of woken long polls."""
         if not self._waiters:
             return
-        waiters, self._waiters = self._waiters, {}
-        for w in waiters:
+        waiters, self._waiters = list(self._waiters), {}
+        self._wake(waiters, 0)
+
+    def _wake(self, waiters: list, start: int) -> None:
+        end = min(start + WAKE_BATCH, len(waiters))
+        for w in waiters[start:end]:
             if not w.done():
                 w.set_result(None)
+        if end < len(waiters):
+            self.loop.call_soon(self._wake, waiters, end)
 
     def data_waiter(self) -> asyncio.Future:
         """A future completed at the next advance of the high watermark (or close); give

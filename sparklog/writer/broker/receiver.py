@@ -205,6 +205,11 @@ class RequestReceiver(asyncio.BufferedProtocol):
             self._start = self._end = 0
         return data
 
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not read yet."""
+        return self._end - self._start
+
     # --- coroutine side --------------------------------------------------------------------
     async def read_size(self, idle: float | None = None) -> int | None:
         """The next size prefix; None on a clean end of stream before it. Waiting for

@@ -34,6 +34,9 @@ from .receiver import ReadTimeout, RequestReceiver
 log = logging.getLogger(__name__)
 
 _HEAD = struct.Struct(">hhi")  # api key, version, correlation id
+#: fetch reads of one connection on the I/O threads at once: a client with thousands of
+#: requests in flight waits its turn instead of queueing them all ahead of other clients
+IO_SLOTS_PER_CONNECTION = 2
 
 
 class ByteBudget:
@@ -99,6 +102,7 @@ class Connection:
         self.task: asyncio.Task | None = None
         self._read_task: asyncio.Task | None = None
         self.order = asyncio.Lock()
+        self.io_slots = asyncio.Semaphore(IO_SLOTS_PER_CONNECTION)
         self.pending = 0   # requests read and not yet answered
         receiver.read_timeout = broker.config.request_read_timeout_ms / 1000
 
@@ -153,7 +157,8 @@ class Connection:
                 except BaseException:
                     broker.budget.release(size, owner)
                     raise
-                ctx = context_type(header.client_id, self.client_host, self.order, io.lost)
+                ctx = context_type(header.client_id, self.client_host, self.order, io.lost,
+                                   self.io_slots)
                 task = asyncio.get_running_loop().create_task(
                     broker.handle(header, payload, position, ctx))
                 task.add_done_callback(
@@ -161,6 +166,8 @@ class Connection:
                 del payload
                 self.pending += 1
                 await self.queue.put((header.correlation_id, task))
+                if io.buffered:  # more requests already here: let other connections
+                    await asyncio.sleep(0)  # have their turn first (round robin)
         except (InvalidArgumentError, ConnectionError) as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
 
