@@ -441,8 +441,10 @@ class Broker:
     def _close_idle(self) -> None:
         """Above ``max.open.partitions``: close the least recently used partitions that
         nobody waits on (reopened on their next use, see :mod:`.resources`)."""
+        if self.limits is None or self.stopping:
+            return
         excess = len(self.partitions) - self.limits.max_open_partitions
-        if excess <= 0 or self.stopping:
+        if excess <= 0:
             return
         for key in list(self._recent):
             if excess <= 0:

@@ -140,8 +140,8 @@ class Connection:
                 try:
                     size = await io.read_size(idle)
                 except ReadTimeout:
-                    if self.pending:  # a long poll or a slow answer: not idle
-                        continue
+                    if self.pending and not io.buffered:  # a long poll or a slow
+                        continue                           # answer: not idleness
                     raise
                 if size is None:
                     return
