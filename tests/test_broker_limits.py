@@ -297,6 +297,29 @@ def test_long_polls_of_a_closed_connection_are_freed(tmp_path):
         wait_until(lambda: waiting() == 0, 5, "the closed connections' fetches to go")
 
 
+def test_parking_a_fetch_costs_the_same_with_thousands_parked(tmp_path):
+    import asyncio
+
+    from sparklog.writer.broker import EmbeddedBroker
+
+    with EmbeddedBroker((tmp_path / "log").as_uri()) as eb:
+        with Connection(eb.address) as conn:
+            assert create(conn, "polls")["error_code"] == 0
+            fetch(conn, "polls", 0, 0)
+        writer = eb.broker.partitions[("polls", 0)]
+
+        async def park(n):
+            started = time.perf_counter()
+            futures = [writer.data_waiter() for _ in range(n)]
+            took = time.perf_counter() - started
+            writer.wake_fetchers()
+            await asyncio.gather(*futures)
+            return took
+
+        took = asyncio.run_coroutine_threadsafe(park(20000), eb.broker.loop).result(120)
+        assert took < 1.0, f"parking 20000 fetches on one partition took {took:.1f}s"
+
+
 # --- the client's bound on responses (item 11) -----------------------------------------------
 
 
