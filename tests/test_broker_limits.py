@@ -557,7 +557,7 @@ def test_stress_parked_fetches_prefix_only_connections_and_an_fd_limit(tmp_path)
             assert create(conn, "wide", 100)["error_code"] == 0
             for p in range(100):  # more partitions than the fd limit keeps open (59)
                 assert produce(conn, "wide", p, [f"v{p}"])["error_code"] == 0
-            assert fetch(conn, "hot", 0, 0)["error_code"] == 0  # opened before the herd
+            # "hot" is opened by the first of the parked fetches
 
         # the other client: its own process (the GIL of this one is busy with the load)
         prober = subprocess.Popen(
