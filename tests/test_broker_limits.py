@@ -275,49 +275,49 @@ def test_max_connections_and_per_ip(tmp_path):
 # --- waiting fetches (item 5) ---------------------------------------------------------------
 
 
-def test_long_polls_of_a_closed_connection_are_freed(tmp_path):
+@pytest.fixture
+def polled(tmp_path):
+    """An in-process broker and the writer of its opened partition polls-0."""
     from sparklog.writer.broker import EmbeddedBroker
 
     with EmbeddedBroker((tmp_path / "log").as_uri()) as eb:
         with Connection(eb.address) as conn:
             assert create(conn, "polls")["error_code"] == 0
             fetch(conn, "polls", 0, 0)
-        writer = eb.broker.partitions[("polls", 0)]
-
-        def waiting():
-            return len(writer._waiters)
-
-        conns = [Connection(eb.address) for _ in range(4)]
-        for c in conns:
-            for _ in range(100):
-                c.send(ApiKey.FETCH, fetch_body("polls", 0, 0, max_wait_ms=60000))
-        wait_until(lambda: waiting() >= 400, 10, "400 parked fetches")
-        for c in conns:
-            c.close()
-        wait_until(lambda: waiting() == 0, 5, "the closed connections' fetches to go")
+        yield eb, eb.broker.partitions[("polls", 0)]
 
 
-def test_parking_a_fetch_costs_the_same_with_thousands_parked(tmp_path):
+def test_long_polls_of_a_closed_connection_are_freed(polled):
+    eb, writer = polled
+
+    def waiting():
+        return len(writer._waiters)
+
+    conns = [Connection(eb.address) for _ in range(4)]
+    for c in conns:
+        for _ in range(100):
+            c.send(ApiKey.FETCH, fetch_body("polls", 0, 0, max_wait_ms=60000))
+    wait_until(lambda: waiting() >= 400, 10, "400 parked fetches")
+    for c in conns:
+        c.close()
+    wait_until(lambda: waiting() == 0, 5, "the closed connections' fetches to go")
+
+
+def test_parking_a_fetch_costs_the_same_with_thousands_parked(polled):
     import asyncio
 
-    from sparklog.writer.broker import EmbeddedBroker
+    eb, writer = polled
 
-    with EmbeddedBroker((tmp_path / "log").as_uri()) as eb:
-        with Connection(eb.address) as conn:
-            assert create(conn, "polls")["error_code"] == 0
-            fetch(conn, "polls", 0, 0)
-        writer = eb.broker.partitions[("polls", 0)]
+    async def park(n):
+        started = time.perf_counter()
+        futures = [writer.data_waiter() for _ in range(n)]
+        took = time.perf_counter() - started
+        writer.wake_fetchers()
+        await asyncio.gather(*futures)
+        return took
 
-        async def park(n):
-            started = time.perf_counter()
-            futures = [writer.data_waiter() for _ in range(n)]
-            took = time.perf_counter() - started
-            writer.wake_fetchers()
-            await asyncio.gather(*futures)
-            return took
-
-        took = asyncio.run_coroutine_threadsafe(park(20000), eb.broker.loop).result(120)
-        assert took < 1.0, f"parking 20000 fetches on one partition took {took:.1f}s"
+    took = asyncio.run_coroutine_threadsafe(park(20000), eb.broker.loop).result(120)
+    assert took < 1.0, f"parking 20000 fetches on one partition took {took:.1f}s"
 
 
 # --- the client's bound on responses (item 11) -----------------------------------------------
