@@ -44,6 +44,20 @@ class InvalidConfigError(InvalidArgumentError):
     code = 40
 
 
+class InvalidPartitionsError(InvalidArgumentError):
+    """A partition count is not allowed: below 1, or above the broker's
+    ``max.topic.partitions`` (Kafka: InvalidPartitionsException)."""
+
+    code = 37
+
+
+class PolicyViolationError(InvalidArgumentError):
+    """A request would break a broker policy, such as ``max.broker.partitions``
+    (Kafka: PolicyViolationException)."""
+
+    code = 44
+
+
 class SchemaMismatchError(InvalidArgumentError):
     """Records do not match the declared Arrow schema of a typed topic."""
 
@@ -288,7 +302,7 @@ KAFKA_ERROR_NAMES = {
     27: "REBALANCE_IN_PROGRESS", 35: "UNSUPPORTED_VERSION", 36: "TOPIC_ALREADY_EXISTS",
     40: "INVALID_CONFIG", 42: "INVALID_REQUEST", 45: "OUT_OF_ORDER_SEQUENCE_NUMBER",
     46: "DUPLICATE_SEQUENCE_NUMBER", 47: "INVALID_PRODUCER_EPOCH",
-    24: "INVALID_GROUP_ID", 51: "CONCURRENT_TRANSACTIONS", 56: "KAFKA_STORAGE_ERROR",
+    24: "INVALID_GROUP_ID", 37: "INVALID_PARTITIONS", 44: "POLICY_VIOLATION", 51: "CONCURRENT_TRANSACTIONS", 56: "KAFKA_STORAGE_ERROR",
     68: "NON_EMPTY_GROUP", 69: "GROUP_ID_NOT_FOUND", 74: "FENCED_LEADER_EPOCH",
     87: "INVALID_RECORD",
 }

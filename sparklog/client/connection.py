@@ -25,16 +25,36 @@ import time
 import weakref
 
 from ..errors import BrokerNotAvailableError, RequestTimedOutError, SparklogError
-from ..protocol.apis import api_name
+from ..protocol.apis import ApiKey, api_name
 from ..protocol.codec import decode_response, encode_request_parts
-from ..protocol.stream import send_parts
-from ..protocol.stream import recv_message
+from ..protocol.codec import SIZE
+from ..protocol.stream import recv_exact, send_parts
 from .future import Future
 
 log = logging.getLogger(__name__)
 
-#: Largest response accepted (a fetch is bounded by its max_bytes; this is a sanity cap).
-MAX_RESPONSE_BYTES = 1 << 30
+#: Largest response to a request other than Fetch (metadata, offsets, groups...).
+MAX_RESPONSE_BYTES = 64 << 20
+#: What a Fetch response may carry beyond its ``max_bytes``: the first frame is returned
+#: whole even when larger (as Kafka returns the first record batch), and no frame is
+#: larger than the request that produced it (the broker's default
+#: ``socket.request.max.bytes``)
+FETCH_FRAME_ALLOWANCE = 100 << 20
+#: framing of a Fetch response: per response, and per partition asked
+FETCH_OVERHEAD, FETCH_OVERHEAD_PER_PARTITION = 64 << 10, 256
+
+
+def response_limit(api_key: int, body: dict | None) -> tuple[int, str]:
+    """The largest response a request can get, and how that bound was reached (for
+    the error when a peer announces more)."""
+    if api_key == ApiKey.FETCH and body:
+        partitions = sum(len(t.get("partitions", ())) for t in body.get("topics", ()))
+        asked = max(int(body.get("max_bytes", 0)), 0)
+        limit = asked + FETCH_FRAME_ALLOWANCE + FETCH_OVERHEAD \
+            + partitions * FETCH_OVERHEAD_PER_PARTITION
+        return limit, (f"its max_bytes ({asked}) + {FETCH_FRAME_ALLOWANCE} for one frame "
+                       "larger than that + framing")
+    return MAX_RESPONSE_BYTES, "the bound of responses other than Fetch"
 
 
 class BrokerConnection:
@@ -57,9 +77,10 @@ class BrokerConnection:
         self._ids = itertools.count(1)
         self._write_lock = threading.Lock()
         self._state = threading.Condition()
-        # (correlation id, api key, future, deadline)
+        # (correlation id, api key, future, deadline, largest response)
         self._in_flight: collections.deque = collections.deque()
         self._closed = False
+        self._announced = 0  # size of a response being received
         self._error: SparklogError | None = None
         try:
             self._sock = socket.create_connection((host, self.port),
@@ -114,7 +135,8 @@ class BrokerConnection:
             parts = encode_request_parts(api_key, body, correlation_id, self.client_id)
             if expect_response:
                 deadline = time.monotonic() + self.request_timeout + extra_timeout_ms / 1000.0
-                self._in_flight.append((correlation_id, api_key, future, deadline))
+                self._in_flight.append((correlation_id, api_key, future, deadline,
+                                        response_limit(api_key, body)))
                 self._state.notify_all()
             # the write lock is taken inside the state lock so that the in-flight order
             # is the write order
@@ -152,9 +174,11 @@ class BrokerConnection:
         with self._state:
             head = self._in_flight[0] if self._in_flight else None
         if head is not None and now > head[3]:
+            partial = self._announced
             self._fail(RequestTimedOutError(
                 f"{api_name(head[1])} request to broker {self.address} got no response "
-                "within its timeout"))
+                "within its timeout" + (f" (a response of {partial} bytes was announced and "
+                                        "did not arrive in full)" if partial else "")))
 
     def _read_loop(self) -> None:
         try:
@@ -164,11 +188,27 @@ class BrokerConnection:
                         self._state.wait()
                     if self._closed:
                         return
-                payload = recv_message(self._sock, MAX_RESPONSE_BYTES)
+                (size,) = SIZE.unpack(recv_exact(self._sock, 4))
                 with self._state:
                     if not self._in_flight:  # failed meanwhile (timeout, close)
                         return
-                    correlation_id, api_key, future, _ = self._in_flight.popleft()
+                    head = self._in_flight[0]
+                limit, why = head[4]
+                if not 0 <= size <= limit:
+                    raise _Protocol(
+                        f"{api_name(head[1])} response from {self.address} announces {size} "
+                        f"bytes, more than the {limit} the request can get ({why}): the peer "
+                        "is not a sparklog broker or the stream is corrupt" if size >= 0 else
+                        f"{api_name(head[1])} response from {self.address} announces a "
+                        f"negative size {size}: the peer is not a sparklog broker or the "
+                        "stream is corrupt")
+                self._announced = size
+                payload = recv_exact(self._sock, size)
+                self._announced = 0
+                with self._state:
+                    if not self._in_flight:  # failed meanwhile (timeout, close)
+                        return
+                    correlation_id, api_key, future, _, _ = self._in_flight.popleft()
                     self._state.notify_all()
                 try:
                     got_id, body = decode_response(payload, api_key)
@@ -201,7 +241,7 @@ class BrokerConnection:
         if not was_closed:
             log.info("%s", error)
             self._shutdown_socket()
-        for _, api_key, future, _ in pending:
+        for _, api_key, future, _, _ in pending:
             future.failure(type(error)(f"{api_name(api_key)}: {error}"))
 
     def _shutdown_socket(self) -> None:

@@ -69,8 +69,8 @@ class TopicStore:
             self._config_file(name).write(1, config.to_json())
         except FileAlreadyExistsError:
             raise TopicExistsError(f"topic {name!r} already exists") from None
-        for p in range(partitions):
-            self.fileio.mkdirs(self.partition_dir(name, p))
+        # partition directories are made when a partition is first opened, not here: a
+        # topic of many partitions costs one file until they are used
         return config
 
     def _check_collisions(self, name: str) -> None:
@@ -143,9 +143,7 @@ class TopicStore:
                 self._config_file(name).write(new.version, new.to_json())
             except FileAlreadyExistsError:
                 continue
-            for p in range(current.partitions, count):
-                self.fileio.mkdirs(self.partition_dir(name, p))
-            return new
+            return new  # the new partitions' directories are made on first use
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic and all its data (UnknownTopicOrPartitionError if absent)."""

@@ -32,13 +32,21 @@ def check_size(size: int, max_size: int) -> int:
 # --- blocking sockets (clients) ------------------------------------------------------------
 
 
+#: a message above this is received into a buffer that grows as its bytes arrive
+GROW_FROM = 1 << 20
+
+
 def recv_exact(sock: socket.socket, n: int) -> bytearray:
-    """Read exactly ``n`` bytes; ConnectionError if the peer closes first."""
-    buf = bytearray(n)
-    view = memoryview(buf)
+    """Read exactly ``n`` bytes; ConnectionError if the peer closes first. The buffer
+    grows with the bytes received (doubling from 1 MiB), so a size announced but not
+    sent costs no memory."""
+    buf = bytearray(min(n, GROW_FROM))
     got = 0
     while got < n:
-        k = sock.recv_into(view[got:], n - got)
+        if got == len(buf):
+            buf.extend(bytes(min(len(buf), n - len(buf))))
+        with memoryview(buf) as view:
+            k = sock.recv_into(view[got:], len(buf) - got)
         if k == 0:
             raise ConnectionError(f"connection closed after {got} of {n} bytes")
         got += k

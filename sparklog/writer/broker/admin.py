@@ -57,9 +57,11 @@ async def metadata(broker, body, ctx) -> dict:
                 if not auto:
                     raise
                 validate_topic_name(name)
+                await broker.check_new_partitions(name, broker.config.num_partitions)
                 await _create(broker, name, broker.config.num_partitions, None, {})
                 tc = await broker.topic_config(name)
             item["typed"] = tc.typed
+            broker.check_served(tc)
             for p in range(tc.partitions):
                 if cluster is not None:  # leaders as the controller assigned them
                     leader, epoch = cluster["leaders"].get((name, p), (-1, -1))
@@ -118,6 +120,8 @@ async def create_topics(broker, body, ctx) -> dict:
             if count == -1:
                 count = broker.config.num_partitions
             schema = _schema_from_bytes(t["schema"], name)
+            if isinstance(count, int) and not isinstance(count, bool) and count >= 1:
+                await broker.check_new_partitions(name, count)
             if body["validate_only"]:
                 tc = TopicConfig(name, count, schema, t["configs"])
                 broker.log_config(tc)
@@ -159,25 +163,35 @@ async def delete_topics(broker, body, ctx) -> dict:
                 continue
             broker.deleting.add(name)
             try:
-                writers = [broker.partitions.pop((name, p)) for p in range(tc.partitions)
-                           if (name, p) in broker.partitions]
+                # only partitions ever opened have a directory (and a leader to release):
+                # a topic of many partitions, never used, is deleted without visiting each
+                used = await broker.run_io(_used_partitions, broker, tc)
+                writers = [broker.partitions.pop(key) for key in list(broker.partitions)
+                           if key[0] == name]
                 for w in writers:
                     await w.close()
                 await broker.run_io(broker.topics.delete_topic, name)
-                for p in range(tc.partitions):
+                for p in sorted(used | {w.partition for w in writers}):
                     await broker.run_io(broker.store.release_leadership, name, p,
                                         broker.broker_id)
             finally:
                 broker.deleting.discard(name)
                 broker.forget_topic(name)
             if broker.metrics is not None:
-                broker.metrics.forget_topic(name, tc.partitions)
+                broker.metrics.forget_topic(name, min(tc.partitions,
+                                                      broker.config.max_topic_partitions))
             log.info("topic %s deleted by %s", name, ctx.client_id)
             item.update(_OK)
         except Exception as exc:  # noqa: BLE001 - one topic's failure is its own
             item.update(_topic_error("DeleteTopics", name, exc))
         out.append(item)
     return {**_OK, "topics": out}
+
+
+def _used_partitions(broker, tc: TopicConfig) -> set[int]:
+    """Numbers of the topic's partitions that have a directory (were ever opened)."""
+    listed = broker.fileio.list(broker.topics.topic_dir(tc.name))
+    return {int(i.name) for i in listed if i.is_dir and i.name.isdigit()}
 
 
 def effective_configs(broker, tc: TopicConfig) -> dict:
@@ -220,6 +234,7 @@ async def alter_configs(broker, body, ctx) -> dict:
                 raise InvalidArgumentError(
                     f"topic {name!r} has {current.partitions} partitions; the count can only "
                     f"grow, not shrink to {count}")
+            await broker.check_new_partitions(name, count, current.partitions)
             probe = TopicConfig(name, count, current.schema, merged)
             log_config = broker.log_config(probe)
             if not body["validate_only"]:
@@ -234,9 +249,8 @@ async def alter_configs(broker, body, ctx) -> dict:
                     partitions=t["num_partitions"]))
                 broker.forget_topic(name)
                 tc = await broker.topic_config(name)
-                for p in range(tc.partitions):
-                    w = broker.partitions.get((name, p))
-                    if w is not None:
+                for (topic, _), w in list(broker.partitions.items()):
+                    if topic == name:
                         w.topic = tc
                         w.log.config = log_config
                 log.info("topic %s altered by %s: set %s, deleted %s, partitions %d", name,
@@ -257,6 +271,7 @@ async def describe_log(broker, body, ctx) -> dict:
         item = {"name": name, "typed": False, "partitions": []}
         try:
             tc = await broker.topic_config(name)
+            broker.check_served(tc)
             item["typed"] = tc.typed
             numbers = t["partitions"] if t["partitions"] is not None else range(tc.partitions)
             for p in numbers:

@@ -15,6 +15,7 @@ networking (framing, ordering, limits, sendfile) in :mod:`.server`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import logging
 import time
@@ -23,9 +24,9 @@ from ...coordination.base import BrokerInfo, CoordinationStore
 from ...coordination.local import LocalCoordinationStore
 from ...names import printable, validate_transactional_id
 from ...errors import (
-    InvalidArgumentError, InvalidProducerEpochError, LeaseHeldError, OffsetOutOfRangeError,
-    RequestTimedOutError, SparklogError, UnknownTopicOrPartitionError, UnsupportedVersionError,
-    error_name,
+    InvalidArgumentError, InvalidPartitionsError, InvalidProducerEpochError, LeaseHeldError,
+    OffsetOutOfRangeError, PolicyViolationError, RequestTimedOutError, SparklogError,
+    UnknownTopicOrPartitionError, UnsupportedVersionError, error_name,
 )
 from ...log.config import LogConfig
 from ...metadata import TopicStore, validate_partition
@@ -37,7 +38,8 @@ from ...protocol.apis import (
 from ...protocol.codec import FileRegion, RequestHeader, decode_request_body, error_fields
 from ...storage import FileIO, open_fileio
 from ...storage.paths import storage_root, url_scheme
-from . import admin, groups_api, server
+from . import admin, groups_api, resources, server
+from .acceptor import Acceptor
 from ...retention.manager import RetentionManager
 from .config import BrokerConfig
 from .group import GroupCoordinator
@@ -50,16 +52,29 @@ _NO_ERROR = {"error_code": 0, "error_message": ""}
 
 
 class RequestContext:
-    """Who sent a request (client id and host) and the connection's ordering lock:
-    produce requests of one connection reach their partitions' queues in the order
-    they arrived, though they are handled concurrently."""
+    """Who sent a request (client id and host), the connection's ordering lock
+    (produce requests of one connection reach their partitions' queues in the order
+    they arrived, though they are handled concurrently), ``closed``, a future done
+    once the connection is gone (a long poll of a closed connection ends at once), and
+    ``io_slots``, the connection's share of the I/O threads for fetch reads."""
 
-    __slots__ = ("client_id", "client_host", "order")
+    __slots__ = ("client_id", "client_host", "order", "closed", "io_slots")
 
-    def __init__(self, client_id: str, client_host: str, order: asyncio.Lock | None = None):
+    def __init__(self, client_id: str, client_host: str, order: asyncio.Lock | None = None,
+                 closed: asyncio.Future | None = None,
+                 io_slots: asyncio.Semaphore | None = None):
         self.client_id = printable(client_id)  # logged and part of member ids
         self.client_host = client_host
         self.order = order or asyncio.Lock()
+        self.closed = closed
+        self.io_slots = io_slots or asyncio.Semaphore(server.IO_SLOTS_PER_CONNECTION)
+
+
+def _nothing_to_read(plog, offset: int) -> bool:
+    """True when a fetch at ``offset`` finds no data without reading anything: at or
+    past the high watermark, within the log (a read would answer empty)."""
+    return plog.high_watermark <= offset <= plog.log_end_offset \
+        and offset >= plog.log_start_offset
 
 
 def _warn_unauthenticated(sockets) -> None:
@@ -129,13 +144,19 @@ class Broker:
             self.config.num_io_threads, thread_name_prefix="sparklog-io")
         self.partitions: dict[tuple[str, int], PartitionWriter] = {}
         self._opening: dict[tuple[str, int], asyncio.Task] = {}
+        #: open partitions, least recently used first (see _close_idle)
+        self._recent: collections.OrderedDict = collections.OrderedDict()
+        #: leader epoch of partitions closed while idle (reopened without a new epoch)
+        self._closed_idle: dict[tuple[str, int], int] = {}
+        self._idle_closes: dict[tuple[str, int], asyncio.Task] = {}
+        self.limits: resources.ResourceLimits | None = None
         self._topic_cache: dict[str, TopicConfig] = {}
         self.deleting: set[str] = set()
         self._refence: set[tuple[str, int]] = set()
         self.groups: GroupCoordinator | None = None
         self.stopping = False
         self.host, self.port = self.config.listen_host_port
-        self._server: asyncio.AbstractServer | None = None
+        self._server: Acceptor | None = None
         self.connections: set = set()
         self.budget: server.ByteBudget | None = None
         self._pid_next = self._pid_end = 0
@@ -188,29 +209,30 @@ class Broker:
             self.leadership = BrokerLeadership(self, self.store)
         # cluster mode: partitions open when the controller makes this broker their leader
         names = [] if self.leadership else await self.run_io(self.topics.list_topics)
-        opened, held = 0, []
+        served = []
         for name in names:
             try:
                 tc = await self.topic_config(name)
+                self.check_served(tc)
             except SparklogError as exc:
-                log.error("topic %s: cannot read its config: %s", name, exc)
+                log.error("topic %s: not served: %s", name, exc)
                 continue
-            results = await asyncio.gather(
-                *(self.writer(name, p) for p in range(tc.partitions)), return_exceptions=True)
-            for p, res in enumerate(results):
-                if isinstance(res, LeaseHeldError):
-                    held.append(f"{name}-{p}")
-                elif isinstance(res, BaseException):
-                    log.error("partition %s-%d: recovery failed: %s", name, p, res)
-                else:
-                    opened += 1
-        if held:  # said once; each request for them gets the error itself
-            log.info("%d partition(s) not opened, another process writes them (a broker "
-                     "serving this storage?): %s", len(held), ", ".join(held))
-        self._server = await self.loop.create_server(
-            server.protocol_factory(self), self.host, self.port, reuse_address=True)
-        self.host, self.port = self._server.sockets[0].getsockname()[:2]
-        _warn_unauthenticated(self._server.sockets)
+            served.append(tc)
+        total = sum(tc.partitions for tc in served)
+        if total > self.config.max_broker_partitions:
+            log.error("the storage root holds %d partitions, above max.broker.partitions=%d: "
+                      "creating topics or partitions is refused until topics are deleted or "
+                      "the limit raised", total, self.config.max_broker_partitions)
+        self.limits = resources.plan(self.config.max_open_partitions,
+                                     self.config.max_connections, total)
+        opened = await self._recover_existing(served)
+        self._server = Acceptor(
+            self.loop, server.protocol_factory(self, lambda r: self._server.on_closed(r.peer_ip)),
+            self.host, self.port, max_connections=self.limits.max_connections,
+            max_connections_per_ip=self.config.max_connections_per_ip)
+        self.host, self.port = self._server.address
+        self._server.start()
+        _warn_unauthenticated([self._server.sock])
         if self.leadership is not None:
             self.leadership.start()
         self.retention = RetentionManager(lambda: self.partitions.values(), self.run_io,
@@ -225,6 +247,35 @@ class Broker:
                  "recovered in %.2fs", self.broker_id, self.address, self.storage_uri, opened,
                  len(names), time.monotonic() - started)
         return self.address
+
+    async def _recover_existing(self, topics: list[TopicConfig]) -> int:
+        """Open (recover) the partitions that have a directory (partitions never
+        written have none: they open on first use), at most ``max.open.partitions``;
+        return how many opened."""
+        room = self.limits.max_open_partitions
+        keys = []
+        for tc in topics:
+            listed = await self.run_io(self.fileio.list, self.topics.topic_dir(tc.name))
+            numbers = sorted(int(i.name) for i in listed if i.is_dir and i.name.isdigit())
+            keys += [(tc.name, p) for p in numbers if p < tc.partitions]
+        if len(keys) > room:
+            log.warning("%d partitions have data; recovering %d now (max.open.partitions), "
+                        "the others when first used", len(keys), room)
+            keys = keys[:room]
+        results = await asyncio.gather(*(self.writer(t, p) for t, p in keys),
+                                       return_exceptions=True)
+        opened, held = 0, []
+        for (t, p), res in zip(keys, results):
+            if isinstance(res, LeaseHeldError):
+                held.append(f"{t}-{p}")
+            elif isinstance(res, BaseException):
+                log.error("partition %s-%d: recovery failed: %s", t, p, res)
+            else:
+                opened += 1
+        if held:  # said once; each request for them gets the error itself
+            log.info("%d partition(s) not opened, another process writes them (a broker "
+                     "serving this storage?): %s", len(held), ", ".join(held))
+        return opened
 
     async def stop(self) -> None:
         """Graceful shutdown (see the module docstring). Idempotent."""
@@ -251,6 +302,8 @@ class Broker:
                 w.wake_fetchers()  # long polls answer now with what they have
             if conns:
                 await asyncio.wait([c.task for c in conns], timeout=timeout)
+            if self._idle_closes:
+                await asyncio.gather(*self._idle_closes.values(), return_exceptions=True)
             writers = list(self.partitions.items())
             self.partitions.clear()
             await asyncio.gather(*(w.close() for _, w in writers), return_exceptions=True)
@@ -290,6 +343,42 @@ class Broker:
         """Drop a topic from the cache (after create/alter/delete)."""
         self._topic_cache.pop(name, None)
 
+    def check_served(self, tc: TopicConfig) -> None:
+        """InvalidPartitionsError if the topic has more partitions than
+        ``max.topic.partitions`` (a topic created under a higher limit, or before there
+        was one): it is not served, but can be described, altered and deleted."""
+        limit = self.config.max_topic_partitions
+        if tc.partitions > limit:
+            raise InvalidPartitionsError(
+                f"topic {tc.name!r} has {tc.partitions} partitions, above "
+                f"max.topic.partitions={limit} of broker {self.broker_id}: it is not served; "
+                f"delete it (sparklog topics delete {tc.name}) or raise the limit")
+
+    async def check_new_partitions(self, name: str, count: int, current: int = 0) -> None:
+        """Refuse a topic of ``count`` partitions (``current`` before an alteration)
+        above ``max.topic.partitions`` (InvalidPartitionsError) or bringing the
+        partitions on the storage root above ``max.broker.partitions`` times the
+        number of brokers (PolicyViolationError)."""
+        limit = self.config.max_topic_partitions
+        if count <= current:
+            return
+        if count > limit:
+            raise InvalidPartitionsError(
+                f"topic {name!r}: {count} partitions requested, above "
+                f"max.topic.partitions={limit} of broker {self.broker_id}")
+        names = await self.run_io(self.topics.list_topics)
+        counts = await self.partition_counts(n for n in names if n != name)
+        total = sum(c for c in counts.values() if c <= limit)
+        brokers = 1
+        if self.leadership is not None:
+            brokers = max(len(self.leadership.metadata()["brokers"]), 1)
+        cap = self.config.max_broker_partitions * brokers
+        if total + count > cap:
+            raise PolicyViolationError(
+                f"topic {name!r}: {count - current} more partition(s) would make "
+                f"{total + count}, above max.broker.partitions={self.config.max_broker_partitions}"
+                f" x {brokers} broker(s); {total + current} exist")
+
     async def partition_counts(self, topics) -> dict[str, int]:
         """{topic: partition count} of the existing topics among ``topics``."""
         out = {}
@@ -315,6 +404,7 @@ class Broker:
             if found.log.offline is not None:  # storage changed under it: until restart
                 raise found.log.offline
             if not found.failed:
+                self._recent.move_to_end(key)
                 return found
             if self.leadership is not None:
                 self.leadership.check_failed_writer(found)  # fenced: NotLeaderError
@@ -328,6 +418,7 @@ class Broker:
         if partition >= tc.partitions:  # maybe grown by another broker/process
             tc = await self.topic_config(topic, refresh=True)
         validate_partition(partition, tc.partitions, topic)
+        self.check_served(tc)
         if self.stopping:
             raise UnknownTopicOrPartitionError(
                 f"partition {topic}-{partition}: broker {self.broker_id} is shutting down")
@@ -345,10 +436,19 @@ class Broker:
 
     async def _open(self, tc: TopicConfig, partition: int) -> PartitionWriter:
         name = f"{tc.name}-{partition}"
+        closing = self._idle_closes.get((tc.name, partition))
+        if closing is not None:  # its idle close must release the lease first
+            await asyncio.shield(closing)
+
+        closed_epoch = self._closed_idle.pop((tc.name, partition), None)
 
         def open_blocking():
             before = self.store.partition_state(tc.name, partition)
-            state = self.store.acquire_leadership(tc.name, partition, self.broker_id)
+            if before is not None and before.leader == self.broker_id \
+                    and before.leader_epoch == closed_epoch:
+                state = before  # reopened after an idle close: still ours, same epoch
+            else:
+                state = self.store.acquire_leadership(tc.name, partition, self.broker_id)
             # taking over from another broker fences its lease; the same broker id (a
             # restart) only takes over an expired lease, so two processes on one root
             # cannot both write: the second gets LeaseHeldError
@@ -366,12 +466,48 @@ class Broker:
                                  snapshot_interval_ms=self.config.producer_snapshot_interval_ms,
                                  metrics=self.metrics)
         self.partitions[(tc.name, partition)] = writer
+        self._recent[(tc.name, partition)] = None
+        self._close_idle()
+        if self.metrics is not None:
+            self.metrics.open_partitions.set(len(self.partitions))
         if self.metrics is not None:
             self.metrics.partition_offsets(tc.name, partition, plog.log_end_offset,
                                            plog.high_watermark)
         log.info("partition %s: leader epoch %d, log [%d, %d), %d producer(s)", name, epoch,
                  plog.log_start_offset, plog.log_end_offset, len(state.producers))
         return writer
+
+    def _close_idle(self) -> None:
+        """Above ``max.open.partitions``: close the least recently used partitions that
+        nobody waits on (reopened on their next use, see :mod:`.resources`)."""
+        if self.limits is None or self.stopping:
+            return
+        excess = len(self.partitions) - self.limits.max_open_partitions
+        if excess <= 0:
+            return
+        for key in list(self._recent):
+            if excess <= 0:
+                break
+            w = self.partitions.get(key)
+            if w is None:
+                del self._recent[key]
+                continue
+            if w.busy:
+                continue
+            del self.partitions[key], self._recent[key]
+            self._closed_idle[key] = w.log.leader_epoch
+            excess -= 1
+            task = self._idle_closes[key] = self.loop.create_task(self._close_writer(w))
+            task.add_done_callback(lambda t, k=key: self._idle_closes.get(k) is t
+                                   and self._idle_closes.pop(k))
+
+    async def _close_writer(self, w: PartitionWriter) -> None:
+        try:
+            await w.close()
+        except Exception as exc:  # noqa: BLE001 - logged; the next open recovers it
+            log.warning("partition %s: closing it (idle) failed: %s", w.name, exc)
+        else:
+            log.debug("partition %s: closed while idle (max.open.partitions)", w.name)
 
     # --- dispatch -------------------------------------------------------------------------------
     async def handle(self, header: RequestHeader, payload, position: int,
@@ -466,47 +602,72 @@ class Broker:
     async def _fetch(self, body, ctx) -> dict:
         deadline = self.loop.time() + max(body["max_wait_ms"], 0) / 1000
         while True:
-            results, total, waiters, errors = await self._fetch_once(body)
+            results, total, waiters, errors = await self._fetch_once(body, ctx)
             remaining = deadline - self.loop.time()
+            gone = ctx.closed is not None and ctx.closed.done()
             if total >= body["min_bytes"] or errors or remaining <= 0 or self.stopping \
-                    or not waiters:
+                    or not waiters or gone:
+                for w, fut in waiters:
+                    w.forget_waiter(fut)
                 break
-            await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-            for w in waiters:
-                w.cancel()
+            futures = [fut for _, fut in waiters]
+            if ctx.closed is not None:
+                futures.append(ctx.closed)
+            if self.metrics is not None:
+                self.metrics.purgatory.inc()
+            try:
+                await asyncio.wait(futures, timeout=remaining,
+                                   return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w, fut in waiters:
+                    w.forget_waiter(fut)
+                if self.metrics is not None:
+                    self.metrics.purgatory.dec()
         topics: dict[str, list] = {}
         for topic, item in results:
             topics.setdefault(topic, []).append(item)
         return {**_NO_ERROR, "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
 
-    async def _fetch_once(self, body):
+    async def _fetch_once(self, body, ctx):
         wanted = []
-        waiters = []
+        waiters = []   # (writer, future): given back to the writer once done
         errors = 0
         for t in body["topics"]:
             for p in t["partitions"]:
                 try:
                     w = await self.writer(t["name"], p["partition"])
-                    waiters.append(w.data_waiter())  # before reading: no lost wake-up
+                    waiters.append((w, w.data_waiter()))  # before reading: no lost wake-up
                     wanted.append((t["name"], p, w, None))
                 except SparklogError as exc:
                     wanted.append((t["name"], p, None, exc))
+                except BaseException:
+                    for w, fut in waiters:
+                        w.forget_waiter(fut)
+                    raise
         budget = max(min(body["max_bytes"], self.config.fetch_max_bytes), 1)
 
         def read_all():
             out, total, errs = [], 0, 0
+            oversized = False
             for topic, p, w, exc in wanted:
                 base = {"partition": p["partition"], "high_watermark": -1,
                         "log_start_offset": -1, "records": b""}
                 if exc is None:
                     try:
                         limit = min(p["partition_max_bytes"], budget - total)
-                        if limit <= 0 and total:
+                        res = None if limit <= 0 and total else \
+                            w.log.read(p["fetch_offset"], max(limit, 1))
+                        if res is not None and res.size > limit:
+                            # one frame larger than the limits is returned whole (as
+                            # Kafka's first record batch), one per response: clients
+                            # bound a response by max_bytes + one frame
+                            res = None if oversized else res
+                            oversized = True
+                        if res is None:
                             base.update(_NO_ERROR, high_watermark=w.log.high_watermark,
                                         log_start_offset=w.log.log_start_offset)
                             out.append((topic, base))
                             continue
-                        res = w.log.read(p["fetch_offset"], max(limit, 1))
                         records = res.data
                         local = self.fileio.local_path(res.segment_path) if res.size else None
                         if local is not None:
@@ -529,7 +690,17 @@ class Broker:
                 out.append((topic, base))
             return out, total, errs
 
-        results, total, errors = await self.run_io(read_all)
+        try:
+            if all(exc is None and _nothing_to_read(w.log, p["fetch_offset"])
+                   for _, p, w, exc in wanted):
+                results, total, errors = read_all()  # no I/O: a long poll parks at once
+            else:
+                async with ctx.io_slots:  # one connection cannot fill the I/O threads
+                    results, total, errors = await self.run_io(read_all)
+        except BaseException:
+            for w, fut in waiters:
+                w.forget_waiter(fut)
+            raise
         return results, total, waiters, errors
 
     # --- offsets and producer ids --------------------------------------------------------------

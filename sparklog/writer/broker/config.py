@@ -26,6 +26,11 @@ often retention runs, :mod:`sparklog.retention.manager`) and, for local storage,
 ``storage.sync.behind.writes.bytes`` (default 8 MiB, 0 = off: writeback is started
 behind each segment's writer, see :class:`~sparklog.storage.local.LocalFileIO`).
 
+Resource limits (``max.connections``, ``max.connections.per.ip``,
+``connections.max.idle.ms``, ``request.read.timeout.ms``, ``max.topic.partitions``,
+``max.broker.partitions``, ``max.open.partitions``, ``queued.max.request.bytes``...) and
+what happens at each are listed in docs/operations.md ("Limits").
+
 Unknown keys are logged and ignored (Kafka does the same), so an existing Kafka
 ``server.properties`` can be reused; invalid values raise InvalidConfigError naming the
 key.
@@ -41,6 +46,9 @@ from ...log.config import LOG_CONFIGS, parse_log_config_value
 from ...storage.local import DEFAULT_SYNC_BEHIND_WRITES
 
 log = logging.getLogger(__name__)
+
+#: Kafka's "no limit" for int settings (Integer.MAX_VALUE)
+MAX_INT = 2147483647
 
 #: broker property -> topic/log config key it supplies the default of
 LOG_DEFAULT_KEYS = {
@@ -69,6 +77,14 @@ BROKER_SETTINGS = {
     "queued.max.requests": ("queued_max_requests", int, 500, 1),
     "queued.max.request.bytes": ("queued_max_request_bytes", int, 512 * 1024 * 1024, 1024),
     "fetch.max.bytes": ("fetch_max_bytes", int, 55 * 1024 * 1024, 1024),
+    # resource limits (docs/operations.md, "Limits")
+    "max.connections": ("max_connections", int, MAX_INT, 1),
+    "max.connections.per.ip": ("max_connections_per_ip", int, MAX_INT, 1),
+    "connections.max.idle.ms": ("connections_max_idle_ms", int, 600000, 1),
+    "request.read.timeout.ms": ("request_read_timeout_ms", int, 30000, 1),
+    "max.topic.partitions": ("max_topic_partitions", int, 10000, 1),
+    "max.broker.partitions": ("max_broker_partitions", int, 50000, 1),
+    "max.open.partitions": ("max_open_partitions", int, 0, 0),
     "num.io.threads": ("num_io_threads", int, 8, 1),
     "group.min.session.timeout.ms": ("group_min_session_timeout_ms", int, 100, 1),
     "group.max.session.timeout.ms": ("group_max_session_timeout_ms", int, 1800000, 1),
@@ -132,6 +148,13 @@ class BrokerConfig:
     queued_max_requests: int = 500
     queued_max_request_bytes: int = 512 * 1024 * 1024
     fetch_max_bytes: int = 55 * 1024 * 1024
+    max_connections: int = MAX_INT
+    max_connections_per_ip: int = MAX_INT
+    connections_max_idle_ms: int = 600000
+    request_read_timeout_ms: int = 30000
+    max_topic_partitions: int = 10000
+    max_broker_partitions: int = 50000
+    max_open_partitions: int = 0
     num_io_threads: int = 8
     group_min_session_timeout_ms: int = 100
     group_max_session_timeout_ms: int = 1800000

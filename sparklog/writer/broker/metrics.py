@@ -15,6 +15,8 @@ sparklog_request_latency_seconds       histogram  api (Produce, Fetch and the ot
 sparklog_log_end_offset                gauge      topic, partition
 sparklog_high_watermark                gauge      topic, partition
 sparklog_connections                   gauge      -
+sparklog_fetch_purgatory_size          gauge      - (fetches waiting for data, long polls)
+sparklog_open_partitions               gauge      - (partitions with open files)
 =====================================  =========  ======================================
 
 ``sparklog_request_errors_total`` counts error responses and, for Produce, every
@@ -58,6 +60,11 @@ class BrokerMetrics:
         self.high_watermark = Gauge("sparklog_high_watermark", "High watermark",
                                     ["topic", "partition"], registry=r)
         self.connections = Gauge("sparklog_connections", "Open client connections", registry=r)
+        self.purgatory = Gauge("sparklog_fetch_purgatory_size",
+                               "Fetches waiting for data (long polls)", registry=r)
+        self.open_partitions = Gauge("sparklog_open_partitions",
+                                     "Partitions with open files (max.open.partitions)",
+                                     registry=r)
         self._server = None
 
     def partition_offsets(self, topic: str, partition: int, leo: int, hw: int) -> None:

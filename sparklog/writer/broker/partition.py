@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 _IPC_PREFIX = struct.Struct("<Ii")  # Arrow IPC continuation marker + metadata length
 #: most queued requests one drain hands to a single append batch
 MAX_BATCH_REQUESTS = 1024
+#: most waiting fetches woken per turn of the event loop
+WAKE_BATCH = 128
 
 
 @dataclass
@@ -152,7 +154,7 @@ class PartitionWriter:
         self.schema = SchemaChecker(topic)
         self.not_null = NotNullChecker(topic) if constrained_fields(topic.schema) else None
         self._queue: asyncio.Queue = asyncio.Queue()
-        self._waiters: list[asyncio.Future] = []
+        self._waiters: dict[asyncio.Future, None] = {}
         self._last_snapshot = time.monotonic()
         self._task = loop.create_task(self._run(), name=f"writer-{self.name}")
         self._closing = False
@@ -310,20 +312,46 @@ class PartitionWriter:
         self._last_snapshot = time.monotonic()
 
     # --- fetch ----------------------------------------------------------------------------------
+    # Waiting fetches are kept in a dict (insertion-ordered set): registering and
+    # forgetting one are O(1) whatever the number parked, and a wake-up touches each
+    # waiter once.
     def wake_fetchers(self) -> None:
-        """Complete every waiting fetch (new data, or the broker is stopping)."""
-        waiters, self._waiters = self._waiters, []
-        for w in waiters:
+        """Complete every waiting fetch (new data, or the broker is stopping), at most
+        ``WAKE_BATCH`` per turn of the event loop, so other clients are served between
+        the batches of thousands of woken long polls."""
+        if not self._waiters:
+            return
+        waiters, self._waiters = list(self._waiters), {}
+        self._wake(waiters, 0)
+
+    def _wake(self, waiters: list, start: int) -> None:
+        end = min(start + WAKE_BATCH, len(waiters))
+        for w in waiters[start:end]:
             if not w.done():
                 w.set_result(None)
+        if end < len(waiters):
+            self.loop.call_soon(self._wake, waiters, end)
 
     def data_waiter(self) -> asyncio.Future:
-        """A future completed at the next advance of the high watermark (or close)."""
+        """A future completed at the next advance of the high watermark (or close); give
+        it back with :meth:`forget_waiter` once no longer waited for."""
         future = self.loop.create_future()
-        if len(self._waiters) >= 64:  # drop the cancelled waiters of idle long polls
-            self._waiters = [w for w in self._waiters if not w.done()]
-        self._waiters.append(future)
+        self._waiters[future] = None
         return future
+
+    def forget_waiter(self, future: asyncio.Future) -> None:
+        """Drop a waiter (its fetch answered, timed out or its connection closed)."""
+        self._waiters.pop(future, None)
+
+    @property
+    def busy(self) -> bool:
+        """True while produce requests are queued or fetches wait on the partition."""
+        return bool(self._waiters) or not self._queue.empty()
+
+    @property
+    def waiting_fetches(self) -> int:
+        """Number of fetches waiting on this partition."""
+        return len(self._waiters)
 
     # --- closing --------------------------------------------------------------------------------
     async def close(self) -> None:

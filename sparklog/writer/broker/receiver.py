@@ -11,6 +11,13 @@ The coroutine side mirrors the stream helpers of :mod:`sparklog.protocol.stream`
 ``await read_size()``, ``await read_exact(n)``, ``await discard(n)``. Reading from the
 socket stops (``pause_reading``) whenever the staging buffer is full and nobody is
 waiting for data, so a slow consumer of requests back-pressures the client through TCP.
+
+Limits: once a message has begun, each wait for more of its bytes is bounded by
+``read_timeout`` (seconds; :class:`ReadTimeout`, a ConnectionError, when no byte came
+for that long); ``read_size(idle)`` bounds the wait for the first byte of the next one.
+A large payload is reserved from a shared byte budget *as its bytes arrive*, a chunk
+ahead of the socket (64 KiB first, doubling up to 4 MiB), never all at once from a bare
+size prefix, and its buffer is only allocated once its first bytes came.
 Writing: ``write``/``writelines`` and ``await drain()`` honour the transport's write
 flow control.
 """
@@ -25,19 +32,36 @@ from ...errors import InvalidArgumentError
 from ...protocol.codec import SIZE
 
 STAGE_BYTES = 64 * 1024
+#: largest chunk of a payload reserved from the byte budget ahead of the socket
+MAX_RESERVE_CHUNK = 4 << 20
+
+
+class ReadTimeout(ConnectionError):
+    """No byte of a begun message (or of the next one, when idle) arrived in time."""
 
 
 class RequestReceiver(asyncio.BufferedProtocol):
     """Receiving side of one connection (see the module docstring)."""
 
-    def __init__(self, on_connect):
+    def __init__(self, on_connect, on_lost=None):
         self._on_connect = on_connect
+        self._on_lost = on_lost
+        self.peer_ip = ""
         self.transport: asyncio.Transport | None = None
         self._stage = bytearray(STAGE_BYTES)
         self._start = 0          # unread bytes are _stage[_start:_end]
         self._end = 0
         self._target: memoryview | None = None   # a payload being filled directly
         self._target_pos = 0
+        self._target_end = 0     # the socket may fill the target up to here (reserved)
+        self._into_target = False
+        self._budget = None      # (ByteBudget, owner) of the payload being filled
+        self._reserved = 0
+        self._last_rx = 0.0      # loop time of the last bytes received
+        #: seconds a begun message may go without a byte before ReadTimeout (None: no bound)
+        self.read_timeout: float | None = None
+        #: a future done once the connection is lost (set up in connection_made)
+        self.lost: asyncio.Future | None = None
         self._waiter: asyncio.Future | None = None
         self._eof = False
         self._paused = False
@@ -48,11 +72,17 @@ class RequestReceiver(asyncio.BufferedProtocol):
     # --- protocol callbacks ------------------------------------------------------------
     def connection_made(self, transport) -> None:
         self.transport = transport
+        self._loop = asyncio.get_running_loop()
+        self.lost = self._loop.create_future()
+        peer = transport.get_extra_info("peername")
+        self.peer_ip = str(peer[0]) if isinstance(peer, tuple) else str(peer or "")
         self._on_connect(self)
 
     def get_buffer(self, sizehint: int):
-        if self._target is not None:
-            return self._target[self._target_pos:]
+        if self._target is not None and self._target_pos < self._target_end:
+            self._into_target = True
+            return self._target[self._target_pos:self._target_end]
+        self._into_target = False
         if self._end == len(self._stage):
             self._compact()
             if self._end == len(self._stage):  # full yet still asked: grow (rare)
@@ -60,10 +90,11 @@ class RequestReceiver(asyncio.BufferedProtocol):
         return memoryview(self._stage)[self._end:]
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._target is not None:
+        self._last_rx = self._loop.time()
+        if self._into_target:
             self._target_pos += nbytes
-            if self._target_pos == len(self._target):
-                self._wake()
+            if self._target_pos == self._target_end and not self._reserve_more():
+                self._wake()  # complete, or the budget is full: the reader waits for it
             return
         self._end += nbytes
         if self._waiter is None and self._end - self._start >= len(self._stage) // 2:
@@ -79,6 +110,10 @@ class RequestReceiver(asyncio.BufferedProtocol):
         self._eof = True
         self.error = exc
         self._wake()
+        if self.lost is not None and not self.lost.done():
+            self.lost.set_result(None)
+            if self._on_lost is not None:
+                self._on_lost(self)
         for w in self._drain_waiters:
             if not w.done():
                 w.set_result(None)
@@ -115,15 +150,53 @@ class RequestReceiver(asyncio.BufferedProtocol):
             self._stage[:n] = self._stage[self._start:self._end]
             self._start, self._end = 0, n
 
-    async def _wait(self) -> None:
+    async def _wait(self, timeout: float | None = -1.0, what: str = "") -> None:
+        """Wait for bytes (or the end); ReadTimeout once no byte arrived for
+        ``timeout`` seconds (-1: :attr:`read_timeout`; None: no bound)."""
         if self._eof:
             raise InvalidArgumentError("connection closed")
+        if timeout is not None and timeout < 0:
+            timeout = self.read_timeout
         self._resume()
-        self._waiter = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self._waiter = waiter = loop.create_future()
+        timer = None
+
+        def check():  # bytes that went straight into a payload count as progress
+            nonlocal timer
+            quiet = loop.time() - self._last_rx
+            if quiet < timeout:
+                timer = loop.call_at(self._last_rx + timeout, check)
+            elif not waiter.done():
+                waiter.set_result(_EXPIRED)
+
         try:
-            await self._waiter
+            if timeout is not None:
+                self._last_rx = max(self._last_rx, loop.time())
+                timer = loop.call_later(timeout, check)
+            await waiter
+            if waiter.result() is _EXPIRED:
+                raise ReadTimeout(what or f"no byte of a begun request arrived for "
+                                  f"{timeout * 1000:.0f} ms (request.read.timeout.ms)")
         finally:
+            if timer is not None:
+                timer.cancel()
             self._waiter = None
+
+    def _reserve_more(self) -> bool:
+        """Extend the part of the target the socket may fill, if the budget has room
+        now; False when the target is complete or the reader must wait for room."""
+        n = len(self._target)
+        if self._target_end >= n or self._budget is None:
+            return False
+        budget, owner = self._budget
+        k = min(n - self._target_end, max(STAGE_BYTES, min(self._target_end,
+                                                              MAX_RESERVE_CHUNK)))
+        if not budget.try_acquire(k, owner):
+            return False
+        self._reserved += k
+        self._target_end += k
+        return True
 
     def _take(self, n: int) -> bytes:
         data = bytes(self._stage[self._start:self._start + n])
@@ -132,49 +205,113 @@ class RequestReceiver(asyncio.BufferedProtocol):
             self._start = self._end = 0
         return data
 
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not read yet."""
+        return self._end - self._start
+
     # --- coroutine side --------------------------------------------------------------------
-    async def read_size(self) -> int | None:
-        """The next size prefix; None on a clean end of stream before it."""
+    async def read_size(self, idle: float | None = None) -> int | None:
+        """The next size prefix; None on a clean end of stream before it. Waiting for
+        its first byte is bounded by ``idle`` seconds (ReadTimeout), for the others
+        by :attr:`read_timeout`."""
         while self._end - self._start < 4:
+            have = self._end - self._start
             if self._eof:
-                have = self._end - self._start
                 if have == 0:
                     return None
                 raise InvalidArgumentError(
                     f"connection closed inside a size prefix ({have} of 4 bytes)")
-            await self._wait()
+            if have:
+                await self._wait()
+            else:
+                await self._wait(idle, "" if idle is None else
+                                 f"no request for {idle * 1000:.0f} ms "
+                                 "(connections.max.idle.ms)")
         return SIZE.unpack(self._take(4))[0]
 
-    async def read_exact(self, n: int):
+    async def read_exact(self, n: int, budget=None, owner=None):
         """Exactly ``n`` bytes: bytes for small reads, a writable memoryview of a buffer
-        the socket filled directly for large ones."""
+        the socket filled directly for large ones. With a ``budget``
+        (:class:`~sparklog.writer.broker.server.ByteBudget`) the ``n`` bytes are
+        reserved for ``owner`` (a small read: at once; a large one: as its bytes
+        arrive); the caller releases them after use; on an error they are given back."""
+        if budget is None or n <= len(self._stage) // 2:
+            if budget is not None:
+                await budget.acquire(n, owner)
+            try:
+                return await self._read_small(n) if n <= len(self._stage) // 2 \
+                    else await self._read_large(n, None, None)
+            except BaseException:
+                if budget is not None:
+                    budget.release(n, owner)
+                raise
+        return await self._read_large(n, budget, owner)
+
+    async def _read_small(self, n: int) -> bytes:
+        while self._end - self._start < n:
+            if self._eof:
+                raise InvalidArgumentError(
+                    f"connection closed after {self._end - self._start} of {n} bytes "
+                    "of a message")
+            if len(self._stage) - self._start < n:
+                self._compact()
+            await self._wait()
+        return self._take(n)
+
+    async def _read_large(self, n: int, budget, owner):
         have = self._end - self._start
         if n <= have:
+            if budget is not None:
+                await budget.acquire(n, owner)
             return self._take(n)
-        if n <= len(self._stage) // 2:
-            while self._end - self._start < n:
-                if self._eof:
-                    raise InvalidArgumentError(
-                        f"connection closed after {self._end - self._start} of {n} bytes "
-                        "of a message")
-                if len(self._stage) - self._start < n:
-                    self._compact()
-                await self._wait()
-            return self._take(n)
-        # from Arrow's memory pool: not zero-filled, and its freed blocks are reused, so
-        # a large request costs neither a memset nor fresh pages (a bytearray costs both)
-        out = memoryview(pa.allocate_buffer(n)).cast("B")
-        out[:have] = self._stage[self._start:self._end]
-        self._start = self._end = 0
-        self._target, self._target_pos = out, have
+        while self._end == self._start:  # no buffer for a bare size prefix
+            if self._eof:
+                raise InvalidArgumentError(f"connection closed after 0 of {n} bytes of a message")
+            await self._wait()
+        self._budget = (budget, owner) if budget is not None else None
+        self._reserved = 0
         try:
+            have = self._end - self._start
+            if budget is not None:
+                await budget.acquire(have, owner)
+                self._reserved = have
+            have = self._end - self._start  # more may have come meanwhile
+            # from Arrow's memory pool: not zero-filled, and its freed blocks are reused,
+            # so a large request costs neither a memset nor fresh pages (a bytearray
+            # costs both); pages are touched only as the bytes arrive
+            out = memoryview(pa.allocate_buffer(n)).cast("B")
+            self._target, self._target_pos = out, 0
+            self._target_end = n if budget is None else self._reserved
             while self._target_pos < n:
+                if self._target_pos == self._target_end:
+                    if not self._reserve_more():
+                        k = min(n - self._target_end, MAX_RESERVE_CHUNK)
+                        await budget.acquire(k, owner)
+                        self._reserved += k
+                        self._target_end += k
+                    continue
+                have = self._end - self._start
+                if have:  # bytes that landed in the staging buffer meanwhile
+                    k = min(have, self._target_end - self._target_pos)
+                    out[self._target_pos:self._target_pos + k] = \
+                        self._stage[self._start:self._start + k]
+                    self._target_pos += k
+                    self._start += k
+                    if self._start == self._end:
+                        self._start = self._end = 0
+                    continue
                 if self._eof:
                     raise InvalidArgumentError(
                         f"connection closed after {self._target_pos} of {n} bytes of a message")
                 await self._wait()
+        except BaseException:
+            if budget is not None and self._reserved:
+                budget.release(self._reserved, owner)
+            raise
         finally:
             self._target = None
+            self._budget = None
         return out
 
     async def discard(self, n: int) -> None:
@@ -215,3 +352,6 @@ class RequestReceiver(asyncio.BufferedProtocol):
         """Close the transport."""
         if self.transport is not None:
             self.transport.close()
+
+
+_EXPIRED = object()

@@ -29,34 +29,60 @@ from ...errors import InvalidArgumentError, RecordTooLargeError, SparklogError
 from ...protocol.codec import (
     FileRegion, decode_request_header, encode_response_parts, error_fields,
 )
-from .receiver import RequestReceiver
+from .receiver import ReadTimeout, RequestReceiver
 
 log = logging.getLogger(__name__)
 
 _HEAD = struct.Struct(">hhi")  # api key, version, correlation id
+#: fetch reads of one connection on the I/O threads at once: a client with thousands of
+#: requests in flight waits its turn instead of queueing them all ahead of other clients
+IO_SLOTS_PER_CONNECTION = 2
 
 
 class ByteBudget:
-    """Request bytes in flight across the broker; ``acquire`` waits for room (a single
-    request larger than the whole budget is admitted alone). A request's bytes are
-    given back as soon as its handler finishes, whatever the order of responses."""
+    """Request bytes held across the broker (``queued.max.request.bytes``).
+
+    Readers reserve a request's bytes as they arrive (see
+    :mod:`~sparklog.writer.broker.receiver`) and give them back once its handler
+    finished, whatever the order of responses. A reservation that does not fit waits,
+    except that one request at a time (its ``owner``) may go past the limit: so a
+    request larger than the whole budget is still served, and partly received requests
+    that filled the budget between them cannot wait for each other forever. The bytes
+    held thus stay below the limit plus one request (``socket.request.max.bytes``)."""
 
     def __init__(self, limit: int):
         self.limit = limit
         self.used = 0
+        self._over = None          # the owner allowed past the limit, if any
         self._waiters: collections.deque = collections.deque()
 
-    async def acquire(self, n: int) -> None:
-        """Wait until ``n`` more bytes fit, then take them."""
-        while not (self.used == 0 or self.used + n <= self.limit):
+    def try_acquire(self, n: int, owner=None) -> bool:
+        """Take ``n`` bytes for ``owner`` if they fit now (see the class docstring)."""
+        if self.used + n > self.limit:
+            if self._over is None and owner is not None:
+                self._over = owner
+            elif self._over is not owner or owner is None:
+                return False
+        self.used += n
+        return True
+
+    async def acquire(self, n: int, owner=None) -> None:
+        """Wait until ``n`` more bytes fit for ``owner``, then take them."""
+        while not self.try_acquire(n, owner):
             waiter = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
-            await waiter
-        self.used += n
+            try:
+                await waiter
+            finally:
+                if not waiter.done():
+                    waiter.cancel()
 
-    def release(self, n: int) -> None:
-        """Give back ``n`` bytes and let the waiting readers try again."""
+    def release(self, n: int, owner=None) -> None:
+        """Give back ``n`` bytes (all of ``owner``'s) and let the waiting readers try
+        again."""
         self.used -= n
+        if owner is not None and owner is self._over:
+            self._over = None
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
@@ -76,6 +102,9 @@ class Connection:
         self.task: asyncio.Task | None = None
         self._read_task: asyncio.Task | None = None
         self.order = asyncio.Lock()
+        self.io_slots = asyncio.Semaphore(IO_SLOTS_PER_CONNECTION)
+        self.pending = 0   # requests read and not yet answered
+        receiver.read_timeout = broker.config.request_read_timeout_ms / 1000
 
     def stop_reading(self) -> None:
         """Stop taking new requests (graceful shutdown); queued ones are still answered."""
@@ -105,9 +134,15 @@ class Connection:
         broker = self.broker
         io = self.io
         max_size = broker.config.socket_request_max_bytes
+        idle = broker.config.connections_max_idle_ms / 1000
         try:
             while not broker.stopping:
-                size = await io.read_size()
+                try:
+                    size = await io.read_size(idle)
+                except ReadTimeout:
+                    if self.pending and not io.buffered:  # a long poll or a slow
+                        continue                           # answer: not idleness
+                    raise
                 if size is None:
                     return
                 if size < 0:
@@ -115,19 +150,24 @@ class Connection:
                 if size > max_size:
                     await self._refuse_oversized(size, max_size)
                     continue
-                await broker.budget.acquire(size)
+                owner = object()  # this request's share of the byte budget
+                payload = await io.read_exact(size, broker.budget, owner)
                 try:
-                    payload = await io.read_exact(size)
                     header, position = decode_request_header(payload)
                 except BaseException:
-                    broker.budget.release(size)
+                    broker.budget.release(size, owner)
                     raise
-                ctx = context_type(header.client_id, self.client_host, self.order)
+                ctx = context_type(header.client_id, self.client_host, self.order, io.lost,
+                                   self.io_slots)
                 task = asyncio.get_running_loop().create_task(
                     broker.handle(header, payload, position, ctx))
-                task.add_done_callback(lambda _t, n=size: broker.budget.release(n))
+                task.add_done_callback(
+                    lambda _t, n=size, o=owner: broker.budget.release(n, o))
                 del payload
+                self.pending += 1
                 await self.queue.put((header.correlation_id, task))
+                if io.buffered:  # more requests already here: let other connections
+                    await asyncio.sleep(0)  # have their turn first (round robin)
         except (InvalidArgumentError, ConnectionError) as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
 
@@ -143,6 +183,7 @@ class Connection:
         log.warning("refusing a request from %s: %s", self.peer, exc)
         done = asyncio.get_running_loop().create_future()
         done.set_result(error_fields(exc))
+        self.pending += 1
         await self.queue.put((correlation_id, done))
         await self.io.discard(size - len(head))
 
@@ -159,6 +200,8 @@ class Connection:
             except BaseException as exc:  # handler crashed: answer with the error
                 log.exception("request %d from %s failed", correlation_id, self.peer)
                 response = error_fields(exc)
+            finally:
+                self.pending -= 1
             if response is None or broken:
                 continue
             try:
@@ -209,9 +252,10 @@ async def _serve(broker, conn: Connection) -> None:
             broker.metrics.connections.dec()
 
 
-def protocol_factory(broker):
-    """The protocol factory for ``loop.create_server``."""
-    return lambda: RequestReceiver(lambda receiver: accept(broker, receiver))
+def protocol_factory(broker, on_lost=None):
+    """The protocol factory for accepted sockets; ``on_lost(receiver)`` is called when
+    a connection is gone."""
+    return lambda: RequestReceiver(lambda receiver: accept(broker, receiver), on_lost)
 
 
 __all__ = ["ByteBudget", "Connection", "accept", "protocol_factory"]
