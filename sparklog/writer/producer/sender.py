@@ -38,6 +38,8 @@ import threading
 import time
 from collections import defaultdict
 
+import pyarrow as pa
+
 from ...client.network import NetworkClient
 from ...errors import (
     BrokerNotAvailableError, FencedLeaderEpochError, NotLeaderError, OutOfOrderSequenceError,
@@ -295,7 +297,10 @@ class Sender(threading.Thread):
         sizes.append(b.size - sizes[0])
         out, start = [], 0
         for count, size, result in zip(counts, sizes, results):
-            frame = encode_frame(body.slice(start, count), compression=self.compression)
+            # take, not slice: a slice keeps its parent's validity buffers and offsets,
+            # which made a one-record piece larger than the record's own frame
+            rows = pa.array(range(start, start + count), pa.int64())
+            frame = encode_frame(body.take(rows), compression=self.compression)
             out.append(b.piece(frame, count, size, result))
             start += count
         return out
