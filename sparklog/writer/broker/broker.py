@@ -133,6 +133,8 @@ class Broker:
         self.deleting: set[str] = set()
         self._refence: set[tuple[str, int]] = set()
         self.groups: GroupCoordinator | None = None
+        if self.metrics is not None:
+            self.metrics.watch_logs(lambda: list(self.partitions.values()), self.store)
         self.stopping = False
         self.host, self.port = self.config.listen_host_port
         self._server: asyncio.AbstractServer | None = None
@@ -352,12 +354,8 @@ class Broker:
         (plog, state, snapshots), epoch = await self.run_io(open_blocking)
         writer = PartitionWriter(tc, partition, plog, state, snapshots, loop=self.loop,
                                  pool=self.pool,
-                                 snapshot_interval_ms=self.config.producer_snapshot_interval_ms,
-                                 metrics=self.metrics)
+                                 snapshot_interval_ms=self.config.producer_snapshot_interval_ms)
         self.partitions[(tc.name, partition)] = writer
-        if self.metrics is not None:
-            self.metrics.partition_offsets(tc.name, partition, plog.log_end_offset,
-                                           plog.high_watermark)
         log.info("partition %s: leader epoch %d, log [%d, %d), %d producer(s)", name, epoch,
                  plog.log_start_offset, plog.log_end_offset, len(state.producers))
         return writer
@@ -436,8 +434,8 @@ class Broker:
                         "base_offset": res.base_offset,
                         "log_append_time_ms": res.log_append_time_ms,
                         "log_start_offset": res.log_start_offset}
-                if res.error is None and self.metrics is not None and not res.duplicate:
-                    self.metrics.bytes_in.labels(topic).inc(size)
+                if res.error is None and self.metrics is not None:
+                    self.metrics.produced(topic, size, res.records)
             if error is not None:
                 self.refusals.refused("Produce", topic, partition, error, size,
                                       f"{ctx.client_host} ({ctx.client_id})")
@@ -463,6 +461,8 @@ class Broker:
             await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
             for w in waiters:
                 w.cancel()
+        if self.metrics is not None:
+            self.metrics.fetched(results)
         topics: dict[str, list] = {}
         for topic, item in results:
             topics.setdefault(topic, []).append(item)
