@@ -25,7 +25,6 @@ from ...names import printable, validate_transactional_id
 from ...errors import (
     InvalidArgumentError, InvalidProducerEpochError, OffsetOutOfRangeError,
     RequestTimedOutError, SparklogError, UnknownTopicOrPartitionError, UnsupportedVersionError,
-    error_name,
 )
 from ...log.config import LogConfig
 from ...metadata import TopicStore, validate_partition
@@ -380,10 +379,8 @@ class Broker:
                           ctx.client_host)
             response = error_fields(exc)
         if self.metrics is not None:
-            self.metrics.requests.labels(name).inc()
-            self.metrics.latency.labels(name).observe(time.perf_counter() - started)
-            if response is not None and response.get("error_code"):
-                self.metrics.errors.labels(name, error_name(response["error_code"])).inc()
+            self.metrics.request_done(name, time.perf_counter() - started,
+                                      response.get("error_code", 0) if response else 0)
         return response
 
     def _versions_body(self) -> dict:

@@ -77,6 +77,7 @@ class BrokerMetrics:
                            self.total_produce, self.failed_produce, self.total_fetch,
                            self.failed_fetch)
         self._topics: dict[str, tuple] = {}  # topic -> its children of _per_topic
+        self._apis: dict[str, tuple] = {}  # request -> (requests, latency) children
         self._server = None
 
     def _children(self, topic: str) -> tuple:
@@ -86,6 +87,17 @@ class BrokerMetrics:
         return found
 
     # --- hooks -------------------------------------------------------------------------------
+    def request_done(self, request: str, seconds: float, error_code: int = 0) -> None:
+        """One request answered after ``seconds``, with a top-level ``error_code``."""
+        found = self._apis.get(request)
+        if found is None:
+            found = self._apis[request] = (self.requests.labels(request),
+                                           self.latency.labels(request))
+        found[0].inc()
+        found[1].observe(seconds)
+        if error_code:
+            self.errors.labels(request, error_name(error_code)).inc()
+
     def produced(self, topic: str, size: int, records: int) -> None:
         """One topic-partition of a Produce request appended ``records`` records of
         ``size`` bytes (0 and 0 for a resent duplicate)."""
