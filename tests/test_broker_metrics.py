@@ -6,40 +6,20 @@ topics that do not exist never become label values."""
 
 from __future__ import annotations
 
-import itertools
 import re
 import time
 import urllib.request
 from pathlib import Path
 
-import pytest
-
-from brokerproc import BrokerProcess
-from conftest import free_port
-from sparklog.admin import Admin
 from sparklog.client.types import TopicPartition
 from sparklog.errors import RecordTooLargeError, UnknownTopicOrPartitionError
 from sparklog.format.frame import encode_frame, raw_batch
 from sparklog.protocol import ApiKey, Connection
 from sparklog.reader.consumer import Consumer
 from sparklog.writer.producer import Producer
+from test_producer_limits import sized as metered, topic_with  # noqa: F401 - a fixture
 
-_names = itertools.count()
 _SAMPLE = re.compile(r'^([a-z_]+)(?:\{(.*)\})? (\S+)$')
-
-
-@pytest.fixture(scope="module")
-def metered(tmp_path_factory):
-    """A broker process serving metrics, its storage root path, and an Admin."""
-    root = tmp_path_factory.mktemp("metrics")
-    port = free_port()
-    with BrokerProcess((root / "log").as_uri(), ["--metrics-port", str(port)],
-                       log_path=root / "broker.log") as proc:
-        proc.metrics_port = port
-        proc.root = root / "log"
-        with Admin(proc.address) as admin:
-            proc.admin = admin
-            yield proc
 
 
 def scrape(broker) -> dict:
@@ -61,13 +41,6 @@ def sample(samples: dict, name: str, **labels) -> float | None:
     return samples.get((name, frozenset((k, str(v)) for k, v in labels.items())))
 
 
-def new_topic(broker, partitions=1, **configs) -> str:
-    name = f"met{next(_names)}"
-    broker.admin.create_topic(name, partitions, configs={k.replace("_", "."): v
-                                                         for k, v in configs.items()})
-    return name
-
-
 def files_size(broker, topic, partition) -> tuple[int, int]:
     """(bytes, count) of the partition's segment files."""
     logs = list(Path(broker.root, "topics", topic, str(partition)).glob("*.log"))
@@ -81,7 +54,7 @@ L = "sparklog_log_log_"
 def test_counters_and_log_gauges_equal_what_was_produced_and_fetched(metered):
     # issue #17: sparklog_messages_in_total had no samples after 650k records (it was
     # declared but never incremented); the log had no size or start offset gauges
-    topic = new_topic(metered, 2, segment_bytes=8192)
+    topic = topic_with(metered, 2, segment_bytes=8192)
     sent = {0: 1500, 1: 700}
     produce_total = "sparklog_network_requestmetrics_requests_total"
     before = sample(scrape(metered), produce_total, request="Produce") or 0
@@ -123,7 +96,7 @@ def test_counters_and_log_gauges_equal_what_was_produced_and_fetched(metered):
 
 
 def test_refused_produce_counted_by_topic_and_error_name(metered):
-    topic = new_topic(metered, max_message_bytes=4096)
+    topic = topic_with(metered, max_message_bytes=4096)
     big = encode_frame(raw_batch([b"x" * 8000]))
     small = encode_frame(raw_batch([b"y"]))
     before = scrape(metered)
@@ -150,12 +123,12 @@ def test_refused_produce_counted_by_topic_and_error_name(metered):
 
 
 def test_consumer_group_lag_after_commit_and_topic_deletion(metered):
-    topic = new_topic(metered, 2)
+    topic = topic_with(metered, 2)
     with Producer(metered.address) as producer:
         for i in range(40):
             producer.send(topic, b"%d" % i, partition=i % 2)
         producer.flush(30)
-    group = f"lagging{next(_names)}"
+    group = f"lagging-{topic}"
     with Consumer(bootstrap_servers=metered.address, group_id=group,
                   enable_auto_commit=False) as c:
         c.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
