@@ -11,6 +11,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+from brokerproc import BrokerProcess
+from conftest import free_port
+from sparklog.admin import Admin
 from sparklog.client.types import TopicPartition
 from sparklog.errors import RecordTooLargeError, UnknownTopicOrPartitionError
 from sparklog.format.frame import encode_frame, raw_batch
@@ -147,3 +150,36 @@ def test_consumer_group_lag_after_commit_and_topic_deletion(metered):
     metered.admin.delete_topics([topic])
     got = scrape(metered)
     assert [k for k in got if ("topic", topic) in k[1]] == []
+
+
+def test_log_gauges_follow_retention(tmp_path):
+    # retention deletes old segments: LogStartOffset, Size and NumLogSegments follow
+    port = free_port()
+    with BrokerProcess((tmp_path / "log").as_uri(), [
+            "--metrics-port", str(port),
+            "--override", "log.retention.check.interval.ms=100"],
+            log_path=tmp_path / "broker.log") as proc:
+        proc.metrics_port, proc.root = port, tmp_path / "log"
+        with Admin(proc.address) as admin:
+            admin.create_topic("kept", 1, configs={"segment.bytes": 4096,
+                                                  "retention.bytes": 8192})
+        with Producer(proc.address, linger_ms=5, batch_size=2048) as producer:
+            for i in range(400):
+                producer.send("kept", b"r%06d" % i + b"." * 40, partition=0)
+            producer.flush(30)
+        deadline = time.monotonic() + 30
+        while True:  # until retention deleted segments and the files stopped changing
+            got = scrape(proc)
+            start = sample(got, L + "logstartoffset", topic="kept", partition=0)
+            size, count = files_size(proc, "kept", 0)
+            if start and size <= 8192 + 4096 and \
+                    (size, count) == (sample(got, L + "size", topic="kept", partition=0),
+                                      sample(got, L + "numlogsegments", topic="kept",
+                                             partition=0)):
+                break
+            assert time.monotonic() < deadline, \
+                f"retention did not delete segments within 30 s: {start=} {size=} {count=}"
+            time.sleep(0.1)
+        first = min(int(p.stem) for p in Path(proc.root, "topics", "kept", "0").glob("*.log"))
+        assert start == first > 0
+        assert sample(got, L + "logendoffset", topic="kept", partition=0) == 400
