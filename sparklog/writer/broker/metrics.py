@@ -16,6 +16,7 @@ offsets of the coordination store.
 from __future__ import annotations
 
 import logging
+from typing import Any, NamedTuple
 
 from ...errors import error_name
 
@@ -28,6 +29,18 @@ _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 _NO_TOPIC_ERRORS = frozenset({"UNKNOWN_TOPIC_OR_PARTITION", "INVALID_TOPIC_EXCEPTION"})
 
 _TOPIC = "sparklog_server_brokertopicmetrics_"
+
+
+class _TopicSeries(NamedTuple):
+    """One topic's children of the BrokerTopicMetrics counters."""
+
+    messages_in: Any
+    bytes_in: Any
+    bytes_out: Any
+    total_produce: Any
+    failed_produce: Any
+    total_fetch: Any
+    failed_fetch: Any
 
 
 class BrokerMetrics:
@@ -76,14 +89,15 @@ class BrokerMetrics:
         self._per_topic = (self.messages_in, self.bytes_in, self.bytes_out,
                            self.total_produce, self.failed_produce, self.total_fetch,
                            self.failed_fetch)
-        self._topics: dict[str, tuple] = {}  # topic -> its children of _per_topic
+        self._topics: dict[str, _TopicSeries] = {}
         self._apis: dict[str, tuple] = {}  # request -> (requests, latency) children
         self._server = None
 
-    def _children(self, topic: str) -> tuple:
+    def _children(self, topic: str) -> _TopicSeries:
         found = self._topics.get(topic)
         if found is None:
-            found = self._topics[topic] = tuple(m.labels(topic) for m in self._per_topic)
+            found = self._topics[topic] = _TopicSeries(*(m.labels(topic)
+                                                         for m in self._per_topic))
         return found
 
     # --- hooks -------------------------------------------------------------------------------
@@ -101,24 +115,24 @@ class BrokerMetrics:
     def produced(self, topic: str, size: int, records: int) -> None:
         """One topic-partition of a Produce request appended ``records`` records of
         ``size`` bytes (0 and 0 for a resent duplicate)."""
-        messages, bytes_in, _, total = self._children(topic)[:4]
-        total.inc()
+        series = self._children(topic)
+        series.total_produce.inc()
         if records:
-            messages.inc(records)
-            bytes_in.inc(size)
+            series.messages_in.inc(records)
+            series.bytes_in.inc(size)
 
     def refused(self, request: str, topic: str, error: str) -> None:
         """One topic-partition of a ``request`` refused with Kafka's ``error`` name."""
         self.errors.labels(request, error).inc()
         if error in _NO_TOPIC_ERRORS:
             return
-        children = self._children(topic)
+        series = self._children(topic)
         if request == "Produce":
-            children[3].inc()
-            children[4].inc()
+            series.total_produce.inc()
+            series.failed_produce.inc()
         elif request == "Fetch":
-            children[5].inc()
-            children[6].inc()
+            series.total_fetch.inc()
+            series.failed_fetch.inc()
 
     def fetched(self, results) -> None:
         """A Fetch response's ``(topic, partition item)`` pairs: each counts once in
@@ -129,7 +143,7 @@ class BrokerMetrics:
             if code:
                 self.refused("Fetch", topic, error_name(code))
             else:
-                self._children(topic)[5].inc()
+                self._children(topic).total_fetch.inc()
 
     def forget_topic(self, topic: str) -> None:
         """Drop a deleted topic's series (its log gauges go with its partitions)."""
