@@ -405,7 +405,7 @@ def test_metrics_endpoint(broker, conn):
     produce(conn, "metered", 0, frame_of(["m"]))
     text = urllib.request.urlopen(
         f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=10).read().decode()
-    assert 'sparklog_requests_total{api="Produce"}' in text
-    assert 'sparklog_log_end_offset{partition="0",topic="metered"} 1.0' in text
-    assert "sparklog_request_latency_seconds_bucket" in text
-    assert 'sparklog_bytes_in_total{topic="metered"}' in text
+    assert 'sparklog_network_requestmetrics_requests_total{request="Produce"}' in text
+    assert 'sparklog_log_log_logendoffset{partition="0",topic="metered"} 1.0' in text
+    assert "sparklog_network_requestmetrics_totaltime_seconds_bucket" in text
+    assert 'sparklog_server_brokertopicmetrics_bytesin_total{topic="metered"}' in text

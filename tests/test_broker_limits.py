@@ -492,7 +492,7 @@ def metric(port, name) -> float:
 
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
     for line in text.decode().splitlines():
-        if line.startswith(name + " "):
+        if line.split("{")[0].split(" ")[0] == name and not line.startswith("#"):
             return float(line.split()[1])
     return 0.0
 
@@ -571,7 +571,7 @@ def test_stress_parked_fetches_prefix_only_connections_and_an_fd_limit(tmp_path)
             s.sendall(struct.pack(">i", 4 << 20) + (b"\0" * (1 << 20) if i < 2 else b""))
             squatters.append(s)
         parked = park_fetches(b.address, PARK_CONNS, PARK_EACH)  # long polls, one partition
-        wait_until(lambda: metric(metrics_port, "sparklog_fetch_purgatory_size") >= PARKED,
+        wait_until(lambda: metric(metrics_port, "sparklog_server_delayedoperationpurgatory_purgatorysize") >= PARKED,
                    30, f"{PARKED} parked fetches")
         time.sleep(2)  # the probe keeps going under the load
         started = time.monotonic()
@@ -587,7 +587,7 @@ def test_stress_parked_fetches_prefix_only_connections_and_an_fd_limit(tmp_path)
             for _ in range(PARK_EACH):
                 c.send(ApiKey.FETCH, fetch_body("hot", 0, 1, max_wait_ms=60000))
             parked.append(c)
-        wait_until(lambda: metric(metrics_port, "sparklog_fetch_purgatory_size") >= PARKED,
+        wait_until(lambda: metric(metrics_port, "sparklog_server_delayedoperationpurgatory_purgatorysize") >= PARKED,
                    30, f"{PARKED} parked fetches again")
         prober.stdin.close()
         latencies, rss = json.loads(prober.stdout.readline())

@@ -115,8 +115,8 @@ def test_broker_refusal_splits_the_batch_and_retries(sized, idempotent):
     # the producer learned max.message.bytes=1 MiB; the topic's limit then shrinks, so
     # the broker refuses its frames (MESSAGE_TOO_LARGE): the producer splits them
     topic = topic_with(sized, max_message_bytes=1 << 20)
-    before = metric(sized, "sparklog_request_errors_total", api="Produce",
-                    error="MESSAGE_TOO_LARGE")
+    before = metric(sized, "sparklog_network_requestmetrics_errors_total",
+                    request="Produce", error="MESSAGE_TOO_LARGE")
     n = 3000
     with Producer(sized.address, batch_size=512 * 1024, linger_ms=50,
                   enable_idempotence=idempotent, client_id=f"splitter-{idempotent}",
@@ -130,8 +130,8 @@ def test_broker_refusal_splits_the_batch_and_retries(sized, idempotent):
     got = consume_all(sized.address, topic, 1, n + 1, timeout=60)[0]
     assert [r.value[:5] for r in got[1:]] == [b"%05d" % i for i in range(n)]
     assert max(h.size for h in log_frames(sized, topic)) <= 20_000
-    after = metric(sized, "sparklog_request_errors_total", api="Produce",
-                   error="MESSAGE_TOO_LARGE")
+    after = metric(sized, "sparklog_network_requestmetrics_errors_total",
+                   request="Produce", error="MESSAGE_TOO_LARGE")
     assert after > before
     warning = re.compile(rf"WARNING.*Produce to {topic}-0 from 127\.0\.0\.1 "
                          rf"\(splitter-{idempotent}\) refused: MESSAGE_TOO_LARGE: \d+ bytes.*"

@@ -178,8 +178,7 @@ async def delete_topics(broker, body, ctx) -> dict:
                 broker.deleting.discard(name)
                 broker.forget_topic(name)
             if broker.metrics is not None:
-                broker.metrics.forget_topic(name, min(tc.partitions,
-                                                      broker.config.max_topic_partitions))
+                broker.metrics.forget_topic(name)
             log.info("topic %s deleted by %s", name, ctx.client_id)
             item.update(_OK)
         except Exception as exc:  # noqa: BLE001 - one topic's failure is its own

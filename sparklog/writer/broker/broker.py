@@ -154,6 +154,8 @@ class Broker:
         self.deleting: set[str] = set()
         self._refence: set[tuple[str, int]] = set()
         self.groups: GroupCoordinator | None = None
+        if self.metrics is not None:
+            self.metrics.watch_logs(lambda: list(self.partitions.values()), self.store)
         self.stopping = False
         self.host, self.port = self.config.listen_host_port
         self._server: Acceptor | None = None
@@ -463,16 +465,12 @@ class Broker:
         (plog, state, snapshots), epoch = await self.run_io(open_blocking)
         writer = PartitionWriter(tc, partition, plog, state, snapshots, loop=self.loop,
                                  pool=self.pool,
-                                 snapshot_interval_ms=self.config.producer_snapshot_interval_ms,
-                                 metrics=self.metrics)
+                                 snapshot_interval_ms=self.config.producer_snapshot_interval_ms)
         self.partitions[(tc.name, partition)] = writer
         self._recent[(tc.name, partition)] = None
         self._close_idle()
         if self.metrics is not None:
             self.metrics.open_partitions.set(len(self.partitions))
-        if self.metrics is not None:
-            self.metrics.partition_offsets(tc.name, partition, plog.log_end_offset,
-                                           plog.high_watermark)
         log.info("partition %s: leader epoch %d, log [%d, %d), %d producer(s)", name, epoch,
                  plog.log_start_offset, plog.log_end_offset, len(state.producers))
         return writer
@@ -529,10 +527,8 @@ class Broker:
                           ctx.client_host)
             response = error_fields(exc)
         if self.metrics is not None:
-            self.metrics.requests.labels(name).inc()
-            self.metrics.latency.labels(name).observe(time.perf_counter() - started)
-            if response is not None and response.get("error_code"):
-                self.metrics.errors.labels(name, error_name(response["error_code"])).inc()
+            self.metrics.request_done(name, time.perf_counter() - started,
+                                      response.get("error_code", 0) if response else 0)
         return response
 
     def _versions_body(self) -> dict:
@@ -583,8 +579,8 @@ class Broker:
                         "base_offset": res.base_offset,
                         "log_append_time_ms": res.log_append_time_ms,
                         "log_start_offset": res.log_start_offset}
-                if res.error is None and self.metrics is not None and not res.duplicate:
-                    self.metrics.bytes_in.labels(topic).inc(size)
+                if res.error is None and self.metrics is not None:
+                    self.metrics.produced(topic, size, res.records)
             if error is not None:
                 self.refusals.refused("Produce", topic, partition, error, size,
                                       f"{ctx.client_host} ({ctx.client_id})")
@@ -623,6 +619,8 @@ class Broker:
                     w.forget_waiter(fut)
                 if self.metrics is not None:
                     self.metrics.purgatory.dec()
+        if self.metrics is not None:
+            self.metrics.fetched(results)
         topics: dict[str, list] = {}
         for topic, item in results:
             topics.setdefault(topic, []).append(item)

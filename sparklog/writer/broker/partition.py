@@ -62,6 +62,8 @@ class ProduceResult(NamedTuple):
     log_start_offset: int = -1
     error: BaseException | None = None
     duplicate: bool = False
+    #: records the request appended (0 for an error or a resent duplicate)
+    records: int = 0
 
 
 def _same_columns(got: pa.Schema, expected: pa.Schema) -> bool:
@@ -139,7 +141,7 @@ class PartitionWriter:
 
     def __init__(self, topic: TopicConfig, partition: int, plog: PartitionLog,
                  state: ProducerState, snapshots: ProducerSnapshots, *, loop, pool,
-                 snapshot_interval_ms: int = 60000, metrics=None):
+                 snapshot_interval_ms: int = 60000):
         self.topic = topic
         self.topic_name = topic.name
         self.partition = partition
@@ -150,7 +152,6 @@ class PartitionWriter:
         self.loop = loop
         self.pool = pool
         self.snapshot_interval_ms = snapshot_interval_ms
-        self.metrics = metrics
         self.schema = SchemaChecker(topic)
         self.not_null = NotNullChecker(topic) if constrained_fields(topic.schema) else None
         self._queue: asyncio.Queue = asyncio.Queue()
@@ -216,9 +217,6 @@ class PartitionWriter:
                 if not it.future.done():
                     it.future.set_result(res)
             self.wake_fetchers()
-            if self.metrics is not None:
-                self.metrics.partition_offsets(self.topic_name, self.partition,
-                                               self.log.log_end_offset, self.log.high_watermark)
             if stop:
                 return
 
@@ -252,6 +250,7 @@ class PartitionWriter:
         durable = False
         for item in batch:
             try:
+                leo = plog.log_end_offset
                 self._validate(item, max_size)
                 records = memoryview(item.records)
                 if records.readonly:  # a small request arrives as bytes: stamp a copy
@@ -262,7 +261,7 @@ class PartitionWriter:
                                           plog.log_start_offset)
                 else:
                     first = self._append_sequenced(records, item.frames)
-                results.append(first)
+                results.append(first._replace(records=plog.log_end_offset - leo))
                 durable = durable or item.acks == ACKS_ALL
             except StorageError as exc:
                 self.failed = True

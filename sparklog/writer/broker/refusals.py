@@ -1,5 +1,7 @@
 """Records the broker refuses: every refused partition write of a Produce request is
-counted in ``sparklog_request_errors_total{api="Produce", error=<Kafka name>}`` and,
+counted in ``sparklog_network_requestmetrics_errors_total{request="Produce",
+error=<Kafka name>}`` and in its topic's
+``sparklog_server_brokertopicmetrics_failedproducerequests_total`` and,
 when it refuses data for good (not a retriable error like NOT_LEADER_OR_FOLLOWER),
 logged as a WARNING naming the topic-partition, the error (with the sizes it involves)
 and the client. Warnings are rate-limited per topic-partition and error: one, then at
@@ -38,7 +40,7 @@ class RefusalLog:
         code = error.code if isinstance(error, SparklogError) else -1
         name = error_name(code)
         if self.metrics is not None:
-            self.metrics.errors.labels(api, name).inc()
+            self.metrics.refused(api, topic, name)
         if isinstance(error, SparklogError) and error.retriable:
             return
         key = (topic, partition, name)
