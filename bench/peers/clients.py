@@ -181,6 +181,19 @@ def _paced(total: int, rate: int, send) -> None:
         send(STAMP.pack(time.perf_counter_ns()) + PAD)
 
 
+def _warm_up(send_one, latencies: list, timeout: float = 60.0) -> None:
+    """Send warm-up records until the consumer has received one (its connection, offsets
+    and fetch loop are up), then forget them: measured records meet a running consumer."""
+    deadline = time.monotonic() + timeout
+    while not latencies:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the consumer received no record within {timeout} s")
+        send_one()
+        time.sleep(0.1)
+    time.sleep(0.2)
+    latencies.clear()
+
+
 def _collect(latencies: list, total: int, deadline: float) -> None:
     while len(latencies) < total and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -203,20 +216,21 @@ def kafka_latency(bootstrap: str, topic: str, rate: int, seconds: float,
         consumer.consume(1, 0.5)
         ready.set()
         while len(latencies) < total and not done.is_set():
-            msgs = consumer.consume(10_000, 0.1)
-            now = time.perf_counter_ns()
-            latencies.extend((now - STAMP.unpack_from(m.value())[0]) / 1e9
-                             for m in msgs if m.error() is None)
+            m = consumer.poll(0.1)  # returns at the first record (consume() waits it out)
+            if m is not None and m.error() is None:
+                latencies.append((time.perf_counter_ns() - STAMP.unpack_from(m.value())[0]) / 1e9)
         consumer.close()
 
     thread = threading.Thread(target=consume)
     thread.start()
     ready.wait(30)
     producer = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": linger_ms})
-    producer.produce(topic, STAMP.pack(time.perf_counter_ns()) + PAD)
-    producer.flush(10)
-    time.sleep(1.0)  # the warm-up record is consumed before the measured ones
-    latencies.clear()
+
+    def warm_up():
+        producer.produce(topic, STAMP.pack(time.perf_counter_ns()) + PAD)
+        producer.flush(10)
+
+    _warm_up(warm_up, latencies)
 
     def send(value):
         try:
@@ -260,9 +274,8 @@ def sparklog_latency(address: str, topic: str, rate: int, seconds: float,
     thread.start()
     ready.wait(30)
     with Producer(address, acks=1, linger_ms=linger_ms) as producer:
-        producer.send(topic, STAMP.pack(time.perf_counter_ns()) + PAD).get(10)
-        time.sleep(1.0)
-        latencies.clear()
+        _warm_up(lambda: producer.send(topic, STAMP.pack(time.perf_counter_ns()) + PAD)
+                 .get(10), latencies)
         send = producer.send
         _paced(total, rate, lambda value: send(topic, value))
         producer.flush()

@@ -28,10 +28,15 @@ def kafka_perf(classpath: list[str], bootstrap: str, topic: str, records: int,
     cmd = ["java", "-Xmx512m", "-cp", os.pathsep.join(classpath),
            "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
            "--num-records", str(records), "--record-size", "100", "--throughput", "-1",
-           "--producer-props", f"bootstrap.servers={bootstrap}", f"acks={acks}",
-           f"batch.size={BATCH_BYTES}", "linger.ms=50", f"max.in.flight.requests.per.connection={IN_FLIGHT}",
-           "max.request.size=2097152", "buffer.memory=67108864", "compression.type=none"]
+           "--warmup-records", str(records // 5),
+           *(arg for prop in (f"bootstrap.servers={bootstrap}", f"acks={acks}",
+                               f"batch.size={BATCH_BYTES}", "linger.ms=50",
+                               f"max.in.flight.requests.per.connection={IN_FLIGHT}",
+                               "max.request.size=2097152", "buffer.memory=67108864",
+                               "compression.type=none")
+             for arg in ("--command-property", prop))]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    # with --warmup-records the last summary is of the steady-state records
     lines = [ln for ln in done.stdout.splitlines() if "records sent" in ln]
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"ProducerPerformance failed ({done.returncode}): "
