@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import os
 import shutil
-import signal
 import socket
 import struct
 import subprocess
@@ -32,6 +31,8 @@ import time
 import uuid
 
 import pytest
+
+from processes import free_port, kill_process, stop_process
 
 MAIN_CLASS = "kafka.Kafka"
 STORAGE_TOOL = "kafka.tools.StorageTool"
@@ -47,12 +48,6 @@ appender.out.layout.pattern = [%d] %p %m (%c)%n
 logger.ready.name = kafka.server.KafkaRaftServer
 logger.ready.level = INFO
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def kafka_classpath(quiet: bool = True) -> list[str]:
@@ -101,8 +96,8 @@ class KafkaNode:
     def __init__(self, cluster: "KafkaCluster", node_id: int):
         self.cluster = cluster
         self.node_id = node_id
-        self.port = _free_port()
-        self.controller_port = _free_port()
+        self.port = free_port()
+        self.controller_port = free_port()
         self.dir = os.path.join(cluster.base_dir, f"kafka-{node_id}")
         self.log_dirs = os.path.join(self.dir, "data")
         self.config = os.path.join(self.dir, "server.properties")
@@ -202,25 +197,12 @@ class KafkaNode:
 
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM (controlled shutdown), SIGKILL after ``timeout``, and reap."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            try:
-                os.kill(self.proc.pid, signal.SIGCONT)
-                self.proc.terminate()
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, timeout)
         self.proc = None
 
     def kill(self) -> None:
         """SIGKILL the process (a crash) and reap it."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        kill_process(self.proc)
         self.proc = None
 
 

@@ -199,17 +199,27 @@ def main(argv=None) -> int:
         if args.quick else dict(clients=1_000_000, ingest=4_000_000, latency_s=10.0,
                                 spark=10_000_000)
     table = Table()
+    failed: list[str] = []
     with tempfile.TemporaryDirectory(prefix="sparklog-peers-") as tmp, Systems(Path(tmp)) as s:
-        if "producer" in only or "consumer" in only:
-            producer_rows(s, table, args.rounds, size["clients"])
-        if "consumer" in only:
-            consumer_rows(s, table, args.rounds, size["clients"])
-        if "ingest" in only:
-            ingest_rows(s, table, args.rounds, size["ingest"])
-        if "latency" in only:
-            latency_rows(s, table, args.rounds, size["latency_s"])
-        if "spark" in only:
-            spark_rows(s, table, args.rounds, size["spark"], Path(tmp))
+        sections = [
+            ("producer", lambda: producer_rows(s, table, args.rounds, size["clients"]),
+             "producer" in only or "consumer" in only),
+            ("consumer", lambda: consumer_rows(s, table, args.rounds, size["clients"]),
+             "consumer" in only),
+            ("ingest", lambda: ingest_rows(s, table, args.rounds, size["ingest"]),
+             "ingest" in only),
+            ("latency", lambda: latency_rows(s, table, args.rounds, size["latency_s"]),
+             "latency" in only),
+            ("spark", lambda: spark_rows(s, table, args.rounds, size["spark"], Path(tmp)),
+             "spark" in only)]
+        for name, run, wanted in sections:
+            if not wanted:
+                continue
+            try:
+                run()
+            except Exception as exc:  # one failed section leaves the others' rows
+                failed.append(name)
+                say(f"section {name} failed: {type(exc).__name__}: {exc}")
     kafka = next((Path(j).name[len("kafka_2.13-"):-len(".jar")] for j in s.kafka.classpath
                   if Path(j).name.startswith("kafka_2.13-")), "?")
     print(f"\nsparklog beside Apache Kafka {kafka} "
@@ -217,7 +227,9 @@ def main(argv=None) -> int:
           f"rounds; {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.1f})\n")
     print(table.render())
-    return 0
+    if failed:
+        print(f"\nfailed sections (see the progress above): {', '.join(failed)}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -95,23 +95,28 @@ def kafka_python_send(bootstrap: str, topic: str, n: int) -> float:
 # --- consumers: seconds to read n records from the start of partition 0 ---------------
 
 
+def _drain(consumer, topic_partition, n: int, name: str) -> float:
+    """Seconds for a consumer with Kafka's Java-style API (sparklog's and kafka-python's:
+    assign, seek_to_beginning, poll(timeout_ms)) to read ``n`` records of one partition."""
+    consumer.assign([topic_partition])
+    consumer.seek_to_beginning(topic_partition)
+    got = 0
+    start = time.perf_counter()
+    while got < n:
+        for records in consumer.poll(timeout_ms=1000).values():
+            got += len(records)
+        if time.perf_counter() - start > 300:
+            raise RuntimeError(f"{name} consumer: {got} of {n} records in 300 s")
+    return time.perf_counter() - start
+
+
 def sparklog_consume(address: str, topic: str, n: int) -> float:
     """sparklog ``Consumer.poll()`` from the beginning until ``n`` records."""
     from sparklog import Consumer, TopicPartition
 
     with Consumer(bootstrap_servers=address, max_poll_records=100_000,
                   enable_auto_commit=False) as consumer:
-        tp = TopicPartition(topic, 0)
-        consumer.assign([tp])
-        consumer.seek_to_beginning(tp)
-        got = 0
-        start = time.perf_counter()
-        while got < n:
-            for records in consumer.poll(timeout_ms=1000).values():
-                got += len(records)
-            if time.perf_counter() - start > 300:
-                raise RuntimeError(f"sparklog consumer: {got} of {n} records in 300 s")
-        return time.perf_counter() - start
+        return _drain(consumer, TopicPartition(topic, 0), n, "sparklog")
 
 
 def confluent_consume(bootstrap: str, topic: str, n: int) -> float:
@@ -125,7 +130,8 @@ def confluent_consume(bootstrap: str, topic: str, n: int) -> float:
         got = 0
         start = time.perf_counter()
         while got < n:
-            for m in consumer.consume(10_000, 1.0):
+            # consume() waits for all it asks for (or the timeout): never ask past n
+            for m in consumer.consume(min(10_000, n - got), 1.0):
                 if m.error() is None:
                     got += 1
             if time.perf_counter() - start > 300:
@@ -142,17 +148,7 @@ def kafka_python_consume(bootstrap: str, topic: str, n: int) -> float:
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                              max_poll_records=100_000)
     try:
-        tp = TopicPartition(topic, 0)
-        consumer.assign([tp])
-        consumer.seek_to_beginning(tp)
-        got = 0
-        start = time.perf_counter()
-        while got < n:
-            for records in consumer.poll(timeout_ms=1000).values():
-                got += len(records)
-            if time.perf_counter() - start > 300:
-                raise RuntimeError(f"kafka-python consumer: {got} of {n} records in 300 s")
-        return time.perf_counter() - start
+        return _drain(consumer, TopicPartition(topic, 0), n, "kafka-python")
     finally:
         consumer.close()
 

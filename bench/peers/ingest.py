@@ -29,12 +29,10 @@ def kafka_perf(classpath: list[str], bootstrap: str, topic: str, records: int,
            "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
            "--num-records", str(records), "--record-size", "100", "--throughput", "-1",
            "--warmup-records", str(records // 5),
-           *(arg for prop in (f"bootstrap.servers={bootstrap}", f"acks={acks}",
-                               f"batch.size={BATCH_BYTES}", "linger.ms=50",
-                               f"max.in.flight.requests.per.connection={IN_FLIGHT}",
-                               "max.request.size=2097152", "buffer.memory=67108864",
-                               "compression.type=none")
-             for arg in ("--command-property", prop))]
+           "--command-property", f"bootstrap.servers={bootstrap}", f"acks={acks}",
+           f"batch.size={BATCH_BYTES}", "linger.ms=50",
+           f"max.in.flight.requests.per.connection={IN_FLIGHT}", "max.request.size=2097152",
+           "buffer.memory=67108864", "compression.type=none"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     # with --warmup-records the last summary is of the steady-state records
     lines = [ln for ln in done.stdout.splitlines() if "records sent" in ln]
