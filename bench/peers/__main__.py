@@ -15,7 +15,10 @@ values: sparklog ``send()`` vs confluent-kafka ``produce()`` and kafka-python ``
 ``flush.messages=1`` for the durable row, vs the same load against sparklog),
 ``latency`` (produce->consume p50/p99/p99.9 at 1k, 10k and 50k records/s), ``spark``
 (count, aggregate over value and filter on timestamp by format("sparklog") vs
-format("kafka") vs Parquet; a capped AvailableNow backlog drain, both sources).
+format("kafka") vs Parquet; a capped AvailableNow backlog drain, both sources),
+``failover`` (outage of writes after SIGKILL of the partition leader: 3 KRaft nodes with
+replication 3 vs 3 sparklog brokers on ZooKeeper, default settings; its own clusters,
+one kill per round on each).
 See docs/performance.md for figures and how to read them.
 """
 
@@ -31,9 +34,9 @@ from pathlib import Path
 
 from .systems import Systems, say  # sets sys.path for the tests' helpers first
 
-from . import clients, ingest, spark_jobs  # noqa: E402
+from . import clients, failover, ingest, spark_jobs  # noqa: E402
 
-SECTIONS = ("producer", "consumer", "ingest", "latency", "spark")
+SECTIONS = ("producer", "consumer", "ingest", "latency", "spark", "failover")
 
 
 def figure(x: float) -> str:
@@ -181,6 +184,16 @@ def spark_rows(systems, table, rounds, n, base):
         spark.stop()
 
 
+def failover_rows(table, rounds, base):
+    """Leader failover after SIGKILL: Kafka's kills first, then sparklog's."""
+    say(f"failover: 3 KRaft nodes (replication 3), {rounds} SIGKILLs of the leader")
+    theirs = failover.kafka_failover(base, rounds)
+    say(f"failover: 3 sparklog brokers on ZooKeeper, {rounds} SIGKILLs of the leader")
+    ours = failover.sparklog_failover(base, rounds)["SIGKILL"]
+    table.add("leader failover after SIGKILL (outage of writes)", ours, theirs, "s",
+              higher_better=False, peer="Kafka, 3 KRaft nodes")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true",
@@ -212,6 +225,8 @@ def main(argv=None) -> int:
              "latency" in only),
             ("spark", lambda: spark_rows(s, table, args.rounds, size["spark"], Path(tmp)),
              "spark" in only)]
+        sections.append(("failover", lambda: failover_rows(table, args.rounds, Path(tmp)),
+                         "failover" in only))
         for name, run, wanted in sections:
             if not wanted:
                 continue
