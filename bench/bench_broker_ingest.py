@@ -152,13 +152,14 @@ def tcp_floor(directory: str, payloads, count: int, durable: bool = False) -> fl
 
 
 def broker_ingest(conn: Connection, payloads, count: int, in_flight: int, desc: str,
-                  durable: bool = False):
-    """Seconds to produce ``count`` requests with ``in_flight`` outstanding, acks=1 (the
-    last one acks=all when ``durable``)."""
+                  durable: bool = False, *, topic: str = "ingest", acks_all: bool = False):
+    """Seconds to produce ``count`` requests to partition 0 of ``topic`` with
+    ``in_flight`` outstanding, acks=1 (the last one acks=all when ``durable``; every one
+    with ``acks_all``)."""
 
     def body(i):
-        acks = -1 if durable and i == count - 1 else 1
-        return {"acks": acks, "topics": [{"name": "ingest", "partitions": [
+        acks = -1 if acks_all or (durable and i == count - 1) else 1
+        return {"acks": acks, "topics": [{"name": topic, "partitions": [
             {"partition": 0, "records": payloads[i % len(payloads)]}]}]}
 
     bar = tqdm(total=count, desc=desc, unit="req", file=sys.stderr, leave=False)
@@ -171,7 +172,7 @@ def broker_ingest(conn: Connection, payloads, count: int, in_flight: int, desc: 
     while done < count:
         res = conn.receive()
         raise_for_error(res)
-        raise_for_error(res["topics"][0]["partitions"][0], "ingest-0")
+        raise_for_error(res["topics"][0]["partitions"][0], f"{topic}-0")
         done += 1
         bar.update()
         if sent < count:

@@ -47,19 +47,28 @@ class Probe:
     """Writes one record at a time to ``topic``-0 and keeps the ack times."""
 
     def __init__(self, bootstrap: str, topic: str):
-        self.producer = Producer(bootstrap, acks="all", enable_idempotence=True, linger_ms=0,
-                                 retry_backoff_ms=20, request_timeout_ms=5000)
+        self.producer = self.make_producer(bootstrap)
         self.topic = topic
         self.acks: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
+    def make_producer(self, bootstrap: str):
+        """The probe's producer: acks=all, idempotent, no linger."""
+        return Producer(bootstrap, acks="all", enable_idempotence=True, linger_ms=0,
+                        retry_backoff_ms=20, request_timeout_ms=5000)
+
+    def write(self, value: bytes) -> bool:
+        """Write one record to partition 0 and wait for it; True when acknowledged."""
+        self.producer.send(self.topic, value, partition=0).get(120)
+        return True
+
     def _run(self):
         n = 0
         while not self._stop.is_set():
-            self.producer.send(self.topic, b"probe-%d" % n, partition=0).get(120)
-            self.acks.append(time.monotonic())
+            if self.write(b"probe-%d" % n):
+                self.acks.append(time.monotonic())
             n += 1
 
     def outage(self, t0: float, settled: float, timeout: float = 120) -> float:
@@ -82,17 +91,19 @@ class Probe:
         self.producer.close(30)
 
 
-def failover(zk: ZooKeeperServer, root: Path, cycles: int, session_ms: int) -> dict:
+def failover(zk: ZooKeeperServer, root: Path, cycles: int, session_ms: int,
+             kinds=("SIGTERM", "SIGKILL")) -> dict:
+    """Outages (s) per signal of ``kinds``, ``cycles`` leader kills each."""
     storage = (root / "failover").as_uri()
     (root / "failover").mkdir()
-    out = {"SIGTERM": [], "SIGKILL": []}
+    out = {how: [] for how in kinds}
     with BrokerCluster(storage, zk.hosts + "/failover", 3, log_dir=root,
                        session_ms=session_ms) as cluster:
         with Admin(cluster.bootstrap) as admin:
             admin.create_topic("probe", 1)
         probe = Probe(cluster.bootstrap, "probe")
         try:
-            plan = ["SIGTERM"] * cycles + ["SIGKILL"] * cycles
+            plan = [how for how in kinds for _ in range(cycles)]
             for how in tqdm(plan, desc="failovers", unit="kill"):
                 cluster.wait(lambda: cluster.leader_of("probe", 0) > 0 and
                              len(probe.acks) > 5, 60, "a leader and acknowledged writes")

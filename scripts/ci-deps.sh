@@ -8,7 +8,10 @@
 #     on) and a Java runtime: the cluster-mode tests start a real ZooKeeper server
 #     (tests/zkserver.py);
 #   - a JDK (javac): the Spark tests build and use the JVM reader's jar
-#     (sparklog/reader/jvm).
+#     (sparklog/reader/jvm);
+#   - Maven (mvn): the Java artifact sets of sparklog/maven (Hadoop's daemons, Apache
+#     Kafka's broker for tests/kafkaserver.py, Spark's Kafka source) come from Maven
+#     Central on first use.
 set -euo pipefail
 
 missing=()
@@ -20,9 +23,12 @@ if ! command -v javac >/dev/null 2>&1; then
     # it brings the Java runtime too
     missing+=(default-jdk-headless)
 fi
+if ! command -v mvn >/dev/null 2>&1; then
+    missing+=(maven)
+fi
 
 if [ ${#missing[@]} -eq 0 ]; then
-    echo "[sparklog] system test dependencies present (zookeeper, java, javac)"
+    echo "[sparklog] system test dependencies present (zookeeper, java, javac, mvn)"
     exit 0
 fi
 

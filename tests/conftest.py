@@ -37,6 +37,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+#: Java artifact sets of ``sparklog/maven/`` whose jars the run's Spark session loads
+#: (resolved on first use, cached after); a set that cannot be resolved here is left out
+#: and the tests needing it skip. spark-kafka: Spark's Kafka source, the peer of the
+#: same-job test (tests/spark/test_kafka_same_job.py).
+SPARK_JAR_SETS = ["spark-kafka"]
+
+
+def spark_jar_set_jars() -> list[str]:
+    """The jars of :data:`SPARK_JAR_SETS` that resolve here (reasons on stderr)."""
+    from sparklog.maven import MavenError, classpath
+
+    jars = []
+    for name in SPARK_JAR_SETS:
+        try:
+            jars += classpath(name, quiet=True)
+        except MavenError as exc:
+            print(f"\nSpark session without the {name!r} jars: {exc}", file=sys.stderr)
+    return jars
+
+
 @pytest.fixture(scope="session")
 def spark():
     """The run's local Spark session (local[2], UI off, 2 shuffle partitions), with the
@@ -47,7 +67,8 @@ def spark():
     from sparklog.spark import local_session
 
     conf = {"spark.sql.execution.arrow.pyspark.enabled": "true",
-            "spark.python.worker.reuse": "true"}
+            "spark.python.worker.reuse": "true",
+            "spark.jars": ",".join(spark_jar_set_jars())}
     if jar_path(quiet=True) is None:
         print("\nsparklog JVM reader jar unavailable (no javac?): Spark tests use the "
               "Python reader", file=sys.stderr)

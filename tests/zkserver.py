@@ -35,17 +35,13 @@ from dataclasses import dataclass
 
 import pytest
 
+from processes import free_port, kill_process, stop_process
+
 JAVA_DIR = "/usr/share/java"
 ZOOKEEPER_JAR = os.path.join(JAVA_DIR, "zookeeper.jar")
 # zookeeper.jar's manifest lists its dependencies except the logging binding
 SLF4J_BINDINGS = ("slf4j-simple.jar", "slf4j-nop.jar", "slf4j-log4j12.jar")
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def zookeeper_classpath() -> str | None:
@@ -100,7 +96,7 @@ class ZooKeeperServer:
             raise RuntimeError(reason)
         self.data_dir = data_dir
         self.host = "127.0.0.1"
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.tick_time_ms = tick_time_ms
         self.max_session_ms = max_session_ms
         self.proc: subprocess.Popen | None = None
@@ -173,25 +169,12 @@ class ZooKeeperServer:
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM the server (SIGKILL after ``timeout``) and reap it."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            try:
-                os.kill(self.proc.pid, signal.SIGCONT)  # in case a test paused it
-                self.proc.terminate()
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, timeout)
         self.proc = None
 
     def kill(self) -> None:
         """SIGKILL the server and reap it."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        kill_process(self.proc)
         self.proc = None
 
     def pause(self) -> None:

@@ -4,6 +4,8 @@ between runs, and data loss in streams. Output goes to Spark's exactly-once file
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytest.importorskip("pyspark", reason="pyspark is not installed")
@@ -111,3 +113,20 @@ def test_new_topics_and_data_loss_in_streams(sl_spark, storage_root, tmp_path):
     want = expected_rows("p-a", {0: list(range(10)) + list(range(25, 40))}) + \
         expected_rows("p-b", {0: range(4)})
     assert_same(output(sl_spark, out), sl_spark.createDataFrame(want, KAFKA_SCHEMA))
+
+
+def test_available_now_with_cap_drains_the_backlog_in_several_batches(sl_spark, storage_root,
+                                                                     tmp_path):
+    make_topic(storage_root, "an", partitions=2, count=10)
+    out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
+    df = stream(sl_spark, storage_root, subscribe="an", startingOffsets="earliest",
+                maxOffsetsPerTrigger=6)
+    q = run_available_now(df, out, ckpt)
+    assert q.exception() is None
+    sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+    assert sum(sizes) == 20 and max(sizes) <= 6 and len(sizes) >= 4, sizes
+    want = expected_rows("an", {0: range(10), 1: range(10)})
+    assert_same(output(sl_spark, out), sl_spark.createDataFrame(want, KAFKA_SCHEMA))
+    # Spark's own progress JSON (progress.json): the run's end is the latest offset
+    last = json.loads(q.lastProgress.json)["sources"][0]
+    assert last["endOffset"] == last["latestOffset"] == {"an": {"0": 10, "1": 10}}

@@ -133,17 +133,22 @@ def with_jvm_reader(conf: dict) -> dict:
 PROVIDER_CLASS = "io.sparklog.spark.SparklogProvider"
 
 
-def provider_loaded(spark) -> bool:
-    """True when the JVM reader's provider is on the classpath of ``spark``'s driver (its
-    jar in ``spark.jars``), so that ``format("sparklog")`` resolves to it; False too for
-    a session without a JVM at hand (Spark Connect)."""
+def class_loaded(spark, class_name: str) -> bool:
+    """True when ``class_name`` is on the classpath of ``spark``'s driver (its jar in
+    ``spark.jars``); False too for a session without a JVM at hand (Spark Connect)."""
     try:
         jvm = spark.sparkContext._jvm
-        jvm.java.lang.Class.forName(PROVIDER_CLASS, False,
+        jvm.java.lang.Class.forName(class_name, False,
                                     jvm.java.lang.Thread.currentThread().getContextClassLoader())
     except Exception:  # py4j wraps ClassNotFoundException; Connect has no sparkContext
         return False
     return True
+
+
+def provider_loaded(spark) -> bool:
+    """True when the JVM reader's provider is on the classpath of ``spark``'s driver (its
+    jar in ``spark.jars``), so that ``format("sparklog")`` resolves to it."""
+    return class_loaded(spark, PROVIDER_CLASS)
 
 
 def register_python_source(spark, source_cls) -> None:
@@ -167,4 +172,4 @@ def register_python_source(spark, source_cls) -> None:
 
 
 __all__ = ["jar_path", "cache_dir", "source_hash", "register_python_source", "SOURCE_DIR",
-           "JVM_READER_OPTION", "PROVIDER_CLASS", "provider_loaded"]
+           "JVM_READER_OPTION", "PROVIDER_CLASS", "provider_loaded", "class_loaded"]

@@ -20,9 +20,10 @@ checkpoint: ``{"events": {"0": 1200, "1": 1187}}`` (the next offset to read).
 PySpark 4.1 gives Python sources no admission control (``latestOffset()`` takes no
 start or limit), so the reader caps batches itself from the last end offset it handed
 out or saw planned (Spark re-plans the last checkpointed batch on restart, which tells
-a new reader process where the query stands). Under ``Trigger.AvailableNow`` Spark asks
-for the latest offset only once, so a capped run stops after one batch; run it again to
-continue, or leave the caps unset for AvailableNow jobs.
+a new reader process where the query stands). Under ``Trigger.AvailableNow`` the JVM
+provider (``JvmMicroBatchStream``) clamps these capped ends to the offsets available when
+the run started, so a capped run drains in several batches; without the jar Spark asks
+for the latest offset only once and a capped run stops after one batch.
 """
 
 from __future__ import annotations

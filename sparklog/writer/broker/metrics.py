@@ -7,25 +7,6 @@ writes them (``kafka.server:type=BrokerTopicMetrics,name=MessagesInPerSec`` beco
 counter's ``_total``); consumer-group lag follows Kafka exporters
 (``kafka_consumergroup_lag``). docs/operations.md ("Metrics") lists every metric.
 
-metric                                 type       labels
-=====================================  =========  ======================================
-sparklog_requests_total                counter    api
-sparklog_request_errors_total          counter    api, error (Kafka's error name)
-sparklog_bytes_in_total                counter    topic
-sparklog_bytes_out_total               counter    topic
-sparklog_messages_in_total             counter    topic (records appended)
-sparklog_request_latency_seconds       histogram  api (Produce, Fetch and the others)
-sparklog_log_end_offset                gauge      topic, partition
-sparklog_high_watermark                gauge      topic, partition
-sparklog_connections                   gauge      -
-sparklog_fetch_purgatory_size          gauge      - (fetches waiting for data, long polls)
-sparklog_open_partitions               gauge      - (partitions with open files)
-=====================================  =========  ======================================
-
-``sparklog_request_errors_total`` counts error responses and, for Produce, every
-refused partition write (``error`` is Kafka's name: ``MESSAGE_TOO_LARGE``,
-``RECORD_LIST_TOO_LARGE``, ``INVALID_RECORD``, ``CORRUPT_MESSAGE``...).
-=======
 Counters are updated once per request or per partition of a request, never per record.
 Log and lag gauges are not updated by appends: :class:`LogCollector` computes them when
 ``/metrics`` is scraped, from the partitions this broker has open and the committed

@@ -1,7 +1,13 @@
 package io.sparklog.spark;
 
 import java.util.HashMap;
+import java.util.Iterator;
 import java.util.Map;
+import java.util.function.Supplier;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
 
 import org.apache.arrow.vector.types.pojo.Schema;
 import org.apache.hadoop.conf.Configuration;
@@ -13,6 +19,8 @@ import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.streaming.AcceptsLatestSeenOffset;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.connector.read.streaming.Offset;
+import org.apache.spark.sql.connector.read.streaming.ReadLimit;
+import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.apache.spark.util.SerializableConfiguration;
@@ -27,21 +35,41 @@ import org.slf4j.LoggerFactory;
  * The session's Hadoop configuration (built once, broadcast once) and the topics' record
  * schemas, once checked, are kept for the stream's life instead of being made, read and
  * sent again for each micro-batch.
+ *
+ * <p>{@code Trigger.AvailableNow} ({@link SupportsTriggerAvailableNow}): when the query
+ * starts, the offsets available then are taken as the target (from an uncapped twin of the
+ * Python stream when {@code maxOffsetsPerTrigger} / {@code maxBytesPerTrigger} cap it);
+ * each micro-batch then ends where the Python stream's capped answer does, clamped to the
+ * target, so a capped AvailableNow run drains the backlog in as many batches as the caps
+ * need and stops at the target (Spark's Kafka source does the same). Partitions that
+ * appear after the start wait for the next run.
  */
-public class JvmMicroBatchStream implements MicroBatchStream, AcceptsLatestSeenOffset {
+public class JvmMicroBatchStream
+    implements MicroBatchStream, AcceptsLatestSeenOffset, SupportsTriggerAvailableNow {
+  private static final ObjectMapper JSON = new ObjectMapper();
+
   private static final Logger LOG = LoggerFactory.getLogger(JvmMicroBatchStream.class);
 
   private final MicroBatchStream delegate;
   private final StructType schema;
+  private final boolean jvmRead;
+  private final Supplier<MicroBatchStream> uncapped;
+  private JsonNode availableNowTarget;
   private final Map<String, Schema> checkedTopics = new HashMap<>();
   private Configuration hadoopConf;
   private Broadcast<SerializableConfiguration> broadcastConf;
   private String lastFallback;
 
-  /** Wraps the Python stream {@code delegate}, whose rows have {@code schema}. */
-  public JvmMicroBatchStream(MicroBatchStream delegate, StructType schema) {
+  /** Wraps the Python stream {@code delegate}, whose rows have {@code schema}; its
+   *  micro-batches are read on the JVM when {@code jvmRead} (and they can be), else on
+   *  Python. {@code uncapped} makes the same Python stream without the per-trigger caps
+   *  (null when there are none): it reads the target of an AvailableNow run. */
+  public JvmMicroBatchStream(MicroBatchStream delegate, StructType schema, boolean jvmRead,
+      Supplier<MicroBatchStream> uncapped) {
     this.delegate = delegate;
     this.schema = schema;
+    this.jvmRead = jvmRead;
+    this.uncapped = uncapped;
   }
 
   @Override
@@ -52,6 +80,79 @@ public class JvmMicroBatchStream implements MicroBatchStream, AcceptsLatestSeenO
   @Override
   public Offset latestOffset() {
     return delegate.latestOffset();
+  }
+
+  /** The Python stream applies the caps itself; Spark's limit is always "all available". */
+  @Override
+  public ReadLimit getDefaultReadLimit() {
+    return ReadLimit.allAvailable();
+  }
+
+  /** The Python stream's next (capped) end, clamped to the AvailableNow target if any. */
+  @Override
+  public Offset latestOffset(Offset start, ReadLimit limit) {
+    Offset latest = delegate.latestOffset();
+    if (availableNowTarget == null) {
+      return latest;
+    }
+    return delegate.deserializeOffset(
+        clamp(tree(latest), start == null ? null : tree(start), availableNowTarget).toString());
+  }
+
+  /** The end of the AvailableNow run (the query's progress shows it as latestOffset);
+   *  null otherwise. */
+  @Override
+  public Offset reportLatestOffset() {
+    return availableNowTarget == null ? null
+        : delegate.deserializeOffset(availableNowTarget.toString());
+  }
+
+  /** Takes the offsets available now as the end of this AvailableNow run. */
+  @Override
+  public void prepareForTriggerAvailableNow() {
+    if (uncapped == null) {
+      availableNowTarget = tree(delegate.latestOffset());
+      return;
+    }
+    MicroBatchStream twin = uncapped.get();
+    try {
+      availableNowTarget = tree(twin.latestOffset());
+    } finally {
+      twin.stop();
+    }
+  }
+
+  private static JsonNode tree(Offset offset) {
+    try {
+      return JSON.readTree(offset.json());
+    } catch (java.io.IOException e) {
+      throw new IllegalStateException("sparklog: unreadable stream offset " + offset.json(), e);
+    }
+  }
+
+  /** {@code latest} ({topic: {partition: offset}}) with each partition at most at its
+   *  {@code target} offset; a partition missing from the target stays at its
+   *  {@code start} offset, or is left out when the run did not start with it. */
+  static ObjectNode clamp(JsonNode latest, JsonNode start, JsonNode target) {
+    ObjectNode out = JSON.createObjectNode();
+    for (Iterator<Map.Entry<String, JsonNode>> topics = latest.fields(); topics.hasNext(); ) {
+      Map.Entry<String, JsonNode> topic = topics.next();
+      ObjectNode parts = JSON.createObjectNode();
+      for (Iterator<Map.Entry<String, JsonNode>> it = topic.getValue().fields(); it.hasNext(); ) {
+        Map.Entry<String, JsonNode> p = it.next();
+        JsonNode cap = target.path(topic.getKey()).path(p.getKey());
+        JsonNode from = start == null ? null : start.path(topic.getKey()).path(p.getKey());
+        if (cap.isNumber()) {
+          parts.put(p.getKey(), Math.min(p.getValue().asLong(), cap.asLong()));
+        } else if (from != null && from.isNumber()) {
+          parts.put(p.getKey(), from.asLong());
+        }
+      }
+      if (parts.size() > 0) {
+        out.set(topic.getKey(), parts);
+      }
+    }
+    return out;
   }
 
   @Override
@@ -80,6 +181,9 @@ public class JvmMicroBatchStream implements MicroBatchStream, AcceptsLatestSeenO
   @Override
   public InputPartition[] planInputPartitions(Offset start, Offset end) {
     InputPartition[] planned = delegate.planInputPartitions(start, end);
+    if (!jvmRead) {
+      return planned;
+    }
     try {
       return PlannedRanges.convert(planned, schema, conf(), checkedTopics);
     } catch (Exception e) {
@@ -96,6 +200,9 @@ public class JvmMicroBatchStream implements MicroBatchStream, AcceptsLatestSeenO
   @Override
   public PartitionReaderFactory createReaderFactory() {
     PartitionReaderFactory python = delegate.createReaderFactory();
+    if (!jvmRead) {
+      return python;
+    }
     if (broadcastConf == null) {
       try {
         broadcastConf = SparklogScan.broadcast(conf());
@@ -116,7 +223,8 @@ public class JvmMicroBatchStream implements MicroBatchStream, AcceptsLatestSeenO
 
   @Override
   public String toString() {
-    return "sparklog stream [JVM columnar reader where it can, else Python] over " + delegate;
+    return "sparklog stream [" + (jvmRead ? "JVM columnar reader where it can, else Python"
+        : "Python reader") + "] over " + delegate;
   }
 
   /** Dispatches on the kind of partition (one kind per micro-batch). */

@@ -29,18 +29,21 @@ public class SparklogScan implements Scan {
   private final StructType readSchema;
   private final PinnedReadInfo plan;
   private final boolean jvm;
+  private final java.util.function.Supplier<Scan> uncapped;
   private Batch batch;
   private String reader = "reader chosen when the scan is planned";
 
   /** Wraps the Python scan; {@code readSchema} is the pruned schema the query needs,
-   *  {@code plan} its Python read plan; {@code jvm} false keeps the tasks on Python. */
+   *  {@code plan} its Python read plan; {@code jvm} false keeps the tasks on Python;
+   *  {@code uncapped} makes the Python scan without per-trigger caps (null: none). */
   SparklogScan(Scan delegate, StructType fullSchema, StructType readSchema,
-      PinnedReadInfo plan, boolean jvm) {
+      PinnedReadInfo plan, boolean jvm, java.util.function.Supplier<Scan> uncapped) {
     this.delegate = delegate;
     this.fullSchema = fullSchema;
     this.readSchema = readSchema;
     this.plan = plan;
     this.jvm = jvm;
+    this.uncapped = uncapped;
   }
 
   @Override
@@ -98,12 +101,13 @@ public class SparklogScan implements Scan {
   }
 
   /** The Python stream (offsets, planning, commits), whose micro-batches the JVM reads
-   *  when it can ({@link JvmMicroBatchStream}); streaming scans are not column-pruned. */
+   *  when it can ({@link JvmMicroBatchStream}; streaming scans are not column-pruned), and
+   *  which runs {@code Trigger.AvailableNow} with caps in several batches either way. */
   @Override
   public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
     MicroBatchStream python = delegate.toMicroBatchStream(checkpointLocation);
-    return jvm && readSchema.equals(fullSchema) ? new JvmMicroBatchStream(python, readSchema)
-        : python;
+    return new JvmMicroBatchStream(python, readSchema, jvm && readSchema.equals(fullSchema),
+        uncapped == null ? null : () -> uncapped.get().toMicroBatchStream(checkpointLocation));
   }
 
   @Override

@@ -4,6 +4,7 @@ import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
+import java.util.function.Supplier;
 
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
@@ -26,17 +27,20 @@ public class SparklogScanBuilder
   private final CaseInsensitiveStringMap options;
   private final StructType fullSchema;
   private final PinnedReadInfo plan;
+  private final Supplier<Scan> uncapped;
   private StructType required;
 
   /** A builder over the Python source's {@code delegate} for a table of {@code fullSchema},
-   *  whose Python read plan {@code plan} holds. */
+   *  whose Python read plan {@code plan} holds; {@code uncapped} makes the Python scan
+   *  without per-trigger caps (null: none are set). */
   SparklogScanBuilder(ScanBuilder delegate, CaseInsensitiveStringMap options,
-      StructType fullSchema, PinnedReadInfo plan) {
+      StructType fullSchema, PinnedReadInfo plan, Supplier<Scan> uncapped) {
     this.delegate = delegate;
     this.options = options;
     this.fullSchema = fullSchema;
     this.required = fullSchema;
     this.plan = plan;
+    this.uncapped = uncapped;
   }
 
   @Override
@@ -72,6 +76,6 @@ public class SparklogScanBuilder
     Scan scan = delegate.build();
     boolean jvm = JvmReaderOption.enabled(options);
     // only the JVM reader prunes; with the opt-out the Python scan reads every column
-    return new SparklogScan(scan, fullSchema, jvm ? required : fullSchema, plan, jvm);
+    return new SparklogScan(scan, fullSchema, jvm ? required : fullSchema, plan, jvm, uncapped);
   }
 }
