@@ -41,16 +41,23 @@ def free_port() -> int:
 def spark():
     """The run's local Spark session (local[2], UI off, 2 shuffle partitions), with the
     JVM reader's jar on its classpath when it can be built (no JDK: the Python reader
-    only), so every Spark test runs batch scans on the JVM reader."""
+    only), so every Spark test runs batch scans on the JVM reader, and with delta-spark
+    on (its jars resolved from Maven; without Maven the Delta tests skip and say why)."""
     pytest.importorskip("pyspark", reason="pyspark is not installed")
+    from sparklog.maven import MavenError
     from sparklog.reader.jvm import jar_path
-    from sparklog.spark import local_session
+    from sparklog.spark import delta_conf, local_session
 
     conf = {"spark.sql.execution.arrow.pyspark.enabled": "true",
             "spark.python.worker.reuse": "true"}
     if jar_path(quiet=True) is None:
         print("\nsparklog JVM reader jar unavailable (no javac?): Spark tests use the "
               "Python reader", file=sys.stderr)
+    try:  # Delta's snapshot state in 2 partitions rather than 50: tiny test tables
+        conf = delta_conf({**conf, "spark.databricks.delta.snapshotPartitions": "2"})
+    except MavenError as e:
+        print(f"\ndelta-spark unavailable, the format('delta') tests skip: {e}",
+              file=sys.stderr)
     session = local_session("sparklog-tests", shuffle_partitions=2, register_source=False,
                             conf=conf)  # adds the jar when it is built
     yield session

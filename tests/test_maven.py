@@ -20,3 +20,47 @@ def test_unknown_set_names_the_known_ones():
     with pytest.raises(MavenError, match="unknown Java artifact set 'nope'.*hadoop"):
         classpath("nope")
     assert "hadoop" in names()
+
+
+def _artifact(jar: str) -> str:
+    """Artifact name of a jar file name (version dropped): 'scala-library-2.13.17.jar'
+    -> 'scala-library'."""
+    parts = os.path.basename(jar)[:-len(".jar")].split("-")
+    while parts and parts[-1][:1].isdigit():
+        parts.pop()
+    return "-".join(parts)
+
+
+def test_delta_set_is_delta_spark_for_spark_4_1_without_pysparks_own_jars():
+    pyspark = pytest.importorskip("pyspark")
+    jars = classpath("delta", quiet=True)
+    base = {os.path.basename(j) for j in jars}
+    assert {"delta-spark_2.13-4.1.0.jar", "delta-storage-4.1.0.jar"} <= base
+    assert all(os.path.isfile(j) for j in jars)
+    # nothing pyspark already ships (Scala, logging, Jackson, Hadoop, Spark): two copies
+    # of a class on one class path clash
+    shipped = {_artifact(j) for j in os.listdir(os.path.join(os.path.dirname(pyspark.__file__),
+                                                             "jars"))}
+    assert "scala-library" in shipped
+    assert not {_artifact(j) for j in jars} & shipped
+
+
+def test_with_jars_appends_each_jar_once():
+    from sparklog.maven import with_jars
+
+    assert with_jars({}, ["a.jar", "b.jar", "a.jar"]) == {"spark.jars": "a.jar,b.jar"}
+    conf = {"spark.jars": "x.jar,a.jar", "k": "v"}
+    assert with_jars(conf, ["a.jar", "c.jar"]) == {"spark.jars": "x.jar,a.jar,c.jar", "k": "v"}
+    assert with_jars(conf, []) == conf and with_jars(conf, []) is not conf
+
+
+def test_delta_conf_adds_jars_extension_and_catalog():
+    pytest.importorskip("pyspark")
+    from sparklog.spark import DELTA_CONF, delta_conf
+
+    conf = delta_conf({"spark.jars": "x.jar", "spark.sql.extensions": "my.Ext"})
+    assert conf["spark.jars"].split(",") == ["x.jar", *classpath("delta", quiet=True)]
+    assert conf["spark.sql.extensions"] == f"my.Ext,{DELTA_CONF['spark.sql.extensions']}"
+    assert conf["spark.sql.catalog.spark_catalog"] == \
+        DELTA_CONF["spark.sql.catalog.spark_catalog"]
+    assert delta_conf(conf) == conf  # idempotent
