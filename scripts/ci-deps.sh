@@ -8,7 +8,9 @@
 #     on) and a Java runtime: the cluster-mode tests start a real ZooKeeper server
 #     (tests/zkserver.py);
 #   - a JDK (javac): the Spark tests build and use the JVM reader's jar
-#     (sparklog/reader/jvm).
+#     (sparklog/reader/jvm);
+#   - maven (mvn): Apache Hadoop's jars come from Maven Central (sparklog/maven): the
+#     HDFS daemons of the tests (tests/hdfscluster.py) and the hdfs:// client.
 set -euo pipefail
 
 missing=()
@@ -20,15 +22,18 @@ if ! command -v javac >/dev/null 2>&1; then
     # it brings the Java runtime too
     missing+=(default-jdk-headless)
 fi
+if ! command -v mvn >/dev/null 2>&1; then
+    missing+=(maven)
+fi
 
 if [ ${#missing[@]} -eq 0 ]; then
-    echo "[sparklog] system test dependencies present (zookeeper, java, javac)"
+    echo "[sparklog] system test dependencies present (zookeeper, java, javac, mvn)"
     exit 0
 fi
 
 if [ "$(id -u)" != "0" ] || ! command -v apt-get >/dev/null 2>&1; then
     echo "[sparklog] missing system packages: ${missing[*]} (not root or no apt-get:" \
-         "install them to run the ZooKeeper cluster tests)" >&2
+         "install them to run the ZooKeeper, Spark and HDFS tests)" >&2
     exit 1
 fi
 

@@ -1,5 +1,6 @@
-"""Shared fixtures: one local Spark session per test run, loopback ports, tmp roots, a
-broker process per test module.
+"""Shared fixtures: one local Spark session per test run, one HDFS cluster per test run
+(``hdfs_cluster``, tests/hdfscluster.py), loopback ports, tmp roots, a broker process
+per test module.
 
 Spark workers must run the driver's interpreter (PYSPARK_PYTHON), or they would import
 another environment's packages.
@@ -13,8 +14,23 @@ import sys
 
 import pytest
 
+from hdfscluster import hdfs_cluster  # noqa: F401  (one HDFS cluster per run, on demand)
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """When a test failed, name the logs of the HDFS daemons the run started."""
+    import hdfscluster
+
+    if not hdfscluster.STARTED or not (terminalreporter.stats.get("failed")
+                                       or terminalreporter.stats.get("error")):
+        return
+    terminalreporter.section("HDFS daemon logs")
+    for cluster in hdfscluster.STARTED:
+        for name, path in cluster.log_paths().items():
+            terminalreporter.write_line(f"{name}: {path}")
 
 
 @pytest.fixture(scope="session", autouse=True)
