@@ -106,3 +106,13 @@ def admin(broker):
 
     with Admin(broker.address) as a:
         yield a
+
+
+@pytest.fixture
+def hdfs_env(hdfs_cluster, monkeypatch):
+    """The run's HDFS cluster, with its client configuration (``HADOOP_CONF_DIR``: the
+    small cluster's client settings, such as not replacing DataNodes of a write pipeline
+    that has no spare) in the environment of this process and of the processes the test
+    starts (brokers, jobs)."""
+    monkeypatch.setenv("HADOOP_CONF_DIR", hdfs_cluster.conf_dir)
+    return hdfs_cluster

@@ -32,8 +32,8 @@ def assert_rows(df, want):
     assert got == sorted(want)
 
 
-def test_jvm_and_python_readers_scan_an_hdfs_root(jspark, hdfs_cluster):
-    root = f"{hdfs_cluster.hdfs_uri}/spark-read"
+def test_jvm_and_python_readers_scan_an_hdfs_root(jspark, hdfs_env):
+    root = f"{hdfs_env.hdfs_uri}/spark-read"
     make_topic(root, "events", partitions=2, count=45, per_frame=10)
     jvm, python = jvm_and_python(jspark, root, subscribe="events",
                                  startingOffsets="earliest", minPartitions="3")
@@ -49,8 +49,8 @@ def test_jvm_and_python_readers_scan_an_hdfs_root(jspark, hdfs_cluster):
     assert_rows(python, want)
 
 
-def test_stream_with_checkpoint_and_output_on_hdfs(sl_spark, hdfs_cluster):
-    base = f"{hdfs_cluster.hdfs_uri}/spark-stream"
+def test_stream_with_checkpoint_and_output_on_hdfs(sl_spark, hdfs_env):
+    base = f"{hdfs_env.hdfs_uri}/spark-stream"
     root, out, ckpt = f"{base}/log", f"{base}/out", f"{base}/ckpt"
     store = make_topic(root, "s", partitions=2, count=20)
     df = stream(sl_spark, root, subscribe="s", startingOffsets="earliest")
@@ -63,7 +63,7 @@ def test_stream_with_checkpoint_and_output_on_hdfs(sl_spark, hdfs_cluster):
     assert set(got.values()) == {1}, "a record was written twice"
     assert sorted(got) == [(0, o) for o in range(20)] + [(1, o) for o in range(32)]
     # the checkpoint is in HDFS (Spark's offset and commit logs), none of it local
-    listing = hdfs_cluster.run_tool("dfs", "-ls", "-R", "/spark-stream/ckpt").stdout
+    listing = hdfs_env.run_tool("dfs", "-ls", "-R", "/spark-stream/ckpt").stdout
     assert "/spark-stream/ckpt/offsets/1" in listing and "/spark-stream/ckpt/commits/1" \
         in listing, listing
 
@@ -73,7 +73,7 @@ def test_stream_with_checkpoint_and_output_on_hdfs(sl_spark, hdfs_cluster):
 #: The DataNodes of the locality cluster report these host names (each a loopback
 #: address, so that Spark could run an executor "there"); their sockets are on 127.0.0.1.
 HOSTS = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
-BLOCK = 64 << 10
+BLOCK = 16 << 10
 
 
 class NamedDataNodes(HdfsCluster):
@@ -96,7 +96,7 @@ class NamedDataNodes(HdfsCluster):
 
 @pytest.fixture(scope="module")
 def located(tmp_path_factory):
-    """A 3-DataNode cluster (replication 1, 64 KiB blocks) holding a topic whose segments
+    """A 3-DataNode cluster (replication 1, 16 KiB blocks) holding a topic whose segments
     were put there by Hadoop's own shell: each segment's blocks spread over the
     DataNodes. Yields (cluster, root URL, the local copy of the root)."""
     reason = hadoop_unavailable()
@@ -106,7 +106,7 @@ def located(tmp_path_factory):
     local = base / "log"
     local.mkdir()
     make_topic(local.as_uri(), "loc", partitions=2, count=2500, per_frame=50,
-               config={"segment.bytes": str(300 << 10)})
+               config={"segment.bytes": str(48 << 10)})
     cluster = NamedDataNodes(str(base / "hdfs"), datanodes=3, replication=1)
     cluster.start()
     try:
@@ -142,8 +142,8 @@ def _planned(df) -> list:
 
     leaf = df._jdf.queryExecution().executedPlan().collectLeaves().head()
     rdd = leaf.inputRDD()
-    rdd_hosts = [list(rdd.preferredLocations(p).mkString("\u0000").split("\u0000"))
-                 for p in rdd.partitions()]
+    rdd_hosts = [[h for h in rdd.preferredLocations(p).mkString("\u0000").split("\u0000")
+                  if h] for p in rdd.partitions()]
     out = []
     it = leaf.inputPartitions().iterator()
     while it.hasNext():
@@ -161,6 +161,7 @@ def _range_bytes(cluster, local: str, topic: str, partition: int, start: int,
     store = TopicStore(local)
     reader = LogReader(store.fileio, store.partition_dir(topic, partition))
     weights = Counter()
+    reader.log_end_offset()  # reads the active segment's tail
     for seg in reader.segments():
         if seg.next_offset <= start or seg.base_offset >= end:
             continue
