@@ -142,8 +142,8 @@ def test_torn_tail_on_hdfs_is_repaired_after_lease_recovery(proc, hdfs_root, hdf
     assert store.fileio.size(seg) == whole + len(half)  # the torn bytes are in the file
     proc.start()
     with Connection(proc.address) as c:
-        assert produce(c, "torn", 0, encode_frame(raw_batch([b"after"])),
-                       acks=-1)["error_code"] == 0
+        item = produce(c, "torn", 0, encode_frame(raw_batch([b"after"])), acks=-1)
+        assert item["error_code"] == 0, f"{item}\n{proc.log_text()[-5000:]}"
         assert read_values(c, "torn", 0) == [b"r0", b"r1", b"r2", b"r3", b"r4", b"after"]
     assert read_partition(hdfs_root, "torn", 0) == [b"r0", b"r1", b"r2", b"r3", b"r4",
                                                     b"after"]
