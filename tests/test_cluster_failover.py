@@ -123,11 +123,11 @@ def test_leaders_killed_repeatedly_lose_no_acknowledged_record(zookeeper, storag
 
 
 def leaders_killed_repeatedly(storage_root: str, zk_connect: str, log_dir, cycles: int,
-                              how=("SIGTERM", "SIGKILL")) -> dict:
+                              how=("SIGTERM", "SIGKILL"), session_ms: int = SESSION_MS) -> dict:
     """The body of the test above on any storage root: three brokers, ``cycles`` leader
     stops of each kind in ``how``; returns the acknowledged seqs per partition."""
     with BrokerCluster(storage_root, zk_connect, 3, log_dir=log_dir,
-                       session_ms=SESSION_MS) as cluster:
+                       session_ms=session_ms) as cluster:
         with Admin(cluster.bootstrap) as admin:
             admin.create_topic("t", PARTITIONS)
         producer = ContinuousProducer(cluster.bootstrap, "t").start()

@@ -30,6 +30,7 @@ from test_cluster_failover import (
     read_partition,
 )
 from waiting import wait_until
+from zkserver import zookeeper, zookeeper_server  # noqa: F401 (fixtures)
 
 
 KILLS = int(os.environ.get("SPARKLOG_HDFS_KILLS", "10"))
@@ -158,9 +159,11 @@ def test_leaders_on_hdfs_killed_lose_no_acknowledged_record(zookeeper, hdfs_root
     turn; the new leader recovers the dead one's lease and writes at the next epoch;
     every acknowledged record is read back from HDFS exactly once, in order."""
     pytest.importorskip("kazoo", reason="kazoo is not installed")
+    # ZooKeeper sessions of 6 s: a broker starting its Hadoop client (a JVM) on this
+    # shared 2-core machine can starve its heartbeats for longer than 2 s
     leaders_killed_repeatedly(hdfs_root, zookeeper.connect, tmp_path,
                               int(os.environ.get("SPARKLOG_HDFS_FAILOVER_CYCLES", "3")),
-                              how=("SIGKILL",))
+                              how=("SIGKILL",), session_ms=6000)
 
 
 @pytest.mark.zookeeper
@@ -197,7 +200,7 @@ def test_partition_without_permission_fails_alone(hdfs_cluster, hdfs_root, tmp_p
         proc.stop()
         locked = f"{path}/topics/perm/1"
         for args in (("-chown", "-R", "bob", locked), ("-chmod", "-R", "700", locked)):
-            done = hdfs_cluster.run_tool("dfs", *args)
+            done = hdfs_cluster.run_tool("dfs", *args, user=hdfs_cluster.superuser)
             assert done.returncode == 0, done.stderr
         proc.start()
         with Connection(proc.address) as c:
