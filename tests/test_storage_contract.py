@@ -373,7 +373,13 @@ def test_recover_lease_fences_live_writer_in_process(backend):
 
 
 def test_recover_lease_fences_live_writer_in_other_process(backend):
-    fs, root, _ = backend
+    fs, root, name = backend
+    if name == "webhdfs":
+        pytest.skip("webhdfs: WebHDFS has no open stream: each flush is a whole APPEND "
+                    "request (open, write, close by a DataNode), and sparklog's lease is "
+                    "advisory: an APPEND in flight when recover_lease revokes it still "
+                    "lands, and can collide with the new writer's APPEND on the NameNode's "
+                    "one-request lease (docs/storage.md, webhdfs://)")
     path = fs.join(root, "fenced-proc.log")
     proc = _child(root, f"""
         out = fs.create({path!r})
@@ -392,7 +398,7 @@ def test_recover_lease_fences_live_writer_in_other_process(backend):
     try:
         assert _next_msg(proc)["ready"]
         deadline = time.monotonic() + 30
-        while fs.size(path) < 800:  # let it write a while
+        while fs.size(path) < 80:  # let it write a while (10 flushes)
             assert time.monotonic() < deadline
             time.sleep(0.01)
         fs.recover_lease(path)

@@ -390,7 +390,7 @@ class HadoopFileIO(FileIO):
             self._conf = conf
         uri = jvm.jclass("java.net.URI")(f"hdfs://{self.authority}")
         fs_cls = jvm.jclass("org.apache.hadoop.fs.FileSystem")
-        client = self._java_call("connect", self.url("/"), fs_cls.newInstance, uri,
+        client = self._java_call("connect", self.root, fs_cls.newInstance, uri,
                                  self._conf, self.user)
         if not isinstance(client, jvm.jclass("org.apache.hadoop.hdfs.DistributedFileSystem")):
             client.close()

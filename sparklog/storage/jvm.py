@@ -128,6 +128,10 @@ def _log4j_setup(opts: list[str]) -> None:
         "log4j.appender.stderr.layout.ConversionPattern":
             "%d{ISO8601} %p %c{1}: %m%n%throwable{1}",
         "log4j.logger.org.apache.hadoop.util.NativeCodeLoader": "ERROR",
+        # a FileSystem that fails to initialise is reported by sparklog's own error
+        "log4j.logger.org.apache.hadoop.fs.FileSystem": "ERROR",
+        # shutdown hooks cut short when Python exits (e.g. the KMS client cache's)
+        "log4j.logger.org.apache.hadoop.util.ShutdownHookManager": "ERROR",
     }.items():
         props.setProperty(key, value)
     configurator.configure(props)
@@ -235,7 +239,10 @@ def storage_error(exc, op: str, display: str) -> StorageError:
     """The sparklog StorageError (subclass) for Java exception ``exc`` raised by ``op``
     on ``display`` (a URL): names the URL, the operation and the cause, in one line."""
     chain = exception_chain(exc)
-    for name, msg in chain:
+    for name, msg in reversed(chain):  # the innermost known cause says it plainest
+        if name == "FileNotFoundException" and "not a file" in msg:
+            return StorageError(f"{display}: {op} failed: is a directory, not a file "
+                                f"({name}: {_first_line(msg)})")
         if name in _ERRORS:
             cls, meaning = _ERRORS[name]
             return cls(f"{display}: {op} failed: {meaning} ({name}: {_first_line(msg)})")
