@@ -62,6 +62,20 @@ def read_partition(storage_root: str, topic: str, partition: int) -> list[bytes]
     return out
 
 
+def assert_exactly_once(values: list, p: int, acked: set, context: str = "") -> None:
+    """``values`` (partition ``p`` of topic t, in offset order) hold every acknowledged
+    seq of ``acked``, each record once, in the order sent, every checksum right."""
+    seqs = []
+    for v in values:
+        vp, seq = parse_value(v)
+        assert vp == p
+        seqs.append(seq)
+    assert len(seqs) == len(set(seqs)), f"t-{p}: a record is in the log twice"
+    assert seqs == sorted(seqs), f"t-{p}: records out of order"
+    missing = acked - set(seqs)
+    assert not missing, f"t-{p}: acknowledged but lost: {sorted(missing)[:10]}{context}"
+
+
 class ContinuousProducer:
     """Sends make_value(p, seq) round-robin to every partition from a thread and
     records which (partition, seq) were acknowledged."""
@@ -156,16 +170,7 @@ def leaders_killed_repeatedly(storage_root: str, zk_connect: str, log_dir, cycle
             producer.stop()
         assert not producer.failed, producer.failed[:5]
         for p in range(PARTITIONS):
-            values = read_partition(storage_root, "t", p)
-            seqs = []
-            for v in values:
-                vp, seq = parse_value(v)
-                assert vp == p
-                seqs.append(seq)
-            assert len(seqs) == len(set(seqs)), f"t-{p}: duplicates in the log"
-            assert seqs == sorted(seqs), f"t-{p}: records out of order"
-            missing = producer.acked[p] - set(seqs)
-            assert not missing, f"t-{p}: acknowledged but lost: {sorted(missing)[:10]}"
+            assert_exactly_once(read_partition(storage_root, "t", p), p, producer.acked[p])
             assert len(producer.acked[p]) >= 20 * len(how) * cycles // PARTITIONS
         print(f"\nfailover outages over {cycles} cycles each: "
               + ", ".join(f"{k} max {max(v):.2f}s mean {sum(v) / len(v):.2f}s"

@@ -26,8 +26,8 @@ from sparklog.metadata import TopicStore
 from sparklog.protocol import ApiKey, Connection
 from test_broker import create, produce, read_values
 from test_cluster_failover import (
-    PARTITIONS, ContinuousProducer, leaders_killed_repeatedly, parse_value, paused_old_leader,
-    read_partition,
+    PARTITIONS, ContinuousProducer, assert_exactly_once, leaders_killed_repeatedly,
+    paused_old_leader, read_partition,
 )
 from waiting import wait_until
 from zkserver import zookeeper, zookeeper_server  # noqa: F401 (fixtures)
@@ -96,15 +96,7 @@ def test_broker_on_hdfs_sigkilled_under_acks_all_loses_and_repeats_nothing(
     log = proc.log_text()
     values = spark_values(spark, hdfs_root, "t")
     for p in range(PARTITIONS):
-        seqs = []
-        for v in values.get(p, []):
-            vp, seq = parse_value(v)
-            assert vp == p
-            seqs.append(seq)
-        assert len(seqs) == len(set(seqs)), f"t-{p}: a record is in the log twice"
-        assert seqs == sorted(seqs), f"t-{p}: records out of order"
-        missing = producer.acked[p] - set(seqs)
-        assert not missing, f"t-{p}: acknowledged but lost: {sorted(missing)[:10]}\n{log[-4000:]}"
+        assert_exactly_once(values.get(p, []), p, producer.acked[p], f"\n{log[-4000:]}")
     print(f"\n{KILLS} SIGKILLs on HDFS: {sum(len(a) for a in producer.acked.values())} "
           f"records acknowledged, restart {min(restarts):.1f}-{max(restarts):.1f} s")
 
