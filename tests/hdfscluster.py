@@ -44,17 +44,17 @@ import getpass
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.request
 from xml.sax.saxutils import escape
 
 import pytest
+
+from procutil import ManagedProcess
 
 #: DataNodes of the per-run cluster (the storage contract needs one; tests that need
 #: replication start their own with ``HdfsCluster(..., datanodes=3)``).
@@ -131,8 +131,11 @@ def _java_command(heap: str, conf_dir: str, classpath: list[str], log_dir: str,
             "-cp", os.pathsep.join([conf_dir, *classpath]), main, *args]
 
 
-class DaemonProcess:
-    """One Hadoop daemon (``java`` process) with its configuration directory and log."""
+class DaemonProcess(ManagedProcess):
+    """One Hadoop daemon (``java`` process) with its configuration directory and log;
+    ``stop``/``kill``/``pause``/``resume`` by its pid (:class:`procutil.ManagedProcess`)."""
+
+    stop_timeout = 15.0
 
     def __init__(self, name: str, command: list[str], conf_dir: str, log_path: str,
                  env: dict):
@@ -143,11 +146,6 @@ class DaemonProcess:
         self.env = env
         self.proc: subprocess.Popen | None = None
         self.addresses: dict[str, str] = {}
-
-    @property
-    def pid(self) -> int | None:
-        """Process id while running."""
-        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
 
     @property
     def running(self) -> bool:
@@ -167,37 +165,6 @@ class DaemonProcess:
             self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=self.env,
                                          start_new_session=True)
-
-    def stop(self, timeout: float = 15.0) -> None:
-        """SIGTERM (Hadoop's shutdown hook runs), SIGKILL after ``timeout``; reap."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            try:
-                os.kill(self.proc.pid, signal.SIGCONT)  # in case a test paused it
-                self.proc.terminate()
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-    def kill(self) -> None:
-        """SIGKILL and reap (a crash: no shutdown hook)."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
-
-    def pause(self) -> None:
-        """SIGSTOP the daemon."""
-        os.kill(self.proc.pid, signal.SIGSTOP)
-
-    def resume(self) -> None:
-        """SIGCONT a paused daemon."""
-        os.kill(self.proc.pid, signal.SIGCONT)
 
     def log_tail(self, n: int = 3000) -> str:
         """The last ``n`` characters of the daemon's log."""
@@ -461,20 +428,23 @@ STARTED: list[HdfsCluster] = []
 
 
 @pytest.fixture(scope="session")
-def hdfs_cluster(tmp_path_factory):
+def hdfs_cluster(request):
     """The run's HDFS cluster (``DEFAULT_DATANODES`` DataNodes), started on first use and
-    stopped at the end of the run; its logs stay under pytest's temporary directory and
-    their paths are printed when a test fails (``tests/conftest.py``). Skips with the
-    reason when java or Hadoop's jars are missing; fails when the cluster does not
-    start."""
+    stopped at the end of the run. Its directory (``sparklog-hdfs-*`` in the system's
+    temporary directory, outside pytest's pruned ones) is removed after a run without
+    failures and kept otherwise, its daemons' log paths printed (``tests/conftest.py``).
+    Skips with the reason when java or Hadoop's jars are missing; fails when the
+    cluster does not start."""
     reason = hadoop_unavailable()
     if reason:
         pytest.skip(reason)
-    cluster = HdfsCluster(str(tmp_path_factory.mktemp("hdfs")))
+    cluster = HdfsCluster(tempfile.mkdtemp(prefix="sparklog-hdfs-"))
     STARTED.append(cluster)
     cluster.start()
     yield cluster
     cluster.stop()
+    if request.session.testsfailed == 0:
+        shutil.rmtree(cluster.base_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":  # manual use: python tests/hdfscluster.py [DATANODES]

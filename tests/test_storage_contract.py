@@ -381,6 +381,12 @@ def test_recover_lease_fences_live_writer_in_other_process(backend):
                     "lands, and can collide with the new writer's APPEND on the NameNode's "
                     "one-request lease (docs/storage.md, webhdfs://)")
     path = fs.join(root, "fenced-proc.log")
+    # Records of 512 bytes, one HDFS checksum chunk: a DataNode whose writer thread is
+    # interrupted by block recovery while it repositions the checksum file for a packet
+    # that starts mid-chunk (FileChannel.position -> ClosedByInterruptException, after
+    # the data was written) leaves a replica whose length on disk disagrees with its
+    # record ("Block length mismatch"), and every later recovery of it fails until the
+    # DataNode restarts (docs/storage.md). Chunk-aligned flushes never reposition.
     proc = _child(root, f"""
         out = fs.create({path!r})
         i = 0
@@ -388,7 +394,7 @@ def test_recover_lease_fences_live_writer_in_other_process(backend):
         end = time.monotonic() + 20
         try:
             while time.monotonic() < end:
-                out.write(b"o%06d|" % i)
+                out.write((b"o%06d|" % i).ljust(512, b"."))
                 out.flush()
                 i += 1
             say(fenced=False, flushed=i, msg="never fenced")
@@ -398,7 +404,7 @@ def test_recover_lease_fences_live_writer_in_other_process(backend):
     try:
         assert _next_msg(proc)["ready"]
         deadline = time.monotonic() + 30
-        while fs.size(path) < 80:  # let it write a while (10 flushes)
+        while fs.size(path) < 10 * 512:  # let it write a while (10 flushes)
             assert time.monotonic() < deadline
             time.sleep(0.01)
         fs.recover_lease(path)
@@ -415,8 +421,8 @@ def test_recover_lease_fences_live_writer_in_other_process(backend):
     data = fs.read_all(path)
     assert data.endswith(b"NEW|END")
     old = data[:fenced_at]
-    assert len(old) % 8 == 0 and len(old) // 8 == msg["flushed"]
-    assert old == b"".join(b"o%06d|" % i for i in range(msg["flushed"]))
+    assert len(old) % 512 == 0 and len(old) // 512 == msg["flushed"]
+    assert old == b"".join((b"o%06d|" % i).ljust(512, b".") for i in range(msg["flushed"]))
 
 
 def test_close_of_fenced_writer_fails_if_bytes_were_pushed_since_the_last_sync(backend):

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -34,6 +33,8 @@ import uuid
 from dataclasses import dataclass
 
 import pytest
+
+from procutil import ManagedProcess
 
 JAVA_DIR = "/usr/share/java"
 ZOOKEEPER_JAR = os.path.join(JAVA_DIR, "zookeeper.jar")
@@ -85,7 +86,7 @@ def four_letter(host: str, port: int, word: str, timeout: float = 2.0) -> str:
     return b"".join(chunks).decode("utf-8", "replace")
 
 
-class ZooKeeperServer:
+class ZooKeeperServer(ManagedProcess):
     """One standalone ZooKeeper server process on 127.0.0.1.
 
     ``tick_time_ms`` is ZooKeeper's tickTime (sessions may last 2..``max_session_ms``).
@@ -110,11 +111,6 @@ class ZooKeeperServer:
     def hosts(self) -> str:
         """``host:port`` of the server (a ZooKeeper connect string without chroot)."""
         return f"{self.host}:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        """Process id while running."""
-        return self.proc.pid if self.proc and self.proc.poll() is None else None
 
     def _write_config(self) -> str:
         os.makedirs(os.path.join(self.data_dir, "data"), exist_ok=True)
@@ -170,38 +166,6 @@ class ZooKeeperServer:
                 return f.read()[-n:].decode("utf-8", "replace")
         except OSError:
             return ""
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM the server (SIGKILL after ``timeout``) and reap it."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            try:
-                os.kill(self.proc.pid, signal.SIGCONT)  # in case a test paused it
-                self.proc.terminate()
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-    def kill(self) -> None:
-        """SIGKILL the server and reap it."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
-
-    def pause(self) -> None:
-        """SIGSTOP the server (every client loses its connection, no session expires
-        until it resumes)."""
-        os.kill(self.proc.pid, signal.SIGSTOP)
-
-    def resume(self) -> None:
-        """SIGCONT a paused server."""
-        os.kill(self.proc.pid, signal.SIGCONT)
 
     def __enter__(self):
         return self.start()

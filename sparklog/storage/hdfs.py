@@ -463,10 +463,23 @@ class HadoopFileIO(FileIO):
                 f"({e})") from None
 
     def append(self, path: str) -> HadoopOutputStream:
-        """FileSystem.append under a new lease (LeaseHeldError while another holds it)."""
+        """FileSystem.append under a new lease (LeaseHeldError while another holds it).
+
+        Right after a lease recovery the NameNode refuses to append until a DataNode
+        has reported the recovered last block ("not sufficiently replicated yet"):
+        that refusal is retried for up to ``recover_lease_timeout`` seconds."""
         path, p = self._p(path)
-        return self._open_writer("append", path, p,
-                                 lambda client: client.append(self._path(p)))
+        deadline, delay = time.monotonic() + self.recover_lease_timeout, 0.05
+        while True:
+            try:
+                return self._open_writer("append", path, p,
+                                         lambda client: client.append(self._path(p)))
+            except StorageError as e:
+                if "not sufficiently replicated yet" not in str(e) \
+                        or time.monotonic() > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
     def recover_lease(self, path: str) -> None:
         """DistributedFileSystem.recoverLease, then wait (bounded) until the NameNode has
@@ -488,7 +501,10 @@ class HadoopFileIO(FileIO):
             delay = min(delay * 2, 1.0)
             if now >= again:  # ask again, as HBase does: a lost recovery restarts
                 again = now + 4.0
-                closed = self._java_call("recover lease", url, fs.recoverLease, hp)
+                try:
+                    closed = self._java_call("recover lease", url, fs.recoverLease, hp)
+                except LeaseHeldError:  # RecoveryInProgressException: still running
+                    closed = False
             else:
                 closed = self._java_call("recover lease", url, fs.isFileClosed, hp)
 
