@@ -152,15 +152,14 @@ def tcp_floor(directory: str, payloads, count: int, durable: bool = False) -> fl
 
 
 def broker_ingest(conn: Connection, payloads, count: int, in_flight: int, desc: str,
-                  durable: bool = False, *, topic: str = "ingest", acks_all: bool = False):
+                  durable: bool = False, *, topic: str = "ingest", acks: int = 1):
     """Seconds to produce ``count`` requests to partition 0 of ``topic`` with
-    ``in_flight`` outstanding, acks=1 (the last one acks=all when ``durable``; every one
-    with ``acks_all``)."""
+    ``in_flight`` outstanding, with ``acks`` (the last one acks=all when ``durable``)."""
 
     def body(i):
-        acks = -1 if acks_all or (durable and i == count - 1) else 1
-        return {"acks": acks, "topics": [{"name": topic, "partitions": [
-            {"partition": 0, "records": payloads[i % len(payloads)]}]}]}
+        return {"acks": -1 if durable and i == count - 1 else acks, "topics": [
+            {"name": topic, "partitions": [
+                {"partition": 0, "records": payloads[i % len(payloads)]}]}]}
 
     bar = tqdm(total=count, desc=desc, unit="req", file=sys.stderr, leave=False)
     start = time.perf_counter()

@@ -9,9 +9,10 @@
 #     (tests/zkserver.py);
 #   - a JDK (javac): the Spark tests build and use the JVM reader's jar
 #     (sparklog/reader/jvm);
-#   - Maven (mvn): the Java artifact sets of sparklog/maven (Hadoop's daemons, Apache
-#     Kafka's broker for tests/kafkaserver.py, Spark's Kafka source) come from Maven
-#     Central on first use.
+#   - Maven (mvn): the Java artifact sets of sparklog/maven come from Maven Central on
+#     first use: Apache Hadoop's jars (the HDFS daemons of tests/hdfscluster.py and the
+#     hdfs:// client), Apache Kafka's broker (tests/kafkaserver.py), Spark's Kafka source
+#     and delta-spark.
 set -euo pipefail
 
 missing=()
@@ -34,7 +35,7 @@ fi
 
 if [ "$(id -u)" != "0" ] || ! command -v apt-get >/dev/null 2>&1; then
     echo "[sparklog] missing system packages: ${missing[*]} (not root or no apt-get:" \
-         "install them to run the ZooKeeper cluster tests)" >&2
+         "install them to run the ZooKeeper, Spark and HDFS tests)" >&2
     exit 1
 fi
 

@@ -1,5 +1,6 @@
-"""Shared fixtures: one local Spark session per test run, loopback ports, tmp roots, a
-broker process per test module.
+"""Shared fixtures: one local Spark session per test run, one HDFS cluster per test run
+(``hdfs_cluster``, tests/hdfscluster.py), loopback ports, tmp roots, a broker process
+per test module.
 
 Spark workers must run the driver's interpreter (PYSPARK_PYTHON), or they would import
 another environment's packages.
@@ -13,8 +14,23 @@ import sys
 
 import pytest
 
+from hdfscluster import hdfs_cluster  # noqa: F401  (one HDFS cluster per run, on demand)
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """When a test failed, name the logs of the HDFS daemons the run started."""
+    import hdfscluster
+
+    if not hdfscluster.STARTED or not (terminalreporter.stats.get("failed")
+                                       or terminalreporter.stats.get("error")):
+        return
+    terminalreporter.section("HDFS daemon logs")
+    for cluster in hdfscluster.STARTED:
+        for name, path in cluster.log_paths().items():
+            terminalreporter.write_line(f"{name}: {path}")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -61,10 +77,12 @@ def spark_jar_set_jars() -> list[str]:
 def spark():
     """The run's local Spark session (local[2], UI off, 2 shuffle partitions), with the
     JVM reader's jar on its classpath when it can be built (no JDK: the Python reader
-    only), so every Spark test runs batch scans on the JVM reader."""
+    only), so every Spark test runs batch scans on the JVM reader, and with delta-spark
+    on (its jars resolved from Maven; without Maven the Delta tests skip and say why)."""
     pytest.importorskip("pyspark", reason="pyspark is not installed")
+    from sparklog.maven import MavenError
     from sparklog.reader.jvm import jar_path
-    from sparklog.spark import local_session
+    from sparklog.spark import delta_conf, local_session
 
     conf = {"spark.sql.execution.arrow.pyspark.enabled": "true",
             "spark.python.worker.reuse": "true",
@@ -72,6 +90,11 @@ def spark():
     if jar_path(quiet=True) is None:
         print("\nsparklog JVM reader jar unavailable (no javac?): Spark tests use the "
               "Python reader", file=sys.stderr)
+    try:  # Delta's snapshot state in 2 partitions rather than 50: tiny test tables
+        conf = delta_conf({**conf, "spark.databricks.delta.snapshotPartitions": "2"})
+    except MavenError as e:
+        print(f"\ndelta-spark unavailable, the format('delta') tests skip: {e}",
+              file=sys.stderr)
     session = local_session("sparklog-tests", shuffle_partitions=2, register_source=False,
                             conf=conf)  # adds the jar when it is built
     yield session
@@ -104,3 +127,13 @@ def admin(broker):
 
     with Admin(broker.address) as a:
         yield a
+
+
+@pytest.fixture
+def hdfs_env(hdfs_cluster, monkeypatch):
+    """The run's HDFS cluster, with its client configuration (``HADOOP_CONF_DIR``: the
+    small cluster's client settings, such as not replacing DataNodes of a write pipeline
+    that has no spare) in the environment of this process and of the processes the test
+    starts (brokers, jobs)."""
+    monkeypatch.setenv("HADOOP_CONF_DIR", hdfs_cluster.conf_dir)
+    return hdfs_cluster

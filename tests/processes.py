@@ -1,6 +1,6 @@
-"""Server processes started by test helpers (zkserver, kafkaserver): free loopback ports,
-and stopping or killing exactly the process a helper started (by its Popen, never by
-name)."""
+"""Server processes started by test helpers (ZooKeeper, Kafka, the HDFS daemons): free
+loopback ports, and stopping or killing exactly the process a helper started (by its
+Popen, never by name)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import socket
 import subprocess
 
 
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
+def free_port(host: str = "127.0.0.1") -> int:
+    """A free TCP port on ``host``."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
@@ -37,3 +37,35 @@ def kill_process(proc: subprocess.Popen | None) -> None:
         return
     proc.kill()
     proc.wait()
+
+
+class ManagedProcess:
+    """Owner of one server subprocess (``self.proc``, None while stopped)."""
+
+    proc: subprocess.Popen | None = None
+    #: seconds :meth:`stop` waits after SIGTERM before it SIGKILLs
+    stop_timeout = 10.0
+
+    @property
+    def pid(self) -> int | None:
+        """Process id while running."""
+        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
+
+    def stop(self, timeout: float | None = None) -> None:
+        """SIGTERM the process (resumed first, in case a test paused it), SIGKILL it
+        after ``timeout`` seconds (default ``stop_timeout``), and reap it."""
+        proc, self.proc = self.proc, None
+        stop_process(proc, self.stop_timeout if timeout is None else timeout)
+
+    def kill(self) -> None:
+        """SIGKILL the process (a crash: no shutdown hook) and reap it."""
+        proc, self.proc = self.proc, None
+        kill_process(proc)
+
+    def pause(self) -> None:
+        """SIGSTOP the process (its clients see no answer until it resumes)."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT a paused process."""
+        os.kill(self.proc.pid, signal.SIGCONT)

@@ -62,6 +62,20 @@ def read_partition(storage_root: str, topic: str, partition: int) -> list[bytes]
     return out
 
 
+def assert_exactly_once(values: list, p: int, acked: set, context: str = "") -> None:
+    """``values`` (partition ``p`` of topic t, in offset order) hold every acknowledged
+    seq of ``acked``, each record once, in the order sent, every checksum right."""
+    seqs = []
+    for v in values:
+        vp, seq = parse_value(v)
+        assert vp == p
+        seqs.append(seq)
+    assert len(seqs) == len(set(seqs)), f"t-{p}: a record is in the log twice"
+    assert seqs == sorted(seqs), f"t-{p}: records out of order"
+    missing = acked - set(seqs)
+    assert not missing, f"t-{p}: acknowledged but lost: {sorted(missing)[:10]}{context}"
+
+
 class ContinuousProducer:
     """Sends make_value(p, seq) round-robin to every partition from a thread and
     records which (partition, seq) were acknowledged."""
@@ -119,57 +133,62 @@ class ContinuousProducer:
 
 def test_leaders_killed_repeatedly_lose_no_acknowledged_record(zookeeper, storage_root,
                                                                 tmp_path):
-    with BrokerCluster(storage_root, zookeeper.connect, 3, log_dir=tmp_path,
-                       session_ms=SESSION_MS) as cluster:
+    leaders_killed_repeatedly(storage_root, zookeeper.connect, tmp_path, CYCLES)
+
+
+def leaders_killed_repeatedly(storage_root: str, zk_connect: str, log_dir, cycles: int,
+                              how=("SIGTERM", "SIGKILL"), session_ms: int = SESSION_MS) -> dict:
+    """The body of the test above on any storage root: three brokers, ``cycles`` leader
+    stops of each kind in ``how``; returns the acknowledged seqs per partition."""
+    with BrokerCluster(storage_root, zk_connect, 3, log_dir=log_dir,
+                       session_ms=session_ms) as cluster:
         with Admin(cluster.bootstrap) as admin:
             admin.create_topic("t", PARTITIONS)
         producer = ContinuousProducer(cluster.bootstrap, "t").start()
         try:
             cluster.wait(lambda: all(producer.acked_count(p) > 50 for p in range(PARTITIONS)),
                          30, "the producer got going")
-            outages = {"SIGTERM": [], "SIGKILL": []}
-            for i, how in enumerate(["SIGTERM"] * CYCLES + ["SIGKILL"] * CYCLES):
+            outages = {kind: [] for kind in how}
+            for i, kind in enumerate([k for k in how for _ in range(cycles)]):
                 p = i % PARTITIONS
                 cluster.wait(lambda: cluster.leader_of("t", p) > 0, 30, f"a leader of t-{p}")
                 leader = cluster.leader_of("t", p)
                 acked = producer.acked_count(p)
                 t0 = time.monotonic()
                 victim = cluster.brokers[leader]
-                if how == "SIGTERM":
+                if kind == "SIGTERM":
                     victim.stop(timeout=60)
                 else:
                     victim.kill()
                 cluster.wait(lambda: producer.acked_count(p) > acked + 20, 60,
-                             f"writes to t-{p} accepted again after {how} of broker {leader}")
-                outages[how].append(time.monotonic() - t0)
+                             f"writes to t-{p} accepted again after {kind} of broker {leader}\n"
+                             + cluster.logs())
+                outages[kind].append(time.monotonic() - t0)
                 victim.start()
             time.sleep(0.5)
         finally:
             producer.stop()
         assert not producer.failed, producer.failed[:5]
         for p in range(PARTITIONS):
-            values = read_partition(storage_root, "t", p)
-            seqs = []
-            for v in values:
-                vp, seq = parse_value(v)
-                assert vp == p
-                seqs.append(seq)
-            assert len(seqs) == len(set(seqs)), f"t-{p}: duplicates in the log"
-            assert seqs == sorted(seqs), f"t-{p}: records out of order"
-            missing = producer.acked[p] - set(seqs)
-            assert not missing, f"t-{p}: acknowledged but lost: {sorted(missing)[:10]}"
-            assert len(producer.acked[p]) >= 20 * 2 * CYCLES // PARTITIONS
-        print(f"\nfailover outages over {CYCLES} cycles each: "
+            assert_exactly_once(read_partition(storage_root, "t", p), p, producer.acked[p])
+            assert len(producer.acked[p]) >= 20 * len(how) * cycles // PARTITIONS
+        print(f"\nfailover outages over {cycles} cycles each: "
               + ", ".join(f"{k} max {max(v):.2f}s mean {sum(v) / len(v):.2f}s"
                           for k, v in outages.items()))
+        return producer.acked
 
 
 @pytest.mark.parametrize("roll", [False, True], ids=["append", "roll"])
 def test_paused_old_leader_cannot_append_after_failover(zookeeper, storage_root, tmp_path,
                                                         roll):
+    paused_old_leader(storage_root, zookeeper.connect, tmp_path, roll)
+
+
+def paused_old_leader(storage_root: str, zk_connect: str, log_dir, roll: bool) -> None:
+    """The body of the test above on any storage root."""
     # roll: segments hold one frame, so the old leader's pending write must roll first
     extra = ["--override", "log.segment.bytes=1500"] if roll else []
-    with BrokerCluster(storage_root, zookeeper.connect, 2, log_dir=tmp_path,
+    with BrokerCluster(storage_root, zk_connect, 2, log_dir=log_dir,
                        session_ms=SESSION_MS, extra_args=extra) as cluster:
         with Admin(cluster.bootstrap) as admin:
             admin.create_topic("z", 1)
@@ -199,11 +218,19 @@ def test_paused_old_leader_cannot_append_after_failover(zookeeper, storage_root,
         assert answer, "the resumed old leader never answered"
         assert answer["error_code"] != 0, f"a fenced leader acknowledged a write: {answer}"
         conn.close()
+        # the resumed broker is a follower now: new writes still go to the new leader
+        with Connection(cluster.brokers[new].address) as c2:
+            produce_accepted(c2, "z", 0, b"after-resume", timeout=15)
         values = read_partition(storage_root, "z", 0)
         assert b"zombie" not in values
-        assert values[0] == b"before" and b"after" in values
-        # frames after the takeover carry the new epoch
+        assert values[0] == b"before" and b"after" in values and b"after-resume" in values
+        # nor is it in any file of the partition (a stray segment, a tail past the end)
         store = TopicStore(storage_root)
-        reader = LogReader(store.fileio, store.partition_dir("z", 0))
+        pdir = store.partition_dir("z", 0)
+        for info in store.fileio.list(pdir):
+            if not info.is_dir:
+                assert b"zombie" not in store.fileio.read_all(info.path), info.path
+        # frames after the takeover carry the new epoch
+        reader = LogReader(store.fileio, pdir)
         epochs = [f.header.leader_epoch for f in reader.iter_frames(0)]
         assert epochs[0] == epoch and max(epochs) > epoch and epochs == sorted(epochs)

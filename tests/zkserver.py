@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -35,7 +34,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from processes import free_port, kill_process, stop_process
+from processes import ManagedProcess, free_port
 
 JAVA_DIR = "/usr/share/java"
 ZOOKEEPER_JAR = os.path.join(JAVA_DIR, "zookeeper.jar")
@@ -81,7 +80,7 @@ def four_letter(host: str, port: int, word: str, timeout: float = 2.0) -> str:
     return b"".join(chunks).decode("utf-8", "replace")
 
 
-class ZooKeeperServer:
+class ZooKeeperServer(ManagedProcess):
     """One standalone ZooKeeper server process on 127.0.0.1.
 
     ``tick_time_ms`` is ZooKeeper's tickTime (sessions may last 2..``max_session_ms``).
@@ -106,11 +105,6 @@ class ZooKeeperServer:
     def hosts(self) -> str:
         """``host:port`` of the server (a ZooKeeper connect string without chroot)."""
         return f"{self.host}:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        """Process id while running."""
-        return self.proc.pid if self.proc and self.proc.poll() is None else None
 
     def _write_config(self) -> str:
         os.makedirs(os.path.join(self.data_dir, "data"), exist_ok=True)
@@ -166,25 +160,6 @@ class ZooKeeperServer:
                 return f.read()[-n:].decode("utf-8", "replace")
         except OSError:
             return ""
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM the server (SIGKILL after ``timeout``) and reap it."""
-        stop_process(self.proc, timeout)
-        self.proc = None
-
-    def kill(self) -> None:
-        """SIGKILL the server and reap it."""
-        kill_process(self.proc)
-        self.proc = None
-
-    def pause(self) -> None:
-        """SIGSTOP the server (every client loses its connection, no session expires
-        until it resumes)."""
-        os.kill(self.proc.pid, signal.SIGSTOP)
-
-    def resume(self) -> None:
-        """SIGCONT a paused server."""
-        os.kill(self.proc.pid, signal.SIGCONT)
 
     def __enter__(self):
         return self.start()

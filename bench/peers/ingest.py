@@ -56,5 +56,5 @@ def sparklog_ingest(address: str, topic: str, records: int, acks_all: bool) -> f
     with Connection(address, client_id="bench-peers") as conn:
         seconds = broker_ingest(conn, _payloads, count, IN_FLIGHT,
                                 f"sparklog ingest acks={'all' if acks_all else 1}",
-                                topic=topic, acks_all=acks_all)
+                                topic=topic, acks=-1 if acks_all else 1)
     return count * RECORDS_PER_REQUEST * 100 / 1e6 / seconds

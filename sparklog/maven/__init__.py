@@ -8,7 +8,8 @@ with ``mvn dependency:build-classpath`` (artifacts in Maven's own local reposito
 the per-user cache (``$SPARKLOG_CACHE_DIR``, else ``$XDG_CACHE_HOME/sparklog``, else
 ``~/.cache/sparklog``), keyed by a hash of the pom, so later calls cost one file read.
 
-``sparklog classpath NAME`` prints it (``--jars`` form with ``--separator ,``).
+``sparklog classpath NAME`` prints it (``--jars`` form with ``--separator ,``);
+:func:`with_jars` adds jars to the ``spark.jars`` setting of a new Spark session.
 """
 
 from __future__ import annotations
@@ -71,6 +72,16 @@ def cached_classpath(name: str) -> list[str] | None:
     if not jars or not all(os.path.isfile(j) for j in jars):
         return None
     return jars
+
+
+def with_jars(conf: dict, jars) -> dict:
+    """``conf`` (Spark settings for a new session) with ``jars`` appended to its
+    ``spark.jars`` (comma-separated), each once, in order."""
+    have = [j for j in conf.get("spark.jars", "").split(",") if j]
+    added = [j for j in dict.fromkeys(jars) if j not in have]
+    if not added:
+        return dict(conf)
+    return {**conf, "spark.jars": ",".join([*have, *added])}
 
 
 def classpath(name: str, *, quiet: bool = False) -> list[str]:

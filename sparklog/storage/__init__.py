@@ -3,7 +3,7 @@
 Use :func:`open_fileio` to get a :class:`FileIO` for a URL or path:
 
 * no scheme or ``file://``  -> :class:`~sparklog.storage.local.LocalFileIO`
-* ``hdfs://nn:8020/...``    -> :class:`~sparklog.storage.hdfs.HadoopFileIO` (pyarrow + libhdfs)
+* ``hdfs://nn:8020/...``    -> :class:`~sparklog.storage.hdfs.HadoopFileIO` (Hadoop's Java client)
 * ``webhdfs://nn:9870/...`` -> :class:`~sparklog.storage.webhdfs.WebHdfsFileIO` (REST)
 
 There is deliberately no generic fsspec fallback: other file systems do not give

@@ -1,151 +1,423 @@
-"""HadoopFileIO: ``hdfs://`` through pyarrow's HadoopFileSystem plus direct libhdfs calls.
+"""HadoopFileIO: ``hdfs://`` through Hadoop's own Java client (DistributedFileSystem),
+in-process through JPype (:mod:`sparklog.storage.jvm`).
 
-How each rule of the storage contract is met (details and references: docs/storage.md):
+How each rule of the storage contract is met (docs/storage.md has the table):
 
-* **Reads, listing, mkdirs, delete** use ``pyarrow.fs.HadoopFileSystem`` (``open_input_file``
-  gives a zero-copy ``RandomAccessFile``). ``size()`` of a file still being written adds
-  the hflushed part of its last block (``DFSInputStream.available()``) to the NameNode's
-  length, which counts completed blocks only.
-* **Writes** go through :mod:`sparklog.storage.libhdfs`: ``flush()`` = ``hdfsWrite`` +
-  ``hdfsHFlush`` (hflush), ``sync()`` = ``hdfsHSync`` (hsync). pyarrow's own output stream
-  ``flush()`` is ``hdfsFlush`` = Java ``OutputStream.flush()``, which guarantees nothing.
-* **Single writer** is HDFS's own lease: a second ``create``/``append`` of a file that is
-  open for writing gets AlreadyBeingCreatedException from the NameNode -> LeaseHeldError.
-* **create-no-overwrite**: libhdfs always creates with ``overwrite=true``, so the file is
-  created under a unique temporary name in the same directory and then renamed onto the
-  target with ``hdfsRename`` (``FileSystem.rename``), which the NameNode refuses
-  atomically when the target exists; the open stream follows the rename (HDFS tracks
-  open files by inode id, Hadoop >= 2.5). The loser deletes its temporary file.
-* **rename-no-replace**: ``hdfsRename`` (never pyarrow's ``move``, which deletes an
-  existing target file first).
-* **Lease recovery**: ``hdfs debug recoverLease -path`` (Hadoop CLI) when available, which
-  revokes a live writer's lease; without the CLI, ``recover_lease`` waits for HDFS's soft
-  limit (60 s) by retrying ``append`` - enough for a dead writer, not for a live one.
+* **flush** = ``FSDataOutputStream.hflush()``: every DataNode of the pipeline has acked
+  the bytes; new readers see them. **sync** = ``hsync()``: the DataNodes also fsync the
+  block (``sync_update_length=True`` adds ``SyncFlag.UPDATE_LENGTH``: the NameNode
+  records the length too, one more NameNode RPC and edit-log sync per sync).
+* **Single writer** is the NameNode's lease. Each writer has its own DFSClient (its own
+  lease holder name), so a second writer - in this process or another - gets
+  ``AlreadyBeingCreatedException`` -> LeaseHeldError, and a fenced writer of this
+  process cannot pass the NameNode's holder checks with another writer's name.
+* **create-no-overwrite** = ``FileSystem.create(path, overwrite=false)``: the NameNode
+  refuses a second create atomically (FileAlreadyExistsException, also while the first
+  creator still has the file open). **rename-no-replace** =
+  ``DistributedFileSystem.rename(src, dst, Options.Rename.NONE)`` (the NameNode's
+  rename2: refuses an existing ``dst`` atomically, never renames *into* a directory).
+* **Lease recovery** = ``DistributedFileSystem.recoverLease(path)``, then polling
+  ``isFileClosed`` (bounded by ``recover_lease_timeout``): the NameNode revokes the lease
+  and has the DataNodes finalise the last block at a new generation stamp, so the old
+  writer's later packets are refused (its flush/sync raise LeaseExpiredError).
+  ``verify_lease`` = ``hsync(UPDATE_LENGTH)``: the NameNode checks the caller's lease.
+* **Reads** see every hflushed byte: ``HdfsDataInputStream.getVisibleLength()`` asks a
+  DataNode for the acked length of a block still being written; ``size()`` and ``list()``
+  report it for open files (the NameNode's own length counts completed blocks only).
+
+Bytes cross between Python and Java through per-thread staging buffers (a direct
+``ByteBuffer`` Python writes into with one memcpy, copied in Java into a ``byte[]``):
+no per-byte conversion.
 """
 
 from __future__ import annotations
 
-import subprocess
+import os
+import threading
 import time
-import uuid
+import weakref
 from urllib.parse import urlsplit
 
 from sparklog.errors import (
     FileAlreadyExistsError,
     InvalidArgumentError,
-    LeaseExpiredError,
     LeaseHeldError,
     StorageError,
     StorageFileNotFoundError,
 )
+from sparklog.storage import jvm
 from sparklog.storage.base import FileInfo, FileIO
 from sparklog.names import validate_user
 from sparklog.storage.paths import check_int, check_normal, check_path, strip_scheme
 from sparklog.storage.stream import BufferedOutputStream, LeaseLost
 
-CREATING_SUFFIX = ".sparklog-creating"
 DEFAULT_BUFFER_SIZE = 1 << 20
+#: Bytes per copy between Python and Java memory.
+STAGING_BYTES = 1 << 20
+# words of the NameNode's and DataNodes' refusals of a writer whose lease is gone
+_LEASE_LOST_WORDS = ("not under construction", "is not under construction",
+                     "no lease on", "lease mismatch", "not open for writing",
+                     "does not have any open files", "is not the lease owner")
+
+_local = threading.local()
+
+
+def _says_lease_lost(exc) -> bool:
+    """True if Java exception ``exc`` (or a cause) is the NameNode refusing a writer
+    whose lease is gone: LeaseExpiredException, the file deleted, or its words for a
+    file no longer under construction by the caller."""
+    for name, msg in jvm.exception_chain(exc):
+        if name in ("LeaseExpiredException", "FileNotFoundException"):
+            return True
+        if any(w in msg.lower() for w in _LEASE_LOST_WORDS):
+            return True
+    return False
+
+
+def default_conf_dir() -> str | None:
+    """``HADOOP_CONF_DIR``, else ``$HADOOP_HOME/etc/hadoop`` when it exists, else None."""
+    conf = os.environ.get("HADOOP_CONF_DIR")
+    if conf:
+        return conf
+    home = os.environ.get("HADOOP_HOME")
+    if home and os.path.isdir(os.path.join(home, "etc", "hadoop")):
+        return os.path.join(home, "etc", "hadoop")
+    return None
+
+
+class _Staging:
+    """A direct ByteBuffer (Python-writable memory) and a byte[] of the same size."""
+
+    def __init__(self, size: int):
+        import jpype
+
+        self.size = size
+        self.pid = os.getpid()
+        self.direct = jvm.jclass("java.nio.ByteBuffer").allocateDirect(size)
+        self.view = memoryview(self.direct).cast("B")
+        self.array = jpype.JArray(jpype.JByte)(size)
+
+
+def _staging() -> _Staging:
+    st = getattr(_local, "staging", None)
+    if st is None or st.pid != os.getpid():
+        st = _local.staging = _Staging(STAGING_BYTES)
+    return st
+
+
+def _write_java(jout, data: memoryview) -> None:
+    """Write ``data`` to the Java OutputStream ``jout`` (one memcpy into Java memory per
+    chunk, then one ``write(byte[], off, len)``)."""
+    st = _staging()
+    n, o = len(data), 0
+    while o < n:
+        k = min(st.size, n - o)
+        st.view[:k] = data[o:o + k]
+        st.direct.get(0, st.array, 0, k)
+        jout.write(st.array, 0, k)
+        o += k
+
+
+def _read_java(jin, n: int) -> list:
+    """Read up to ``n`` bytes from the current position of the Java InputStream ``jin``
+    (fewer at end of file); a list of bytes chunks."""
+    st = _staging()
+    chunks = []
+    while n > 0:
+        k = jin.read(st.array, 0, min(st.size, n))
+        if k < 0:
+            break
+        if k:
+            st.direct.put(0, st.array, 0, k)
+            chunks.append(bytes(st.view[:k]))
+            n -= k
+    return chunks
 
 
 class HadoopOutputStream(BufferedOutputStream):
-    """A libhdfs output stream under the NameNode's lease; flush = hflush, sync = hsync."""
+    """A DFSOutputStream under its own DFSClient's lease; flush = hflush, sync = hsync."""
 
-    def __init__(self, conn, path: str, hpath: str, handle, length: int, buffer_size: int):
-        super().__init__(path, length, buffer_size)
-        self._conn = conn
+    def __init__(self, fileio: "HadoopFileIO", path: str, hpath: str, client, jout,
+                 length: int):
+        super().__init__(path, length, fileio.buffer_size)
+        self._fileio = fileio
         self._hpath = hpath
-        self._handle = handle
+        self._url = fileio.url(hpath)
+        self._client = client      # this writer's own DistributedFileSystem
+        self._jout = jout
+        self._file_id = int(jout.getWrappedStream().getFileId())  # HDFS inode id
+        self._deleted = False      # the file was deleted through this writer's FileIO
+
+    def _java(self, op: str, fn, *args):
+        """Call ``fn``; a lost lease raises LeaseLost, other failures StorageError."""
+        import jpype
+
+        if self._deleted:
+            raise LeaseLost()
+        try:
+            return fn(*args)
+        except jpype.JException as e:
+            if _says_lease_lost(e) or self._holds_lease() is False:
+                raise LeaseLost() from None
+            raise jvm.storage_error(e, op, self._url) from None
+
+    def _holds_lease(self) -> bool | None:
+        """Ask the NameNode whether this writer still holds the file's lease: its
+        ``fsync`` checks the caller's lease (as ``hsync(UPDATE_LENGTH)`` does) without
+        the DataNodes. None when the NameNode cannot tell (unreachable)."""
+        import jpype
+
+        try:
+            dfs = self._client.getClient()
+            dfs.getNamenode().fsync(self._hpath, self._file_id, dfs.getClientName(),
+                                    jpype.JLong(-1))
+            return True
+        except jpype.JException as e:
+            return False if _says_lease_lost(e) else None
+        except Exception:  # no client left (closed)
+            return None
 
     def _push(self, data: memoryview) -> None:
-        try:
-            self._conn.write_all(self._handle, data, self.path)
-            self._conn.hflush(self._handle, self.path)
-        except LeaseExpiredError:
-            raise LeaseLost() from None
+        self._push_parts([data])
+
+    def _push_parts(self, parts: list) -> None:
+        def push():
+            for part in parts:
+                _write_java(self._jout, part)
+            self._jout.hflush()
+
+        self._java("hflush", push)
 
     def _persist(self) -> None:
-        try:
-            self._conn.hsync(self._handle, self.path)
-        except LeaseExpiredError:
-            raise LeaseLost() from None
+        self._java("hsync", self._jout.hsync, self._fileio._sync_flags())
+
+    def _verify_lease(self) -> None:
+        self._java("verify lease", self._jout.hsync, self._fileio._sync_flags(True))
 
     def _release(self) -> None:
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            self._conn.close_file(handle, self.path)
+        try:
+            self._java("close", self._jout.close)
+        except LeaseLost:  # fenced after the last sync: nothing unsynced to lose
+            pass
+        finally:
+            self._drop_client()
 
     def _abandon(self) -> None:
-        handle, self._handle = self._handle, None
-        if handle is not None:
+        try:
+            self._jout.close()
+        except Exception:  # the stream is broken anyway
+            pass
+        finally:
+            self._drop_client()
+
+    def _drop_client(self) -> None:
+        self._fileio._writers.discard(self)
+        client, self._client = self._client, None
+        if client is not None:
             try:
-                self._conn.close_file(handle, self.path)
-            except StorageError:
+                client.close()
+            except Exception:  # closing the fenced writer's client: nothing to save
                 pass
 
+    def _fence_deleted(self) -> None:
+        self._deleted = True
 
-def _pa_error(op: str, path: str, exc: Exception) -> StorageError:
-    if isinstance(exc, FileNotFoundError):
-        return StorageFileNotFoundError(f"{path}: {op}: does not exist")
-    return StorageError(f"{path}: {op} failed: {exc}")
+
+class HadoopInputStream:
+    """A reader of one HDFS file (HdfsDataInputStream): read/readinto/seek/tell/close,
+    ``size()`` = the visible length when it was opened (hflushed bytes included)."""
+
+    def __init__(self, url: str, jin):
+        self.path = url
+        self._jin = jin
+        self._size = int(jin.getVisibleLength())
+        self._pos = 0
+        self._closed = False
+
+    def _java(self, op: str, fn, *args):
+        import jpype
+
+        if self._closed:
+            raise StorageError(f"{self.path}: reader is closed; {op} refused")
+        try:
+            return fn(*args)
+        except jpype.JException as e:
+            raise jvm.storage_error(e, op, self.path) from None
+
+    def _read(self, n: int) -> list:
+        n = min(n, self._size - self._pos)
+        if n <= 0:
+            return []
+        if int(self._jin.getPos()) != self._pos:
+            self._java("seek", self._jin.seek, self._pos)
+        chunks = self._java("read", _read_java, self._jin, n)
+        self._pos += sum(len(c) for c in chunks)
+        return chunks
+
+    def read(self, n: int = -1) -> bytes:
+        """Read up to ``n`` bytes (all remaining if negative)."""
+        if n is None or n < 0:
+            n = self._size - self._pos
+        return b"".join(self._read(n))
+
+    def readinto(self, buf) -> int:
+        """Read into a writable buffer; return the count."""
+        view = memoryview(buf).cast("B")
+        done = 0
+        for chunk in self._read(len(view)):
+            view[done:done + len(chunk)] = chunk
+            done += len(chunk)
+        return done
+
+    def read_at(self, n: int, offset: int) -> bytes:
+        """Read up to ``n`` bytes at ``offset`` (the position is unchanged)."""
+        pos = self._pos
+        try:
+            self._pos = offset
+            return self.read(n)
+        finally:
+            self._pos = pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        """Move the read position (os.SEEK_SET/CUR/END)."""
+        base = {0: 0, 1: self._pos, 2: self._size}[whence]
+        if base + offset < 0:
+            raise InvalidArgumentError(f"{self.path}: seek to a negative position")
+        self._pos = base + offset
+        return self._pos
+
+    def tell(self) -> int:
+        """Current read position."""
+        return self._pos
+
+    def size(self) -> int:
+        """Visible length of the file when this reader opened it."""
+        return self._size
+
+    def readable(self) -> bool:
+        """True (a reader)."""
+        return True
+
+    def seekable(self) -> bool:
+        """True (random access)."""
+        return True
+
+    def writable(self) -> bool:
+        """False (readers do not write)."""
+        return False
+
+    def close(self) -> None:
+        """Close the reader (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            try:
+                self._jin.close()
+            except Exception:  # a reader has nothing to lose
+                pass
+
+    @property
+    def closed(self) -> bool:
+        """True after close()."""
+        return self._closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 class HadoopFileIO(FileIO):
-    """``hdfs://namenode[:port]/...`` under the storage contract (see module docstring).
+    """``hdfs://namenode[:port]/...`` or ``hdfs://nameservice/...`` under the storage
+    contract, through Hadoop's Java client (see the module docstring).
 
-    Options: ``user``, ``kerb_ticket`` (Kerberos ticket cache path), ``replication``,
-    ``block_size``, ``extra_conf`` (dict of Hadoop settings), ``buffer_size`` (bytes a
-    writer buffers before pushing), ``recover_lease_timeout`` (seconds).
+    Options: ``user`` (HDFS user name; default: ``HADOOP_USER_NAME`` or the OS user, as
+    for Hadoop's tools), ``kerb_ticket`` (Kerberos ticket cache path), ``conf_dir``
+    (Hadoop configuration directory; default ``HADOOP_CONF_DIR``, else
+    ``$HADOOP_HOME/etc/hadoop``), ``extra_conf`` (dict of Hadoop settings, applied last),
+    ``replication`` and ``block_size`` of new files (0: the cluster's defaults),
+    ``buffer_size`` (bytes a writer buffers before it pushes), ``recover_lease_timeout``
+    (seconds ``recover_lease`` waits for the NameNode to close the file),
+    ``sync_update_length`` (``sync()`` also records the length on the NameNode).
     """
 
     scheme = "hdfs"
 
     def __init__(self, url: str, *, user: str | None = None, kerb_ticket: str | None = None,
-                 replication: int = 0, block_size: int = 0, extra_conf: dict | None = None,
-                 buffer_size: int = DEFAULT_BUFFER_SIZE, recover_lease_timeout: float = 90.0):
+                 conf_dir: str | None = None, extra_conf: dict | None = None,
+                 replication: int = 0, block_size: int = 0,
+                 buffer_size: int = DEFAULT_BUFFER_SIZE, recover_lease_timeout: float = 60.0,
+                 sync_update_length: bool = False):
         self.root = check_path(url, "url")
         parts = urlsplit(self.root)
         if parts.scheme != "hdfs" or not parts.hostname:
-            raise InvalidArgumentError(f"expected hdfs://namenode[:port]/path, got {url!r}")
+            raise InvalidArgumentError(
+                f"expected hdfs://namenode[:port]/path or hdfs://nameservice/path, got {url!r}")
         self.authority = parts.netloc
-        self._host, self._port = parts.hostname, parts.port or 0
-        self._user, self._kerb = (None if user is None else validate_user(user)), kerb_ticket
-        self._replication = check_int(replication, "replication")
-        self._block_size = check_int(block_size, "block_size")
-        self._extra = dict(extra_conf or {})
+        if user is not None and not isinstance(user, str):
+            raise InvalidArgumentError(f"user must be a str, got {type(user).__name__}")
+        self.user = None if user is None else validate_user(user)
+        self.kerb_ticket = kerb_ticket
+        self.conf_dir = conf_dir if conf_dir is not None else default_conf_dir()
+        self.extra_conf = dict(extra_conf or {})
+        self.replication = check_int(replication, "replication")
+        self.block_size = check_int(block_size, "block_size")
         self.buffer_size = check_int(buffer_size, "buffer_size", 1)
         self.recover_lease_timeout = float(recover_lease_timeout)
-        self._pa_fs = None
-        self._conn = None
+        self.sync_update_length = bool(sync_update_length)
+        self._lock = threading.Lock()
+        self._main = None
+        self._conf = None
+        self._writers: weakref.WeakSet = weakref.WeakSet()
 
-    # connections (lazy: open_fileio never touches the network) -------------------------
+    # the Java side (lazy: open_fileio never starts a JVM or touches the network) --------
+    def url(self, hpath: str) -> str:
+        """The full URL of absolute HDFS path ``hpath``."""
+        return f"hdfs://{self.authority}{hpath}"
+
+    def _java_call(self, op: str, display: str, fn, *args):
+        import jpype
+
+        try:
+            return fn(*args)
+        except jpype.JException as e:
+            raise jvm.storage_error(e, op, display) from None
+
+    def _new_client(self):
+        """A new DistributedFileSystem (its own DFSClient and lease holder name)."""
+        if self._conf is None:
+            conf = jvm.configuration(self.conf_dir, self.extra_conf)
+            if self.kerb_ticket:
+                conf.set("hadoop.security.kerberos.ticket.cache.path", self.kerb_ticket)
+            self._conf = conf
+        uri = jvm.jclass("java.net.URI")(f"hdfs://{self.authority}")
+        fs_cls = jvm.jclass("org.apache.hadoop.fs.FileSystem")
+        client = self._java_call("connect", self.root, fs_cls.newInstance, uri,
+                                 self._conf, self.user)
+        if not isinstance(client, jvm.jclass("org.apache.hadoop.hdfs.DistributedFileSystem")):
+            client.close()
+            raise StorageError(f"{self.url('/')}: fs.hdfs.impl is {client.getClass()}, "
+                               "not Hadoop's DistributedFileSystem")
+        return client
+
     @property
-    def _pa(self):
-        if self._pa_fs is None:
-            from pyarrow import fs as pafs
+    def _fs(self):
+        """The DistributedFileSystem of reads and namespace operations."""
+        if self._main is None:
+            with self._lock:
+                if self._main is None:
+                    self._main = self._new_client()
+        return self._main
 
-            from sparklog.storage.libhdfs import load
+    def _path(self, hpath: str):
+        return jvm.jclass("org.apache.hadoop.fs.Path")(hpath)
 
-            load()  # names the missing piece (JVM, libhdfs.so, CLASSPATH) if any
-
-            try:
-                self._pa_fs = pafs.HadoopFileSystem(
-                    f"hdfs://{self._host}", self._port, user=self._user,
-                    kerb_ticket=self._kerb, extra_conf=self._extra or None)
-            except (OSError, RuntimeError) as e:
-                raise StorageError(
-                    f"hdfs://{self.authority}: cannot start pyarrow's HadoopFileSystem "
-                    f"(needs JAVA_HOME, libhdfs.so via HADOOP_HOME or ARROW_LIBHDFS_DIR, and "
-                    f"the Hadoop jars on CLASSPATH): {e}") from e
-        return self._pa_fs
-
-    @property
-    def _c(self):
-        if self._conn is None:
-            from sparklog.storage.libhdfs import Connection
-
-            self._conn = Connection(f"hdfs://{self.authority}", 0, self._user, self._kerb,
-                                    self._extra)
-        return self._conn
+    def _sync_flags(self, update_length: bool = False):
+        enum_set = jvm.jclass("java.util.EnumSet")
+        flag = jvm.jclass("org.apache.hadoop.hdfs.client.HdfsDataOutputStream$SyncFlag")
+        if update_length or self.sync_update_length:
+            return enum_set.of(flag.UPDATE_LENGTH)
+        return enum_set.noneOf(flag)
 
     def _p(self, path) -> tuple[str, str]:
         """(path as given, absolute HDFS path without scheme)."""
@@ -158,205 +430,224 @@ class HadoopFileIO(FileIO):
             raise InvalidArgumentError(f"HDFS path must be absolute: {path!r}")
         return path, check_normal(p, path).rstrip("/") or "/"
 
-    def _info(self, p: str):
-        from pyarrow import fs as pafs
-
-        info = self._pa.get_file_info(p)
-        return None if info.type == pafs.FileType.NotFound else info
-
     # writing ----------------------------------------------------------------------------
+    def _open_writer(self, op: str, path: str, hpath: str, open_fn) -> HadoopOutputStream:
+        client = self._new_client()
+        try:
+            jout = self._java_call(op, self.url(hpath), open_fn, client)
+            out = HadoopOutputStream(self, path, hpath, client, jout, int(jout.getPos()))
+        except BaseException:
+            client.close()
+            raise
+        self._writers.add(out)
+        return out
+
     def create(self, path: str, overwrite: bool = False) -> HadoopOutputStream:
-        """Create under the NameNode's lease; no-overwrite via create-temp + rename."""
+        """FileSystem.create under a new lease (parents created); atomic no-overwrite."""
         path, p = self._p(path)
         if not isinstance(overwrite, bool):
             raise InvalidArgumentError(f"overwrite must be a bool, got {overwrite!r}")
-        parent, name = p.rsplit("/", 1)
-        parent = parent or "/"
-        self._mkdirs(parent, path)
-        if overwrite:
-            h = self._c.open_write(p, False, self._replication, self._block_size)
-            return HadoopOutputStream(self._c, path, p, h, 0, self.buffer_size)
-        if self._info(p) is not None:
-            raise FileAlreadyExistsError(f"{path}: file already exists")
-        tmp = f"{parent.rstrip('/')}/.{name}.{uuid.uuid4().hex}{CREATING_SUFFIX}"
-        h = self._c.open_write(tmp, False, self._replication, self._block_size)
-        if not self._c.rename(tmp, p):
-            try:
-                self._c.close_file(h, tmp)
-            finally:
-                self._pa.delete_file(tmp)
-            if self._info(p) is not None:
-                raise FileAlreadyExistsError(f"{path}: file already exists")
-            raise self._c.fail("create (rename into place)", path)
-        return HadoopOutputStream(self._c, path, p, h, 0, self.buffer_size)
+        import jpype
+
+        def create(client):
+            hp = self._path(p)
+            repl = self.replication or client.getDefaultReplication(hp)
+            block = self.block_size or client.getDefaultBlockSize(hp)
+            return client.create(hp, overwrite, 4096, jpype.JShort(repl), jpype.JLong(block))
+
+        try:
+            return self._open_writer("create", path, p, create)
+        except LeaseHeldError as e:
+            if overwrite:
+                raise
+            raise FileAlreadyExistsError(
+                f"{self.url(p)}: create failed: already exists, open by another writer "
+                f"({e})") from None
 
     def append(self, path: str) -> HadoopOutputStream:
-        """FileSystem.append under a new lease (LeaseHeldError while another holds it)."""
-        path, p = self._p(path)
-        info = self._info(p)
-        if info is None:
-            raise StorageFileNotFoundError(f"{path}: file does not exist")
-        if info.type.name == "Directory":
-            raise StorageError(f"{path}: is a directory, cannot append")
-        h = self._c.open_write(p, True)
-        return HadoopOutputStream(self._c, path, p, h, self._c.visible_length(p, info.size),
-                                  self.buffer_size)
+        """FileSystem.append under a new lease (LeaseHeldError while another holds it).
 
-    def recover_lease(self, path: str) -> None:
-        """End any writer's lease: ``hdfs debug recoverLease`` when the Hadoop CLI is
-        present (fences a live writer), else wait out the soft limit by retrying append."""
-        from sparklog.storage.libhdfs import hadoop_command
-
+        Right after a lease recovery the NameNode refuses to append until a DataNode
+        has reported the recovered last block ("not sufficiently replicated yet"):
+        that refusal is retried for up to ``recover_lease_timeout`` seconds."""
         path, p = self._p(path)
-        if self._info(p) is None:
-            raise StorageFileNotFoundError(f"{path}: file does not exist")
-        cli = hadoop_command("hdfs")
-        if cli is not None:
-            url = f"hdfs://{self.authority}{p}"
-            r = subprocess.run([cli, "debug", "recoverLease", "-path", url, "-retries", "10"],
-                               capture_output=True, text=True,
-                               timeout=self.recover_lease_timeout, check=False)
-            if "recoverLease SUCCEEDED" in r.stdout + r.stderr:
-                return
-            raise LeaseHeldError(f"{path}: recoverLease did not succeed: "
-                                 f"{(r.stdout + r.stderr).strip()[-500:]}")
-        deadline = time.monotonic() + self.recover_lease_timeout
+        deadline, delay = time.monotonic() + self.recover_lease_timeout, 0.05
         while True:
             try:
-                h = self._c.open_write(p, True)
-                self._c.close_file(h, path)
-                return
-            except LeaseHeldError as e:
-                if time.monotonic() > deadline:
-                    raise LeaseHeldError(
-                        f"{path}: lease still held after {self.recover_lease_timeout:.0f}s "
-                        "(no `hdfs` CLI to force recoverLease; a live writer keeps renewing "
-                        f"its lease): {e}") from None
-                time.sleep(1.0)
+                return self._open_writer("append", path, p,
+                                         lambda client: client.append(self._path(p)))
+            except StorageError as e:
+                if "not sufficiently replicated yet" not in str(e) \
+                        or time.monotonic() > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def recover_lease(self, path: str) -> None:
+        """DistributedFileSystem.recoverLease, then wait (bounded) until the NameNode has
+        closed the file; the old writer is fenced. No-op on a closed file."""
+        path, p = self._p(path)
+        url, hp = self.url(p), self._path(p)
+        fs = self._fs
+        closed = self._java_call("recover lease", url, fs.recoverLease, hp)
+        start = time.monotonic()
+        deadline, again, delay = start + self.recover_lease_timeout, start + 4.0, 0.02
+        while not closed:
+            now = time.monotonic()
+            if now > deadline:
+                raise LeaseHeldError(
+                    f"{url}: recover lease failed: the NameNode had not closed the file "
+                    f"after {self.recover_lease_timeout:.0f}s (block recovery still "
+                    "running or its DataNodes unreachable); retry later")
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+            if now >= again:  # ask again, as HBase does: a lost recovery restarts
+                again = now + 4.0
+                try:
+                    closed = self._java_call("recover lease", url, fs.recoverLease, hp)
+                except LeaseHeldError:  # RecoveryInProgressException: still running
+                    closed = False
+            else:
+                closed = self._java_call("recover lease", url, fs.isFileClosed, hp)
 
     # reading ------------------------------------------------------------------------------
-    def open_input(self, path: str):
-        """pyarrow RandomAccessFile (read/seek/tell/size/close) of ``path``."""
+    def open_input(self, path: str) -> HadoopInputStream:
+        """A reader seeing every byte hflushed before the open."""
         path, p = self._p(path)
+        url = self.url(p)
+        jin = self._java_call("open", url, self._fs.open, self._path(p))
         try:
-            return self._pa.open_input_file(p)
-        except OSError as e:
-            if self._info(p) is None:
-                raise StorageFileNotFoundError(f"{path}: file does not exist") from None
-            raise _pa_error("open", path, e) from e
+            return HadoopInputStream(url, jin)
+        except BaseException:
+            jin.close()
+            raise
 
     def read_range(self, path: str, offset: int, length: int) -> bytes:
-        """pread ``length`` bytes at ``offset`` (short or empty past the end)."""
+        """Read ``length`` bytes at ``offset`` (short or empty past the end)."""
         check_int(offset, "offset")
         check_int(length, "length")
         with self.open_input(path) as f:
-            if length == 0:
-                return b""
-            return f.read_at(length, offset).to_pybytes()
+            f.seek(offset)
+            return f.read(length)
 
     # namespace ----------------------------------------------------------------------------
-    def set_replication(self, path: str, replication: int) -> bool:
-        """hdfsSetReplication (dfs.replication of one file)."""
-        _, p = self._p(path)
-        self._c.set_replication(p, check_int(replication, "replication"))
-        return True
-
     def rename(self, src: str, dst: str) -> None:
-        """hdfsRename: atomic on the NameNode, refused when ``dst`` exists."""
+        """The NameNode's rename2 with Options.Rename.NONE: atomic, refuses an existing
+        ``dst`` (FileAlreadyExistsError) and a missing source or destination parent
+        (StorageFileNotFoundError)."""
+        import jpype
+
         src, sp = self._p(src)
         dst, dp = self._p(dst)
-        if self._info(sp) is None:
-            raise StorageFileNotFoundError(f"rename source {src}: does not exist")
-        if self._info(dp) is not None:  # also keeps rename-into-directory semantics out
-            raise FileAlreadyExistsError(f"rename {src} -> {dst}: destination already exists")
-        if self._info(dp.rsplit("/", 1)[0] or "/") is None:
-            raise StorageFileNotFoundError(
-                f"rename destination {dst}: parent directory does not exist")
-        if not self._c.rename(sp, dp):
-            if self._info(dp) is not None:
-                raise FileAlreadyExistsError(
-                    f"rename {src} -> {dst}: destination already exists")
-            if self._info(sp) is None:
-                raise StorageFileNotFoundError(f"rename source {src}: does not exist")
-            raise self._c.fail("rename", f"{src} -> {dst}")
+        rename_opt = jvm.jclass("org.apache.hadoop.fs.Options$Rename")
+        self._java_call("rename", f"rename {self.url(sp)} -> {self.url(dp)}", self._fs.rename,
+                        self._path(sp), self._path(dp),
+                        jpype.JArray(rename_opt)([rename_opt.NONE]))
 
     def delete(self, path: str, recursive: bool = False) -> bool:
-        """Delete a file or (``recursive``) a tree; False if absent."""
+        """Delete a file (fencing this FileIO's writer of it) or, with ``recursive``, a
+        tree; False if absent."""
         path, p = self._p(path)
-        info = self._info(p)
-        if info is None:
-            return False
-        try:
-            if info.type.name == "Directory":
-                if not recursive and self.list(path):
-                    raise StorageError(f"{path}: directory not empty (use recursive=True)")
-                self._pa.delete_dir(p)
-            else:
-                self._pa.delete_file(p)
-        except OSError as e:
-            if self._info(p) is None:
-                return False
-            raise _pa_error("delete", path, e) from e
-        return True
+        if not isinstance(recursive, bool):
+            raise InvalidArgumentError(f"recursive must be a bool, got {recursive!r}")
+        done = bool(self._java_call("delete", self.url(p), self._fs.delete, self._path(p),
+                                    recursive))
+        below = p.rstrip("/") + "/"
+        for w in list(self._writers):
+            if w._hpath == p or w._hpath.startswith(below):
+                w._fence_deleted()
+        return done
 
     def exists(self, path: str) -> bool:
         """True if ``path`` exists."""
-        return self._info(self._p(path)[1]) is not None
+        path, p = self._p(path)
+        return bool(self._java_call("exists", self.url(p), self._fs.exists, self._path(p)))
 
     def size(self, path: str) -> int:
         """Visible length, including hflushed bytes of a file still being written."""
         path, p = self._p(path)
-        info = self._info(p)
-        if info is None:
-            raise StorageFileNotFoundError(f"{path}: does not exist")
-        if info.type.name == "Directory":
-            return 0
-        return self._c.visible_length(p, info.size)
+        try:
+            with self.open_input(path) as f:
+                return f.size()
+        except StorageFileNotFoundError:
+            status = self._status(p)
+            if status is not None and status.isDirectory():
+                return 0
+            raise
+
+    def _status(self, p: str):
+        import jpype
+
+        try:
+            return self._fs.getFileStatus(self._path(p))
+        except jpype.JException as e:
+            err = jvm.storage_error(e, "status", self.url(p))
+            if isinstance(err, StorageFileNotFoundError):
+                return None
+            raise err from None
 
     def list(self, path: str) -> list[FileInfo]:
-        """Sorted entries ([] if absent); temporary create names are hidden."""
-        from pyarrow import fs as pafs
+        """Sorted entries ([] if absent); open files report their visible length."""
+        import jpype
 
         path, p = self._p(path)
+        url = self.url(p)
+
+        def listing():
+            it = self._fs.listLocatedStatus(self._path(p))
+            out = []
+            while it.hasNext():
+                out.append(it.next())
+            return out
+
         try:
-            infos = self._pa.get_file_info(pafs.FileSelector(p, allow_not_found=True))
-        except OSError as e:
-            if self._info(p) is not None and self._info(p).type.name == "File":
-                raise StorageError(f"{path}: is a file, not a directory") from None
-            raise _pa_error("list", path, e) from e
+            statuses = listing()
+        except jpype.JException as e:
+            err = jvm.storage_error(e, "list", url)
+            if isinstance(err, StorageFileNotFoundError):
+                return []
+            raise err from None
         out = []
-        for i in infos:
-            if i.base_name.endswith(CREATING_SUFFIX):
-                continue
-            is_dir = i.type == pafs.FileType.Directory
-            out.append(FileInfo(path=self.entry_path(path, i.base_name), name=i.base_name,
-                                size=0 if is_dir else (i.size or 0), is_dir=is_dir,
-                                mtime=i.mtime.timestamp() if i.mtime else 0.0))
+        for s in statuses:
+            name, is_dir = str(s.getPath().getName()), bool(s.isDirectory())
+            if not is_dir and str(s.getPath().toUri().getPath()) == p:
+                raise StorageError(f"{url}: list failed: is a file, not a directory")
+            size = 0 if is_dir else int(s.getLen())
+            if not is_dir and _under_construction(s):
+                try:
+                    size = self.size(self.entry_path(path, name))
+                except StorageFileNotFoundError:
+                    continue  # deleted since the listing
+            out.append(FileInfo(path=self.entry_path(path, name), name=name, size=size,
+                                is_dir=is_dir, mtime=int(s.getModificationTime()) / 1000.0))
         out.sort(key=lambda f: f.name)
         return out
 
     def mkdirs(self, path: str) -> None:
-        """Create the directory and its parents."""
+        """Create the directory and its parents (FileAlreadyExistsError if a file is in
+        the way)."""
         path, p = self._p(path)
-        self._mkdirs(p, path)
-
-    def _mkdirs(self, p: str, display: str) -> None:
-        info = self._info(p)
-        if info is not None:
-            if info.type.name != "Directory":
-                raise FileAlreadyExistsError(f"{display}: a file is in the way of {p}")
-            return
-        try:
-            self._pa.create_dir(p, recursive=True)
-        except OSError as e:
-            raise _pa_error("mkdirs", display, e) from e
+        self._java_call("mkdirs", self.url(p), self._fs.mkdirs, self._path(p))
 
     def close(self) -> None:
-        """Disconnect the libhdfs handle."""
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-        self._pa_fs = None
+        """Close the reading client (writers keep their own until they close)."""
+        with self._lock:
+            main, self._main = self._main, None
+        if main is not None:
+            try:
+                main.close()
+            except Exception:  # closing a client of a dead NameNode: nothing to save
+                pass
 
     def __repr__(self):
         return f"HadoopFileIO({self.root!r})"
+
+
+def _under_construction(status) -> bool:
+    """True if a listed file is open for writing (its last block may be longer than the
+    NameNode knows)."""
+    blocks = getattr(status, "getLocatedBlocks", None)
+    if blocks is None:
+        return True  # not an HDFS status: ask for the visible length
+    located = blocks()
+    return located is None or bool(located.isUnderConstruction())

@@ -1,7 +1,7 @@
 """BufferedOutputStream: the write-buffering and lease-loss logic every backend shares.
 
 A backend subclasses it and supplies four hooks: ``_push`` (hand the buffered bytes to
-the storage so new readers see them: write(2), hdfsWrite+hdfsHFlush, WebHDFS APPEND),
+the storage so new readers see them: write(2), Java write + hflush, WebHDFS APPEND),
 ``_persist`` (make them durable), ``_release`` (close and give the lease back) and
 ``_abandon`` (drop the handle after the lease was lost). A hook signals that the lease
 is gone by raising :class:`LeaseLost`; the stream then drops its buffer, refuses every

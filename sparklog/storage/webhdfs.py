@@ -204,7 +204,12 @@ class WebHdfsFileIO(FileIO):
                 f"{display}: {op} failed: WebHDFS at {self.authority} unreachable: {e}") from None
 
     def _status(self, hpath: str, display: str) -> dict | None:
-        return self._call("status", display, self.client.status, hpath, strict=False)
+        """GETFILESTATUS; None when the path does not exist (other refusals, such as
+        permission denied, raise)."""
+        try:
+            return self._call("status", display, self.client.status, hpath)
+        except StorageFileNotFoundError:
+            return None
 
     def _acquire_lease(self, hpath: str, display: str) -> int:
         lpath = self._lease_path(hpath)

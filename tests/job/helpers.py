@@ -4,15 +4,14 @@ the Delta log's JSON read as plain files, manifests parsed with json + pyarrow).
 
 from __future__ import annotations
 
-import glob
 import json
-import os
 from collections import Counter
 from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sparklog.storage import open_fileio
 from spark.logdata import append_records, make_topic, record
 
 #: The transform every test job applies: keeps the coordinates and the value.
@@ -41,53 +40,54 @@ def delta_rows(uri: str) -> list:
     return list(zip(*(table.column(c).to_pylist() for c in table.column_names)))
 
 
+def _json_files(uri: str, *parts: str) -> list:
+    """(path, text) of the ``*.json`` files in directory ``parts`` under ``uri``, by name,
+    read through the storage layer (so file:// and hdfs:// alike)."""
+    fs = open_fileio(uri)
+    directory = fs.join(uri, *parts)
+    return [(f.path, fs.read_all(f.path).decode()) for f in fs.list(directory)
+            if f.name.endswith(".json") and not f.is_dir]
+
+
 def delta_commits(uri: str) -> list:
     """The ``sparklog`` commitInfo documents of the Delta log, read as JSON files."""
     out = []
-    for path in sorted(glob.glob(os.path.join(local(uri), "_delta_log", "*.json"))):
-        with open(path) as f:
-            for line in f:
-                action = json.loads(line)
-                info = action.get("commitInfo") or {}
-                if "sparklog" in info:
-                    out.append(info["sparklog"])
+    for _, text in _json_files(uri, "_delta_log"):
+        for line in text.splitlines():
+            info = json.loads(line).get("commitInfo") or {}
+            if "sparklog" in info:
+                out.append(info["sparklog"])
     return out
 
 
 def delta_txn_version(uri: str, app_id: str):
     """The application's txn version: the last ``txn`` action of the Delta log JSON."""
     version = None
-    for path in sorted(glob.glob(os.path.join(local(uri), "_delta_log", "*.json"))):
-        with open(path) as f:
-            for line in f:
-                txn = json.loads(line).get("txn")
-                if txn and txn["appId"] == app_id:
-                    version = txn["version"]
+    for _, text in _json_files(uri, "_delta_log"):
+        for line in text.splitlines():
+            txn = json.loads(line).get("txn")
+            if txn and txn["appId"] == app_id:
+                version = txn["version"]
     return version
 
 
 def manifest_docs(uri: str, app_id: str) -> list:
     """The Parquet sink's manifests of ``app_id`` parsed with json, oldest first."""
-    paths = sorted(glob.glob(os.path.join(local(uri), "_sparklog", "manifests", app_id,
-                                          "*.json")))
-    docs = []
-    for p in paths:
-        with open(p) as f:
-            docs.append(json.load(f))
-    return docs
+    return [json.loads(text) for _, text in _json_files(uri, "_sparklog", "manifests", app_id)]
 
 
 def parquet_rows(uri: str, app_id: str) -> list:
     """Rows of the files the manifests list, read by pyarrow (each file published, or
     still in its staging directory after a crash during publication)."""
-    base = local(uri)
+    fs = open_fileio(uri)
     rows = []
     for doc in manifest_docs(uri, app_id):
         for f in doc["files"]:
-            path = os.path.join(base, f["path"])
-            if not os.path.exists(path):
-                path = os.path.join(base, doc["staging"], f["path"])
-            t = pq.read_table(path, columns=["topic", "partition", "offset", "value"])
+            path = fs.join(uri, f["path"])
+            if not fs.exists(path):
+                path = fs.join(uri, doc["staging"], f["path"])
+            t = pq.read_table(pa.BufferReader(fs.read_all(path)),
+                              columns=["topic", "partition", "offset", "value"])
             rows.extend(zip(*(t.column(c).to_pylist() for c in t.column_names)))
     return rows
 

@@ -215,24 +215,55 @@ def test_commit_record_round_trip_and_errors(tmp_path):
 
 
 def _delta_spark_available(spark) -> bool:
-    try:
-        spark._jvm.java.lang.Class.forName("io.delta.sql.DeltaSparkSessionExtension")
+    jvm = spark._jvm
+    try:  # spark.jars are on the context class loader, not on py4j's own
+        jvm.java.lang.Class.forName("io.delta.sql.DeltaSparkSessionExtension", False,
+                                    jvm.java.lang.Thread.currentThread()
+                                    .getContextClassLoader())
     except Exception:
         return False
     return True
 
 
-def test_delta_spark_reads_the_table(spark, tmp_path):
+def delta_spark_transactions(spark, uri: str) -> dict:
+    """{appId: version} of the table's application transactions as delta-spark's own
+    snapshot of the table holds them (``Snapshot.transactions``)."""
+    jvm = spark._jvm
+    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, uri)
+    it = log.unsafeVolatileSnapshot().transactions().iterator()
+    out = {}
+    while it.hasNext():
+        pair = it.next()
+        out[pair._1()] = pair._2()
+    return out
+
+
+def test_delta_spark_reads_the_table_and_its_app_transaction(spark, tmp_path):
     if not _delta_spark_available(spark):
-        pytest.skip("delta-spark's jars are not on the Spark classpath (no Maven repository "
-                    "is reachable here), so spark.read.format('delta') cannot run")
+        pytest.skip("delta-spark's jars are not on the Spark classpath (the 'delta' Java "
+                    "artifact set could not be resolved with mvn), so "
+                    "spark.read.format('delta') cannot run")
     uri = (tmp_path / "table").as_uri()
     sink = DeltaSink(uri, partition_by=["partition"])
     s0, r0 = stage_and_record(sink, spark, "app", 0, 0, 9)
     sink.commit(s0, r0)
-    lost, _ = stage_and_record(sink, spark, "app", 0, 0, 20)  # never committed
+    s1, r1 = stage_and_record(sink, spark, "app", 1, 9, 14, r0.offsets)
+    sink.commit(s1, r1)
+    lost, _ = stage_and_record(sink, spark, "app", 2, 14, 20, r1.offsets)  # never committed
     df = spark.read.format("delta").load(uri)
-    assert sorted(r.offset for r in df.collect()) == list(range(9))
+    assert sorted(r.offset for r in df.collect()) == list(range(14))
+    assert sorted(df.columns) == ["offset", "partition", "topic", "value"]
+    # delta-spark's snapshot holds the job's application transaction ...
+    assert delta_spark_transactions(spark, uri) == {"app": 1}
+    # ... and honours it: a delta-spark write of the same appId at a version already
+    # committed is skipped (Delta's idempotent writes, txnAppId/txnVersion), a newer
+    # version is written
+    for version, end in ((1, 14), (2, 16)):
+        (rows_df(spark, "t", 0, 14, 16).write.format("delta").mode("append")
+         .option("txnAppId", "app").option("txnVersion", version).save(uri))
+        assert spark.read.format("delta").load(uri).count() == end
+    assert delta_spark_transactions(spark, uri) == {"app": 2}
+    assert delta_txn_version(uri, "app") == 2  # the log's JSON agrees
 
 
 def test_delta_cleanup_reads_a_bounded_history(spark, tmp_path, monkeypatch):

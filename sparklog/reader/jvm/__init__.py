@@ -123,11 +123,10 @@ def with_jvm_reader(conf: dict) -> dict:
     """``conf`` (Spark settings for a new session) with the JVM reader's jar added to
     ``spark.jars`` when it is built or can be built; unchanged otherwise (the reason is
     logged, and ``format("sparklog")`` then runs on the Python reader)."""
+    from ...maven import with_jars
+
     jar = jar_path()
-    if jar is None:
-        return dict(conf)
-    jars = [j for j in conf.get("spark.jars", "").split(",") if j]
-    return {**conf, "spark.jars": ",".join([*jars, jar] if jar not in jars else jars)}
+    return dict(conf) if jar is None else with_jars(conf, [jar])
 
 
 PROVIDER_CLASS = "io.sparklog.spark.SparklogProvider"

@@ -43,6 +43,7 @@ from .acceptor import Acceptor
 from ...retention.manager import RetentionManager
 from .config import BrokerConfig
 from .group import GroupCoordinator
+from .instance import InstanceRecord
 from .partition import PartitionWriter, ProduceResult
 from .refusals import RefusalLog
 
@@ -153,6 +154,10 @@ class Broker:
         self._topic_cache: dict[str, TopicConfig] = {}
         self.deleting: set[str] = set()
         self._refence: set[tuple[str, int]] = set()
+        #: standalone mode: who ran this broker before, and whether it died (then every
+        #: partition is fenced as it opens: its dead leases are revoked at once)
+        self.instance: InstanceRecord | None = None
+        self._fence_all = False
         self.groups: GroupCoordinator | None = None
         if self.metrics is not None:
             self.metrics.watch_logs(lambda: list(self.partitions.values()), self.store)
@@ -211,6 +216,9 @@ class Broker:
             self.leadership = BrokerLeadership(self, self.store)
         # cluster mode: partitions open when the controller makes this broker their leader
         names = [] if self.leadership else await self.run_io(self.topics.list_topics)
+        if self.leadership is None:
+            self.instance = InstanceRecord(self.fileio, self.storage_uri, self.broker_id)
+            self._fence_all = await self.run_io(self.instance.claim)
         served = []
         for name in names:
             try:
@@ -315,6 +323,8 @@ class Broker:
                 except SparklogError as exc:
                     log.warning("partition %s-%d: releasing leadership failed: %s", topic, p, exc)
             await self.run_io(self.store.unregister_broker, self.broker_id)
+            if self.instance is not None:
+                await self.run_io(self.instance.release)
             if self.leadership is not None:
                 self.leadership.stop()
                 await self.run_io(self.store.close)
@@ -454,8 +464,10 @@ class Broker:
             # taking over from another broker fences its lease; the same broker id (a
             # restart) only takes over an expired lease, so two processes on one root
             # cannot both write: the second gets LeaseHeldError
+            # a restart after a crash (the instance record's process is dead) fences too
             fence = (before is not None and before.leader not in (-1, self.broker_id)) \
-                or (tc.name, partition) in self._refence or self.leadership is not None
+                or (tc.name, partition) in self._refence or self.leadership is not None \
+                or self._fence_all
             self._refence.discard((tc.name, partition))
             opened = PartitionWriter.open_blocking(
                 self.fileio, self.topics.partition_dir(tc.name, partition), self.log_config(tc),

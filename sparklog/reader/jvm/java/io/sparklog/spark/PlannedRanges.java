@@ -20,7 +20,8 @@ import org.apache.spark.sql.types.StructType;
  * Turns the partitions the Python source planned (batch or micro-batch) into the ranges
  * the JVM reader reads, or explains why it cannot: every planned partition must be a
  * pickled {@code OffsetRange}, every storage root must open through Hadoop, and every
- * queried record column must have an Arrow type that maps 1:1 to its Spark type.
+ * queried record column must have an Arrow type that maps 1:1 to its Spark type. Each
+ * range is given the hosts of its segment blocks ({@link BlockHosts}).
  */
 final class PlannedRanges {
   private PlannedRanges() {
@@ -56,6 +57,13 @@ final class PlannedRanges {
       }
     }
     checkReadable(ranges, readSchema, conf, checked);
+    Map<String, List<RangePartition>> byRoot = new HashMap<>();
+    for (RangePartition r : ranges) {
+      byRoot.computeIfAbsent(r.root, k -> new ArrayList<>()).add(r);
+    }
+    for (Map.Entry<String, List<RangePartition>> e : byRoot.entrySet()) {
+      BlockHosts.assign(LogFiles.fileSystem(e.getKey(), conf), e.getValue());
+    }
     return ranges.toArray(new RangePartition[0]);
   }
 

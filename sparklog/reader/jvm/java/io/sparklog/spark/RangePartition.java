@@ -22,6 +22,8 @@ public final class RangePartition implements InputPartition, Serializable {
   public final long end;
   public final String root;
   public final boolean failOnDataLoss;
+  /** Hosts storing the range's bytes, most first (set at planning; none: no preference). */
+  private String[] hosts = new String[0];
 
   /** A range of one topic-partition. */
   public RangePartition(String topic, int partition, long start, long end, String root,
@@ -84,6 +86,18 @@ public final class RangePartition implements InputPartition, Serializable {
       throw new IllegalArgumentException("OffsetRange field " + key + " is " + v + ", not a bool");
     }
     return (Boolean) v;
+  }
+
+  /** Sets the hosts that store the range's bytes (planning, {@link BlockHosts}). */
+  void setHosts(String[] hosts) {
+    this.hosts = hosts.clone();
+  }
+
+  /** The hosts storing the range's segment blocks, most bytes first: Spark runs the task
+   *  on one of them when it has an executor there. */
+  @Override
+  public String[] preferredLocations() {
+    return hosts.clone();
   }
 
   @Override

@@ -1,0 +1,262 @@
+"""sparklog on real HDFS beside Hadoop's own client and Spark's Parquet reader (same run,
+same cluster): ingest, produce latency, scan.
+
+Starts an Apache Hadoop cluster (tests/hdfscluster.py: a NameNode and ``--datanodes``
+DataNodes, default 3, replication 3, on this machine's loopback) and measures:
+
+* **ingest**: a broker process (``sparklog broker start --storage hdfs://...``) takes
+  ``--mb`` MiB of pre-built 1 MiB produce requests (one partition, ``--in-flight``
+  requests outstanding), with acks=1 (hflush) and with acks=all (hsync). The baseline
+  writes the same requests to a file of the same cluster with Hadoop's own client
+  (``FSDataOutputStream.write`` then ``hflush()``, or ``hsync()``, after every request:
+  the broker's cadence when each request is its own flush), in this process through
+  JPype. Target: broker / Hadoop client >= 0.8.
+* **latency**: a Producer (acks=all, idempotent) sends 100-byte records at ``--rate``
+  records/s for ``--seconds``; each record's latency is send() to its acknowledgement.
+  The baseline is what one acks=all write costs the cluster at least: a 100-byte
+  ``write`` + ``hsync()`` with Hadoop's client, one at a time. Target: p99 <= 10 ms.
+* **scan**: ``--records`` records in ``--partitions`` partitions written through the log
+  into HDFS, and the same records as Parquet files put into the same HDFS; one local
+  Spark session counts and aggregates both (best of ``--repeat`` after a warm-up):
+  format("sparklog") on its JVM reader vs ``spark.read.parquet``. Target: ratio >= 1.0.
+
+    .venv/bin/python bench/bench_hdfs.py [--part ingest,latency,scan] [--datanodes 3]
+        [--mb 256] [--in-flight 8] [--rate 10000] [--seconds 5] [--records 1000000]
+        [--partitions 4] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_broker_ingest import broker_ingest, build_requests  # noqa: E402
+from bench_latency import percentiles  # noqa: E402
+from bench_spark_scan import TOPIC, best_time, generate  # noqa: E402
+from brokerproc import BrokerProcess  # noqa: E402  (the tests' broker process helper)
+from hdfscluster import HdfsCluster  # noqa: E402  (the tests' HDFS cluster)
+from sparklog.admin import Admin  # noqa: E402
+from sparklog.protocol import Connection  # noqa: E402
+from sparklog.storage import jvm  # noqa: E402
+from sparklog.writer.producer import Producer  # noqa: E402
+
+
+class HadoopWriter:
+    """A file of the cluster written with Hadoop's own client (in this process, JPype)."""
+
+    def __init__(self, url: str):
+        import jpype
+
+        self.jpype = jpype
+        conf = jvm.configuration(os.environ.get("HADOOP_CONF_DIR"))
+        fs_class = jvm.jclass("org.apache.hadoop.fs.FileSystem")
+        self.fs = fs_class.newInstance(jvm.jclass("java.net.URI")(url), conf)
+        self.out = self.fs.create(jvm.jclass("org.apache.hadoop.fs.Path")(url), False)
+
+    def array(self, data: bytes):
+        """``data`` as a Java byte[] (made once, before timing)."""
+        return self.jpype.JArray(self.jpype.JByte)(data)
+
+    def write(self, array, durable: bool) -> None:
+        """One write of ``array``, then hflush (or hsync when ``durable``)."""
+        self.out.write(array, 0, len(array))
+        if durable:
+            self.out.hsync()
+        else:
+            self.out.hflush()
+
+    def close(self) -> None:
+        self.out.close()
+        self.fs.close()
+
+
+def hadoop_ingest(url: str, payloads, count: int, durable: bool) -> float:
+    """Seconds to write ``count`` payloads with Hadoop's client, each flushed."""
+    w = HadoopWriter(url)
+    arrays = [w.array(p) for p in payloads]
+    for i in range(min(8, count)):  # warm-up, as the broker gets one
+        w.write(arrays[i % len(arrays)], durable)
+    bar = tqdm(total=count, desc=f"hadoop {'hsync' if durable else 'hflush'}", unit="req",
+               file=sys.stderr, leave=False)
+    start = time.perf_counter()
+    for i in range(count):
+        w.write(arrays[i % len(arrays)], durable)
+        bar.update()
+    elapsed = time.perf_counter() - start
+    bar.close()
+    w.close()
+    return elapsed
+
+
+def part_ingest(cluster: HdfsCluster, work: Path, args) -> None:
+    payloads = build_requests(8000, 1)
+    size = len(payloads[0])
+    count = max(1, (args.mb << 20) // size)
+    total = count * size / 2**20
+    rows = []
+    for acks, durable, name in ((1, False, "acks=1 / hflush"), (-1, True, "acks=all / hsync")):
+        url = f"{cluster.hdfs_uri}/bench-ingest/{'all' if durable else 'one'}"
+        base = hadoop_ingest(f"{url}-hadoop.bin", payloads, count, durable)
+        with BrokerProcess(f"{url}-log", log_path=work / "broker-ingest.log",
+                           log_level="WARNING", start_timeout=120) as broker:
+            with Admin(broker.address) as admin:
+                admin.create_topic("ingest", 1)
+            with Connection(broker.address, timeout=120) as conn:
+                broker_ingest(conn, payloads, min(8, count), args.in_flight, "warm-up",
+                              acks=acks)
+                took = broker_ingest(conn, payloads, count, args.in_flight, f"broker {name}",
+                                     acks=acks)
+        rows.append((name, total / base, total / took))
+    print(f"\ningest: {count} requests of {size / 2**20:.2f} MiB ({total:.0f} MiB), one "
+          f"partition, {args.in_flight} in flight, {args.datanodes} DataNodes (replication "
+          f"{cluster.replication})")
+    print(f"  {'':<18} {'Hadoop client':>14} {'broker':>10} {'broker / client':>16}")
+    for name, base_rate, rate in rows:
+        print(f"  {name:<18} {base_rate:>9.1f} MiB/s {rate:>5.1f} MiB/s {rate / base_rate:>15.2f}x")
+    print("  target: broker / Hadoop client >= 0.8")
+
+
+def hsync_round_trips(url: str, count: int) -> list[float]:
+    """Seconds of ``count`` 100-byte write + hsync calls with Hadoop's client."""
+    w = HadoopWriter(url)
+    data = w.array(b"r" * 100)
+    out = []
+    for _ in range(count):
+        start = time.perf_counter()
+        w.write(data, True)
+        out.append(time.perf_counter() - start)
+    w.close()
+    return out
+
+
+def produce_latencies(address: str, rate: int, seconds: float) -> list[float]:
+    """send() -> acknowledgement latencies of records sent at ``rate`` records/s."""
+    total = int(rate * seconds)
+    latencies: list[float] = []
+    lock = threading.Lock()
+
+    def acked(start, _meta):
+        with lock:
+            latencies.append(time.perf_counter() - start)
+
+    with Producer(address, acks="all", enable_idempotence=True, linger_ms=0) as producer:
+        producer.send("latency", b"w" * 100).get(30)
+        bar = tqdm(total=total, desc="produce acks=all", unit="rec", file=sys.stderr,
+                   leave=False, unit_scale=True)
+        begin = time.perf_counter()
+        for i in range(total):
+            delay = begin + i / rate - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            producer.send("latency", b"v" * 100).add_callback(acked, time.perf_counter())
+            if i % 1000 == 999:
+                bar.update(1000)
+        producer.flush(60)
+        bar.close()
+    return latencies
+
+
+def part_latency(cluster: HdfsCluster, work: Path, args) -> None:
+    base = percentiles(hsync_round_trips(f"{cluster.hdfs_uri}/bench-latency-hsync.bin", 2000))
+    with BrokerProcess(f"{cluster.hdfs_uri}/bench-latency", log_path=work / "broker-lat.log",
+                       log_level="WARNING", start_timeout=120) as broker:
+        with Admin(broker.address) as admin:
+            admin.create_topic("latency", 1)
+        res = percentiles(produce_latencies(broker.address, args.rate, args.seconds))
+    print(f"\nproduce latency, acks=all, 100-byte records at {args.rate} records/s for "
+          f"{args.seconds:g} s, one partition, {args.datanodes} DataNodes; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(f"  Hadoop client write+hsync : p50 {base['p50']:6.2f} ms  p99 {base['p99']:6.2f} ms"
+          f"  ({base['n']} calls, one at a time)")
+    print(f"  produce -> ack (acks=all) : p50 {res['p50']:6.2f} ms  p99 {res['p99']:6.2f} ms"
+          f"  max {res['max']:6.2f} ms ({res['n']} records; p99 {res['p99'] / base['p99']:.1f}x"
+          f" the hsync p99; target p99 <= 10 ms)")
+
+
+def part_scan(cluster: HdfsCluster, work: Path, args) -> None:
+    from pyspark.sql import functions as F
+
+    from sparklog.spark import local_session
+
+    root = f"{cluster.hdfs_uri}/bench-scan/log"
+    parquet_local = work / "parquet"
+    parquet_local.mkdir()
+    generate(root, parquet_local, args.records, args.partitions, 100, 8192)
+    put = cluster.run_tool("dfs", "-put", str(parquet_local), "/bench-scan/parquet",
+                           timeout=600)
+    assert put.returncode == 0, put.stderr[-2000:]
+    parquet = f"{cluster.hdfs_uri}/bench-scan/parquet"
+    spark = local_session("bench-hdfs-scan", conf={"spark.driver.memory": "2g"})
+    sources = {
+        "sparklog": lambda: spark.read.format("sparklog").option("path", root)
+        .option("subscribe", TOPIC).load(),
+        "parquet": lambda: spark.read.parquet(parquet),
+    }
+    plan = sources["sparklog"]()._jdf.queryExecution().executedPlan().toString()
+    reader = "JVM reader" if "JVM columnar reader" in plan else "Python reader"
+    n = sources["parquet"]().count()
+    assert sources["sparklog"]().count() == n == (args.records // args.partitions) \
+        * args.partitions
+    queries = {"count()": lambda df: df.count(),
+               "agg(value)": lambda df: df.agg(F.sum(F.length("value")),
+                                               F.max("value")).collect()}
+    print(f"\nscan: {n:,} records of 100-byte values in {args.partitions} partitions in "
+          f"HDFS; format('sparklog') on its {reader} vs Parquet; best of {args.repeat}")
+    print(f"  {'query':<12} {'sparklog rows/s':>16} {'parquet rows/s':>15} {'ratio':>6}")
+    for qname, query in queries.items():
+        rates = {s: n / best_time(lambda: query(make()), args.repeat)
+                 for s, make in sources.items()}
+        print(f"  {qname:<12} {rates['sparklog']:>16,.0f} {rates['parquet']:>15,.0f} "
+              f"{rates['sparklog'] / rates['parquet']:>6.2f}")
+    print("  target: ratio >= 1.0")
+    spark.stop()
+
+
+PARTS = {"ingest": part_ingest, "latency": part_latency, "scan": part_scan}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--part", default="ingest,latency,scan",
+                    help="comma-separated parts to run (ingest, latency, scan)")
+    ap.add_argument("--datanodes", type=int, default=3)
+    ap.add_argument("--mb", type=int, default=256)
+    ap.add_argument("--in-flight", type=int, default=8)
+    ap.add_argument("--rate", type=int, default=10_000)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args(argv)
+    parts = [p.strip() for p in args.part.split(",") if p.strip()]
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        ap.error(f"unknown part(s) {', '.join(unknown)}: choose from {', '.join(PARTS)}")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    work = Path(tempfile.mkdtemp(prefix="bench-hdfs-"))
+    try:
+        print(f"starting HDFS ({args.datanodes} DataNodes)...", file=sys.stderr)
+        with HdfsCluster(str(work / "hdfs"), datanodes=args.datanodes) as cluster:
+            os.environ["HADOOP_CONF_DIR"] = cluster.conf_dir  # brokers and this process
+            for part in parts:
+                PARTS[part](cluster, work, args)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
