@@ -254,8 +254,12 @@ class HdfsCluster:
             "dfs.namenode.datanode.registration.ip-hostname-check": "false",
             "dfs.namenode.fs-limits.min-block-size": 4096,
             "dfs.namenode.resource.du.reserved": 16 << 20,
-            # clients: keep writing when a DataNode of the pipeline dies and none is spare
+            # clients: keep writing when a DataNode of the pipeline dies and none is spare;
+            # a close waiting for the DataNodes' block report retries after 20 ms, not
+            # 400 ms (also the DataNodes' own client, which writes for WebHDFS)
             "dfs.client.block.write.replace-datanode-on-failure.best-effort": "true",
+            "dfs.client.block.write.locateFollowingBlock.initial.delay.ms": 20,
+            "dfs.client.block.write.locateFollowingBlock.retries": 12,
             "dfs.datanode.du.reserved": 0,
         }
         site.update(extra)
