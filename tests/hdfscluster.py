@@ -35,7 +35,8 @@ tests/test_storage_contract.py)::
     cluster.log_paths()       # {"namenode": path, "datanode-0": path, ...}
     cluster.stop()
 
-``python tests/hdfscluster.py [DATANODES]`` starts one by hand and prints its addresses.
+``python tests/hdfscluster.py [DATANODES]`` starts one by hand and prints its addresses
+(Ctrl-C or SIGTERM stops it).
 """
 
 from __future__ import annotations
@@ -453,7 +454,11 @@ def hdfs_cluster(request):
 
 if __name__ == "__main__":  # manual use: python tests/hdfscluster.py [DATANODES]
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import signal
+
     n = int(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_DATANODES
+    # SIGTERM stops the daemons too (they run in their own sessions)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     t0 = time.monotonic()
     with HdfsCluster(tempfile.mkdtemp(prefix="sparklog-hdfs-"), datanodes=n) as c:
         print(f"HDFS up in {time.monotonic() - t0:.1f}s: {c.hdfs_uri} {c.webhdfs_uri}\n"
