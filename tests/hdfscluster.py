@@ -357,10 +357,29 @@ class HdfsCluster:
         self.datanodes[i].kill()
 
     def start_datanode(self, i: int, timeout: float = 60.0) -> None:
-        """(Re)start DataNode ``i`` on its old ports and data, and wait until every
-        running DataNode is live."""
-        self.datanodes[i].start()
-        self.wait_live_datanodes(sum(dn.running for dn in self.datanodes), timeout)
+        """(Re)start DataNode ``i`` on its old ports and data, and wait until it has
+        registered with the NameNode (its block pool service RUNNING, heartbeats
+        answered: its own JMX) and the NameNode lists it."""
+        dn = self.datanodes[i]
+        dn.start()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if dn.proc is not None and dn.proc.poll() is not None:
+                raise RuntimeError(f"{dn.name} exited with {dn.proc.returncode}:\n"
+                                   f"{dn.log_tail()}")
+            try:
+                actors = json.loads(self.jmx("DataNode", "DataNodeInfo",
+                                             dn.addresses["dfs.datanode.http.address"])
+                                    .get("BPServiceActorInfo", "[]"))
+                live = json.loads(self.jmx("NameNode", "NameNodeInfo").get("LiveNodes", "{}"))
+            except (OSError, ValueError):  # HTTP server not up yet
+                actors, live = [], {}
+            if any(a.get("ActorState") == "RUNNING" and a.get("LastHeartbeatResponseTime")
+                   not in (None, "0") for a in actors) and dn.xfer_address in live:
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"{dn.name} did not register with the NameNode within "
+                           f"{timeout}s; log: {dn.log_path}")
 
     # state ----------------------------------------------------------------------------
     def jmx(self, service: str, name: str, address: str | None = None) -> dict:
