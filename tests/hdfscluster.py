@@ -35,7 +35,8 @@ tests/test_storage_contract.py)::
     cluster.log_paths()       # {"namenode": path, "datanode-0": path, ...}
     cluster.stop()
 
-``python tests/hdfscluster.py [DATANODES]`` starts one by hand and prints its addresses.
+``python tests/hdfscluster.py [DATANODES]`` starts one by hand and prints its addresses
+(Ctrl-C or SIGTERM stops it).
 """
 
 from __future__ import annotations
@@ -246,8 +247,12 @@ class HdfsCluster:
             "dfs.namenode.datanode.registration.ip-hostname-check": "false",
             "dfs.namenode.fs-limits.min-block-size": 4096,
             "dfs.namenode.resource.du.reserved": 16 << 20,
-            # clients: keep writing when a DataNode of the pipeline dies and none is spare
+            # clients: keep writing when a DataNode of the pipeline dies and none is spare;
+            # a close waiting for the DataNodes' block report retries after 20 ms, not
+            # 400 ms (also the DataNodes' own client, which writes for WebHDFS)
             "dfs.client.block.write.replace-datanode-on-failure.best-effort": "true",
+            "dfs.client.block.write.locateFollowingBlock.initial.delay.ms": 20,
+            "dfs.client.block.write.locateFollowingBlock.retries": 12,
             "dfs.datanode.du.reserved": 0,
         }
         site.update(extra)
@@ -344,10 +349,29 @@ class HdfsCluster:
         self.datanodes[i].kill()
 
     def start_datanode(self, i: int, timeout: float = 60.0) -> None:
-        """(Re)start DataNode ``i`` on its old ports and data, and wait until every
-        running DataNode is live."""
-        self.datanodes[i].start()
-        self.wait_live_datanodes(sum(dn.running for dn in self.datanodes), timeout)
+        """(Re)start DataNode ``i`` on its old ports and data, and wait until it has
+        registered with the NameNode (its block pool service RUNNING, heartbeats
+        answered: its own JMX) and the NameNode lists it."""
+        dn = self.datanodes[i]
+        dn.start()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if dn.proc is not None and dn.proc.poll() is not None:
+                raise RuntimeError(f"{dn.name} exited with {dn.proc.returncode}:\n"
+                                   f"{dn.log_tail()}")
+            try:
+                actors = json.loads(self.jmx("DataNode", "DataNodeInfo",
+                                             dn.addresses["dfs.datanode.http.address"])
+                                    .get("BPServiceActorInfo", "[]"))
+                live = json.loads(self.jmx("NameNode", "NameNodeInfo").get("LiveNodes", "{}"))
+            except (OSError, ValueError):  # HTTP server not up yet
+                actors, live = [], {}
+            if any(a.get("ActorState") == "RUNNING" and a.get("LastHeartbeatResponseTime")
+                   not in (None, "0") for a in actors) and dn.xfer_address in live:
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"{dn.name} did not register with the NameNode within "
+                           f"{timeout}s; log: {dn.log_path}")
 
     # state ----------------------------------------------------------------------------
     def jmx(self, service: str, name: str, address: str | None = None) -> dict:
@@ -441,7 +465,11 @@ def hdfs_cluster(request):
 
 if __name__ == "__main__":  # manual use: python tests/hdfscluster.py [DATANODES]
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import signal
+
     n = int(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_DATANODES
+    # SIGTERM stops the daemons too (they run in their own sessions)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     t0 = time.monotonic()
     with HdfsCluster(tempfile.mkdtemp(prefix="sparklog-hdfs-"), datanodes=n) as c:
         print(f"HDFS up in {time.monotonic() - t0:.1f}s: {c.hdfs_uri} {c.webhdfs_uri}\n"

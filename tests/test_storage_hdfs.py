@@ -143,3 +143,88 @@ def test_fixture_reports_block_locations(hdfs_cluster):
         assert len(hosts) == hdfs_cluster.replication and set(hosts) <= datanodes
     fs.delete(hdfs_cluster.hdfs_uri + path, recursive=True)
     fs.close()
+
+
+def _namenode_length(cluster, url: str) -> int:
+    """The length the NameNode records for ``url`` (WebHDFS GETFILESTATUS)."""
+    import json
+    import urllib.request
+
+    path = "/" + url.split("/", 3)[3]
+    with urllib.request.urlopen(f"http://{cluster.namenode_http}/webhdfs/v1{path}"
+                                f"?op=GETFILESTATUS&user.name={cluster.superuser}") as r:
+        return json.load(r)["FileStatus"]["length"]
+
+
+def test_sync_update_length_records_the_length_on_the_namenode(hdfs_cluster):
+    """hsync alone leaves the NameNode's length of an open file at what its first sync
+    of the block recorded (readers use the DataNodes' visible length); with
+    sync_update_length every sync records it."""
+    base = hdfs_cluster.hdfs_uri + f"/tmp/len-{uuid.uuid4().hex[:8]}"
+    for update, expected in ((False, 5), (True, 10)):
+        fs = open_fileio(base, sync_update_length=update)
+        path = f"{base}/{update}.log"
+        with fs.create(path) as out:
+            out.write(b"12345")
+            out.sync()  # the block's first sync records its length either way
+            out.write(b"67890")
+            out.sync()
+            assert fs.size(path) == 10  # the visible length, either way
+            assert _namenode_length(hdfs_cluster, path) == expected
+        assert _namenode_length(hdfs_cluster, path) == 10  # closed: complete
+        fs.delete(base, recursive=True)
+        fs.close()
+
+
+def test_a_forked_child_is_told_its_jvm_did_not_survive(hdfs_cluster):
+    import multiprocessing
+
+    fs = open_fileio(hdfs_cluster.hdfs_uri + "/tmp")
+    assert fs.exists(hdfs_cluster.hdfs_uri + "/tmp")  # this process's JVM is running
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_use_hdfs_in_child, args=(hdfs_cluster.hdfs_uri, queue))
+    child.start()
+    child.join(60)
+    message = queue.get(timeout=10)
+    assert "forked" in message and "spawn" in message, message
+    fs.close()
+
+
+def _use_hdfs_in_child(uri, queue):
+    try:
+        open_fileio(uri + "/tmp").exists(uri + "/tmp")
+        queue.put("no error")
+    except StorageError as e:
+        queue.put(str(e))
+
+
+def test_three_datanodes_replicate_and_a_writer_outlives_one_of_them(tmp_path):
+    """HdfsCluster(datanodes=3): a closed file's block is on the three DataNodes; a
+    writer keeps writing when one stops (its pipeline goes on with the other two); the
+    DataNode restarts and registers again."""
+    import time as _time
+
+    from hdfscluster import HdfsCluster
+
+    with HdfsCluster(str(tmp_path / "hdfs3"), datanodes=3) as cluster:
+        url = cluster.hdfs_uri + "/r"
+        fs = open_fileio(url, conf_dir=cluster.conf_dir)
+        fs.write_atomic(url + "/closed", b"x" * 1000)
+        everyone = {dn.xfer_address for dn in cluster.datanodes}
+        assert set(cluster.block_locations("/r/closed")[0][2]) == everyone
+        first, second = os.urandom(4096), os.urandom(4096)
+        with fs.create(url + "/open") as out:
+            out.write(first)
+            out.flush()
+            cluster.stop_datanode(0)
+            out.write(second)
+            out.sync()
+        assert fs.read_all(url + "/open") == first + second
+        stopped = cluster.datanodes[0].xfer_address
+        hosts = set(cluster.block_locations("/r/open")[-1][2])
+        assert stopped not in hosts and len(hosts) == 2 and hosts < everyone
+        started = _time.monotonic()
+        cluster.start_datanode(0)
+        assert cluster.datanodes[0].running and _time.monotonic() - started < 60
+        fs.close()

@@ -51,7 +51,7 @@ for arg in "${ETL_ARGS[@]}"; do
 done
 
 SPARK_SUBMIT="${SPARK_HOME:+$SPARK_HOME/bin/}spark-submit"
-# libhdfs in the Python workers needs every Hadoop jar listed (no "dir/*" entries);
+# The Hadoop jars listed one by one (no "dir/*" entries) for JVMs of the Python workers;
 # Spark appends a CLASSPATH given this way to the container's own.
 if [ "$DRY_RUN" = 1 ]; then
     HADOOP_CP='$(hadoop classpath --glob)'
