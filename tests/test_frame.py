@@ -4,7 +4,6 @@ ever comes out of corrupt input (never another exception, never a silent wrong d
 from __future__ import annotations
 
 import datetime as dt
-import struct
 
 import pyarrow as pa
 import pytest
@@ -22,18 +21,21 @@ from sparklog.format.frame import (
     OFFSET_DELTA_COLUMN,
     RAW_SCHEMA,
     TIMESTAMP_COLUMN,
-    crc32c,
     decode_frame,
     encode_frame,
     iter_frames,
     raw_batch,
     record_schema,
+    reseal,
     set_log_append_time,
     stamp,
     to_record_batch,
     validate_frame,
 )
-from sparklog.format.header import CRC_START, HEADER_SIZE, LOG_OVERHEAD, FrameHeader, MAGIC
+from sparklog.format.header import (
+    CRC_START, HEADER_SIZE, LAST_OFFSET_DELTA, LENGTH, LOG_OVERHEAD, RECORD_COUNT, FrameHeader,
+    MAGIC,
+)
 
 CODECS = ["none", "lz4", "zstd"]
 FUZZ = settings(max_examples=40, deadline=None,
@@ -271,8 +273,8 @@ def test_random_bytes_raise_only_corrupt_record(data, pos):
 
 def _reseal(buf: bytearray) -> bytes:
     """Recompute length and CRC so that only the Arrow body decoder can notice."""
-    struct.pack_into(">i", buf, 8, len(buf) - LOG_OVERHEAD)
-    struct.pack_into(">I", buf, 17, crc32c(memoryview(buf)[CRC_START:]))
+    LENGTH.write(buf, 0, len(buf) - LOG_OVERHEAD)
+    reseal(buf)
     return bytes(buf)
 
 
@@ -318,8 +320,8 @@ def test_corrupt_error_names_position_and_path():
 
 def test_record_count_mismatch_with_body_is_corrupt():
     good = bytearray(_sample_frame("none", 5))
-    struct.pack_into(">i", good, 57, 4)  # header claims 4 records, body has 5
-    struct.pack_into(">i", good, 23, 3)
+    RECORD_COUNT.write(good, 0, 4)  # header claims 4 records, body has 5
+    LAST_OFFSET_DELTA.write(good, 0, 3)
     with pytest.raises(CorruptRecordError, match="header says 4 records, the Arrow body holds 5"):
         decode_frame(_reseal(good))  # found from the body's metadata, before any decode
 
