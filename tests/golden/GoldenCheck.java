@@ -1,8 +1,10 @@
 package io.sparklog.spark;
 
+import java.lang.reflect.Field;
 import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Paths;
+import java.util.Locale;
 import java.util.zip.CRC32C;
 
 import net.razorvine.pickle.Unpickler;
@@ -27,19 +29,13 @@ public final class GoldenCheck {
 
   public static void main(String[] args) throws Exception {
     String root = args[0];
-    System.out.println("field base_offset " + FrameHeader.BASE_OFFSET_OFFSET);
-    System.out.println("field length " + FrameHeader.LENGTH_OFFSET);
-    System.out.println("field leader_epoch " + FrameHeader.LEADER_EPOCH_OFFSET);
-    System.out.println("field magic " + FrameHeader.MAGIC_OFFSET);
-    System.out.println("field crc " + FrameHeader.CRC_OFFSET);
-    System.out.println("field attributes " + FrameHeader.ATTRIBUTES_OFFSET);
-    System.out.println("field last_offset_delta " + FrameHeader.LAST_OFFSET_DELTA_OFFSET);
-    System.out.println("field first_timestamp " + FrameHeader.FIRST_TIMESTAMP_OFFSET);
-    System.out.println("field max_timestamp " + FrameHeader.MAX_TIMESTAMP_OFFSET);
-    System.out.println("field producer_id " + FrameHeader.PRODUCER_ID_OFFSET);
-    System.out.println("field producer_epoch " + FrameHeader.PRODUCER_EPOCH_OFFSET);
-    System.out.println("field base_sequence " + FrameHeader.BASE_SEQUENCE_OFFSET);
-    System.out.println("field record_count " + FrameHeader.RECORD_COUNT_OFFSET);
+    for (Field f : FrameHeader.class.getDeclaredFields()) {  // the *_OFFSET constants
+      String name = f.getName();
+      if (name.endsWith("_OFFSET")) {
+        System.out.println("field " + name.substring(0, name.length() - "_OFFSET".length())
+            .toLowerCase(Locale.ROOT) + " " + f.getInt(null));
+      }
+    }
     System.out.println("const size " + FrameHeader.SIZE + " log_overhead "
         + FrameHeader.LOG_OVERHEAD + " crc_start " + FrameHeader.CRC_START + " magic "
         + FrameHeader.MAGIC + " index_size " + OffsetIndexHeader.SIZE);

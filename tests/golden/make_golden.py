@@ -65,13 +65,10 @@ def raw_record(offset: int) -> tuple[bytes, bytes, list, int]:
 
 
 def _append(store, topic, frames, config=None):
-    plog = PartitionLog.open(store.fileio, store.partition_dir(topic, 0), config or {})
-    try:
+    with PartitionLog.open(store.fileio, store.partition_dir(topic, 0), config or {}) as plog:
         for frame in frames:
             plog.append(frame, leader_epoch=EPOCH)
         plog.flush()
-    finally:
-        plog.close()
 
 
 def make(root: Path = DATA) -> None:

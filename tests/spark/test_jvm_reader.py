@@ -16,7 +16,9 @@ chispa = pytest.importorskip("chispa", reason="chispa is not installed")
 
 from sparklog.format.frame import encode_frame, raw_batch
 from sparklog.format.header import (
-    BASE_OFFSET, HEADER_FIELDS, HEADER_SIZE, LEADER_EPOCH, LENGTH, LOG_OVERHEAD, RECORD_COUNT,
+    ATTRIBUTES, BASE_OFFSET, BASE_SEQUENCE, CRC, FIRST_TIMESTAMP, HEADER_SIZE,
+    LAST_OFFSET_DELTA, LENGTH, LOG_OVERHEAD, MAGIC_FIELD, MAX_TIMESTAMP, PRODUCER_ID,
+    RECORD_COUNT,
 )
 from sparklog.log.partition import PartitionLog
 from sparklog.metadata import TopicStore
@@ -253,8 +255,17 @@ def test_count_checks_the_headers_it_reads(jspark, storage_root, tmp_path):
 # header fields a reader uses, with their (start, length) in the 61-byte header; the base
 # offset and leader epoch (bytes 0-8, 12-16) are outside the CRC by design (the broker
 # stamps them, as Kafka's RecordBatch) and are checked only for going back
-FUZZED_FIELDS = {f.name: (f.position, f.size) for f in HEADER_FIELDS
-                 if f not in (BASE_OFFSET, LEADER_EPOCH)}
+def _span(first, last=None):
+    """(start, length) of header fields ``first`` to ``last`` (adjacent, inclusive)."""
+    last = last or first
+    return first.position, last.position + last.size - first.position
+
+
+FUZZED_FIELDS = {"length": _span(LENGTH), "magic": _span(MAGIC_FIELD), "crc": _span(CRC),
+                 "attributes": _span(ATTRIBUTES), "last offset delta": _span(LAST_OFFSET_DELTA),
+                 "timestamps": _span(FIRST_TIMESTAMP, MAX_TIMESTAMP),
+                 "producer": _span(PRODUCER_ID, BASE_SEQUENCE),
+                 "record count": _span(RECORD_COUNT)}
 CLEAN_ERRORS = ("corrupt frame in file:", "are beyond the end of the log",  # JVM reader
                 "sparklog.errors.CorruptRecordError: ")                       # Python reader
 
