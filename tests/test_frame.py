@@ -34,7 +34,7 @@ from sparklog.format.frame import (
 )
 from sparklog.format.header import (
     CRC_START, HEADER_SIZE, LAST_OFFSET_DELTA, LENGTH, LOG_OVERHEAD, RECORD_COUNT, FrameHeader,
-    MAGIC,
+    MAGIC, unpack_header,
 )
 
 CODECS = ["none", "lz4", "zstd"]
@@ -362,3 +362,25 @@ def test_schema_mismatch():
     with pytest.raises(SchemaMismatchError):
         to_record_batch(pa.table({"a": ["x"]}), schema)
     assert to_record_batch(pa.table({"a": pa.array([1], pa.int32())}), schema).schema == schema
+
+
+def test_restamp_producer_rewrites_the_producer_fields_and_the_crc():
+    """The producer's frames get their id, epoch and sequence after encoding: a copy with
+    those fields and a valid CRC, every other byte unchanged, the original untouched."""
+    from sparklog.format.frame import restamp_producer
+    from sparklog.format.header import BASE_SEQUENCE, CRC, PRODUCER_EPOCH, PRODUCER_ID
+
+    original = _sample_frame("lz4", 4)
+    out = restamp_producer(original, 77, 5, 123)
+    header = validate_frame(out)  # CRC and body checked
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (77, 5, 123)
+    assert unpack_header(original).producer_id == 7  # as _sample_frame made it
+    changed = {i for i in range(len(out)) if out[i] != original[i]}
+    allowed = set()
+    for field in (CRC, PRODUCER_ID, PRODUCER_EPOCH, BASE_SEQUENCE):
+        allowed |= set(range(field.position, field.position + field.size))
+    assert changed and changed <= allowed
+    with pytest.raises(InvalidArgumentError, match="producer_epoch 70000 does not fit"):
+        restamp_producer(original, 1, 70000, 0)
+    with pytest.raises(InvalidArgumentError, match="not a frame: 10 bytes"):
+        restamp_producer(original[:10], 1, 1, 0)
