@@ -4,7 +4,6 @@ ever comes out of corrupt input (never another exception, never a silent wrong d
 from __future__ import annotations
 
 import datetime as dt
-import struct
 
 import pyarrow as pa
 import pytest
@@ -22,18 +21,21 @@ from sparklog.format.frame import (
     OFFSET_DELTA_COLUMN,
     RAW_SCHEMA,
     TIMESTAMP_COLUMN,
-    crc32c,
     decode_frame,
     encode_frame,
     iter_frames,
     raw_batch,
     record_schema,
+    reseal,
     set_log_append_time,
     stamp,
     to_record_batch,
     validate_frame,
 )
-from sparklog.format.header import CRC_START, HEADER_SIZE, LOG_OVERHEAD, FrameHeader, MAGIC
+from sparklog.format.header import (
+    CRC_START, HEADER_SIZE, LAST_OFFSET_DELTA, LENGTH, LOG_OVERHEAD, RECORD_COUNT, FrameHeader,
+    MAGIC, unpack_header,
+)
 
 CODECS = ["none", "lz4", "zstd"]
 FUZZ = settings(max_examples=40, deadline=None,
@@ -271,8 +273,8 @@ def test_random_bytes_raise_only_corrupt_record(data, pos):
 
 def _reseal(buf: bytearray) -> bytes:
     """Recompute length and CRC so that only the Arrow body decoder can notice."""
-    struct.pack_into(">i", buf, 8, len(buf) - LOG_OVERHEAD)
-    struct.pack_into(">I", buf, 17, crc32c(memoryview(buf)[CRC_START:]))
+    LENGTH.write(buf, 0, len(buf) - LOG_OVERHEAD)
+    reseal(buf)
     return bytes(buf)
 
 
@@ -318,8 +320,8 @@ def test_corrupt_error_names_position_and_path():
 
 def test_record_count_mismatch_with_body_is_corrupt():
     good = bytearray(_sample_frame("none", 5))
-    struct.pack_into(">i", good, 57, 4)  # header claims 4 records, body has 5
-    struct.pack_into(">i", good, 23, 3)
+    RECORD_COUNT.write(good, 0, 4)  # header claims 4 records, body has 5
+    LAST_OFFSET_DELTA.write(good, 0, 3)
     with pytest.raises(CorruptRecordError, match="header says 4 records, the Arrow body holds 5"):
         decode_frame(_reseal(good))  # found from the body's metadata, before any decode
 
@@ -360,3 +362,25 @@ def test_schema_mismatch():
     with pytest.raises(SchemaMismatchError):
         to_record_batch(pa.table({"a": ["x"]}), schema)
     assert to_record_batch(pa.table({"a": pa.array([1], pa.int32())}), schema).schema == schema
+
+
+def test_restamp_producer_rewrites_the_producer_fields_and_the_crc():
+    """The producer's frames get their id, epoch and sequence after encoding: a copy with
+    those fields and a valid CRC, every other byte unchanged, the original untouched."""
+    from sparklog.format.frame import restamp_producer
+    from sparklog.format.header import BASE_SEQUENCE, CRC, PRODUCER_EPOCH, PRODUCER_ID
+
+    original = _sample_frame("lz4", 4)
+    out = restamp_producer(original, 77, 5, 123)
+    header = validate_frame(out)  # CRC and body checked
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (77, 5, 123)
+    assert unpack_header(original).producer_id == 7  # as _sample_frame made it
+    changed = {i for i in range(len(out)) if out[i] != original[i]}
+    allowed = set()
+    for field in (CRC, PRODUCER_ID, PRODUCER_EPOCH, BASE_SEQUENCE):
+        allowed |= set(range(field.position, field.position + field.size))
+    assert changed and changed <= allowed
+    with pytest.raises(InvalidArgumentError, match="producer_epoch 70000 does not fit"):
+        restamp_producer(original, 1, 70000, 0)
+    with pytest.raises(InvalidArgumentError, match="not a frame: 10 bytes"):
+        restamp_producer(original[:10], 1, 1, 0)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import random
-import struct
 import time
 from pathlib import Path
 
@@ -21,8 +20,10 @@ from sparklog.errors import (
     CorruptRecordError, DataLossError, InvalidProducerEpochError, OffsetOutOfRangeError,
     SparklogError, StorageError, error_for_code,
 )
-from sparklog.format.frame import crc32c, encode_frame, raw_batch
-from sparklog.format.header import CRC_START, HEADER_SIZE, unpack_header
+from sparklog.format.frame import encode_frame, raw_batch, reseal as reseal_crc
+from sparklog.format.header import (
+    HEADER_SIZE, LAST_OFFSET_DELTA, LENGTH, LOG_OVERHEAD, RECORD_COUNT, unpack_header,
+)
 from sparklog.log.layout import segment_file_name
 from sparklog.log.partition import PartitionLog
 from sparklog.log.reader import OFFSET_COLUMN, LogReader
@@ -45,8 +46,8 @@ def numbered(first: int, count: int = RECORDS_PER_FRAME) -> bytes:
 
 def reseal(buf: bytearray) -> bytes:
     """Fix the length and CRC of a frame whose bytes were changed (a well-formed lie)."""
-    struct.pack_into(">i", buf, 8, len(buf) - 12)
-    struct.pack_into(">I", buf, 17, crc32c(memoryview(buf)[CRC_START:]))
+    LENGTH.write(buf, 0, len(buf) - LOG_OVERHEAD)
+    reseal_crc(buf)
     return bytes(buf)
 
 
@@ -58,8 +59,8 @@ def truncated_arrow(values) -> bytes:
 def miscounted(values) -> bytes:
     """A CRC-valid frame whose header claims one record more than its body holds."""
     buf = bytearray(frame(values))
-    struct.pack_into(">i", buf, 57, len(values) + 1)
-    struct.pack_into(">i", buf, 23, len(values))
+    RECORD_COUNT.write(buf, 0, len(values) + 1)
+    LAST_OFFSET_DELTA.write(buf, 0, len(values))
     return reseal(buf)
 
 

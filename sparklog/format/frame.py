@@ -20,9 +20,11 @@ import pyarrow.ipc as ipc
 
 from ..errors import CorruptRecordError, DataLossError, InvalidArgumentError, RecordTooLargeError
 from .header import (
-    BASE_OFFSET_POS, CODEC_IDS, CODEC_MASK, CONTROL_BIT, CRC_START, EXPLICIT_OFFSETS_BIT,
-    HEADER_SIZE, LEADER_EPOCH_POS, LOG_OVERHEAD, MAGIC, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
-    NO_SEQUENCE, TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, FrameHeader, unpack_header,
+    ATTRIBUTES, BASE_OFFSET, BASE_OFFSET_POS, CODEC_IDS, CODEC_MASK, CONTROL_BIT, CRC,
+    CRC_START, EXPLICIT_OFFSETS_BIT, HEADER_SIZE, LEADER_EPOCH, LEADER_EPOCH_POS,
+    LOG_OVERHEAD, MAGIC, MAX_TIMESTAMP, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
+    PRODUCER_FIELDS, PRODUCER_ID, TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, FrameHeader,
+    unpack_header,
 )
 from .ipc import check_ipc_body
 import struct
@@ -40,8 +42,9 @@ RAW_SCHEMA = pa.schema([
     pa.field("headers", HEADER_TYPE),
 ])
 
-_I64 = struct.Struct(">q")
-_I32 = struct.Struct(">i")
+# hot path of the broker's stamp_run: the two stamped fields' structs, built once
+_I64 = struct.Struct(">" + BASE_OFFSET.code)
+_I32 = struct.Struct(">" + LEADER_EPOCH.code)
 
 
 def _compute():
@@ -293,8 +296,7 @@ def encode_frame(
         max_ts, producer_id, producer_epoch, base_sequence, n)
     out = bytearray(header.pack())
     out += body
-    crc = crc32c(memoryview(out)[CRC_START:])
-    struct.pack_into(">I", out, 17, crc)
+    reseal(out)
     return bytes(out)
 
 
@@ -501,8 +503,31 @@ def stamp_run(buf: bytearray | memoryview, frames, base_offset: int,
 def set_log_append_time(buf: bytearray, pos: int, ts_ms: int) -> None:
     """Mark a frame as LogAppendTime with ``max_timestamp = ts_ms`` and fix its CRC."""
     header = unpack_header(buf, pos)
-    attrs = header.attributes | TIMESTAMP_TYPE_BIT
-    struct.pack_into(">h", buf, pos + 21, attrs)
-    _I64.pack_into(buf, pos + 35, ts_ms)
-    crc = crc32c(memoryview(buf)[pos + CRC_START:pos + header.size])
-    struct.pack_into(">I", buf, pos + 17, crc)
+    ATTRIBUTES.write(buf, pos, header.attributes | TIMESTAMP_TYPE_BIT)
+    MAX_TIMESTAMP.write(buf, pos, ts_ms)
+    reseal(buf, pos, header.size)
+
+
+def reseal(buf: bytearray | memoryview, pos: int = 0, size: int | None = None) -> None:
+    """Redo in place the CRC32C of the frame of ``size`` bytes (default: to the end of
+    ``buf``) at ``buf[pos:]``, after fields it covers were changed."""
+    end = len(buf) if size is None else pos + size
+    CRC.write(buf, pos, crc32c(memoryview(buf)[pos + CRC_START:end]))
+
+
+def restamp_producer(frame, producer_id: int, producer_epoch: int,
+                     base_sequence: int) -> bytearray:
+    """A copy of the whole frame ``frame`` with these producer id, producer epoch and
+    base sequence (Kafka's idempotent-producer fields, inside the CRC) and its CRC
+    redone: the producer builds a frame before it knows its sequence."""
+    for name, value in (("producer_id", producer_id), ("producer_epoch", producer_epoch),
+                        ("base_sequence", base_sequence)):
+        _check_header_int(name, value)
+    out = bytearray(frame)
+    if len(out) < HEADER_SIZE:
+        raise InvalidArgumentError(
+            f"not a frame: {len(out)} bytes, a header needs {HEADER_SIZE}")
+    PRODUCER_FIELDS.pack_into(out, PRODUCER_ID.position, producer_id, producer_epoch,
+                              base_sequence)
+    reseal(out)
+    return out

@@ -33,14 +33,65 @@ from typing import NamedTuple
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # base_offset + length: the bytes not counted in ``length``
 MAGIC = 1
-CRC_START = 21  # CRC covers [CRC_START, end of frame)
 
-# offsets of fields patched in place by the broker
-BASE_OFFSET_POS = 0
-LEADER_EPOCH_POS = 12
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
+class HeaderField(NamedTuple):
+    """One field of the header: its name, byte position in the frame and struct code
+    (big-endian). The one place a field's position is stated (docs/format.md and the
+    JVM reader's ``FrameHeader.java`` mirror it; the golden tests pin all three)."""
+
+    name: str
+    position: int
+    code: str
+
+    @property
+    def size(self) -> int:
+        """Width of the field in bytes."""
+        return struct.calcsize(">" + self.code)
+
+    def read(self, buf, pos: int = 0) -> int:
+        """The field of the frame at ``buf[pos:]``."""
+        return struct.unpack_from(">" + self.code, buf, pos + self.position)[0]
+
+    def write(self, buf, pos: int, value: int) -> None:
+        """Set the field of the frame at ``buf[pos:]`` in place (the CRC is not redone:
+        see :func:`sparklog.format.frame.reseal`)."""
+        struct.pack_into(">" + self.code, buf, pos + self.position, value)
+
+
+BASE_OFFSET = HeaderField("base_offset", 0, "q")
+LENGTH = HeaderField("length", 8, "i")
+LEADER_EPOCH = HeaderField("leader_epoch", 12, "i")
+MAGIC_FIELD = HeaderField("magic", 16, "b")
+CRC = HeaderField("crc", 17, "I")
+ATTRIBUTES = HeaderField("attributes", 21, "h")
+LAST_OFFSET_DELTA = HeaderField("last_offset_delta", 23, "i")
+FIRST_TIMESTAMP = HeaderField("first_timestamp", 27, "q")
+MAX_TIMESTAMP = HeaderField("max_timestamp", 35, "q")
+PRODUCER_ID = HeaderField("producer_id", 43, "q")
+PRODUCER_EPOCH = HeaderField("producer_epoch", 51, "h")
+BASE_SEQUENCE = HeaderField("base_sequence", 53, "i")
+RECORD_COUNT = HeaderField("record_count", 57, "i")
+
+#: The header's fields in byte order (the fields of :class:`FrameHeader`).
+HEADER_FIELDS = (BASE_OFFSET, LENGTH, LEADER_EPOCH, MAGIC_FIELD, CRC, ATTRIBUTES,
+                 LAST_OFFSET_DELTA, FIRST_TIMESTAMP, MAX_TIMESTAMP, PRODUCER_ID,
+                 PRODUCER_EPOCH, BASE_SEQUENCE, RECORD_COUNT)
+
+CRC_START = ATTRIBUTES.position  # CRC covers [CRC_START, end of frame)
+# positions of fields patched in place by the broker (outside the CRC)
+BASE_OFFSET_POS = BASE_OFFSET.position
+LEADER_EPOCH_POS = LEADER_EPOCH.position
+
+_HEADER = struct.Struct(">" + "".join(f.code for f in HEADER_FIELDS))
+#: producer id, producer epoch and base sequence: adjacent, restamped together
+PRODUCER_FIELDS = struct.Struct(">" + PRODUCER_ID.code + PRODUCER_EPOCH.code
+                                + BASE_SEQUENCE.code)
 assert _HEADER.size == HEADER_SIZE
+assert all(f.position == _HEADER.size - struct.calcsize(
+    ">" + "".join(g.code for g in HEADER_FIELDS[i:])) for i, f in enumerate(HEADER_FIELDS))
+assert PRODUCER_EPOCH.position == PRODUCER_ID.position + PRODUCER_ID.size
+assert BASE_SEQUENCE.position == PRODUCER_EPOCH.position + PRODUCER_EPOCH.size
 
 # attributes bits
 CODEC_MASK = 0x07
@@ -123,6 +174,9 @@ class FrameHeader(NamedTuple):
     def with_(self, **changes) -> "FrameHeader":
         """A copy with some fields changed."""
         return self._replace(**changes)
+
+
+assert FrameHeader._fields == tuple(f.name for f in HEADER_FIELDS)
 
 
 def unpack_header(buf, pos: int = 0) -> FrameHeader:

@@ -9,6 +9,7 @@ A partition directory (``<root>/topics/<topic>/<partition>/``) holds::
     00000000000000000000.log.swap    tail repair committed (complete: swap it in)
     0000000003.log-start-offset-checkpoint   versioned log start offset
     0000000001.leader-epoch-checkpoint       versioned leader epoch history
+    0000000002.producer-snapshot.json        versioned idempotent-producer state (broker)
     .<name>.<uuid>.tmp               an atomic small-file write in progress
 
 A segment is *sealed* exactly when its ``.index`` exists: sealing writes the
@@ -29,6 +30,7 @@ CLEANED_SUFFIX = ".log.cleaned"
 SWAP_SUFFIX = ".log.swap"
 LOG_START_SUFFIX = ".log-start-offset-checkpoint"
 LEADER_EPOCH_SUFFIX = ".leader-epoch-checkpoint"
+PRODUCER_SNAPSHOT_SUFFIX = ".producer-snapshot.json"
 OFFSET_WIDTH = 20
 
 

@@ -15,6 +15,11 @@ pytest.importorskip("pyspark", reason="pyspark is not installed")
 chispa = pytest.importorskip("chispa", reason="chispa is not installed")
 
 from sparklog.format.frame import encode_frame, raw_batch
+from sparklog.format.header import (
+    ATTRIBUTES, BASE_OFFSET, BASE_SEQUENCE, CRC, FIRST_TIMESTAMP, HEADER_SIZE,
+    LAST_OFFSET_DELTA, LENGTH, LOG_OVERHEAD, MAGIC_FIELD, MAX_TIMESTAMP, PRODUCER_ID,
+    RECORD_COUNT,
+)
 from sparklog.log.partition import PartitionLog
 from sparklog.metadata import TopicStore
 from sparklog.reader.jvm import JVM_READER_OPTION, jar_path
@@ -228,7 +233,6 @@ def test_count_checks_the_headers_it_reads(jspark, storage_root, tmp_path):
     """count() takes record counts from frame headers without their CRC, so a header whose
     record count disagrees with its implicit offsets is reported; the same damage is a
     CRC mismatch for a query that reads the body."""
-    import struct
 
     make_topic(storage_root, "hdr", partitions=1, count=40, per_frame=10,
                config={"segment.bytes": "1500"})
@@ -236,7 +240,7 @@ def test_count_checks_the_headers_it_reads(jspark, storage_root, tmp_path):
     assert len(segments) >= 3
     victim = segments[1]  # sealed: the log's end does not depend on it
     data = bytearray(victim.read_bytes())
-    struct.pack_into(">i", data, 57, 7)  # the first frame's record count: 10 -> 7
+    RECORD_COUNT.write(data, 0, 7)  # the first frame's record count: 10 -> 7
     victim.write_bytes(bytes(data))
     df = load(jspark, storage_root, subscribe="hdr")
     with pytest.raises(Exception) as info:
@@ -251,9 +255,17 @@ def test_count_checks_the_headers_it_reads(jspark, storage_root, tmp_path):
 # header fields a reader uses, with their (start, length) in the 61-byte header; the base
 # offset and leader epoch (bytes 0-8, 12-16) are outside the CRC by design (the broker
 # stamps them, as Kafka's RecordBatch) and are checked only for going back
-FUZZED_FIELDS = {"length": (8, 4), "magic": (16, 1), "crc": (17, 4), "attributes": (21, 2),
-                 "last offset delta": (23, 4), "timestamps": (27, 16),
-                 "producer": (43, 14), "record count": (57, 4)}
+def _span(first, last=None):
+    """(start, length) of header fields ``first`` to ``last`` (adjacent, inclusive)."""
+    last = last or first
+    return first.position, last.position + last.size - first.position
+
+
+FUZZED_FIELDS = {"length": _span(LENGTH), "magic": _span(MAGIC_FIELD), "crc": _span(CRC),
+                 "attributes": _span(ATTRIBUTES), "last offset delta": _span(LAST_OFFSET_DELTA),
+                 "timestamps": _span(FIRST_TIMESTAMP, MAX_TIMESTAMP),
+                 "producer": _span(PRODUCER_ID, BASE_SEQUENCE),
+                 "record count": _span(RECORD_COUNT)}
 CLEAN_ERRORS = ("corrupt frame in file:", "are beyond the end of the log",  # JVM reader
                 "sparklog.errors.CorruptRecordError: ")                       # Python reader
 
@@ -267,7 +279,6 @@ def test_fuzzed_frames_read_right_or_fail_cleanly(jspark, storage_root, tmp_path
     check, one flip took the JVM down). Both readers."""
     import random
     import re
-    import struct
     from collections import Counter
 
     make_topic(storage_root, "fz", partitions=1, count=60, per_frame=10,
@@ -279,7 +290,7 @@ def test_fuzzed_frames_read_right_or_fail_cleanly(jspark, storage_root, tmp_path
     frames, pos = [], 0
     while pos < len(pristine):
         frames.append(pos)
-        pos += 12 + struct.unpack_from(">i", pristine, pos + 8)[0]
+        pos += LOG_OVERHEAD + LENGTH.read(pristine, pos)
     df = load(jspark, storage_root, subscribe="fz", **{JVM_READER_OPTION: str(jvm).lower()})
     assert (JVM in scan_of(df)) == jvm
     want = sorted(r.value for r in df.select("value").collect())
@@ -289,7 +300,8 @@ def test_fuzzed_frames_read_right_or_fail_cleanly(jspark, storage_root, tmp_path
         for case in range(24):
             data = bytearray(pristine)
             frame = rng.choice(frames)
-            name, (start, width) = rng.choice(list(FUZZED_FIELDS.items()) + [("body", (61, 40))])
+            name, (start, width) = rng.choice(
+                list(FUZZED_FIELDS.items()) + [("body", (HEADER_SIZE, 40))])
             at = frame + start + rng.randrange(width)
             data[at] ^= 1 << rng.randrange(8)
             victim.write_bytes(bytes(data))
@@ -316,15 +328,14 @@ def test_fuzzed_frames_read_right_or_fail_cleanly(jspark, storage_root, tmp_path
 def test_frame_offsets_going_back_are_corruption(jspark, storage_root, tmp_path):
     """A frame whose base offset (outside the CRC, stamped by the broker) is below the
     previous frame's next offset is reported, not read as duplicate offsets."""
-    import struct
 
     make_topic(storage_root, "back", partitions=1, count=60, per_frame=5,
                config={"segment.bytes": "4000"})
     part = tmp_path / "log" / "topics" / "back" / "0"
     victim = sorted(part.glob("*.log"))[0]
     data = bytearray(victim.read_bytes())
-    second = 12 + struct.unpack_from(">i", data, 8)[0]  # the second frame's position
-    struct.pack_into(">q", data, second, 0)              # its base offset back to 0
+    second = LOG_OVERHEAD + LENGTH.read(data)  # the second frame's position
+    BASE_OFFSET.write(data, second, 0)         # its base offset back to 0
     victim.write_bytes(bytes(data))
     with pytest.raises(Exception) as info:
         load(jspark, storage_root, subscribe="back").collect()

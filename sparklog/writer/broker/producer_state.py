@@ -24,10 +24,10 @@ from dataclasses import dataclass
 
 from ...errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from ...format.header import NO_PRODUCER_ID, FrameHeader
+from ...log.layout import PRODUCER_SNAPSHOT_SUFFIX
 from ...storage.versioned import VersionedFile
 
 BATCHES_KEPT = 5
-SNAPSHOT_SUFFIX = ".producer-snapshot.json"
 _SEQ_MOD = 1 << 31
 
 
@@ -141,7 +141,7 @@ class ProducerSnapshots:
     """Versioned snapshot files of a partition's producer state."""
 
     def __init__(self, fileio, partition_dir: str):
-        self.file = VersionedFile(fileio, partition_dir, suffix=SNAPSHOT_SUFFIX, keep=2)
+        self.file = VersionedFile(fileio, partition_dir, suffix=PRODUCER_SNAPSHOT_SUFFIX, keep=2)
         self.version = 0
 
     def load(self, state: ProducerState) -> int | None:

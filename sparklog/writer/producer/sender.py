@@ -33,7 +33,6 @@ cleanly.
 from __future__ import annotations
 
 import logging
-import struct
 import threading
 import time
 from collections import defaultdict
@@ -45,8 +44,9 @@ from ...errors import (
     BrokerNotAvailableError, FencedLeaderEpochError, NotLeaderError, OutOfOrderSequenceError,
     RecordTooLargeError, SparklogError, UnknownTopicOrPartitionError,
 )
-from ...format.frame import crc32c, decode_frame, encode_frame, raw_batch, to_record_batch
-from ...format.header import CRC_START
+from ...format.frame import (
+    decode_frame, encode_frame, raw_batch, restamp_producer, to_record_batch,
+)
 from ...format.nullability import check_not_null
 from ...protocol.apis import ACKS_NONE, ApiKey
 from ...protocol.codec import error_from, raise_for_error
@@ -57,18 +57,6 @@ log = logging.getLogger(__name__)
 _METADATA_ERRORS = (NotLeaderError, UnknownTopicOrPartitionError, FencedLeaderEpochError,
                     BrokerNotAvailableError)
 _SEQUENCE_LIMIT = 1 << 31
-# header fields rewritten in frames built before the sequence is known (see header.py)
-CRC_POS, PRODUCER_ID_POS = 17, 43
-_CRC = struct.Struct(">I")
-_PRODUCER_FIELDS = struct.Struct(">qhi")  # producer id, producer epoch, base sequence
-
-
-def _stamped(frame, producer_id: int, producer_epoch: int, sequence: int) -> bytearray:
-    """A copy of ``frame`` with these producer fields (CRC redone)."""
-    out = bytearray(frame)
-    _PRODUCER_FIELDS.pack_into(out, PRODUCER_ID_POS, producer_id, producer_epoch, sequence)
-    _CRC.pack_into(out, CRC_POS, crc32c(memoryview(out)[CRC_START:]))
-    return out
 
 
 class IdempotenceState:
@@ -314,7 +302,7 @@ class Sender(threading.Thread):
         seq = idem.next_sequence(item.tp, count)
         if item.base_sequence < 0:
             item.base_sequence = seq
-        return _stamped(frame, idem.producer_id, idem.producer_epoch, seq)
+        return restamp_producer(frame, idem.producer_id, idem.producer_epoch, seq)
 
     def _send_request(self, node_id: int, group: list[InFlightBatch]) -> None:
         topics: dict[str, list] = defaultdict(list)
@@ -414,7 +402,7 @@ class Sender(threading.Thread):
             piece.producer_id, piece.epoch = item.producer_id, item.epoch
             if idem is not None and seq >= 0:
                 piece.base_sequence = seq
-                piece.frame = _stamped(b.frame, item.producer_id, item.epoch, seq)
+                piece.frame = restamp_producer(b.frame, item.producer_id, item.epoch, seq)
                 seq = (seq + b.count) % _SEQUENCE_LIMIT
             else:
                 piece.frame = b.frame

@@ -38,7 +38,6 @@ final class LogFiles {
   static final String SWAP_SUFFIX = ".log.swap";
   static final String LOG_START_SUFFIX = ".log-start-offset-checkpoint";
   private static final ObjectMapper JSON = new ObjectMapper();
-  private static final int INDEX_HEADER = 72;
 
   private LogFiles() {
   }
@@ -228,27 +227,31 @@ final class LogFiles {
     } catch (IOException e) {
       return 0;
     }
-    if (bytes.length < INDEX_HEADER) {
+    if (bytes.length < OffsetIndexHeader.SIZE) {
       return 0;
     }
     ByteBuffer b = ByteBuffer.wrap(bytes);  // big-endian
-    if (!new String(bytes, 0, 4, StandardCharsets.US_ASCII).equals("SLOI")
-        || b.getShort(4) != 1 || b.getLong(8) != seg.baseOffset
-        || b.getLong(24) != seg.listedSize) {
+    String magic = new String(bytes, OffsetIndexHeader.MAGIC_OFFSET,
+        OffsetIndexHeader.MAGIC.length(), StandardCharsets.US_ASCII);
+    if (!magic.equals(OffsetIndexHeader.MAGIC)
+        || b.getShort(OffsetIndexHeader.VERSION_OFFSET) != OffsetIndexHeader.VERSION
+        || b.getLong(OffsetIndexHeader.BASE_OFFSET_OFFSET) != seg.baseOffset
+        || b.getLong(OffsetIndexHeader.LOG_SIZE_OFFSET) != seg.listedSize) {
       return 0;
     }
     CRC32C crc = new CRC32C();
-    crc.update(bytes, 0, 64);
-    if ((int) crc.getValue() != b.getInt(64)) {
+    crc.update(bytes, 0, OffsetIndexHeader.HEADER_CRC_OFFSET);
+    if ((int) crc.getValue() != b.getInt(OffsetIndexHeader.HEADER_CRC_OFFSET)) {
       return 0;
     }
-    int entries = b.getInt(60);
-    if (entries < 0 || INDEX_HEADER + 8L * entries != bytes.length) {
+    int entries = b.getInt(OffsetIndexHeader.ENTRY_COUNT_OFFSET);
+    long entryBytes = (long) OffsetIndexHeader.ENTRY_SIZE * entries;
+    if (entries < 0 || OffsetIndexHeader.SIZE + entryBytes != bytes.length) {
       return 0;
     }
     crc.reset();
-    crc.update(bytes, INDEX_HEADER, 8 * entries);
-    if ((int) crc.getValue() != b.getInt(68)) {
+    crc.update(bytes, OffsetIndexHeader.SIZE, (int) entryBytes);
+    if ((int) crc.getValue() != b.getInt(OffsetIndexHeader.ENTRIES_CRC_OFFSET)) {
       return 0;
     }
     long rel = offset - seg.baseOffset;
@@ -257,9 +260,10 @@ final class LogFiles {
     long pos = 0;
     while (lo <= hi) {  // last entry with relative offset <= rel
       int mid = (lo + hi) >>> 1;
-      long r = Integer.toUnsignedLong(b.getInt(INDEX_HEADER + 8 * mid));
+      int entry = OffsetIndexHeader.SIZE + OffsetIndexHeader.ENTRY_SIZE * mid;
+      long r = Integer.toUnsignedLong(b.getInt(entry));
       if (r <= rel) {
-        pos = Integer.toUnsignedLong(b.getInt(INDEX_HEADER + 8 * mid + 4));
+        pos = Integer.toUnsignedLong(b.getInt(entry + OffsetIndexHeader.ENTRY_POSITION_OFFSET));
         lo = mid + 1;
       } else {
         hi = mid - 1;

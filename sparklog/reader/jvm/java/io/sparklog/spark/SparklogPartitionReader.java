@@ -55,12 +55,6 @@ import org.slf4j.LoggerFactory;
  */
 public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
   private static final Logger LOG = LoggerFactory.getLogger(SparklogPartitionReader.class);
-  static final int HEADER = 61;
-  private static final int CRC_START = 21;
-  private static final int MAGIC = 1;
-  private static final int CONTROL_BIT = 1 << 5;
-  private static final int EXPLICIT_OFFSETS_BIT = 1 << 6;
-  private static final int LOG_APPEND_TIME_BIT = 1 << 3;
 
   private static final int K_TOPIC = 0;
   private static final int K_PARTITION = 1;
@@ -81,7 +75,7 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
   private final List<AutoCloseable> batchResources = new ArrayList<>();
   private final OnHeapColumnVector offsetVector;
   private final OnHeapColumnVector timestampVector;
-  private final byte[] header = new byte[HEADER];
+  private final byte[] header = new byte[FrameHeader.SIZE];
   private byte[] buf = new byte[1 << 16];
 
   private long position;
@@ -151,7 +145,7 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
         position = range.end;  // no record left below the end (compaction gaps)
         break;
       }
-      if ((f.attributes & CONTROL_BIT) != 0) {
+      if ((f.attributes & FrameHeader.CONTROL_BIT) != 0) {
         position = Math.min(Math.max(position, f.lastOffset + 1), range.end);
         continue;
       }
@@ -327,7 +321,7 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
           continue;
         }
       }
-      if (filePos + HEADER > segLength) {
+      if (filePos + FrameHeader.SIZE > segLength) {
         if (filePos != segLength) {
           throw corrupt(filePos, (segLength - filePos) + " bytes left at the end of the "
               + "segment, less than a frame header");
@@ -338,7 +332,7 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
         continue;
       }
       try {
-        readAt(filePos, header, 0, HEADER);
+        readAt(filePos, header, 0, FrameHeader.SIZE);
       } catch (EOFException e) {
         if (indexed) {
           throw corrupt(filePos, "the segment ends inside a frame header");
@@ -352,10 +346,10 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
         continue;
       }
       ByteBuffer h = ByteBuffer.wrap(header);
-      long base = h.getLong(0);
-      int length = h.getInt(8);
-      int magic = h.get(16);
-      if (length < HEADER - 12 || magic != MAGIC) {
+      long base = FrameHeader.baseOffset(h);
+      int length = FrameHeader.length(h);
+      int magic = FrameHeader.magic(h);
+      if (length < FrameHeader.SIZE - FrameHeader.LOG_OVERHEAD || magic != FrameHeader.MAGIC) {
         throw corrupt(filePos, "bad frame header (length " + length + ", magic " + magic + ")");
       }
       if (base < nextOffset) {
@@ -365,37 +359,37 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
       if (base >= range.end) {
         return null;
       }
-      long fileEnd = filePos + length + 12L;
+      long fileEnd = filePos + length + (long) FrameHeader.LOG_OVERHEAD;
       if (fileEnd > segments.get(segIndex).listedSize && fileEnd > visibleLength()) {
         // checked before any skip or allocation: a damaged length must not send the
         // reader into another file position or allocate gigabytes
         throw indexed || segIndex + 1 < segments.size()
-            ? corrupt(filePos, "the frame of " + (length + 12L) + " bytes runs past the "
-                + "segment's end")
+            ? corrupt(filePos, "the frame of " + (length + (long) FrameHeader.LOG_OVERHEAD)
+                + " bytes runs past the segment's end")
             : beyondEnd();
       }
-      int size = length + 12;
-      long last = base + h.getInt(23);
+      int size = length + FrameHeader.LOG_OVERHEAD;
+      long last = base + FrameHeader.lastOffsetDelta(h);
       nextOffset = last + 1;
       if (last < position) {
         filePos += size;
         continue;
       }
-      int attributes = h.getShort(21) & 0xffff;
+      int attributes = FrameHeader.attributes(h);
       if (!needsBody(attributes) && filePos + size <= segments.get(segIndex).listedSize) {
         // nothing of the body is queried: the header alone answers (count(), offsets)
         Frame f = headerOnly(h, filePos, size);
         framesRead++;
-        bytesRead += HEADER;
+        bytesRead += FrameHeader.SIZE;
         filePos += size;
         return f;
       }
       if (buf.length < size) {
         buf = new byte[Math.max(size, buf.length * 2)];
       }
-      System.arraycopy(header, 0, buf, 0, HEADER);
+      System.arraycopy(header, 0, buf, 0, FrameHeader.SIZE);
       try {
-        readAt(filePos + HEADER, buf, HEADER, size - HEADER);
+        readAt(filePos + FrameHeader.SIZE, buf, FrameHeader.SIZE, size - FrameHeader.SIZE);
       } catch (EOFException e) {
         throw indexed || segIndex + 1 < segments.size()
             ? corrupt(filePos, "the frame of " + size + " bytes runs past the segment's end")
@@ -437,8 +431,9 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
    * {@code count()} from its footers.
    */
   private boolean needsBody(int attributes) {
-    return recordColumns || (attributes & (CONTROL_BIT | EXPLICIT_OFFSETS_BIT)) != 0
-        || (wantTimestamp && (attributes & LOG_APPEND_TIME_BIT) == 0);
+    return recordColumns
+        || (attributes & (FrameHeader.CONTROL_BIT | FrameHeader.EXPLICIT_OFFSETS_BIT)) != 0
+        || (wantTimestamp && (attributes & FrameHeader.LOG_APPEND_TIME_BIT) == 0);
   }
 
   /** The frame of header {@code h} without its body (implicit offsets, as
@@ -456,8 +451,8 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
   private Frame validate(long pos, int size) throws CorruptFrameException {
     ByteBuffer b = ByteBuffer.wrap(buf, 0, size);
     CRC32C crc = new CRC32C();
-    crc.update(buf, CRC_START, size - CRC_START);
-    int stored = b.getInt(17);
+    crc.update(buf, FrameHeader.CRC_START, size - FrameHeader.CRC_START);
+    int stored = FrameHeader.crc(b);
     if ((int) crc.getValue() != stored) {
       throw corrupt(pos, String.format("CRC32C mismatch (stored 0x%08x, computed 0x%08x)",
           stored, (int) crc.getValue()));
@@ -468,15 +463,15 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
   /** The header fields of the frame at {@code pos}, checked for consistency. */
   private Frame frameOf(ByteBuffer b, long pos, int size) throws CorruptFrameException {
     Frame f = new Frame();
-    f.base = b.getLong(0);
-    f.attributes = b.getShort(21) & 0xffff;
-    int lastDelta = b.getInt(23);
-    f.maxTimestamp = b.getLong(35);
-    f.recordCount = b.getInt(57);
+    f.base = FrameHeader.baseOffset(b);
+    f.attributes = FrameHeader.attributes(b);
+    int lastDelta = FrameHeader.lastOffsetDelta(b);
+    f.maxTimestamp = FrameHeader.maxTimestamp(b);
+    f.recordCount = FrameHeader.recordCount(b);
     if (f.recordCount <= 0 || lastDelta < f.recordCount - 1) {
       throw corrupt(pos, "record count " + f.recordCount + ", last offset delta " + lastDelta);
     }
-    int codec = f.attributes & 7;
+    int codec = f.attributes & FrameHeader.CODEC_MASK;
     if (codec > 2) {
       throw corrupt(pos, "unknown codec " + codec);
     }
@@ -489,13 +484,14 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
   // --- decoding ---------------------------------------------------------------------------
 
   private ColumnarBatch decode(Frame f) throws IOException {
-    boolean logAppendTime = (f.attributes & LOG_APPEND_TIME_BIT) != 0;
-    boolean explicit = (f.attributes & EXPLICIT_OFFSETS_BIT) != 0;
+    boolean logAppendTime = (f.attributes & FrameHeader.LOG_APPEND_TIME_BIT) != 0;
+    boolean explicit = (f.attributes & FrameHeader.EXPLICIT_OFFSETS_BIT) != 0;
     VectorSchemaRoot root = null;
     if (recordColumns || explicit || (wantTimestamp && !logAppendTime)) {
       ArrowStreamReader reader;
       try {
-        reader = new ArrowStreamReader(new ByteArrayInputStream(buf, HEADER, f.size - HEADER),
+        reader = new ArrowStreamReader(
+            new ByteArrayInputStream(buf, FrameHeader.SIZE, f.size - FrameHeader.SIZE),
             allocator, CommonsCompressionFactory.INSTANCE);
         batchResources.add(reader);
         if (!reader.loadNextBatch()) {

@@ -1,0 +1,116 @@
+"""Make the golden fixtures of the on-disk format (run once; the output is committed).
+
+    python tests/golden/make_golden.py            # rewrites tests/golden/data/
+
+Everything is written by the project's own code (TopicStore, PartitionLog, encode_frame)
+with fixed timestamps, producer ids and leader epochs, so the files hold no clock or
+random value. The tests (tests/golden/test_golden.py, and the JVM reader through them)
+decode these bytes and check every field against values stated in the tests: a change
+of the format in either language fails them. Regenerate only for a deliberate format
+change, and update the expected values (and docs/format.md) with it.
+
+Contents of ``data/`` (a storage root, docs/format.md):
+
+* ``raw``: a raw topic, partition 0, ``segment.bytes`` small enough that its first
+  segment is sealed (``.index`` and ``.timeindex``) and a second is active; idempotent
+  frames (producer id :data:`PRODUCER_ID`), keys, headers, leader epoch :data:`EPOCH`.
+* ``lz4``: one frame with lz4-compressed Arrow buffers, one with zstd.
+* ``typed``: a typed topic (declared schema) with a not-null column.
+* ``compacted``: one frame with explicit offsets (the ``__offset_delta`` column).
+* every topic's ``config`` file (``raw`` with topic configs).
+* ``planned-range.pickle``: a planned :class:`OffsetRange` pickled as Spark pickles
+  planned partitions (the contract the JVM reader unpickles with pyrolite).
+"""
+
+from __future__ import annotations
+
+import pickle
+import shutil
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+
+HERE = Path(__file__).resolve().parent
+if __package__ in (None, ""):
+    sys.path.insert(0, str(HERE.parent.parent))
+
+from sparklog.format.frame import encode_frame, raw_batch  # noqa: E402
+from sparklog.log.partition import PartitionLog  # noqa: E402
+from sparklog.metadata import TopicStore  # noqa: E402
+from sparklog.storage import open_fileio  # noqa: E402
+
+DATA = HERE / "data"
+PICKLE = HERE / "planned-range.pickle"
+BASE_TS = 1_700_000_000_000  # ms
+PRODUCER_ID, PRODUCER_EPOCH = 4242, 3
+EPOCH = 7  # leader epoch stamped into every frame
+RAW_CONFIG = {"segment.bytes": "2500", "retention.ms": "604800000",
+              "index.interval.bytes": "1", "message.timestamp.type": "CreateTime"}
+RAW_FRAMES = 5  # of RAW_PER_FRAME records each
+RAW_PER_FRAME = 3
+TYPED_SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False),
+                          pa.field("name", pa.string()), pa.field("score", pa.float64())])
+#: offsets of the compacted frame's records, relative to its base offset 0
+COMPACTED_DELTAS = [0, 2, 5]
+#: the pickled planned range: topic, partition, [start, end), root, fail_on_data_loss
+PLANNED = ("raw", 0, 2, 11, "file:///golden-root", True)
+
+
+def raw_record(offset: int) -> tuple[bytes, bytes, list, int]:
+    """Key, value, headers and timestamp of the raw topic's record at ``offset``."""
+    return (f"k{offset}".encode(), f"value-{offset}".encode(),
+            [("h", str(offset).encode())] if offset % 2 else None, BASE_TS + 1000 * offset)
+
+
+def _append(store, topic, frames, config=None):
+    with PartitionLog.open(store.fileio, store.partition_dir(topic, 0), config or {}) as plog:
+        for frame in frames:
+            plog.append(frame, leader_epoch=EPOCH)
+        plog.flush()
+
+
+def make(root: Path = DATA) -> None:
+    """Write the fixtures under ``root`` (replaced)."""
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    store = TopicStore(root.as_uri(), open_fileio(root.as_uri()))
+
+    store.create_topic("raw", 1, configs=RAW_CONFIG)
+    frames = []
+    for i in range(RAW_FRAMES):
+        recs = [raw_record(o) for o in range(i * RAW_PER_FRAME, (i + 1) * RAW_PER_FRAME)]
+        frames.append(encode_frame(
+            raw_batch([r[1] for r in recs], [r[0] for r in recs], [r[2] for r in recs]),
+            timestamps=[r[3] for r in recs], producer_id=PRODUCER_ID,
+            producer_epoch=PRODUCER_EPOCH, base_sequence=i * RAW_PER_FRAME))
+    _append(store, "raw", frames, RAW_CONFIG)
+
+    store.create_topic("lz4", 1)
+    _append(store, "lz4", [
+        encode_frame(raw_batch([b"x" * 64] * 4), timestamps=[BASE_TS] * 4,
+                     compression=codec) for codec in ("lz4", "zstd")])
+
+    store.create_topic("typed", 1, schema=TYPED_SCHEMA)
+    typed = pa.RecordBatch.from_pylist(
+        [{"id": 1, "name": "one", "score": 1.5}, {"id": 2, "name": None, "score": -2.0}],
+        schema=TYPED_SCHEMA)
+    _append(store, "typed", [encode_frame(typed, timestamps=[BASE_TS, BASE_TS + 1])])
+
+    store.create_topic("compacted", 1)
+    _append(store, "compacted", [encode_frame(
+        raw_batch([f"c{d}".encode() for d in COMPACTED_DELTAS],
+                  [f"k{d}".encode() for d in COMPACTED_DELTAS]),
+        timestamps=[BASE_TS + d for d in COMPACTED_DELTAS], offset_deltas=COMPACTED_DELTAS)])
+
+    from sparklog.reader.spark.planning import OffsetRange
+
+    PICKLE.write_bytes(pickle.dumps(OffsetRange(*PLANNED), protocol=pickle.HIGHEST_PROTOCOL))
+
+
+if __name__ == "__main__":
+    make()
+    for p in sorted(DATA.rglob("*")) + [PICKLE]:
+        if p.is_file():
+            print(f"{p.stat().st_size:6d}  {p.relative_to(HERE)}")
