@@ -179,7 +179,7 @@ def test_check_config_detects(case, tmp_path):
     result = check_config(root)
     lines = result.stdout.splitlines()
     assert result.returncode == 1, result.stdout
-    assert all(line.startswith(f"check-config: ") for line in lines), lines
+    assert all(line.startswith("check-config: ") for line in lines), lines
     assert any(line.startswith(f"check-config: {name}: ") and message in line
                for line in lines), lines
     if count is not None:

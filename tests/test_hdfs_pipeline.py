@@ -23,7 +23,7 @@ from brokerproc import BrokerProcess
 from clusterproc import produce_one
 from sparklog.format.frame import encode_frame, raw_batch
 from sparklog.metadata import TopicStore
-from sparklog.protocol import ApiKey, Connection
+from sparklog.protocol import Connection
 from test_broker import create, produce, read_values
 from test_cluster_failover import (
     PARTITIONS, ContinuousProducer, assert_exactly_once, leaders_killed_repeatedly,

@@ -322,10 +322,14 @@ def encode_body(batch: pa.RecordBatch, codec: str = "none") -> pa.Buffer:
 
 
 def decode_body(body) -> pa.RecordBatch:
-    """Decode an Arrow IPC body into its single record batch."""
+    """Decode an Arrow IPC body into its single record batch, structurally checked
+    (``RecordBatch.validate()``: buffer sizes against lengths and offsets, O(columns)) so
+    that a compressed body whose CRC matches but whose decompressed buffers do not fit
+    the metadata is a CorruptRecordError, never an array that is unsafe to read."""
     try:
         reader = ipc.open_stream(body if isinstance(body, pa.Buffer) else pa.py_buffer(body))
         batch = reader.read_next_batch()
+        batch.validate()
     except (pa.ArrowInvalid, StopIteration, OSError) as exc:
         raise CorruptRecordError(f"frame body is not a valid Arrow IPC batch: {exc}") from None
     return batch

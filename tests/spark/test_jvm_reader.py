@@ -267,7 +267,8 @@ FUZZED_FIELDS = {"length": _span(LENGTH), "magic": _span(MAGIC_FIELD), "crc": _s
                  "producer": _span(PRODUCER_ID, BASE_SEQUENCE),
                  "record count": _span(RECORD_COUNT)}
 CLEAN_ERRORS = ("corrupt frame in file:", "are beyond the end of the log",  # JVM reader
-                "sparklog.errors.CorruptRecordError: ")                       # Python reader
+                "sparklog.errors.CorruptRecordError: ",                       # Python reader
+                "sparklog.errors.DataLossError: ")  # Python reader: a damaged sealed segment
 
 
 @pytest.mark.parametrize("jvm", [True, False])

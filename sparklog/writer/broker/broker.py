@@ -26,7 +26,7 @@ from ...names import printable, validate_transactional_id
 from ...errors import (
     InvalidArgumentError, InvalidPartitionsError, InvalidProducerEpochError, LeaseHeldError,
     OffsetOutOfRangeError, PolicyViolationError, RequestTimedOutError, SparklogError,
-    UnknownTopicOrPartitionError, UnsupportedVersionError, error_name,
+    UnknownTopicOrPartitionError, UnsupportedVersionError,
 )
 from ...log.config import LogConfig
 from ...metadata import TopicStore, validate_partition
