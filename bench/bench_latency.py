@@ -67,6 +67,25 @@ def round_trips(address: str, rate: int, count: int) -> list[float]:
     return out
 
 
+def consume_latencies(address: str, topic: str, total: int, latencies: list,
+                      ready: threading.Event, done: threading.Event) -> None:
+    """Consumer side of a latency run: from the end of partition 0 of ``topic`` (``ready``
+    set once positioned), append each record's produce-to-consume latency in seconds
+    (its value starts with its send time, :data:`STAMP`) until ``total`` arrived or
+    ``done`` is set."""
+    with Consumer(bootstrap_servers=address, fetch_max_wait_ms=500) as consumer:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek_to_end(tp)
+        consumer.position(tp)
+        ready.set()
+        while len(latencies) < total and not done.is_set():
+            for records in consumer.poll(timeout_ms=100).values():
+                now = time.perf_counter_ns()
+                latencies.extend((now - STAMP.unpack_from(r.value)[0]) / 1e9
+                                 for r in records)
+
+
 def produce_consume(address: str, rate: int, seconds: float, linger_ms: float,
                      in_flight: int = 5) -> list[float]:
     """Latencies of ``rate * seconds`` records sent at ``rate`` records/s."""
@@ -75,20 +94,8 @@ def produce_consume(address: str, rate: int, seconds: float, linger_ms: float,
     ready = threading.Event()
     done = threading.Event()
 
-    def consume():
-        with Consumer(bootstrap_servers=address, fetch_max_wait_ms=500) as consumer:
-            tp = TopicPartition("latency", 0)
-            consumer.assign([tp])
-            consumer.seek_to_end(tp)
-            consumer.position(tp)
-            ready.set()
-            while len(latencies) < total and not done.is_set():
-                for records in consumer.poll(timeout_ms=100).values():
-                    now = time.perf_counter_ns()
-                    for r in records:
-                        latencies.append((now - STAMP.unpack_from(r.value)[0]) / 1e9)
-
-    thread = threading.Thread(target=consume)
+    thread = threading.Thread(target=consume_latencies,
+                              args=(address, "latency", total, latencies, ready, done))
     thread.start()
     ready.wait(30)
     pad = b"p" * (100 - STAMP.size)

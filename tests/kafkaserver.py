@@ -32,7 +32,7 @@ import uuid
 
 import pytest
 
-from processes import free_port, kill_process, stop_process
+from processes import file_tail, free_port, kill_process, stop_process
 
 MAIN_CLASS = "kafka.Kafka"
 STORAGE_TOOL = "kafka.tools.StorageTool"
@@ -189,11 +189,7 @@ class KafkaNode:
 
     def log_tail(self, n: int = 3000) -> str:
         """The last ``n`` characters of the node's output."""
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read()[-n:].decode("utf-8", "replace")
-        except OSError:
-            return ""
+        return file_tail(self.log_path, n)
 
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM (controlled shutdown), SIGKILL after ``timeout``, and reap."""

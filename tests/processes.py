@@ -17,6 +17,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def file_tail(path, n: int) -> str:
+    """The last ``n`` characters of a server's log file ("" when it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()[-n:].decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
 def stop_process(proc: subprocess.Popen | None, timeout: float) -> None:
     """SIGCONT (in case a test paused it) and SIGTERM ``proc``, SIGKILL after ``timeout``
     seconds, and reap it; nothing when it is None or already gone."""

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from processes import ManagedProcess, free_port
+from processes import ManagedProcess, file_tail, free_port
 
 JAVA_DIR = "/usr/share/java"
 ZOOKEEPER_JAR = os.path.join(JAVA_DIR, "zookeeper.jar")
@@ -155,11 +155,7 @@ class ZooKeeperServer(ManagedProcess):
 
     def log_tail(self, n: int = 2000) -> str:
         """The last ``n`` characters of the server's log."""
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read()[-n:].decode("utf-8", "replace")
-        except OSError:
-            return ""
+        return file_tail(self.log_path, n)
 
     def __enter__(self):
         return self.start()

@@ -247,26 +247,15 @@ def kafka_latency(bootstrap: str, topic: str, rate: int, seconds: float,
 def sparklog_latency(address: str, topic: str, rate: int, seconds: float,
                      linger_ms: float) -> list[float]:
     """The same load with sparklog's Producer and Consumer."""
-    from sparklog import Consumer, Producer, TopicPartition
+    from bench_latency import consume_latencies
+    from sparklog import Producer
 
     total = int(rate * seconds)
     latencies: list[float] = []
     ready, done = threading.Event(), threading.Event()
 
-    def consume():
-        with Consumer(bootstrap_servers=address, fetch_max_wait_ms=500) as consumer:
-            tp = TopicPartition(topic, 0)
-            consumer.assign([tp])
-            consumer.seek_to_end(tp)
-            consumer.position(tp)
-            ready.set()
-            while len(latencies) < total and not done.is_set():
-                for records in consumer.poll(timeout_ms=100).values():
-                    now = time.perf_counter_ns()
-                    latencies.extend((now - STAMP.unpack_from(r.value)[0]) / 1e9
-                                     for r in records)
-
-    thread = threading.Thread(target=consume)
+    thread = threading.Thread(target=consume_latencies,
+                              args=(address, topic, total, latencies, ready, done))
     thread.start()
     ready.wait(30)
     with Producer(address, acks=1, linger_ms=linger_ms) as producer:
