@@ -7,6 +7,7 @@ Bounded: a few hundred examples in all, well under a minute on loopback only."""
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,8 @@ def check_layout(root: Path, topics: set[str], groups: dict) -> None:
             assert parts[2] in topics, rel
         elif parts[0] == "deleted-topics":
             assert len(parts) <= 2, rel  # only emptied trash may remain
+        elif parts[0] == "brokers":  # the instance records of standalone brokers
+            assert len(parts) == 1 or re.fullmatch(r"\d+\.instance\.json", parts[1]), rel
         else:
             assert parts[0] in ("topics", "coordination"), rel
 

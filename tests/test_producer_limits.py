@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from brokerproc import BrokerProcess
 from conftest import free_port
@@ -189,6 +189,13 @@ def _single_frame(key, value, headers, codec) -> int:
           suppress_health_check=[HealthCheck.function_scoped_fixture,
                                  HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(config=_SETTINGS, specs=_RECORDS, bulk=st.integers(0, 400))
+# found in CI: an idempotent producer whose record fails for good (too large for the
+# shrunk limit) while later batches are in flight must resend those under its new
+# identity, not fail them with OutOfOrderSequence
+@example(config={"compression_type": "none", "batch_size": 262144, "linger_ms": 0,
+                 "max_request_size": 8192, "max_message_bytes": 8192, "segment_bytes": 8192,
+                 "enable_idempotence": True, "stale": True},
+         specs=[(0, False, False, False)] * 30 + [(3057, False, False, False)], bulk=19)
 def test_property_every_acknowledged_record_reads_back(sized, config, specs, bulk):
     started = time.monotonic()
     config = dict(config)
@@ -242,4 +249,4 @@ def test_property_every_acknowledged_record_reads_back(sized, config, specs, bul
         assert h.size <= limit
         if h.record_count > 1:
             assert h.size <= config["batch_size"]
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < 60

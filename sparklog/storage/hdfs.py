@@ -623,6 +623,14 @@ class HadoopFileIO(FileIO):
         out.sort(key=lambda f: f.name)
         return out
 
+    def set_replication(self, path: str, replication: int) -> bool:
+        """``FileSystem.setReplication`` of one file (the NameNode adds or removes block
+        replicas in the background)."""
+        path, p = self._p(path)
+        self._java_call("setReplication", self.url(p), self._fs.setReplication,
+                        self._path(p), check_int(replication, "replication", 1))
+        return True
+
     def mkdirs(self, path: str) -> None:
         """Create the directory and its parents (FileAlreadyExistsError if a file is in
         the way)."""

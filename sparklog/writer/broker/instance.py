@@ -51,7 +51,8 @@ class InstanceRecord:
         mine = {"host": HOST, "pid": pid, "start": proc_start(pid), "token": uuid.uuid4().hex}
         previous = self._read()
         if previous is not None and previous.get("host") == HOST and owner_alive(previous):
-            log.warning("%s: pid %s on this host still runs this broker on this storage; "
+            # said at INFO: each of its partitions is refused with its own LeaseHeldError
+            log.info("%s: pid %s on this host still runs this broker on this storage; "
                         "its partitions stay refused (LeaseHeldError) while it lives",
                         self.path, previous.get("pid"))
             return False

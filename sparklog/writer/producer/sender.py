@@ -364,6 +364,18 @@ class Sender(threading.Thread):
         retriable = isinstance(exc, SparklogError) and exc.retriable
         if isinstance(exc, OutOfOrderSequenceError) and self.acc.earlier_pending(item):
             retriable = True  # the gap is an earlier batch of ours, being retried
+        idem = self.idempotence
+        if isinstance(exc, OutOfOrderSequenceError) and idem is not None \
+                and not self._forced and item.attempts <= self.retries \
+                and (idem.bump_needed or (item.producer_id, item.epoch)
+                     != (idem.producer_id, idem.producer_epoch)) \
+                and time.monotonic() - item.created < self.delivery_timeout:
+            # an earlier batch of ours failed for good and sequences restart under a new
+            # producer identity: this one was refused unappended (out of order), so it
+            # is sent again, stamped anew (Kafka re-sequences such batches, KIP-360)
+            item.frame, item.base_sequence = None, -1
+            self.acc.requeue(item, 0)
+            return
         if isinstance(exc, _METADATA_ERRORS):
             self._stale.add(item.tp[0])
         if isinstance(exc, RecordTooLargeError) and item.frame is not None \
@@ -377,7 +389,6 @@ class Sender(threading.Thread):
                       item.attempts, exc)
             self.acc.requeue(item, self.retry_backoff)
             return
-        idem = self.idempotence
         if idem is not None and item.base_sequence >= 0 \
                 and (item.producer_id, item.epoch) == (idem.producer_id, idem.producer_epoch):
             if outcome_known and not self.acc.others_pending(item):
