@@ -32,7 +32,8 @@ import uuid
 
 import pytest
 
-from processes import file_tail, free_port, kill_process, stop_process
+from processes import (file_tail, free_port, kill_process, serve_until_interrupted,
+                       stop_process)
 
 MAIN_CLASS = "kafka.Kafka"
 STORAGE_TOOL = "kafka.tools.StorageTool"
@@ -291,9 +292,4 @@ def kafka_broker(tmp_path_factory):
 if __name__ == "__main__":  # manual use: python tests/kafkaserver.py [N] -> until Ctrl-C
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 1
     with KafkaCluster(tempfile.mkdtemp(prefix="sparklog-kafka-"), n) as kc:
-        print(f"Kafka on {kc.bootstrap}; Ctrl-C stops it", file=sys.stderr)
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
+        serve_until_interrupted(f"Kafka on {kc.bootstrap}")

@@ -8,6 +8,8 @@ import os
 import signal
 import socket
 import subprocess
+import sys
+import time
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -78,3 +80,14 @@ class ManagedProcess:
     def resume(self) -> None:
         """SIGCONT a paused process."""
         os.kill(self.proc.pid, signal.SIGCONT)
+
+
+def serve_until_interrupted(what: str) -> None:
+    """Manual use of a fixture module (``python tests/zkserver.py``): say what runs, then
+    wait until Ctrl-C."""
+    print(f"{what}; Ctrl-C stops it", file=sys.stderr)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass

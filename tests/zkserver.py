@@ -25,7 +25,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -34,7 +33,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from processes import ManagedProcess, file_tail, free_port
+from processes import ManagedProcess, file_tail, free_port, serve_until_interrupted
 
 JAVA_DIR = "/usr/share/java"
 ZOOKEEPER_JAR = os.path.join(JAVA_DIR, "zookeeper.jar")
@@ -299,9 +298,4 @@ def zookeeper(zookeeper_server):
 
 if __name__ == "__main__":  # manual use: python tests/zkserver.py -> runs until Ctrl-C
     with ZooKeeperServer(tempfile.mkdtemp(prefix="sparklog-zk-")) as zk:
-        print(f"ZooKeeper on {zk.hosts} (pid {zk.pid}); Ctrl-C stops it", file=sys.stderr)
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
+        serve_until_interrupted(f"ZooKeeper on {zk.hosts} (pid {zk.pid})")

@@ -1,8 +1,11 @@
 """Java artifacts from Maven Central, resolved with the machine's ``mvn`` into a user cache.
 
 Each set of Java artifacts sparklog uses is a small Maven project in this package,
-``sparklog/maven/<name>/pom.xml`` (package data): ``hadoop`` (Apache Hadoop's HDFS client
-and daemons), ``delta`` (delta-spark for Spark 4.1), ... :func:`classpath` resolves one
+``sparklog/maven/<name>/pom.xml`` (package data): ``hadoop`` (Apache Hadoop's HDFS
+daemons and client, for the tests' cluster), ``hadoop-client`` (Hadoop's shaded client,
+what the ``hdfs://`` backend loads), ``delta`` (delta-spark for Spark 4.1), ``kafka``
+(Apache Kafka's broker and tools, the peer of the tests and bench/peers) and
+``spark-kafka`` (Spark's Kafka source). :func:`classpath` resolves one
 with ``mvn dependency:build-classpath`` (artifacts in Maven's own local repository,
 ``~/.m2`` by default, never in the source tree) and remembers the resulting class path in
 the per-user cache (``$SPARKLOG_CACHE_DIR``, else ``$XDG_CACHE_HOME/sparklog``, else

@@ -107,7 +107,15 @@ def _time_out(futures, timeout_ms: int) -> None:
 
 
 class Broker:
-    """A sparklog broker serving ``storage_uri`` (see the module docstring)."""
+    """A sparklog broker serving ``storage_uri`` (see the module docstring).
+
+    ``config`` holds the broker properties (Kafka's names); ``store`` the coordination
+    store (default: ZooKeeper when ``zookeeper.connect`` is set, else the storage's
+    local store); ``fileio`` the storage (default: opened from ``storage_uri``);
+    ``metrics`` turns the Prometheus metrics on; ``refusal_log_level`` is the logging
+    level of refused partition writes (WARNING; an embedded broker, whose in-process
+    client reports each refusal to its caller, uses DEBUG).
+    """
 
     def __init__(self, storage_uri: str, config: BrokerConfig | None = None, *,
                  store: CoordinationStore | None = None, fileio: FileIO | None = None,
