@@ -694,7 +694,7 @@ class Broker:
                                     log_start_offset=res.log_start_offset, records=records)
                         total += res.size
                         if self.metrics is not None and res.size:
-                            self.metrics.bytes_out.labels(topic).inc(res.size)
+                            self.metrics.sent(topic, res.size)
                     except OffsetOutOfRangeError as e:
                         base.update(error_fields(e), high_watermark=w.log.high_watermark,
                                     log_start_offset=w.log.log_start_offset)

@@ -145,6 +145,10 @@ class BrokerMetrics:
             series.total_fetch.inc()
             series.failed_fetch.inc()
 
+    def sent(self, topic: str, size: int) -> None:
+        """A Fetch response carries ``size`` bytes of ``topic``'s frames (BytesOut)."""
+        self._children(topic).bytes_out.inc(size)
+
     def fetched(self, results) -> None:
         """A Fetch response's ``(topic, partition item)`` pairs: each counts once in
         TotalFetchRequests of its topic, and once more in FailedFetchRequests and in the
