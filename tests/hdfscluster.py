@@ -350,8 +350,8 @@ class HdfsCluster:
 
     def start_datanode(self, i: int, timeout: float = 60.0) -> None:
         """(Re)start DataNode ``i`` on its old ports and data, and wait until it has
-        registered with the NameNode (its block pool service RUNNING, heartbeats
-        answered: its own JMX) and the NameNode lists it."""
+        registered with the NameNode (its block pool service RUNNING and a heartbeat
+        answered by the active NameNode: its own JMX) and the NameNode lists it."""
         dn = self.datanodes[i]
         dn.start()
         deadline = time.monotonic() + timeout
@@ -366,8 +366,10 @@ class HdfsCluster:
                 live = json.loads(self.jmx("NameNode", "NameNodeInfo").get("LiveNodes", "{}"))
             except (OSError, ValueError):  # HTTP server not up yet
                 actors, live = [], {}
-            if any(a.get("ActorState") == "RUNNING" and a.get("LastHeartbeatResponseTime")
-                   not in (None, "0") for a in actors) and dn.xfer_address in live:
+            # NamenodeHaState is set from the first heartbeat response (LastHeartbeat* are
+            # seconds *since* the last one: "0" right after it, not "never")
+            if any(a.get("ActorState") == "RUNNING" and a.get("NamenodeHaState") == "active"
+                   for a in actors) and dn.xfer_address in live:
                 return
             time.sleep(0.2)
         raise RuntimeError(f"{dn.name} did not register with the NameNode within "
