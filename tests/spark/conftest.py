@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 
@@ -12,6 +14,22 @@ def sl_spark(spark):
 
     sparklog.spark.register(spark)
     return spark
+
+
+@pytest.fixture(scope="session")
+def jspark(sl_spark):
+    """The shared session, when the JVM reader's jar (the JVM provider of
+    ``format("sparklog")``) is on its classpath; skips, saying why, otherwise."""
+    from sparklog.reader.jvm import jar_path
+
+    jar = jar_path(build=False)
+    if jar is None:
+        reason = "the JVM reader jar cannot be built here (no javac): nothing to test"
+        print(reason, file=sys.stderr)
+        pytest.skip(reason)
+    if jar not in (sl_spark.sparkContext.getConf().get("spark.jars") or ""):
+        pytest.skip("the test Spark session was started without the JVM reader jar")
+    return sl_spark
 
 
 def load(spark, root, **options):

@@ -33,19 +33,6 @@ pytestmark = pytest.mark.spark
 JVM = "JVM columnar reader"
 
 
-@pytest.fixture(scope="module")
-def jspark(sl_spark):
-    """The shared session, when the JVM reader's jar is on its classpath."""
-    jar = jar_path(build=False)
-    if jar is None:
-        reason = "the JVM reader jar cannot be built here (no javac): nothing to test"
-        print(reason, file=sys.stderr)
-        pytest.skip(reason)
-    if jar not in (sl_spark.sparkContext.getConf().get("spark.jars") or ""):
-        pytest.skip("the test Spark session was started without the JVM reader jar")
-    return sl_spark
-
-
 def scan_of(df) -> str:
     """The physical plan (planning the scan) of ``df``, as text."""
     return df._jdf.queryExecution().executedPlan().toString()

@@ -12,10 +12,13 @@ checkpoint: ``{"events": {"0": 1200, "1": 1187}}`` (the next offset to read).
 * ``partitions(start, end)`` plans ``[start, end)`` per partition (data-loss checks,
   ``minPartitions`` splits); the tasks read storage directly.
 * with ``kafka.group.id`` and a broker, the processed offsets are published to that
-  consumer group for lag monitoring (the checkpoint stays the truth): on ``commit(end)``
-  and, since Spark commits a batch to its source only when it constructs the next one,
-  also as the start of each planned batch (the end of a batch Spark has committed).
-  The published offsets therefore trail by one micro-batch when a query stops.
+  consumer group for lag monitoring (the checkpoint stays the truth): on ``commit(end)``,
+  and, since Spark commits a batch to its source only when it constructs the next one
+  (never the last batch of a ``Trigger.AvailableNow`` run), also when Spark next asks
+  for ``latestOffset()``: Spark runs one micro-batch at a time, so by then the batch
+  planned last has been processed. A run that drained its backlog therefore leaves the
+  group at the offsets it processed (with the JVM provider: without it Spark asks for
+  the latest offset once per AvailableNow run, see below).
 
 PySpark 4.1 gives Python sources no admission control (``latestOffset()`` takes no
 start or limit), so the reader caps batches itself from the last end offset it handed
@@ -92,6 +95,7 @@ class SparklogStreamReader(DataSourceStreamReader):
         self.schema = schema
         self._position: dict | None = None
         self._catalog = None
+        self._unpublished: dict | None = None  # end of the batch planned last
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -123,7 +127,11 @@ class SparklogStreamReader(DataSourceStreamReader):
 
     def latestOffset(self) -> dict:
         """The high watermark of every subscribed partition, capped by the per-trigger
-        limits from the current position."""
+        limits from the current position. Spark asks once the batch planned last has
+        been processed: its end is published to ``kafka.group.id`` first."""
+        if self._unpublished:
+            self._publish(self._unpublished)
+            self._unpublished = None
         states = self._states()
         latest = {tp: s.high_watermark for tp, s in states.items()}
         if self.opts.max_offsets_per_trigger or self.opts.max_bytes_per_trigger:
@@ -144,6 +152,7 @@ class SparklogStreamReader(DataSourceStreamReader):
         if begin == until:
             return []
         self._publish(begin)
+        self._unpublished = until
         fail = self.opts.fail_on_data_loss
         for tp in sorted(set(begin) - set(until)):
             report_data_loss(fail, tp[0], tp[1], begin[tp], None,

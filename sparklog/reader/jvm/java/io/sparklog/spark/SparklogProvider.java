@@ -1,11 +1,18 @@
 package io.sparklog.spark;
 
+import java.util.HashMap;
 import java.util.Map;
 
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.SQLContext;
+import org.apache.spark.sql.SaveMode;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableProvider;
 import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
+import org.apache.spark.sql.sources.BaseRelation;
+import org.apache.spark.sql.sources.CreatableRelationProvider;
 import org.apache.spark.sql.sources.DataSourceRegister;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
@@ -21,10 +28,22 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * source of the same name, so with this jar on the classpath {@code spark.read.format("sparklog")}
  * resolves here. The Python source must still be registered in the session (as without
  * the jar): {@code sparklog.spark.register(spark)} or the {@code pyspark_sparklog} module.
+ *
+ * <p>Batch writes take Spark's V1 path ({@link CreatableRelationProvider}), as Spark's Kafka
+ * sink does, so that {@code df.write.format("sparklog").save()} works with the default save
+ * mode (ErrorIfExists), which a V2 table cannot accept: {@link #createRelation} refuses
+ * Overwrite and Ignore as the Kafka sink does and appends through the Python writer.
  */
-public class SparklogProvider implements TableProvider, DataSourceRegister {
+public class SparklogProvider
+    implements TableProvider, DataSourceRegister, CreatableRelationProvider {
   /** The format name, shared with the Python data source. */
   public static final String SHORT_NAME = "sparklog";
+
+  /**
+   * Internal option set by {@link #createRelation} on its own append: the table it gets
+   * then offers Spark's V2 batch write (the Python writer). Never passed to Python.
+   */
+  static final String V2_APPEND = "__sparklog.v2.append";
 
   private final PythonDataSourceV2 delegate;
 
@@ -56,6 +75,43 @@ public class SparklogProvider implements TableProvider, DataSourceRegister {
 
   @Override
   public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
-    return new SparklogTable(delegate.getTable(schema, partitioning, properties), delegate);
+    boolean batchWrite = properties.containsKey(V2_APPEND);
+    Map<String, String> rest = properties;
+    if (batchWrite) {
+      rest = new HashMap<>(properties);
+      rest.remove(V2_APPEND);
+    }
+    return new SparklogTable(delegate.getTable(schema, partitioning, rest), delegate, batchWrite);
+  }
+
+  /**
+   * A batch write ({@code df.write.format("sparklog")...save()}): Append and ErrorIfExists
+   * (the default) append the rows to the topic through the Python writer; Overwrite and
+   * Ignore are refused (a topic is an append-only log), as Spark's Kafka sink refuses them.
+   */
+  @Override
+  public BaseRelation createRelation(SQLContext sqlContext, SaveMode mode,
+                                     scala.collection.immutable.Map<String, String> parameters,
+                                     Dataset<Row> data) {
+    if (mode == SaveMode.Overwrite || mode == SaveMode.Ignore) {
+      throw new IllegalArgumentException(
+          "save mode " + mode.name().toLowerCase(java.util.Locale.ROOT) + " is not supported: "
+              + "a topic is an append-only log (use the default mode or mode('append'))");
+    }
+    Map<String, String> options = new HashMap<>(scala.jdk.javaapi.CollectionConverters.asJava(parameters));
+    options.put(V2_APPEND, "true");
+    data.write().format(SHORT_NAME).mode(SaveMode.Append).options(options).save();
+    StructType schema = data.schema();
+    return new BaseRelation() {
+      @Override
+      public SQLContext sqlContext() {
+        return sqlContext;
+      }
+
+      @Override
+      public StructType schema() {
+        return schema;
+      }
+    };
   }
 }

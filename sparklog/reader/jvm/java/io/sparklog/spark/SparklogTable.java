@@ -1,5 +1,6 @@
 package io.sparklog.spark;
 
+import java.util.EnumSet;
 import java.util.HashMap;
 import java.util.Map;
 import java.util.Set;
@@ -21,16 +22,20 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
  * The table of {@link SparklogProvider}: the Python source's table (reads, writes, streams)
- * with its scan builder wrapped so batch scans can run on the JVM.
+ * with its scan builder wrapped so batch scans can run on the JVM. Batch writes are offered
+ * only to the provider's own append ({@code batchWrite}); any other batch write takes
+ * Spark's V1 path to {@link SparklogProvider#createRelation}.
  */
 public class SparklogTable implements Table, SupportsRead, SupportsWrite {
   private final Table delegate;
   private final PythonDataSourceV2 provider;
+  private final boolean batchWrite;
 
   /** Wraps the Python data source's table, made by {@code provider}. */
-  public SparklogTable(Table delegate, PythonDataSourceV2 provider) {
+  public SparklogTable(Table delegate, PythonDataSourceV2 provider, boolean batchWrite) {
     this.delegate = delegate;
     this.provider = provider;
+    this.batchWrite = batchWrite;
   }
 
   @Override
@@ -61,7 +66,12 @@ public class SparklogTable implements Table, SupportsRead, SupportsWrite {
 
   @Override
   public Set<TableCapability> capabilities() {
-    return delegate.capabilities();
+    Set<TableCapability> capabilities = EnumSet.noneOf(TableCapability.class);
+    capabilities.addAll(delegate.capabilities());
+    if (!batchWrite) {
+      capabilities.remove(TableCapability.BATCH_WRITE);
+    }
+    return capabilities;
   }
 
   /** Stream options that cap each micro-batch (the Python stream applies them). */
@@ -102,6 +112,36 @@ public class SparklogTable implements Table, SupportsRead, SupportsWrite {
 
   @Override
   public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
-    return ((SupportsWrite) delegate).newWriteBuilder(info);
+    Map<String, String> options = new HashMap<>(info.options().asCaseSensitiveMap());
+    if (options.remove(SparklogProvider.V2_APPEND) == null) {
+      return ((SupportsWrite) delegate).newWriteBuilder(info);
+    }
+    CaseInsensitiveStringMap rest = new CaseInsensitiveStringMap(options);
+    return ((SupportsWrite) delegate).newWriteBuilder(new LogicalWriteInfo() {
+      @Override
+      public CaseInsensitiveStringMap options() {
+        return rest;
+      }
+
+      @Override
+      public String queryId() {
+        return info.queryId();
+      }
+
+      @Override
+      public StructType schema() {
+        return info.schema();
+      }
+
+      @Override
+      public java.util.Optional<StructType> rowIdSchema() {
+        return info.rowIdSchema();
+      }
+
+      @Override
+      public java.util.Optional<StructType> metadataSchema() {
+        return info.metadataSchema();
+      }
+    });
   }
 }
