@@ -228,3 +228,36 @@ def test_three_datanodes_replicate_and_a_writer_outlives_one_of_them(tmp_path):
         cluster.start_datanode(0)
         assert cluster.datanodes[0].running and _time.monotonic() - started < 60
         fs.close()
+
+
+_EXIT_WITH_OPEN_STREAM = """
+import sys
+from sparklog.storage import open_fileio
+url, name = sys.argv[1], sys.argv[2]
+fs = open_fileio(url)
+out = fs.create(url + "/" + name)
+out.write(b"written before exit")
+out.flush()  # hflushed, not closed: the exit hook closes the file
+"""
+
+
+def test_a_process_exits_cleanly_and_its_open_files_are_closed(hdfs_cluster):
+    """A Python process that used hdfs:// exits with status 0 (not a crash of the JVM's
+    destruction at exit), five times in a row; a stream it left open is closed at exit
+    (Hadoop's FileSystems closed by sparklog's exit hook): the file is complete on the
+    NameNode (not under construction) and its lease released."""
+    url = hdfs_cluster.hdfs_uri + "/exits"
+    env = dict(hdfs_cluster.env(), PYTHONPATH=os.pathsep.join(
+        filter(None, [REPO, os.environ.get("PYTHONPATH")])))
+    fs = open_fileio(url)
+    for i in range(5):
+        name = f"left-open-{i}-{uuid.uuid4().hex}"
+        proc = subprocess.run([sys.executable, "-c", _EXIT_WITH_OPEN_STREAM, url, name],
+                              capture_output=True, text=True, timeout=120, env=env)
+        assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+        assert fs.read_all(f"{url}/{name}") == b"written before exit"
+        listing = hdfs_cluster.run_tool("fsck", f"/exits/{name}", "-openforwrite").stdout
+        assert "OPENFORWRITE" not in listing, listing
+        with fs.create(f"{url}/{name}", overwrite=True) as out:  # no lease left behind
+            out.write(b"x")
+    fs.close()
