@@ -25,8 +25,6 @@ a Java exception into the sparklog error of the storage contract.
 
 from __future__ import annotations
 
-import atexit
-import logging
 import os
 import shlex
 import shutil
@@ -40,8 +38,6 @@ from sparklog.errors import (
     StorageError,
     StorageFileNotFoundError,
 )
-
-log = logging.getLogger(__name__)
 
 _LOCK = threading.Lock()
 _STARTED_PID: int | None = None
@@ -182,28 +178,7 @@ def start() -> None:
                                f"17+ runtime): {e}") from e
         _log4j_setup(opts)
         _check_hadoop_loadable()
-        atexit.register(_close_at_exit)  # runs before JPype's own exit hook (LIFO)
         _STARTED_PID = os.getpid()
-
-
-def _close_at_exit() -> None:
-    """Python is exiting: close Hadoop's cached FileSystems (their open output streams
-    and lease renewers) while the interpreter is whole, then let JPype leave the JVM
-    standing instead of destroying it (``jpype.config.destroy_jvm``): destroying a JVM
-    whose client threads are still attached is what crashed processes at exit (SIGSEGV
-    in JPype's shutdown, a known JPype hazard); the process ends either way, and the
-    shutdown hooks that would have run are Hadoop's FileSystem cache close, done here."""
-    if _STARTED_PID != os.getpid():
-        return
-    import jpype
-
-    if not jpype.isJVMStarted():
-        return
-    try:
-        jpype.JClass("org.apache.hadoop.fs.FileSystem").closeAll()
-    except Exception as exc:  # noqa: BLE001 - exiting: report, never raise
-        log.warning("closing Hadoop's file systems at exit failed: %s", exc)
-    jpype.config.destroy_jvm = False
 
 
 def _check_hadoop_loadable() -> None:
