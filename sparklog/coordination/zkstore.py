@@ -417,11 +417,6 @@ class ZkCoordinationStore(CoordinationStore):
         self.view.stop()
         close_zk(self.client)
 
-    @property
-    def registered_broker(self) -> BrokerInfo | None:
-        """The broker registered through this store, if any."""
-        return self._broker
-
     def __repr__(self) -> str:
         broker = self._broker and self._broker.node_id
         return f"ZkCoordinationStore({self.connect!r}, broker={broker})"

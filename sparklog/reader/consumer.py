@@ -343,8 +343,7 @@ class Consumer:
         return {tp for tp, st in self._states.items() if st.paused}
 
     # --- polling ----------------------------------------------------------------------
-    def poll(self, timeout_ms: int = 0, max_records: int | None = None,
-             update_offsets: bool = True) -> dict:
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict:
         """Records fetched since the last poll, waiting up to ``timeout_ms`` for some:
         ``{TopicPartition: [ConsumerRecord]}`` (at most ``max_records`` in all)."""
         return self._poll(timeout_ms, max_records, batches=False)
