@@ -94,6 +94,12 @@ class CoordinationStore(abc.ABC):
     unreachable.
     """
 
+    #: True when a controller assigns each partition's leader (ZooKeeper): a broker then
+    #: opens a partition only when told it leads it, follows the store's leadership
+    #: changes, and creates, alters and deletes topics through the controller. False
+    #: (the local store): the broker that opens a partition takes its leadership.
+    assigns_leaders: bool = False
+
     # --- cluster and brokers -----------------------------------------------------------
     @abc.abstractmethod
     def cluster_id(self) -> str:

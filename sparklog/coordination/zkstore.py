@@ -77,6 +77,8 @@ class ZkCoordinationStore(CoordinationStore):
     ``auto_leader_rebalance``: the controller's ``auto.leader.rebalance.enable``.
     """
 
+    assigns_leaders = True  # the controller's (see CoordinationStore)
+
     def __init__(self, connect: str, *, topic_store=None,
                  session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
                  connection_timeout_ms: int | None = None,
