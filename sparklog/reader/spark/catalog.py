@@ -11,6 +11,7 @@ Two catalogs answer the same questions:
   timestamp; the broker names the storage root the tasks read from.
 
 Either way the tasks read the data from storage, never through a broker.
+:func:`~sparklog.reader.spark.catalogs.open_catalog` picks one from the source's options.
 """
 
 from __future__ import annotations
@@ -114,13 +115,3 @@ def open_log_reader(store: TopicStore, topic: str, partition: int):
     from ...log.reader import LogReader
 
     return LogReader(store.fileio, store.partition_dir(topic, partition))
-
-
-def open_catalog(opts) -> Catalog:
-    """The catalog for parsed source options: broker when ``bootstrap.servers`` is set,
-    else the storage root ``path``."""
-    if opts.bootstrap_servers:
-        from .broker_catalog import BrokerCatalog
-
-        return BrokerCatalog(opts.bootstrap_servers, opts.path)
-    return StorageCatalog(opts.path)
