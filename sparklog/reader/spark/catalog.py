@@ -20,7 +20,7 @@ import abc
 
 from ...errors import StorageFileNotFoundError, UnknownTopicOrPartitionError
 from ...metadata import TopicConfig, TopicStore
-from .planning import PartitionState
+from .planning import LogSnapshot
 
 
 class Catalog(abc.ABC):
@@ -40,7 +40,7 @@ class Catalog(abc.ABC):
 
     @abc.abstractmethod
     def partition_states(self, topic: str, partitions) -> dict:
-        """{partition: PartitionState} for the given partitions of ``topic``."""
+        """{partition: LogSnapshot} for the given partitions of ``topic``."""
 
     @abc.abstractmethod
     def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
@@ -91,14 +91,14 @@ class StorageCatalog(Catalog):
         return self._readers[key]
 
     def partition_states(self, topic: str, partitions) -> dict:
-        """{partition: PartitionState} read from the partition logs."""
+        """{partition: LogSnapshot} read from the partition logs."""
         out = {}
         for p in partitions:
             reader = self.log_reader(topic, p)
             high_watermark = reader.log_end_offset()
             log_start = reader.log_start_offset()
             segments = tuple((s.base_offset, s.size) for s in reader.segments())
-            out[p] = PartitionState(topic, p, log_start, high_watermark, segments)
+            out[p] = LogSnapshot(topic, p, log_start, high_watermark, segments)
         return out
 
     def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int | None:

@@ -8,7 +8,7 @@ collaborators; each handler is ``async (body, ctx) -> response dict``.
 
 from __future__ import annotations
 
-from ...coordination.base import OffsetAndMetadata
+from ...coordination.base import CommittedOffset
 from ...names import validate_group_id
 from ...errors import GroupIdNotFoundError, NonEmptyGroupError, SparklogError
 from ...metadata import validate_partition
@@ -147,7 +147,7 @@ class GroupApis:
                         raise failure
                     tc = await self.partitions.topic_config(t["name"])
                     validate_partition(p["partition"], tc.partitions, t["name"])
-                    offsets[(t["name"], p["partition"])] = OffsetAndMetadata(
+                    offsets[(t["name"], p["partition"])] = CommittedOffset(
                         p["offset"], p["metadata"])
                 except SparklogError as exc:
                     item.update(error_fields(exc))

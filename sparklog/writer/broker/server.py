@@ -87,7 +87,7 @@ class ByteBudget:
                 waiter.set_result(None)
 
 
-class Connection:
+class ClientConnection:
     """One client connection (see the module docstring)."""
 
     def __init__(self, broker, receiver):
@@ -230,11 +230,11 @@ class Connection:
 
 def accept(broker, receiver) -> None:
     """A new connection arrived (its :class:`RequestReceiver` is connected): serve it."""
-    conn = Connection(broker, receiver)
+    conn = ClientConnection(broker, receiver)
     conn.task = asyncio.get_running_loop().create_task(_serve(broker, conn))
 
 
-async def _serve(broker, conn: Connection) -> None:
+async def _serve(broker, conn: ClientConnection) -> None:
     broker.connections.add(conn)
     if broker.metrics is not None:
         broker.metrics.connections.inc()
@@ -254,4 +254,4 @@ def protocol_factory(broker, on_lost=None):
     return lambda: RequestReceiver(lambda receiver: accept(broker, receiver), on_lost)
 
 
-__all__ = ["ByteBudget", "Connection", "accept", "protocol_factory"]
+__all__ = ["ByteBudget", "ClientConnection", "accept", "protocol_factory"]
