@@ -205,12 +205,6 @@ class OutOfOrderSequenceError(SparklogError):
     code = 45
 
 
-class DuplicateSequenceError(SparklogError):
-    """An idempotent producer resent a batch that is already in the log."""
-
-    code = 46
-
-
 class InvalidProducerEpochError(SparklogError):
     """The producer epoch is older than the broker's (a zombie producer)."""
 
@@ -301,7 +295,7 @@ KAFKA_ERROR_NAMES = {
     18: "RECORD_LIST_TOO_LARGE", 22: "ILLEGAL_GENERATION", 25: "UNKNOWN_MEMBER_ID",
     27: "REBALANCE_IN_PROGRESS", 35: "UNSUPPORTED_VERSION", 36: "TOPIC_ALREADY_EXISTS",
     40: "INVALID_CONFIG", 42: "INVALID_REQUEST", 45: "OUT_OF_ORDER_SEQUENCE_NUMBER",
-    46: "DUPLICATE_SEQUENCE_NUMBER", 47: "INVALID_PRODUCER_EPOCH",
+    47: "INVALID_PRODUCER_EPOCH",
     24: "INVALID_GROUP_ID", 37: "INVALID_PARTITIONS", 44: "POLICY_VIOLATION", 51: "CONCURRENT_TRANSACTIONS", 56: "KAFKA_STORAGE_ERROR",
     68: "NON_EMPTY_GROUP", 69: "GROUP_ID_NOT_FOUND", 74: "FENCED_LEADER_EPOCH",
     87: "INVALID_RECORD",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .reader.spark import FORMAT, SparklogDataSource, SparklogPushdownDataSource, register
+from .datasource import FORMAT, SparklogDataSource, SparklogPushdownDataSource, register
 
 __all__ = ["register", "local_session", "delta_conf", "DELTA_CONF", "SparklogDataSource",
            "SparklogPushdownDataSource", "FORMAT"]

@@ -61,7 +61,7 @@ class BrokerCluster:
         return -1 if state is None else state.leader
 
     def state(self, topic: str, partition: int):
-        """The partition's PartitionState (leader, leader_epoch) or None."""
+        """The partition's LeaderAndEpoch (leader, leader_epoch) or None."""
         return self.view.view.state(topic, partition)
 
     @staticmethod

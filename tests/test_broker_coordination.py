@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from sparklog.coordination import (
-    BrokerInfo, LocalCoordinationStore, OffsetAndMetadata, validate_group_id,
+    BrokerInfo, CommittedOffset, LocalCoordinationStore, validate_group_id,
 )
 from sparklog.errors import InvalidArgumentError, InvalidTopicError
 
@@ -43,10 +43,10 @@ def test_producer_ids_unique_across_stores_and_threads(storage_root):
 
 def test_group_offsets_merge_and_persist(storage_root):
     store = LocalCoordinationStore(storage_root)
-    store.commit_offsets("g1", {("a", 0): OffsetAndMetadata(5, "m"), ("a", 1): OffsetAndMetadata(7)})
+    store.commit_offsets("g1", {("a", 0): CommittedOffset(5, "m"), ("a", 1): CommittedOffset(7)})
     other = LocalCoordinationStore(storage_root)
-    other.commit_offsets("g1", {("b", 0): OffsetAndMetadata(1)})
-    store.commit_offsets("g1", {("a", 0): OffsetAndMetadata(6)})  # stale cache: must merge
+    other.commit_offsets("g1", {("b", 0): CommittedOffset(1)})
+    store.commit_offsets("g1", {("a", 0): CommittedOffset(6)})  # stale cache: must merge
     got = LocalCoordinationStore(storage_root).fetch_offsets("g1")
     assert {k: v.offset for k, v in got.items()} == {("a", 0): 6, ("a", 1): 7, ("b", 0): 1}
     assert got[("a", 1)].commit_timestamp > 0
@@ -64,9 +64,9 @@ def test_bad_input_named(storage_root):
         with pytest.raises(InvalidArgumentError):
             validate_group_id(bad)
     with pytest.raises(InvalidTopicError):
-        store.commit_offsets("g", {("bad/topic", 0): OffsetAndMetadata(1)})
+        store.commit_offsets("g", {("bad/topic", 0): CommittedOffset(1)})
     with pytest.raises(InvalidArgumentError, match="non-negative"):
-        OffsetAndMetadata(-3)
+        CommittedOffset(-3)
     with pytest.raises(InvalidArgumentError, match="positive"):
         store.allocate_producer_ids(0)
 

@@ -164,7 +164,7 @@ def test_produce_not_appended_within_timeout_ms_is_answered_timed_out(storage_ro
     with EmbeddedBroker(storage_root) as broker, Connection(broker.address) as c:
         create(c, "slow")
         assert produce(c, "slow", 0, encode_frame(raw_batch([b"a"])))["base_offset"] == 0
-        plog = broker.broker.partitions[("slow", 0)].log
+        plog = broker.broker.partitions.writers[("slow", 0)].log
         with plog._lock:  # the storage hangs: the writer's append waits for the lock
             c.send(ApiKey.PRODUCE, {"acks": 1, "timeout_ms": 300, "topics": [
                 {"name": "slow", "partitions": [

@@ -284,7 +284,7 @@ def polled(tmp_path):
         with Connection(eb.address) as conn:
             assert create(conn, "polls")["error_code"] == 0
             fetch(conn, "polls", 0, 0)
-        yield eb, eb.broker.partitions[("polls", 0)]
+        yield eb, eb.broker.partitions.writers[("polls", 0)]
 
 
 def test_long_polls_of_a_closed_connection_are_freed(polled):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sparklog.admin import Admin, NewTopic
-from sparklog.coordination import LocalCoordinationStore, OffsetAndMetadata
+from sparklog.coordination import CommittedOffset, LocalCoordinationStore
 from sparklog.errors import (
     CoordinationError, InvalidArgumentError, InvalidGroupIdError, InvalidTopicError,
     StorageError,
@@ -157,7 +157,7 @@ def test_group_id_rules_and_stored_form():
 
 def test_a_corrupt_group_file_is_named_not_expecting_value(storage_root):
     store = LocalCoordinationStore(storage_root)
-    store.commit_offsets("victim", {("t", 0): OffsetAndMetadata(1)})
+    store.commit_offsets("victim", {("t", 0): CommittedOffset(1)})
     path = store._file("groups", "victim").path_of(2)
     Path(local_dir(path)).write_bytes(b"")  # as the '#' bug left it
     with pytest.raises(CoordinationError, match="does not hold JSON") as ei:
@@ -321,7 +321,7 @@ def test_offsets_stored_under_a_raw_group_id_by_older_versions_are_kept(storage_
     store._file("groups", "app:prod").write(3, b'{"offsets": {"t": {"0": [41, "", 1]}}}')
     assert store.fetch_offsets("app:prod")[("t", 0)].offset == 41
     assert store.list_groups() == ["app:prod"]
-    store.commit_offsets("app:prod", {("t", 1): OffsetAndMetadata(7)})
+    store.commit_offsets("app:prod", {("t", 1): CommittedOffset(7)})
     again = LocalCoordinationStore(storage_root)
     assert {k: v.offset for k, v in again.fetch_offsets("app:prod").items()} == {
         ("t", 0): 41, ("t", 1): 7}

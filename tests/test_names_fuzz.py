@@ -141,7 +141,7 @@ def test_client_ids_through_the_wire(wire, client_id):
                           {"name": "fz", "num_partitions": 1, "configs": {},
                            "schema": None}], "validate_only": False})):
         try:
-            conn.send_raw(encode_request(api, body, 7, client_id))
+            conn.sock.sendall(encode_request(api, body, 7, client_id))
         except (UnicodeEncodeError, InvalidArgumentError):
             return  # cannot even be encoded
         conn._pending.append((7, api))  # sent raw: receive() expects its answer

@@ -30,3 +30,15 @@ def test_quickstart_runs_and_picks_up_exactly_the_new_events(tmp_path):
     assert refused.returncode == 1
     assert "was not made by the quickstart" in refused.stderr
     assert (foreign / "data.txt").read_text() == "keep me"
+
+
+def test_quickstart_without_its_extra_names_the_extra(tmp_path):
+    # tqdm hidden from this interpreter (an install without sparklog[quickstart]): the
+    # command says what to install before it touches anything
+    code = ("import sys; sys.modules['tqdm'] = None; from sparklog.cli.main import main; "
+            f"sys.exit(main(['quickstart', '--root', {str(tmp_path / 'qs')!r}]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "needs tqdm" in done.stderr and "sparklog[quickstart]" in done.stderr
+    assert not (tmp_path / "qs").exists()

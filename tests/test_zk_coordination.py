@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from sparklog.coordination.base import NO_LEADER, BrokerInfo, OffsetAndMetadata
+from sparklog.coordination.base import NO_LEADER, BrokerInfo, CommittedOffset
 from sparklog.errors import (
     CoordinationError, InvalidArgumentError, InvalidConfigError, NotLeaderError,
     TopicExistsError, UnknownTopicOrPartitionError,
@@ -315,8 +315,8 @@ def test_producer_id_blocks_are_unique_across_brokers(cluster):
 
 def test_group_offsets_in_kafka_layout(cluster, zookeeper):
     store = cluster(1)
-    store.commit_offsets("g1", {("t", 0): OffsetAndMetadata(42),
-                                ("t", 1): OffsetAndMetadata(7, "meta")})
+    store.commit_offsets("g1", {("t", 0): CommittedOffset(42),
+                                ("t", 1): CommittedOffset(7, "meta")})
     zk = zookeeper.client()
     try:
         assert zk.get("/consumers/g1/offsets/t/0")[0] == b"42"
@@ -326,14 +326,14 @@ def test_group_offsets_in_kafka_layout(cluster, zookeeper):
     got = store.fetch_offsets("g1")
     assert {k: (v.offset, v.metadata) for k, v in got.items()} == {
         ("t", 0): (42, ""), ("t", 1): (7, "meta")}
-    store.commit_offsets("g1", {("t", 0): OffsetAndMetadata(50)})
+    store.commit_offsets("g1", {("t", 0): CommittedOffset(50)})
     assert store.fetch_offsets("g1", [("t", 0), ("t", 5)])[("t", 0)].offset == 50
     assert ("t", 5) not in store.fetch_offsets("g1", [("t", 5)])
     assert "g1" in store.list_groups()
     store.delete_offsets("g1", ["t"])
     assert store.fetch_offsets("g1") == {}
     with pytest.raises(InvalidArgumentError, match="group id"):
-        store.commit_offsets("a\nb", {("t", 0): OffsetAndMetadata(1)})
+        store.commit_offsets("a\nb", {("t", 0): CommittedOffset(1)})
     with pytest.raises(InvalidArgumentError):
         store.commit_offsets("g", {("t", 0): 5})
 
@@ -344,7 +344,7 @@ def test_group_ids_zookeeper_cannot_hold_are_escaped(cluster, zookeeper):
     store = cluster(1)
     groups = {"a/b": 1, "a": 2, "..": 3, "team#1": 4, "x%2Fy": 5, "\ue000": 6, "a:b": 7}
     for group, offset in groups.items():
-        store.commit_offsets(group, {("t", 0): OffsetAndMetadata(offset)})
+        store.commit_offsets(group, {("t", 0): CommittedOffset(offset)})
     for group, offset in groups.items():
         assert store.fetch_offsets(group)[("t", 0)].offset == offset
     assert set(groups) <= set(store.list_groups())

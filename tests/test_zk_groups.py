@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sparklog.coordination.base import OffsetAndMetadata
+from sparklog.coordination.base import CommittedOffset
 from sparklog.errors import InvalidArgumentError
 from sparklog.metadata import TopicStore
 from zkserver import zookeeper, zookeeper_server  # noqa: F401 (fixtures)
@@ -120,7 +120,7 @@ def test_lost_session_gives_partitions_to_the_others(store, members, zookeeper):
 def test_describe_group_and_offsets(store, members):
     zkadmin.create_topic(store, "t", 2, wait_s=0)
     a = members("g", ["t"], "a")
-    store.commit_offsets("g", {("t", 0): OffsetAndMetadata(17)})
+    store.commit_offsets("g", {("t", 0): CommittedOffset(17)})
     got = describe_group(store, "g")
     assert got["members"] == {"a": ["t"]}
     assert got["owners"] == {("t", 0): "a", ("t", 1): "a"}

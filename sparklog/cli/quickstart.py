@@ -79,8 +79,23 @@ def _produce(producer, n: int, start: int, seed: int, label: str) -> None:
         f.get(timeout=60)
 
 
+def _check_extra() -> None:
+    """InvalidArgumentError naming the ``quickstart`` extra when a module it brings
+    (PySpark, deltalake, tqdm) is not installed."""
+    from importlib.util import find_spec
+
+    from ..errors import InvalidArgumentError
+
+    missing = [m for m in ("pyspark", "deltalake", "tqdm") if find_spec(m) is None]
+    if missing:
+        raise InvalidArgumentError(
+            f"sparklog quickstart needs {', '.join(missing)}: install the quickstart extra "
+            "(pip install 'sparklog[quickstart]')")
+
+
 def run(args) -> int:
     """Run the quickstart; returns 0 when every check passed."""
+    _check_extra()
     import sparklog
     from deltalake import DeltaTable
 

@@ -43,7 +43,7 @@ _METADATA_ERRORS = (NotLeaderError, UnknownTopicOrPartitionError, FencedLeaderEp
                     BrokerNotAvailableError)
 
 
-class PartitionState:
+class TopicPartitionState:
     """Consumption state of one assigned partition."""
 
     __slots__ = ("position", "fetch_offset", "paused", "high_watermark",
@@ -90,7 +90,7 @@ class CompletedFetch:
 
 class Fetcher:
     """See the module docstring. ``states`` is the consumer's assignment
-    (TopicPartition -> PartitionState); every access to it holds ``cond``."""
+    (TopicPartition -> TopicPartitionState); every access to it holds ``cond``."""
 
     def __init__(self, client: NetworkClient, states: dict, cond: threading.Condition, *,
                  max_wait_ms: int = 500, min_bytes: int = 1, max_bytes: int = 52428800,

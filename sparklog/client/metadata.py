@@ -111,13 +111,3 @@ class ClusterMetadata:
         """The broker with that id, or None."""
         return self.brokers.get(node_id)
 
-    def invalidate(self, topic: str | None = None) -> None:
-        """Forget a topic (or everything) so that the next use refreshes."""
-        with self._changed:
-            if topic is None:
-                self.topics = {}
-            else:
-                topics = dict(self.topics)
-                topics.pop(topic, None)
-                self.topics = topics
-            self.version += 1

@@ -6,10 +6,10 @@ the ZooKeeper store (``zk*.py``) serves cluster mode. Both implement
 """
 
 from .base import (
-    NO_LEADER, BrokerInfo, CoordinationStore, OffsetAndMetadata, PartitionState,
+    NO_LEADER, BrokerInfo, CommittedOffset, CoordinationStore, LeaderAndEpoch,
     validate_group_id,
 )
 from .local import LocalCoordinationStore
 
-__all__ = ["NO_LEADER", "BrokerInfo", "CoordinationStore", "OffsetAndMetadata",
-           "PartitionState", "validate_group_id", "LocalCoordinationStore"]
+__all__ = ["NO_LEADER", "BrokerInfo", "CommittedOffset", "CoordinationStore",
+           "LeaderAndEpoch", "validate_group_id", "LocalCoordinationStore"]

@@ -33,7 +33,7 @@ NO_LEADER = -1
 
 
 @dataclass(frozen=True)
-class PartitionState:
+class LeaderAndEpoch:
     """A partition's leader (broker id, NO_LEADER if none) and leader epoch."""
 
     leader: int
@@ -41,9 +41,10 @@ class PartitionState:
 
 
 @dataclass(frozen=True)
-class OffsetAndMetadata:
-    """A committed group offset: the next offset to consume, the client's metadata
-    string and the commit time (ms since the epoch)."""
+class CommittedOffset:
+    """A committed group offset as the store keeps it: the next offset to consume, the
+    client's metadata string and the commit time (ms since the epoch). Clients see it as
+    :class:`sparklog.client.types.OffsetAndMetadata` (kafka-python's shape)."""
 
     offset: int
     metadata: str = ""
@@ -68,7 +69,7 @@ def cas_attempts(what: str):
 
 
 def validate_offsets(group: str, offsets: dict) -> dict:
-    """Check a group id and an offsets mapping ``{(topic, partition): OffsetAndMetadata}``
+    """Check a group id and an offsets mapping ``{(topic, partition): CommittedOffset}``
     before a commit; returns it as a plain dict. InvalidArgumentError (or the topic and
     partition errors) names the bad entry."""
     from ..metadata.topic import validate_partition, validate_topic_name
@@ -79,9 +80,9 @@ def validate_offsets(group: str, offsets: dict) -> dict:
         topic, partition = key
         validate_topic_name(topic)
         validate_partition(partition, topic=topic)
-        if not isinstance(value, OffsetAndMetadata):
+        if not isinstance(value, CommittedOffset):
             raise InvalidArgumentError(
-                f"offset of {topic}-{partition} must be an OffsetAndMetadata, "
+                f"offset of {topic}-{partition} must be an CommittedOffset, "
                 f"got {type(value).__name__}")
         entries[(topic, partition)] = value
     return entries
@@ -93,6 +94,12 @@ class CoordinationStore(abc.ABC):
     leads a partition, StorageError/BrokerNotAvailableError when the backing store is
     unreachable.
     """
+
+    #: True when a controller assigns each partition's leader (ZooKeeper): a broker then
+    #: opens a partition only when told it leads it, follows the store's leadership
+    #: changes, and creates, alters and deletes topics through the controller. False
+    #: (the local store): the broker that opens a partition takes its leadership.
+    assigns_leaders: bool = False
 
     # --- cluster and brokers -----------------------------------------------------------
     @abc.abstractmethod
@@ -118,11 +125,11 @@ class CoordinationStore(abc.ABC):
 
     # --- partition leadership --------------------------------------------------------------
     @abc.abstractmethod
-    def partition_state(self, topic: str, partition: int) -> PartitionState | None:
+    def partition_state(self, topic: str, partition: int) -> LeaderAndEpoch | None:
         """The partition's leader and leader epoch (None if never assigned)."""
 
     @abc.abstractmethod
-    def acquire_leadership(self, topic: str, partition: int, broker_id: int) -> PartitionState:
+    def acquire_leadership(self, topic: str, partition: int, broker_id: int) -> LeaderAndEpoch:
         """Make ``broker_id`` the partition's leader with a leader epoch greater than
         any before, and return the new state. Local store: always granted. ZooKeeper:
         granted when the controller assigned the partition to this broker, else
@@ -141,14 +148,14 @@ class CoordinationStore(abc.ABC):
 
     # --- consumer-group offsets ---------------------------------------------------------------
     @abc.abstractmethod
-    def commit_offsets(self, group: str, offsets: dict[tuple[str, int], OffsetAndMetadata]
+    def commit_offsets(self, group: str, offsets: dict[tuple[str, int], CommittedOffset]
                        ) -> None:
         """Store committed offsets of ``group`` for the (topic, partition) keys given,
         atomically (all or none); other partitions' offsets are kept."""
 
     @abc.abstractmethod
     def fetch_offsets(self, group: str, partitions=None) -> dict[tuple[str, int],
-                                                                   OffsetAndMetadata]:
+                                                                   CommittedOffset]:
         """Committed offsets of ``group`` (only the (topic, partition) keys in
         ``partitions`` if given; partitions without a commit are left out)."""
 

@@ -31,7 +31,7 @@ import logging
 
 from ..errors import UnknownTopicOrPartitionError
 from .assignment import elect_leaders, preferred_replicas
-from .base import NO_LEADER, PartitionState, cas_attempts
+from .base import NO_LEADER, LeaderAndEpoch, cas_attempts
 from .zkclient import EventWorker
 from .zkpaths import (
     ADMIN_CONTROLLED_SHUTDOWN, ADMIN_DELETE_TOPICS, BROKERS_IDS, BROKERS_TOPICS, CONTROLLER,
@@ -239,7 +239,7 @@ class Controller:
         self._known_live = live
 
     def _read_states(self, assignment: dict) -> dict:
-        """{(topic, p): (PartitionState, zk version) or None}, read in parallel."""
+        """{(topic, p): (LeaderAndEpoch, zk version) or None}, read in parallel."""
         from kazoo.exceptions import NoNodeError
 
         pending = {}
@@ -272,9 +272,9 @@ class Controller:
                 path = partition_state_path(topic, p)
                 old = states.get((topic, p))
                 if old is None:
-                    txn.create(path, encode_state(PartitionState(leader, 0), self.epoch))
+                    txn.create(path, encode_state(LeaderAndEpoch(leader, 0), self.epoch))
                 else:
-                    new = PartitionState(leader, old[0].leader_epoch + 1)
+                    new = LeaderAndEpoch(leader, old[0].leader_epoch + 1)
                     txn.set_data(path, encode_state(new, self.epoch), version=old[1])
             results = txn.commit()
             errors = [r for r in results if isinstance(r, Exception)]

@@ -26,7 +26,7 @@ from ..storage.paths import storage_root
 from ..storage.versioned import VersionedFile
 from .base import (
     validate_offsets,
-    NO_LEADER, BrokerInfo, CoordinationStore, OffsetAndMetadata, PartitionState,
+    NO_LEADER, BrokerInfo, CoordinationStore, CommittedOffset, LeaderAndEpoch,
     cas_attempts, validate_group_id,
 )
 from ..names import name_from_storage, storage_name
@@ -133,16 +133,16 @@ class LocalCoordinationStore(CoordinationStore):
         validate_partition(partition, topic=topic)
         return self._file("partitions", topic, str(partition))
 
-    def partition_state(self, topic: str, partition: int) -> PartitionState | None:
+    def partition_state(self, topic: str, partition: int) -> LeaderAndEpoch | None:
         """The last recorded leader and epoch of the partition."""
         _, doc = self._latest_json(self._state_file(topic, partition))
-        return PartitionState(doc["leader"], doc["leader_epoch"]) if doc else None
+        return LeaderAndEpoch(doc["leader"], doc["leader_epoch"]) if doc else None
 
-    def acquire_leadership(self, topic: str, partition: int, broker_id: int) -> PartitionState:
+    def acquire_leadership(self, topic: str, partition: int, broker_id: int) -> LeaderAndEpoch:
         """Always granted: the epoch becomes one more than any recorded."""
         _, doc = self._update(self._state_file(topic, partition), lambda d: {
             "leader": broker_id, "leader_epoch": d.get("leader_epoch", -1) + 1})
-        return PartitionState(doc["leader"], doc["leader_epoch"])
+        return LeaderAndEpoch(doc["leader"], doc["leader_epoch"])
 
     def release_leadership(self, topic: str, partition: int, broker_id: int) -> None:
         """Record "no leader" (keeping the epoch) if ``broker_id`` leads."""
@@ -214,7 +214,7 @@ class LocalCoordinationStore(CoordinationStore):
             for p, (offset, metadata, ts) in parts.items():
                 key = (topic, int(p))
                 if wanted is None or key in wanted:
-                    out[key] = OffsetAndMetadata(offset, metadata, ts)
+                    out[key] = CommittedOffset(offset, metadata, ts)
         return out
 
     def list_groups(self) -> list[str]:

@@ -285,7 +285,7 @@ def describe_group(store, group_id: str) -> dict:
     """Members, owners and committed offsets of a ZooKeeper consumer group.
 
     Returns ``{"members": {consumer id: [topics]}, "owners": {(topic, p): consumer id},
-    "offsets": {(topic, p): OffsetAndMetadata}}`` (``store``: a ZkCoordinationStore).
+    "offsets": {(topic, p): CommittedOffset}}`` (``store``: a ZkCoordinationStore).
     """
     from kazoo.exceptions import NoNodeError
 

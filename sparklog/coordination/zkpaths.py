@@ -32,7 +32,7 @@ import time
 
 from ..errors import CoordinationError, InvalidConfigError
 from ..names import validate_topic_name, znode_name
-from .base import NO_LEADER, BrokerInfo, PartitionState, validate_group_id
+from .base import NO_LEADER, BrokerInfo, LeaderAndEpoch, validate_group_id
 
 BROKERS_IDS = "/brokers/ids"
 BROKERS_TOPICS = "/brokers/topics"
@@ -190,18 +190,18 @@ def decode_broker(broker_id: int, data: bytes) -> BrokerInfo:
         lambda value: BrokerInfo(broker_id, str(value["host"]), int(value["port"])))
 
 
-def encode_state(state: PartitionState, controller_epoch: int) -> bytes:
+def encode_state(state: LeaderAndEpoch, controller_epoch: int) -> bytes:
     """Kafka 0.8's leader-and-isr JSON (``isr`` is ``[leader]``: HDFS replicates)."""
     isr = [state.leader] if state.leader != NO_LEADER else []
     return dumps({"version": 1, "leader": state.leader, "leader_epoch": state.leader_epoch,
                   "controller_epoch": controller_epoch, "isr": isr})
 
 
-def decode_state(data: bytes, path: str) -> tuple[PartitionState, int]:
-    """Decode a partition's state node into (PartitionState, controller epoch)."""
+def decode_state(data: bytes, path: str) -> tuple[LeaderAndEpoch, int]:
+    """Decode a partition's state node into (LeaderAndEpoch, controller epoch)."""
     return decode_node(
         data, path, "a partition state",
-        lambda value: (PartitionState(int(value["leader"]), int(value["leader_epoch"])),
+        lambda value: (LeaderAndEpoch(int(value["leader"]), int(value["leader_epoch"])),
                        int(value["controller_epoch"])))
 
 

@@ -34,7 +34,7 @@ from ..metadata.topic import validate_partition, validate_topic_name
 from ..names import name_from_storage, znode_name
 from .base import (
     validate_offsets,
-    BrokerInfo, CoordinationStore, OffsetAndMetadata, PartitionState, cas_attempts,
+    BrokerInfo, CommittedOffset, CoordinationStore, LeaderAndEpoch, cas_attempts,
     validate_group_id,
 )
 from .controller import Controller
@@ -48,21 +48,21 @@ from .zkview import ClusterView
 log = logging.getLogger(__name__)
 
 
-def encode_offset(om: OffsetAndMetadata) -> bytes:
+def encode_offset(om: CommittedOffset) -> bytes:
     """Value of an offsets node: Kafka 0.8's decimal string, or JSON with metadata."""
     if om.metadata:
         return dumps({"offset": om.offset, "metadata": om.metadata})
     return str(om.offset).encode()
 
 
-def decode_offset(data: bytes, mtime_ms: int, path: str) -> OffsetAndMetadata:
+def decode_offset(data: bytes, mtime_ms: int, path: str) -> CommittedOffset:
     """Decode an offsets node (CoordinationError when it holds something else)."""
     value = loads(data, path)
     try:
         if isinstance(value, dict):
-            return OffsetAndMetadata(int(value["offset"]), str(value.get("metadata", "")),
+            return CommittedOffset(int(value["offset"]), str(value.get("metadata", "")),
                                      mtime_ms)
-        return OffsetAndMetadata(int(value), "", mtime_ms)
+        return CommittedOffset(int(value), "", mtime_ms)
     except (TypeError, KeyError, ValueError, InvalidArgumentError):
         raise CoordinationError(f"ZooKeeper node {path} is not a committed offset: "
                                 f"{value!r}") from None
@@ -76,6 +76,8 @@ class ZkCoordinationStore(CoordinationStore):
     ``session_timeout_ms``: ``zookeeper.session.timeout.ms``;
     ``auto_leader_rebalance``: the controller's ``auto.leader.rebalance.enable``.
     """
+
+    assigns_leaders = True  # the controller's (see CoordinationStore)
 
     def __init__(self, connect: str, *, topic_store=None,
                  session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
@@ -206,7 +208,7 @@ class ZkCoordinationStore(CoordinationStore):
         return self.view.controller_id()
 
     # --- partition leadership --------------------------------------------------------------
-    def partition_state(self, topic: str, partition: int) -> PartitionState | None:
+    def partition_state(self, topic: str, partition: int) -> LeaderAndEpoch | None:
         """The partition's leader and leader epoch as the controller last wrote them."""
         validate_topic_name(topic)
         validate_partition(partition, topic=topic)
@@ -218,11 +220,11 @@ class ZkCoordinationStore(CoordinationStore):
         return self.view.leader_epoch(topic, partition)
 
     def add_leadership_listener(self, fn) -> None:
-        """Call ``fn({(topic, partition): PartitionState or None})`` on the view's
+        """Call ``fn({(topic, partition): LeaderAndEpoch or None})`` on the view's
         thread whenever partition states change (see ClusterView)."""
         self.view.add_listener(fn)
 
-    def acquire_leadership(self, topic: str, partition: int, broker_id: int) -> PartitionState:
+    def acquire_leadership(self, topic: str, partition: int, broker_id: int) -> LeaderAndEpoch:
         """The partition's state if the controller made ``broker_id`` its leader and
         this store can prove it now; NotLeaderError naming the leader otherwise."""
         validate_topic_name(topic)
@@ -416,11 +418,6 @@ class ZkCoordinationStore(CoordinationStore):
             self.unregister_broker(self._broker.node_id)
         self.view.stop()
         close_zk(self.client)
-
-    @property
-    def registered_broker(self) -> BrokerInfo | None:
-        """The broker registered through this store, if any."""
-        return self._broker
 
     def __repr__(self) -> str:
         broker = self._broker and self._broker.node_id

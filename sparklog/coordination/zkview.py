@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from .base import NO_LEADER, BrokerInfo, PartitionState
+from .base import NO_LEADER, BrokerInfo, LeaderAndEpoch
 from .zkclient import EventWorker
 from .zkpaths import (
     BROKERS_IDS, BROKERS_TOPICS, CONFIG_TOPICS, CONTROLLER, decode_assignment, decode_broker,
@@ -38,7 +38,7 @@ class ClusterView:
 
     ``client``: a started kazoo client; ``broker_id``: the broker this view serves
     (None for a client-side view). Listeners registered with :meth:`add_listener` are
-    called on the view's thread with ``{(topic, partition): PartitionState or None}``
+    called on the view's thread with ``{(topic, partition): LeaderAndEpoch or None}``
     whenever states change (None: the partition was deleted). Losing trust is not a
     state change: :meth:`leader_epoch` simply returns None until trust returns.
     """
@@ -51,7 +51,7 @@ class ClusterView:
         self._brokers: dict[int, BrokerInfo] = {}
         self._controller = NO_LEADER
         self._topics: dict[str, int] = {}
-        self._states: dict[tuple[str, int], PartitionState] = {}
+        self._states: dict[tuple[str, int], LeaderAndEpoch] = {}
         self._trusted = False
         self._listeners = []
         self._config_listeners = []
@@ -123,11 +123,11 @@ class ClusterView:
         with self._lock:
             return dict(self._topics)
 
-    def state(self, topic: str, partition: int) -> PartitionState | None:
+    def state(self, topic: str, partition: int) -> LeaderAndEpoch | None:
         """The cached state of one partition (None if unknown)."""
         return self._states.get((topic, partition))
 
-    def states(self) -> dict[tuple[str, int], PartitionState]:
+    def states(self) -> dict[tuple[str, int], LeaderAndEpoch]:
         """Every cached partition state."""
         with self._lock:
             return dict(self._states)

@@ -1,7 +1,9 @@
 """Opening a partition log as its writer: recovery of whatever a crash left behind.
 
-:class:`PartitionRecovery` is the part of :class:`~sparklog.log.partition.PartitionLog`
-that runs in :meth:`~sparklog.log.partition.PartitionLog.open`, before the first append:
+:class:`LogLoader` (Kafka's ``LogLoader``) runs in
+:meth:`~sparklog.log.partition.PartitionLog.open`, before the first append, and returns
+what it found as a :class:`LoadedLog` (the segments, the active segment's writer, the
+log start and end offsets, the leader epoch history), which the log then adopts:
 
 * interrupted tail repairs are finished or undone (:mod:`sparklog.log.recovery`), and
   stray indexes whose ``.log`` was deleted are removed;
@@ -18,8 +20,11 @@ that runs in :meth:`~sparklog.log.partition.PartitionLog.open`, before the first
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from typing import Callable
 
 from ..errors import CorruptRecordError
+from ..storage.base import FileIO, OutputStream
 from .checkpoint import JsonCheckpoint
 from .epoch import LeaderEpochCache
 from .layout import LEADER_EPOCH_SUFFIX, PartitionListing
@@ -29,10 +34,40 @@ from .segment import LogSegment
 log = logging.getLogger(__name__)
 
 
-class PartitionRecovery:
-    """Mixin of PartitionLog: its ``_recover`` step (see the module docstring)."""
+@dataclass
+class LoadedLog:
+    """A recovered partition log, ready for appends: its ``segments`` (oldest first,
+    the last one active), ``out`` (the active segment's writer, holding its lease),
+    ``log_start_offset``, ``log_end_offset`` (the next offset; also the high watermark,
+    every byte being recovered from storage) and ``epochs`` (the leader epoch history,
+    the new epoch recorded)."""
 
-    def _recover(self, leader_epoch: int, fence: bool) -> None:
+    segments: list[LogSegment]
+    out: OutputStream
+    log_start_offset: int
+    log_end_offset: int
+    epochs: LeaderEpochCache
+
+
+class LogLoader:
+    """Recovers the partition log in ``dir_url`` (see the module docstring).
+
+    ``name``: the partition's name in messages; ``new_segment(base, **kw)``: makes a
+    writable :class:`~sparklog.log.segment.LogSegment` with the log's settings;
+    ``start_checkpoint``: the log start offset's checkpoint.
+    """
+
+    def __init__(self, fileio: FileIO, dir_url: str, name: str,
+                 new_segment: Callable[..., LogSegment], start_checkpoint: JsonCheckpoint):
+        self.fileio = fileio
+        self.dir_url = dir_url
+        self.name = name
+        self._new_segment = new_segment
+        self._start_checkpoint = start_checkpoint
+
+    def load(self, leader_epoch: int, fence: bool) -> LoadedLog:
+        """Recover the log, take the active segment's lease (``fence`` revokes a live
+        writer's first) and record ``leader_epoch``; return what was loaded."""
         fileio = self.fileio
         fileio.mkdirs(self.dir_url)
         listing = PartitionListing.scan(fileio, self.dir_url)
@@ -70,7 +105,7 @@ class PartitionRecovery:
         if not segments or segments[-1].sealed:
             base = segments[-1].next_offset if segments else log_start
             active = self._new_segment(base)
-            self._out = fileio.create(active.path)
+            out = fileio.create(active.path)
             active.apply_replication()
             segments.append(active)
         else:
@@ -80,21 +115,18 @@ class PartitionRecovery:
                     f"partition {self.name}: sealed segment {segments[-2].path} ends at "
                     f"offset {segments[-2].next_offset}, after the start of the active "
                     f"segment {active.path}", path=segments[-2].path)
-            self._out = self._take_active(active, fence)
-        self._segments = segments
-        self._bases = [s.base_offset for s in segments]
-        self._leo = self._hw = active.next_offset
-        self._hw_position = active.size
-        self._log_start = min(max(log_start, segments[0].base_offset), self._leo)
+            out = self._take_active(active, fence)
+        end = active.next_offset
         try:
-            self._epochs = LeaderEpochCache(
+            epochs = LeaderEpochCache(
                 JsonCheckpoint(fileio, self.dir_url, LEADER_EPOCH_SUFFIX), self.name)
-            self._epochs.truncate_from_end(self._leo)
-            self._epochs.assign(leader_epoch, self._leo)
+            epochs.truncate_from_end(end)
+            epochs.assign(leader_epoch, end)
         except BaseException:
-            self._out.close()
+            out.close()
             raise
-        self._epoch = leader_epoch
+        return LoadedLog(segments, out, min(max(log_start, segments[0].base_offset), end),
+                         end, epochs)
 
     def _recover_rolled(self, files, later, fence: bool) -> bool:
         """A rolled segment whose background sealing had not begun (no ``.timeindex``,

@@ -10,8 +10,8 @@ Offsets: ``log_start_offset`` (first readable offset, persisted as a versioned
 checkpoint) <= ``high_watermark`` (end of the bytes made visible to readers by
 :meth:`PartitionLog.flush`) <= ``log_end_offset`` (next offset to assign).
 
-Opening recovers the partition (:mod:`sparklog.log.opening`); rolled segments are synced
-and sealed in the background (:mod:`sparklog.log.sealer`).
+Opening recovers the partition (:class:`~sparklog.log.opening.LogLoader`); rolled
+segments are synced and sealed in the background (:mod:`sparklog.log.sealer`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from .config import LogConfig
 from .epoch import LeaderEpochCache
 from .index import fits_relative
 from .layout import LOG_START_SUFFIX, check_offset, describe_partition
-from .opening import PartitionRecovery
+from .opening import LoadedLog, LogLoader
 from .scan import read_frame_bytes
 from .sealer import SegmentSealer
 from .segment import LogSegment
@@ -73,7 +73,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class PartitionLog(PartitionRecovery):
+class PartitionLog:
     """The partition log of ``dir_url``; create with :meth:`open`."""
 
     def __init__(self, fileio: FileIO, dir_url: str, config: LogConfig, *,
@@ -161,8 +161,22 @@ class PartitionLog(PartitionRecovery):
                 f"config must be a LogConfig or a dict, got {type(config).__name__}")
         check_offset(leader_epoch, "leader_epoch")
         self = cls(fileio, dir_url.rstrip("/"), config, clock=clock)
-        self._recover(leader_epoch, fence)
+        loader = LogLoader(fileio, self.dir_url, self.name, self._new_segment,
+                           self._start_checkpoint)
+        self._adopt(loader.load(leader_epoch, fence), leader_epoch)
         return self
+
+    def _adopt(self, loaded: LoadedLog, leader_epoch: int) -> None:
+        """Take over what the loader recovered: the log's state before its first
+        append."""
+        self._segments = loaded.segments
+        self._bases = [s.base_offset for s in loaded.segments]
+        self._out = loaded.out
+        self._leo = self._hw = loaded.log_end_offset
+        self._hw_position = loaded.segments[-1].size
+        self._log_start = loaded.log_start_offset
+        self._epochs = loaded.epochs
+        self._epoch = leader_epoch
 
     def _new_segment(self, base: int, **kw) -> LogSegment:
         seg = LogSegment(self.fileio, self.dir_url, base, writable=True,

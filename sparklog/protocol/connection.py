@@ -85,10 +85,6 @@ class Connection:
             self._pending.append((correlation_id, api_key))
         return correlation_id
 
-    def send_raw(self, data: bytes) -> None:
-        """Send bytes as they are (tests of malformed input)."""
-        self.sock.sendall(data)
-
     def receive(self, validate: bool = True) -> dict:
         """The body of the next response (validated against its api's spec)."""
         if not self._pending:

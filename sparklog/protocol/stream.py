@@ -60,11 +60,6 @@ def recv_message(sock: socket.socket, max_size: int = DEFAULT_MAX_REQUEST_BYTES)
     return recv_exact(sock, size)
 
 
-def send_message(sock: socket.socket, data) -> None:
-    """Send a complete encoded message (from encode_request/encode_response)."""
-    sock.sendall(data)
-
-
 def send_parts(sock: socket.socket, parts: list) -> None:
     """Send byte strings back to back with vectored sends (no joining copy)."""
     pending = [memoryview(p) for p in parts if len(p)]

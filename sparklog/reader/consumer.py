@@ -28,7 +28,7 @@ import re
 import threading
 import time
 
-from ..client.fetcher import Fetcher, PartitionState
+from ..client.fetcher import Fetcher, TopicPartitionState
 from ..client.future import Future
 from ..client.group import (
     BrokerMembership, GroupMembership, StaticMembership, ZooKeeperMembership,
@@ -110,7 +110,7 @@ class Consumer:
             reconnect_backoff_ms=cfg["reconnect_backoff_ms"],
             reconnect_backoff_max_ms=cfg["reconnect_backoff_max_ms"])
         self._cond = threading.Condition()
-        self._states: dict[TopicPartition, PartitionState] = {}
+        self._states: dict[TopicPartition, TopicPartitionState] = {}
         self._fetcher = Fetcher(
             self._client, self._states, self._cond, max_wait_ms=cfg["fetch_max_wait_ms"],
             min_bytes=cfg["fetch_min_bytes"], max_bytes=cfg["fetch_max_bytes"],
@@ -236,7 +236,7 @@ class Consumer:
             old = dict(self._states)
             self._states.clear()
             for tp in tps:
-                self._states[tp] = old.get(tp) or PartitionState()
+                self._states[tp] = old.get(tp) or TopicPartitionState()
                 info = self._client.metadata.topic(tp.topic)
                 self._states[tp].typed = bool(info and info.typed)
         self._fetcher.drop()
@@ -255,7 +255,7 @@ class Consumer:
         validate_partition(partition, info.num_partitions, topic)
         return TopicPartition(topic, partition)
 
-    def _state(self, tp) -> PartitionState:
+    def _state(self, tp) -> TopicPartitionState:
         st = self._states.get(TopicPartition(*tp)) if isinstance(tp, tuple) else None
         if st is None:
             raise InvalidArgumentError(f"partition {tp!r} is not assigned to this consumer")
@@ -343,8 +343,7 @@ class Consumer:
         return {tp for tp, st in self._states.items() if st.paused}
 
     # --- polling ----------------------------------------------------------------------
-    def poll(self, timeout_ms: int = 0, max_records: int | None = None,
-             update_offsets: bool = True) -> dict:
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict:
         """Records fetched since the last poll, waiting up to ``timeout_ms`` for some:
         ``{TopicPartition: [ConsumerRecord]}`` (at most ``max_records`` in all)."""
         return self._poll(timeout_ms, max_records, batches=False)

@@ -269,15 +269,6 @@ class HadoopInputStream:
             done += len(chunk)
         return done
 
-    def read_at(self, n: int, offset: int) -> bytes:
-        """Read up to ``n`` bytes at ``offset`` (the position is unchanged)."""
-        pos = self._pos
-        try:
-            self._pos = offset
-            return self.read(n)
-        finally:
-            self._pos = pos
-
     def seek(self, offset: int, whence: int = 0) -> int:
         """Move the read position (os.SEEK_SET/CUR/END)."""
         base = {0: 0, 1: self._pos, 2: self._size}[whence]

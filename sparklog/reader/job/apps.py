@@ -114,7 +114,7 @@ def describe_application(output_uri, app_id: str, *, path: str | None = None,
 
 def _log_end_offsets(topics: list, path, bootstrap_servers) -> dict:
     """{(topic, partition): high watermark} of the existing ``topics``."""
-    from ..spark.catalog import open_catalog
+    from ..spark.catalogs import open_catalog
     from ..spark.options import parse_options
     from ..spark.planning import partition_states, subscribed_partitions
 

@@ -231,7 +231,7 @@ class IncrementalJob:
         job runs). UnknownTopicOrPartitionError if a subscribed topic does not exist;
         OffsetOutOfRangeError when committed offsets are gone (retention) or beyond the
         log end (topic recreated), unless ``fail_on_data_loss`` is False."""
-        from ..spark.catalog import open_catalog
+        from ..spark.catalogs import open_catalog
         from ..spark.planning import (
             partition_states, report_data_loss, resolve_offsets, subscribed_partitions,
         )

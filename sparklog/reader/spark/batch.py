@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pyspark.sql.datasource import DataSourceReader
 
-from .catalog import open_catalog
+from .catalogs import open_catalog
 from .filters import PushedFilters
 from .planning import plan_batch
 from .scan import read_range

@@ -15,7 +15,7 @@ from ...metadata import TopicConfig
 from ...protocol.apis import ApiKey
 from ...protocol.codec import raise_for_error
 from .catalog import Catalog
-from .planning import PartitionState
+from .planning import LogSnapshot
 
 _CLIENT_ID = "sparklog-spark"
 _ATTEMPTS = 3
@@ -88,7 +88,7 @@ class BrokerCatalog(Catalog):
                                 raise
                             retry.append(p)
                             continue
-                        out[p] = PartitionState(
+                        out[p] = LogSnapshot(
                             topic, p, item["log_start_offset"], item["high_watermark"],
                             tuple((s["base_offset"], s["size"]) for s in item["segments"]))
             if not retry:

@@ -11,6 +11,7 @@ Two catalogs answer the same questions:
   timestamp; the broker names the storage root the tasks read from.
 
 Either way the tasks read the data from storage, never through a broker.
+:func:`~sparklog.reader.spark.catalogs.open_catalog` picks one from the source's options.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import abc
 
 from ...errors import StorageFileNotFoundError, UnknownTopicOrPartitionError
 from ...metadata import TopicConfig, TopicStore
-from .planning import PartitionState
+from .planning import LogSnapshot
 
 
 class Catalog(abc.ABC):
@@ -39,7 +40,7 @@ class Catalog(abc.ABC):
 
     @abc.abstractmethod
     def partition_states(self, topic: str, partitions) -> dict:
-        """{partition: PartitionState} for the given partitions of ``topic``."""
+        """{partition: LogSnapshot} for the given partitions of ``topic``."""
 
     @abc.abstractmethod
     def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
@@ -90,14 +91,14 @@ class StorageCatalog(Catalog):
         return self._readers[key]
 
     def partition_states(self, topic: str, partitions) -> dict:
-        """{partition: PartitionState} read from the partition logs."""
+        """{partition: LogSnapshot} read from the partition logs."""
         out = {}
         for p in partitions:
             reader = self.log_reader(topic, p)
             high_watermark = reader.log_end_offset()
             log_start = reader.log_start_offset()
             segments = tuple((s.base_offset, s.size) for s in reader.segments())
-            out[p] = PartitionState(topic, p, log_start, high_watermark, segments)
+            out[p] = LogSnapshot(topic, p, log_start, high_watermark, segments)
         return out
 
     def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
@@ -114,13 +115,3 @@ def open_log_reader(store: TopicStore, topic: str, partition: int):
     from ...log.reader import LogReader
 
     return LogReader(store.fileio, store.partition_dir(topic, partition))
-
-
-def open_catalog(opts) -> Catalog:
-    """The catalog for parsed source options: broker when ``bootstrap.servers`` is set,
-    else the storage root ``path``."""
-    if opts.bootstrap_servers:
-        from .broker_catalog import BrokerCatalog
-
-        return BrokerCatalog(opts.bootstrap_servers, opts.path)
-    return StorageCatalog(opts.path)

@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class PartitionState:
+class LogSnapshot:
     """What the catalog knows of one topic-partition: its log start offset, high
     watermark and segments as ``(base_offset, size_in_bytes)`` in offset order."""
 
@@ -121,7 +121,7 @@ def subscribed_partitions(catalog, sub: Subscription) -> dict:
 
 
 def partition_states(catalog, partitions: dict) -> dict:
-    """{(topic, partition): PartitionState} for ``{topic: [partition...]}``."""
+    """{(topic, partition): LogSnapshot} for ``{topic: [partition...]}``."""
     out = {}
     for topic, parts in partitions.items():
         states = catalog.partition_states(topic, parts)
@@ -176,7 +176,7 @@ def resolve_offsets(catalog, spec: OffsetSpec, states: dict, *, is_start: bool,
     return out
 
 
-def check_range(state: PartitionState, start: int, end: int,
+def check_range(state: LogSnapshot, start: int, end: int,
                 fail_on_data_loss: bool) -> tuple[int, int] | None:
     """Validate ``[start, end)`` against the log; returns the range to read, or None
     when nothing is left. Below the log start is data loss; beyond the high watermark

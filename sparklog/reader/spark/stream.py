@@ -36,7 +36,7 @@ import math
 
 from pyspark.sql.datasource import DataSourceStreamReader
 
-from .catalog import open_catalog
+from .catalogs import open_catalog
 from .planning import (
     OffsetRange, partition_states, report_data_loss, resolve_offsets, split_ranges,
     subscribed_partitions,

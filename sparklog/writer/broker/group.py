@@ -253,11 +253,6 @@ class GroupCoordinator:
         member.last_seen = time.monotonic()
 
     # --- description ------------------------------------------------------------------------
-    def state_of(self, group_id: str) -> str:
-        """The group's state name (Dead if unknown here)."""
-        group = self.groups.get(group_id)
-        return group.state if group is not None else DEAD
-
     def describe(self, group_id: str) -> dict:
         """DescribeGroups item of one group."""
         validate_group_id(group_id)

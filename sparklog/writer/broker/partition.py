@@ -347,11 +347,6 @@ class PartitionWriter:
         """True while produce requests are queued or fetches wait on the partition."""
         return bool(self._waiters) or not self._queue.empty()
 
-    @property
-    def waiting_fetches(self) -> int:
-        """Number of fetches waiting on this partition."""
-        return len(self._waiters)
-
     # --- closing --------------------------------------------------------------------------------
     async def close(self) -> None:
         """Drain queued requests, sync, snapshot the producer state, close the log."""

@@ -29,14 +29,12 @@ from ...errors import InvalidArgumentError, RecordTooLargeError, SparklogError
 from ...protocol.codec import (
     FileRegion, decode_request_header, encode_response_parts, error_fields,
 )
+from .context import IO_SLOTS_PER_CONNECTION, RequestContext
 from .receiver import ReadTimeout, RequestReceiver
 
 log = logging.getLogger(__name__)
 
 _HEAD = struct.Struct(">hhi")  # api key, version, correlation id
-#: fetch reads of one connection on the I/O threads at once: a client with thousands of
-#: requests in flight waits its turn instead of queueing them all ahead of other clients
-IO_SLOTS_PER_CONNECTION = 2
 
 
 class ByteBudget:
@@ -89,7 +87,7 @@ class ByteBudget:
                 waiter.set_result(None)
 
 
-class Connection:
+class ClientConnection:
     """One client connection (see the module docstring)."""
 
     def __init__(self, broker, receiver):
@@ -113,11 +111,9 @@ class Connection:
 
     async def run(self) -> None:
         """Serve the connection until the client closes it or the broker stops."""
-        from .broker import RequestContext
-
         loop = asyncio.get_running_loop()
         sender = loop.create_task(self._send_loop())
-        self._read_task = loop.create_task(self._read_loop(RequestContext))
+        self._read_task = loop.create_task(self._read_loop())
         try:
             await self._read_task
         except asyncio.CancelledError:
@@ -130,7 +126,7 @@ class Connection:
             finally:
                 self.io.close()
 
-    async def _read_loop(self, context_type) -> None:
+    async def _read_loop(self) -> None:
         broker = self.broker
         io = self.io
         max_size = broker.config.socket_request_max_bytes
@@ -157,7 +153,7 @@ class Connection:
                 except BaseException:
                     broker.budget.release(size, owner)
                     raise
-                ctx = context_type(header.client_id, self.client_host, self.order, io.lost,
+                ctx = RequestContext(header.client_id, self.client_host, self.order, io.lost,
                                    self.io_slots)
                 task = asyncio.get_running_loop().create_task(
                     broker.handle(header, payload, position, ctx))
@@ -234,11 +230,11 @@ class Connection:
 
 def accept(broker, receiver) -> None:
     """A new connection arrived (its :class:`RequestReceiver` is connected): serve it."""
-    conn = Connection(broker, receiver)
+    conn = ClientConnection(broker, receiver)
     conn.task = asyncio.get_running_loop().create_task(_serve(broker, conn))
 
 
-async def _serve(broker, conn: Connection) -> None:
+async def _serve(broker, conn: ClientConnection) -> None:
     broker.connections.add(conn)
     if broker.metrics is not None:
         broker.metrics.connections.inc()
@@ -258,4 +254,4 @@ def protocol_factory(broker, on_lost=None):
     return lambda: RequestReceiver(lambda receiver: accept(broker, receiver), on_lost)
 
 
-__all__ = ["ByteBudget", "Connection", "accept", "protocol_factory"]
+__all__ = ["ByteBudget", "ClientConnection", "accept", "protocol_factory"]

@@ -342,10 +342,6 @@ class RecordAccumulator:
         topic's frame limit is smaller (see the producer)."""
         self._batch_limits[topic] = max(1, int(limit))
 
-    def batch_limit(self, topic: str) -> int:
-        """See :meth:`set_batch_limit` (``batch.size`` for a topic not set)."""
-        return self._batch_limits.get(topic, self.batch_size)
-
     # --- append (caller threads) ------------------------------------------------------
     def append(self, tp: tuple, timestamp: int, key, value, headers, size: int
                ) -> FutureRecordMetadata:

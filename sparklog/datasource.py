@@ -4,6 +4,10 @@
 ``spark.readStream.format("sparklog")`` and ``df.write.format("sparklog")`` available in
 that session. The schema is Spark's Kafka source's for raw topics, or a typed topic's
 columns plus the metadata columns (see :mod:`sparklog.reader.spark.schema`).
+
+The data source reads through the read path (:mod:`sparklog.reader.spark`) and writes
+through the write path (:mod:`sparklog.writer.spark_sink`), so it sits above both, which
+stay independent of each other. Users reach it through :mod:`sparklog.spark`.
 """
 
 from __future__ import annotations
@@ -12,13 +16,14 @@ import logging
 
 from pyspark.sql.datasource import DataSource
 
-from ...errors import SchemaMismatchError
-from .batch import SparklogBatchReader, SparklogPushdownReader
-from .catalog import open_catalog
-from .options import parse_options
-from .planning import subscribed_partitions
-from .schema import spark_schema
-from .stream import SparklogStreamReader
+from .errors import SchemaMismatchError
+from .reader.spark.batch import SparklogBatchReader, SparklogPushdownReader
+from .reader.spark.catalogs import open_catalog
+from .reader.spark.options import parse_options
+from .reader.spark.planning import subscribed_partitions
+from .reader.spark.schema import spark_schema
+from .reader.spark.stream import SparklogStreamReader
+from .writer.spark_sink import SparklogWriter
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +81,6 @@ class SparklogDataSource(DataSource):
 
     def writer(self, schema, overwrite: bool):
         """The writer producing rows to a topic through the broker."""
-        from ...writer.spark_sink import SparklogWriter
-
         return SparklogWriter(dict(self.options), schema, overwrite)
 
 
@@ -100,7 +103,7 @@ def register(spark, *, filter_pushdown: bool | None = None) -> None:
     True or False forces the choice.
     """
     if filter_pushdown is None:
-        from ..jvm import provider_loaded
+        from .reader.jvm import provider_loaded
 
         filter_pushdown = provider_loaded(spark)
         if not filter_pushdown:
@@ -115,7 +118,7 @@ def register(spark, *, filter_pushdown: bool | None = None) -> None:
         except Exception as exc:  # the JVM reader's jar holds the name: register behind it
             if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
                 raise
-            from ..jvm import register_python_source
+            from .reader.jvm import register_python_source
 
             register_python_source(spark, source)
 

@@ -22,8 +22,9 @@ broker cut off from ZooKeeper stops acknowledging at once and resumes when the s
 returns. Kafka's name for the refusal is NotLeaderOrFollower (retriable: clients
 refresh their metadata and retry on the new leader).
 
-The broker object is used through a few attributes only (``partitions``, ``writer()``,
-``loop``, ``broker_id``), so this module does not import the broker.
+It acts on the broker's partitions through their owner, the
+:class:`~sparklog.writer.broker.partitions.PartitionManager`, and reads leadership from
+the coordination store (a store whose ``assigns_leaders`` is true: ZooKeeper's).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ..errors import LeaseExpiredError, NotLeaderError, SparklogError, StorageError
+from ...errors import LeaseExpiredError, NotLeaderError, SparklogError, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -39,13 +40,14 @@ log = logging.getLogger(__name__)
 class BrokerLeadership:
     """Drives a broker's partition writers from ZooKeeper leadership (module docstring).
 
-    ``broker``: the running broker (``loop``, ``broker_id``, ``partitions`` dict of
-    writers with ``.log.leader_epoch`` and ``async close()``, ``async writer(topic, p)``);
-    ``store``: its :class:`~sparklog.coordination.zkstore.ZkCoordinationStore`.
+    ``partitions``: the broker's
+    :class:`~sparklog.writer.broker.partitions.PartitionManager` (bound to its event
+    loop); ``store``: the :class:`~sparklog.coordination.zkstore.ZkCoordinationStore`.
     """
 
-    def __init__(self, broker, store):
-        self.broker = broker
+    def __init__(self, partitions, store):
+        self.partitions = partitions
+        self.broker_id = partitions.broker_id
         self.store = store
         self._desired: dict[tuple[str, int], object] = {}
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}
@@ -57,8 +59,9 @@ class BrokerLeadership:
         partitions the broker already leads are reported by the first refresh)."""
         self.store.add_leadership_listener(self._on_changes)
         self.store.view.add_config_listener(self._on_config)
+        loop = self.partitions.loop
         for tp in self.store.view.led_partitions():
-            self.broker.loop.call_soon_threadsafe(self._apply, {tp: self.store.view.state(*tp)})
+            loop.call_soon_threadsafe(self._apply, {tp: self.store.view.state(*tp)})
 
     def stop(self) -> None:
         """Stop reacting (the broker closes its writers itself on shutdown)."""
@@ -66,7 +69,7 @@ class BrokerLeadership:
 
     # --- reacting (view thread -> event loop) ----------------------------------------------
     def _on_changes(self, changes: dict) -> None:
-        loop = self.broker.loop
+        loop = self.partitions.loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._apply, changes)
 
@@ -78,7 +81,7 @@ class BrokerLeadership:
             self._spawn(self._converge(tp))
 
     def _spawn(self, coro) -> None:
-        task = self.broker.loop.create_task(coro)
+        task = self.partitions.loop.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -86,18 +89,18 @@ class BrokerLeadership:
         lock = self._locks.setdefault(tp, asyncio.Lock())
         async with lock:
             state = self._desired.get(tp)
-            me = self.broker.broker_id
-            writer = self.broker.partitions.get(tp)
+            me = self.broker_id
+            writer = self.partitions.writers.get(tp)
             if state is not None and state.leader == me:
                 if writer is not None and writer.log.leader_epoch == state.leader_epoch \
                         and not writer.failed:
                     return
                 if writer is not None:
                     await self._close(tp, writer, f"leader epoch {state.leader_epoch}")
-                if self._stopping or self.broker.stopping:
+                if self._stopping or self.partitions.closing:
                     return
                 try:
-                    await self.broker.writer(*tp)
+                    await self.partitions.writer(*tp)
                     log.info("partition %s-%d: broker %d took over as leader (epoch %d)",
                              tp[0], tp[1], me, state.leader_epoch)
                 except SparklogError as exc:  # superseded meanwhile, or a storage error
@@ -109,33 +112,27 @@ class BrokerLeadership:
                 await self._close(tp, writer, why)
 
     async def _close(self, tp, writer, why: str) -> None:
-        if self.broker.partitions.get(tp) is writer:
-            del self.broker.partitions[tp]
+        self.partitions.detach(tp, writer)
         log.info("partition %s-%d: broker %d resigns leadership: %s", tp[0], tp[1],
-                 self.broker.broker_id, why)
+                 self.broker_id, why)
         try:
             await writer.close()
         except Exception as exc:  # noqa: BLE001 - the new leader fenced us: nothing to save
             log.info("partition %s-%d: closing after losing leadership: %s", tp[0], tp[1], exc)
 
     def _on_config(self, topic: str) -> None:  # view thread
-        loop = self.broker.loop
+        loop = self.partitions.loop
         if loop is not None and not loop.is_closed() and not self._stopping:
             loop.call_soon_threadsafe(lambda: self._spawn(self._reload_config(topic)))
 
     async def _reload_config(self, topic: str) -> None:
         """Another broker altered ``topic``: re-read its config from the storage and
         apply it to the open writers (as the altering broker did to its own)."""
-        self.broker.forget_topic(topic)
         try:
-            tc = await self.broker.topic_config(topic, refresh=True)
+            tc = await self.partitions.reload_topic(topic)
         except SparklogError as exc:
             log.info("topic %s: config change not applied: %s", topic, exc)
             return
-        for (name, _), writer in list(self.broker.partitions.items()):
-            if name == topic:
-                writer.topic = tc
-                writer.log.config = self.broker.log_config(tc)
         log.info("topic %s: config version %d applied", topic, tc.version)
 
     # --- the broker's checks ------------------------------------------------------------------
@@ -147,14 +144,14 @@ class BrokerLeadership:
             state = self.store.view.state(topic, partition)
             if not self.store.view.trusted:
                 raise NotLeaderError(
-                    f"broker {self.broker.broker_id} cannot prove it leads {topic}-{partition}:"
+                    f"broker {self.broker_id} cannot prove it leads {topic}-{partition}:"
                     " its ZooKeeper session is disconnected or not re-read yet")
             leader = state.leader if state is not None else -1
-            raise NotLeaderError(f"broker {self.broker.broker_id} does not lead "
+            raise NotLeaderError(f"broker {self.broker_id} does not lead "
                                  f"{topic}-{partition} (leader: broker {leader})")
         if writer is not None and writer.log.leader_epoch != epoch:
             raise NotLeaderError(
-                f"broker {self.broker.broker_id}: {topic}-{partition} moved to leader epoch "
+                f"broker {self.broker_id}: {topic}-{partition} moved to leader epoch "
                 f"{epoch} (this writer has epoch {writer.log.leader_epoch})")
         return epoch
 
@@ -172,7 +169,7 @@ class BrokerLeadership:
             if error is None:
                 return result
             raise NotLeaderError(f"partition {topic}-{partition}: write failed on broker "
-                                 f"{self.broker.broker_id} ({error}); retry")
+                                 f"{self.broker_id} ({error}); retry")
         except NotLeaderError as exc:
             return type(result)(error=exc)
 
@@ -183,7 +180,7 @@ class BrokerLeadership:
         failure = getattr(writer.log, "_failed", None)
         if isinstance(failure, LeaseExpiredError):
             raise NotLeaderError(
-                f"partition {writer.name}: broker {self.broker.broker_id} was fenced (another "
+                f"partition {writer.name}: broker {self.broker_id} was fenced (another "
                 "broker took over the storage lease); waiting for ZooKeeper's leader")
 
     def metadata(self) -> dict:

@@ -1,0 +1,18 @@
+"""The catalog a source's options select (:func:`open_catalog`).
+
+Kept apart from :mod:`.catalog` (the interface and the storage catalog) and
+:mod:`.broker_catalog`, which both build on that interface, so neither imports the other.
+"""
+
+from __future__ import annotations
+
+from .broker_catalog import BrokerCatalog
+from .catalog import Catalog, StorageCatalog
+
+
+def open_catalog(opts) -> Catalog:
+    """The catalog for parsed source options: broker when ``bootstrap.servers`` is set,
+    else the storage root ``path``."""
+    if opts.bootstrap_servers:
+        return BrokerCatalog(opts.bootstrap_servers, opts.path)
+    return StorageCatalog(opts.path)
