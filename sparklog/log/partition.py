@@ -102,6 +102,11 @@ class PartitionLog(PartitionRecovery):
         self._start_checkpoint = JsonCheckpoint(fileio, dir_url, LOG_START_SUFFIX)
         self._epochs: LeaderEpochCache | None = None
         self._sealer = SegmentSealer(self.name, self._seal_failed)
+        #: held by compaction for a whole cleaning and by retention's deletions, so a
+        #: segment being cleaned is not deleted under the cleaner (Kafka pauses cleaning)
+        self.maintenance = threading.Lock()
+        #: (deadline ms, segment) replaced by compaction, deleted after the deadline
+        self._delete_later_queue: list[tuple[int, LogSegment]] = []
 
     def _seal_failed(self, exc: BaseException) -> None:
         """Record the failure of a write, flush, sync, roll or seal: the log is unusable
@@ -163,6 +168,46 @@ class PartitionLog(PartitionRecovery):
         self = cls(fileio, dir_url.rstrip("/"), config, clock=clock)
         self._recover(leader_epoch, fence)
         return self
+
+    def _delete_later(self, segments) -> None:
+        """Queue ``segments`` (replaced by compaction) for deletion after
+        ``file.delete.delay.ms``: readers that planned their files can still read them."""
+        deadline = self._clock() + self.config.file_delete_delay_ms
+        with self._lock:
+            self._delete_later_queue.extend((deadline, seg) for seg in segments)
+
+    def delete_replaced_files(self, now_ms: int | None = None) -> int:
+        """Delete the replaced segments whose ``file.delete.delay.ms`` has passed (the
+        ``.log`` first, then its indexes); returns how many were deleted."""
+        now = self._clock() if now_ms is None else now_ms
+        with self._lock:
+            due = [seg for t, seg in self._delete_later_queue if t <= now]
+            self._delete_later_queue = [(t, s) for t, s in self._delete_later_queue if t > now]
+        for seg in due:
+            seg.delete_files()
+        return len(due)
+
+    def wait_sealed(self) -> None:
+        """Wait until every rolled segment is sealed (its ``.index`` written)."""
+        with self._lock:
+            self._check_usable()
+            self._wait_sealed()
+
+    def replace_segments(self, old: list[LogSegment], new: LogSegment) -> None:
+        """Swap the committed cleaned segment ``new`` in for the consecutive sealed
+        segments ``old`` (compaction; the caller holds :attr:`maintenance`); the old
+        files are deleted after ``file.delete.delay.ms``."""
+        with self._lock:
+            i = next((k for k, s in enumerate(self._segments) if s is old[0]), None)
+            if i is None or self._segments[i:i + len(old)] != old or \
+                    i + len(old) >= len(self._segments):
+                raise StorageError(
+                    f"partition {self.name}: segments {[s.path for s in old]} are no "
+                    f"longer consecutive sealed segments of the log")
+            new.sealed = True
+            self._segments[i:i + len(old)] = [new]
+            self._bases = [s.base_offset for s in self._segments]
+        self._delete_later(old)
 
     def _new_segment(self, base: int, **kw) -> LogSegment:
         seg = LogSegment(self.fileio, self.dir_url, base, writable=True,
@@ -491,10 +536,24 @@ class PartitionLog(PartitionRecovery):
                         first_offset=before.next_offset, end_offset=seg.base_offset))
                 end_offset = hw if active else seg.next_offset
                 entry_offset, position = seg.entry_for(offset)
+                following = list(self._segments[i + 1:])
             data, start = read_frame_bytes(self.fileio, seg.path, position, end, offset,
                                            max(max_bytes, 1), limit,
                                            position_offset=entry_offset,
-                                           end_offset=end_offset)
+                                           end_offset=end_offset, cleaned=bool(seg.generation))
+            while not data and following and seg.generation:
+                # compaction removed the offsets from here to the end of this cleaned
+                # segment: the fetch gets the next records (a gap, as in Kafka)
+                seg = following.pop(0)
+                active = not following
+                with self._lock:
+                    end = self._hw_position if active else seg.size
+                end_offset = hw if active else seg.next_offset
+                entry_offset, position = seg.entry_for(seg.base_offset)
+                data, start = read_frame_bytes(
+                    self.fileio, seg.path, position, end, seg.base_offset, max(max_bytes, 1),
+                    limit, position_offset=entry_offset, end_offset=end_offset,
+                    cleaned=bool(seg.generation))
         except StorageFileNotFoundError as exc:
             with self._lock:
                 if offset < self._log_start:  # deleted by retention meanwhile
@@ -560,7 +619,7 @@ class PartitionLog(PartitionRecovery):
         the sealed segments that lie wholly below it. Returns their base offsets.
         OffsetOutOfRangeError if ``offset`` is beyond the high watermark."""
         check_offset(offset, "offset")
-        with self._lock:
+        with self.maintenance, self._lock:
             self._check_usable()
             self._wait_sealed()
             if offset > self._hw:
