@@ -229,6 +229,14 @@ final class LogFiles {
     return String.format("%020d.%020d.c%d", c[0], c[1], c[2]);
   }
 
+  private static Long baseOf(String name, String suffix) {
+    if (name.length() != 20 + suffix.length() || !name.endsWith(suffix)) {
+      return null;
+    }
+    String stem = name.substring(0, 20);
+    return stem.chars().allMatch(Character::isDigit) ? Long.parseLong(stem) : null;
+  }
+
   private static String stemOf(String name, String suffix) {
     return name.substring(0, name.length() - suffix.length());
   }
