@@ -151,15 +151,19 @@ def _tombstones(batch: pa.RecordBatch) -> list[bool]:
     return out
 
 
-def cleanable_state(plog, now_ms: int) -> CleanableState:
-    """The cleanable part of ``plog`` now (see the module docstring, step 1)."""
+def cleanable_state(plog, now_ms: int, max_offset: int | None = None) -> CleanableState:
+    """The cleanable part of ``plog`` now (see the module docstring, step 1); with
+    ``max_offset``, no segment holding an offset at or above it is cleanable (the
+    broker passes the offset its producer-state snapshot covers, so the frames a
+    restarted broker replays to rebuild that state are never cleaned away)."""
     segments = plog.segments
     first_dirty, _ = CleanerCheckpoint(plog.fileio, plog.dir_url).read()
     first_dirty = max(first_dirty, plog.log_start_offset)
     lag = plog.config.min_compaction_lag_ms
     uncleanable = segments[-1].base_offset
     for seg in segments[:-1]:
-        if seg.next_offset > first_dirty and lag > 0 and seg.max_timestamp > now_ms - lag:
+        if (seg.next_offset > first_dirty and lag > 0 and seg.max_timestamp > now_ms - lag
+                or max_offset is not None and seg.next_offset > max_offset):
             uncleanable = seg.base_offset
             break
     clean = dirty = 0
@@ -219,16 +223,18 @@ class Throttle:
 
 
 def clean(plog, now_ms: int | None = None, *, dedupe_buffer_size: int = 128 << 20,
-          throttle: Throttle | None = None, force: bool = False) -> CleanResult | None:
+          throttle: Throttle | None = None, force: bool = False,
+          max_offset: int | None = None) -> CleanResult | None:
     """Clean ``plog`` once if it is due (or ``force``); None when nothing was done.
-    Holds ``plog.maintenance`` throughout (retention waits). See the module docstring."""
+    Holds ``plog.maintenance`` throughout (retention waits). ``max_offset`` bounds
+    what is cleanable (:func:`cleanable_state`). See the module docstring."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     if not plog.config.compact:
         return None
     with plog.maintenance:
         plog.wait_sealed()
         plog.delete_replaced_files(now)
-        state = cleanable_state(plog, now)
+        state = cleanable_state(plog, now, max_offset)
         if not (force and state.dirty_bytes) and not needs_cleaning(plog, now, state):
             return None
         return _clean(plog, now, state, dedupe_buffer_size, throttle or Throttle())

@@ -497,7 +497,8 @@ class PartitionLog(PartitionRecovery):
             topic=self.topic, partition=self.partition, offset=offset,
             log_start_offset=self._log_start, log_end_offset=self._leo)
 
-    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> FetchResult:
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
+             _retry: bool = False) -> FetchResult:
         """Whole frames from the one holding ``offset``, below the high watermark (and
         ``max_offset``), up to ``max_bytes`` but at least one frame, all from one
         segment. OffsetOutOfRangeError outside [log start offset, log end offset];
@@ -558,6 +559,10 @@ class PartitionLog(PartitionRecovery):
             with self._lock:
                 if offset < self._log_start:  # deleted by retention meanwhile
                     raise self._out_of_range("fetch offset", offset) from None
+                replaced = seg is not None and all(s is not seg for s in self._segments)
+            if replaced and not _retry:  # compaction swapped it out, its delay ran out
+                return self.read(offset, max_bytes, max_offset=max_offset, _retry=True)
+            with self._lock:
                 raise self._vanished(seg, exc) from None
         except DataLossError as exc:
             if exc.topic is not None:  # a gap, reported above

@@ -40,6 +40,7 @@ from ...storage import FileIO, open_fileio
 from ...storage.paths import storage_root, url_scheme
 from . import admin, groups_api, resources, server
 from .acceptor import Acceptor
+from ...retention.cleaner import LogCleanerManager
 from ...retention.manager import RetentionManager
 from .config import BrokerConfig
 from .group import GroupCoordinator
@@ -179,6 +180,8 @@ class Broker:
         self._transactional: dict[str, tuple[int, int]] = {}
         self._stopped: asyncio.Event | None = None
         self.retention: RetentionManager | None = None
+        #: compaction of the partitions led here (None when log.cleaner.enable=false)
+        self.cleaner: LogCleanerManager | None = None
         #: api key -> ``handler(broker, body, ctx)``
         self.handlers = {
             ApiKey.API_VERSIONS: Broker._api_versions,
@@ -256,6 +259,12 @@ class Broker:
         self.retention = RetentionManager(lambda: self.partitions.values(), self.run_io,
                                           self.config.retention_check_interval_ms)
         self.retention.start()
+        if self.config.log_cleaner_enable:
+            self.cleaner = LogCleanerManager.for_broker(lambda: list(self.partitions.values()),
+                                                        self.config)
+            if self.metrics is not None:
+                self.metrics.registry.register(self.cleaner)
+            self.cleaner.start()
         await self.run_io(self.store.register_broker,
                           BrokerInfo(self.broker_id, self.host, self.port))
         if self.metrics is not None and self.config.metrics_port >= 0:
@@ -304,6 +313,8 @@ class Broker:
         try:
             if self.retention is not None:
                 await self.retention.stop()
+            if self.cleaner is not None:
+                await self.run_io(self.cleaner.stop)
             if self.leadership is not None and self.config.controlled_shutdown_enable:
                 # move every leadership to another broker before closing anything
                 await self.run_io(self.store.controlled_shutdown, self.broker_id,
