@@ -18,6 +18,7 @@ from sparklog.reader.consumer import Consumer
 from sparklog.storage import open_fileio
 from sparklog.writer.producer import Producer
 from test_broker_metrics import sample, scrape
+from test_cli import ok, sparklog
 from waiting import wait_until
 
 
@@ -71,3 +72,7 @@ def test_broker_cleaner_compacts_and_consumers_see_gaps(cleaning_broker):
                   topic="cmp", partition=0) > 0
     assert sample(samples, "sparklog_log_logcleanermanager_dirty_ratio",
                   topic="cmp", partition=0) is not None
+    # sparklog topics describe shows the leader's dirty ratio of the compacted partition
+    out = ok(sparklog("topics", "describe", "cmp", bootstrap=broker.address))
+    ratio = float(out.split("DirtyRatio: ")[1].split()[0])
+    assert 0.0 <= ratio <= 1.0, out

@@ -69,7 +69,8 @@ async def metadata(broker, body, ctx) -> dict:
                     w = broker.partitions.get((name, p))
                     leader, epoch = broker.broker_id, w.log.leader_epoch if w is not None else 0
                 item["partitions"].append({"partition": p, **_OK, "leader": leader,
-                                           "leader_epoch": epoch})
+                                           "leader_epoch": epoch,
+                                           "dirty_ratio": broker.dirty_ratio(name, p)})
             item.update(_OK)
         except SparklogError as exc:
             item.update(error_fields(exc))

@@ -204,6 +204,12 @@ class Broker:
             return {"sync_behind_writes": self.config.sync_behind_writes_bytes}
         return {}
 
+    def dirty_ratio(self, topic: str, partition: int) -> float:
+        """The log cleaner's last dirty ratio of a compacted partition led here (-1
+        when unknown: not led here, not compacted, or the cleaner is off)."""
+        stats = self.cleaner.stats.get((topic, partition)) if self.cleaner else None
+        return stats.dirty_ratio if stats is not None else -1.0
+
     async def run_io(self, fn, *args):
         """Run a blocking storage call on the broker's I/O threads."""
         return await self.loop.run_in_executor(self.pool, fn, *args)
