@@ -40,6 +40,7 @@ import time
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import InvalidConfigError
 from ..format.frame import OFFSET_DELTA_COLUMN, TIMESTAMP_COLUMN, encode_frame
@@ -139,7 +140,10 @@ def _tombstones(batch: pa.RecordBatch) -> list[bool]:
     """Per row: is it a tombstone (a null ``value``; for typed topics without a value
     column, every column but the key null)."""
     if VALUE_COLUMN in batch.schema.names:
-        return batch.column(VALUE_COLUMN).is_null().to_pylist()
+        values = batch.column(VALUE_COLUMN)
+        if values.null_count == 0:
+            return [False] * batch.num_rows
+        return values.is_null().to_pylist()
     cols = [batch.column(i) for i, n in enumerate(batch.schema.names)
             if n != KEY_COLUMN and not n.startswith("__")]
     if not cols:
@@ -251,32 +255,28 @@ def _clean(plog, now: int, state: CleanableState, buffer_size: int,
     result = CleanResult(state.first_dirty, state.first_dirty)
     # 2. the key map over the dirty segments, whole segments while they fit
     capacity = max(buffer_size // BYTES_PER_KEY, 1)
-    offsets: dict = {}
+    offsets = KeyMap()
     map_end = state.first_dirty
     for seg in segments:
         if seg.next_offset <= state.first_dirty:
             continue
         if seg.base_offset >= state.first_uncleanable:
             break
-        seg_map: dict = {}
+        parts = []
         for frame in _frames(seg, throttle, result):
             if frame.header.is_control:
                 continue
             batch = frame.batch()
-            column = key_columns(batch.schema, plog.name)
-            keys = batch.column(column).to_pylist()
-            for key, offset in zip(keys, frame.offsets().to_pylist()):
-                if key is not None:
-                    seg_map[_hashable(key)] = offset
-        new_keys = sum(1 for k in seg_map if k not in offsets)
-        if len(offsets) + new_keys > capacity:
+            parts.append((batch.column(key_columns(batch.schema, plog.name)), frame.offsets()))
+        merged = offsets.merged(parts)
+        if len(merged) > capacity:
             if map_end == state.first_dirty:
                 raise InvalidConfigError(
                     f"partition {plog.name}: segment {seg.path} holds more distinct keys "
                     f"than log.cleaner.dedupe.buffer.size={buffer_size} maps "
                     f"({capacity} keys of {BYTES_PER_KEY} bytes); raise it")
             break
-        offsets.update(seg_map)
+        offsets = merged
         map_end = seg.next_offset
     if map_end <= state.first_dirty:
         return None
@@ -304,13 +304,50 @@ def _clean(plog, now: int, state: CleanableState, buffer_size: int,
     return result
 
 
-def _hashable(key):
-    """A dict key for a key column value (lists and dicts of typed keys as tuples)."""
-    if isinstance(key, list):
-        return tuple(_hashable(k) for k in key)
-    if isinstance(key, dict):
-        return tuple(sorted((k, _hashable(v)) for k, v in key.items()))
-    return key
+class KeyMap:
+    """The cleaner's key map, key -> latest offset, as two Arrow arrays (unique keys),
+    built and probed by Arrow's hash kernels rather than per record in Python."""
+
+    def __init__(self, keys: pa.Array | None = None, offsets: pa.Array | None = None):
+        self.keys, self.offsets = keys, offsets
+
+    def __len__(self) -> int:
+        return 0 if self.keys is None else len(self.keys)
+
+    def merged(self, parts) -> "KeyMap":
+        """A new map of this one and ``parts`` ((keys, offsets) arrays of later
+        records): each key's highest offset; null keys are ignored."""
+        keys = [] if self.keys is None else [self.keys]
+        offs = [] if self.offsets is None else [self.offsets]
+        for k, o in parts:
+            k = _plain(k)
+            if keys and k.type != keys[0].type:
+                k = k.cast(keys[0].type)
+            keys.append(k)
+            offs.append(o.cast(pa.int64()))
+        if not keys:
+            return KeyMap()
+        table = pa.table({"k": pa.concat_arrays(keys), "o": pa.concat_arrays(offs)})
+        table = table.filter(pc.is_valid(table.column("k")))
+        grouped = table.group_by("k").aggregate([("o", "max")])
+        return KeyMap(grouped.column("k").combine_chunks(),
+                      grouped.column("o_max").combine_chunks())
+
+    def latest(self, keys: pa.Array) -> pa.Array:
+        """Per key of ``keys``: the map's offset for it, null when not mapped."""
+        if self.keys is None:
+            return pa.nulls(len(keys), pa.int64())
+        keys = _plain(keys)
+        if keys.type != self.keys.type:
+            keys = keys.cast(self.keys.type)
+        return pc.take(self.offsets, pc.index_in(keys, value_set=self.keys))
+
+
+def _plain(array: pa.Array) -> pa.Array:
+    """``array`` without dictionary encoding (compared by value)."""
+    if pa.types.is_dictionary(array.type):
+        return array.dictionary_decode()
+    return array
 
 
 def _frames(seg: LogSegment, throttle: Throttle, result: CleanResult):
@@ -359,8 +396,8 @@ def _write_cleaned(plog, group, offsets, cleanings, horizon, throttle, result) -
         new.apply_replication()
         position, expected = 0, base
         for seg in group:
-            for frame in _frames(seg, throttle, result):
-                data = _cleaned_frame(frame, offsets, cleanings, horizon, result, plog.name,
+            for frame, latest in _probed(_frames(seg, throttle, result), offsets, plog.name):
+                data = _cleaned_frame(frame, latest, cleanings, horizon, result, plog.name,
                                       gap=frame.header.base_offset != expected)
                 if data is None:
                     continue
@@ -384,7 +421,38 @@ def _count(data) -> int:
     return RECORD_COUNT.read(data, 0)
 
 
-def _cleaned_frame(frame, offsets, cleanings, horizon, result, name, *, gap: bool):
+#: bytes of frames whose keys are looked up in the key map together (one hash build)
+PROBE_WINDOW_BYTES = 16 << 20
+
+
+def _probed(frames, offsets: KeyMap, name: str):
+    """Yield ``(frame, latest)`` for ``frames``: ``latest`` holds, per record, the key
+    map's offset for its key (null: not mapped; None for control frames). The keys of
+    up to PROBE_WINDOW_BYTES of frames are looked up in one call."""
+    window, size = [], 0
+
+    def flush():
+        keyed = [(f, f.batch()) for f in window if not f.header.is_control]
+        columns = [b.column(key_columns(b.schema, name)) for _, b in keyed]
+        found = offsets.latest(pa.concat_arrays([_plain(c) for c in columns])) \
+            if columns else None
+        at, out = 0, {}
+        for (f, _), c in zip(keyed, columns):
+            out[id(f)] = found.slice(at, len(c))
+            at += len(c)
+        for f in window:
+            yield f, out.get(id(f))
+
+    for frame in frames:
+        window.append(frame)
+        size += frame.header.size
+        if size >= PROBE_WINDOW_BYTES:
+            yield from flush()
+            window, size = [], 0
+    yield from flush()
+
+
+def _cleaned_frame(frame, latest, cleanings, horizon, result, name, *, gap: bool):
     """The bytes of ``frame`` after cleaning: unchanged when every record stays (and
     it follows the previous frame kept, ``gap`` False, or has explicit offsets already),
     None when none does, else re-encoded with explicit offsets: only a frame with the
@@ -397,32 +465,33 @@ def _cleaned_frame(frame, offsets, cleanings, horizon, result, name, *, gap: boo
                 f"records removed by compaction; transactional topics cannot be compacted")
         return _frame_bytes(frame)
     batch = frame.batch()
-    keys = batch.column(key_columns(batch.schema, name)).to_pylist()
-    record_offsets = frame.offsets().to_pylist()
+    keys = batch.column(key_columns(batch.schema, name))
+    record_offsets = frame.offsets()
+    mask = pc.and_(pc.is_valid(keys), pc.or_kleene(
+        pc.is_null(latest), pc.greater_equal(record_offsets, latest)))
+    mask = mask.fill_null(False)
+    stays = pc.sum(mask.cast(pa.int64())).as_py() or 0
     tombstones = _tombstones(batch)
-    keep = []
-    for key, offset, tomb in zip(keys, record_offsets, tombstones):
-        if key is None:
-            stays = False
-        else:
-            latest = offsets.get(_hashable(key))
-            stays = latest is None or latest <= offset
-            if stays and tomb:
+    if any(tombstones):  # few: their delete horizon is checked one by one
+        keep = mask.to_pylist()
+        for i, (tomb, offset) in enumerate(zip(tombstones, record_offsets.to_pylist())):
+            if tomb and keep[i]:
                 reached = reached_at(cleanings, offset)
                 if reached is not None and reached <= horizon:
-                    stays = False
+                    keep[i] = False
+                    stays -= 1
                     result.tombstones_removed += 1
                     result.records_removed -= 1  # counted below
-        if not stays:
-            result.records_removed += 1
-        keep.append(stays)
-    if all(keep) and (not gap or h.explicit_offsets):
+        mask = pa.array(keep, pa.bool_())
+    result.records_removed += len(keys) - stays
+    keep = mask
+    if stays == len(keys) and (not gap or h.explicit_offsets):
         return _frame_bytes(frame)
-    if not any(keep):
+    if stays == 0:
         return None
-    mask = pa.array(keep)
     kept = batch.filter(mask)
-    deltas = [o - h.base_offset for o, k in zip(record_offsets, keep) if k]
+    deltas = pc.subtract(record_offsets.filter(mask), pa.scalar(h.base_offset, pa.int64())
+                         ).cast(pa.int32())
     if OFFSET_DELTA_COLUMN in kept.schema.names:
         kept = kept.drop_columns([OFFSET_DELTA_COLUMN])
     timestamps = kept.column(kept.schema.get_field_index(TIMESTAMP_COLUMN))
