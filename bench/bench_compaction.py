@@ -39,6 +39,7 @@ from brokerproc import BrokerProcess  # noqa: E402  (the tests' broker process h
 from sparklog.format.frame import encode_frame, raw_batch  # noqa: E402
 from sparklog.log import PartitionLog  # noqa: E402
 from sparklog.log.cleaner import clean  # noqa: E402
+from sparklog.log.layout import PartitionListing  # noqa: E402
 from sparklog.protocol import ApiKey, Connection  # noqa: E402
 from sparklog.storage import open_fileio  # noqa: E402
 
@@ -136,7 +137,12 @@ def bench_produce(tmp: str, args) -> None:
             busy.append(broker_ingest(conn, payloads, count, 8, f"cleaning round {r + 1}"))
             stop.set()
             dirty.join()
+        listing = PartitionListing.scan(open_fileio(storage.as_uri()),
+                                        str(storage / "topics" / "dirty" / "0"))
+        generations = max((f.generation for f in listing.logs()), default=0)
     total = sum(len(payloads[i % len(payloads)]) for i in range(count))
+    print(f"(the compacted topic's segments went through {generations} generation(s) "
+          f"of cleaning)")
     print(f"produce, broker idle   {total / min(idle) / 1e6:8.1f} MB/s")
     print(f"produce, cleaner busy  {total / min(busy) / 1e6:8.1f} MB/s"
           f"   ratio vs idle: {min(idle) / min(busy):5.2f} (target >= 0.8)")
