@@ -65,13 +65,14 @@ class LogCleanerManager:
     def for_broker(cls, partitions, config) -> "LogCleanerManager":
         """The cleaner of a broker with BrokerConfig ``config`` (``log.cleaner.*``) over
         the PartitionWriters ``partitions()``: a partition is cleaned only below the
-        offset its idempotent-producer snapshot covers, so the frames a restarted
-        broker replays to rebuild that state stay whole."""
+        offset its idempotent-producer snapshot covers (not at all before the first
+        snapshot, when it has idempotent producers), so the frames a restarted broker
+        replays to rebuild that state stay whole."""
         return cls(partitions, threads=config.log_cleaner_threads,
                    dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size,
                    io_max_bytes_per_second=config.log_cleaner_io_max_bytes_per_second,
                    backoff_ms=config.log_cleaner_backoff_ms,
-                   bound=lambda w: w.snapshots.covered if w.state.producers else None)
+                   bound=lambda w: (w.snapshots.covered or 0) if w.state.producers else None)
 
     def start(self) -> None:
         """Start the cleaner threads."""
