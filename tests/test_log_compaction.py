@@ -523,3 +523,30 @@ def test_concurrent_readers_while_the_cleaner_swaps(fio, tmp_path):
         raise errors[0]
     assert counts["cleanings"] >= 10 and min(counts["reads"], counts["fetch reads"]) >= 10, \
         counts
+
+
+def test_sparklog_compact_cleans_partitions_no_writer_holds(fio, tmp_path, capsys):
+    from sparklog.cli.main import main
+    from sparklog.metadata import TopicStore
+
+    root = tmp_path.as_uri()
+    store = TopicStore(root, fio)
+    cfg = config()
+    store.create_topic("ct", 2, configs=cfg)
+    clock = Clock()
+    for p in range(2):
+        with PartitionLog.open(fio, store.partition_dir("ct", p), cfg, clock=clock) as plog:
+            write(plog, clock, [("a", "1"), ("a", "2"), ("a", "3"), ("b", "1")])
+    held = PartitionLog.open(fio, store.partition_dir("ct", 1), cfg)  # a live "leader"
+    try:
+        assert main(["compact", "ct", "--storage", root]) == 1
+    finally:
+        held.close()
+    out = capsys.readouterr().out
+    assert "ct-0: cleaned offsets below 3" in out and "ct-1: led by a live broker" in out
+    assert [o for o, _, _ in records(fio, store.partition_dir("ct", 0))] == [2, 3]
+    assert main(["compact", "ct", "--storage", root, "--partitions", "1"]) == 0
+    assert [o for o, _, _ in records(fio, store.partition_dir("ct", 1))] == [2, 3]
+    store.create_topic("plain", 1)
+    assert main(["compact", "plain", "--storage", root]) != 0
+    assert "only compacted topics are cleaned" in capsys.readouterr().err
