@@ -550,3 +550,52 @@ def test_sparklog_compact_cleans_partitions_no_writer_holds(fio, tmp_path, capsy
     store.create_topic("plain", 1)
     assert main(["compact", "plain", "--storage", root]) != 0
     assert "only compacted topics are cleaned" in capsys.readouterr().err
+
+
+def test_swap_on_hdfs_crashed_before_and_after_its_commit(hdfs_env):
+    """On hdfs:// (create-no-overwrite and rename-no-replace of the NameNode as the only
+    commit primitives): a cleaning cut just before the rename that commits a cleaned
+    segment's .index leaves the old set, cut just after it the new one, for a reader
+    and after the writer's recovery (lease recovery of the crashed writer included)."""
+    import uuid
+
+    root = f"{hdfs_env.hdfs_uri}/compaction/{uuid.uuid4().hex}"
+    fio = open_fileio(root)
+    pairs = [("a", "1"), ("b", "1"), ("a", "2"), ("b", "2"), ("a", "3"), ("c", "1"),
+             ("x", "1")]
+    full = [(o, k, v) for o, (k, v) in enumerate(pairs)]
+    cleaned = [(3, "b", "2"), (4, "a", "3"), (5, "c", "1"), (6, "x", "1")]
+
+    def build(d):
+        clock = Clock()
+        with PartitionLog.open(fio, d, config(), clock=clock) as plog:
+            write(plog, clock, pairs)
+        return clock
+
+    # a dry run finds the mutation that commits the first cleaned segment: the rename
+    # of its .index into place
+    d = fio.join(root, "dry", "t", "0")
+    clock = build(d)
+    recording = RecordingFileIO(fio)
+    plog = PartitionLog.open(recording, d, config(), clock=clock)
+    recording.crash_at(None)
+    before = len(recording.calls)
+    clean(plog, clock.now)
+    mutating = [(m, p) for m, p in recording.calls[before:] if m in RecordingFileIO.MUTATING]
+    plog.close()
+    commit = next(i for i, (m, p) in enumerate(mutating)  # write_atomic's temporary file
+                  if m == "rename" and ".c1.index." in p and p.endswith(".tmp"))
+    assert records(fio, d) == cleaned
+    for step, want in ((commit + 1, full), (commit + 2, cleaned)):
+        d = fio.join(root, f"s{step}", "t", "0")
+        clock = build(d)
+        recording = RecordingFileIO(fio)
+        plog = PartitionLog.open(recording, d, config(), clock=clock)
+        recording.crash_at(step)
+        with pytest.raises(SimulatedCrash):
+            clean(plog, clock.now)
+        assert records(fio, d) == want
+        with PartitionLog.open(fio, d, config(), fence=True) as reopened:
+            assert reopened.log_end_offset == 7
+        assert records(fio, d) == want
+        assert PartitionListing.scan(fio, d).uncommitted() == []
