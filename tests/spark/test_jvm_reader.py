@@ -561,7 +561,7 @@ def test_scans_while_the_cleaner_swaps(jspark, storage_root):
         with lock:
             for _ in range(n):
                 o = plog.log_end_offset
-                k, v = b"k%d" % (o % 11), b"v%d" % o
+                k, v = b"k%d" % (o % 50), b"v%d" % o
                 plog.append(encode_frame(raw_batch([v], [k]), timestamps=[BASE_TS + o]))
                 written[o] = (k, v)
             plog.flush()
@@ -569,7 +569,7 @@ def test_scans_while_the_cleaner_swaps(jspark, storage_root):
     def background():
         try:
             while not stop.is_set():
-                append_some(5)
+                append_some(2)  # each key rewritten every ~2.5 s: scans see most alive
                 if clean(plog) is not None:
                     cleanings[0] += 1
                 plog.delete_replaced_files()
