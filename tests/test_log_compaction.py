@@ -304,7 +304,8 @@ def test_crash_at_every_step_of_the_swap_recovers_old_or_new(fio, tmp_path):
 
 KEYS = ["a", "b", "c", "d"]
 OPS = st.lists(st.one_of(
-    st.tuples(st.just("write"), st.sampled_from(KEYS), st.one_of(st.none(), st.text("xyz", min_size=1, max_size=3))),
+    st.tuples(st.just("write"), st.sampled_from(KEYS),
+              st.one_of(st.none(), st.text("xyz", min_size=1, max_size=3))),
     st.tuples(st.just("roll")),
     st.tuples(st.just("tick"), st.integers(1, 700)),
     st.tuples(st.just("clean"), st.one_of(st.none(), st.integers(1, 40))),

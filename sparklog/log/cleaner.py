@@ -124,7 +124,7 @@ def reached_at(cleanings: list[list[int]], offset: int) -> int | None:
     return None
 
 
-def key_columns(schema: pa.Schema, name: str) -> str:
+def key_column(schema: pa.Schema, name: str) -> str:
     """The column compaction keys records by: ``key``; InvalidConfigError naming the
     topic otherwise."""
     if KEY_COLUMN not in schema.names:
@@ -267,7 +267,7 @@ def _clean(plog, now: int, state: CleanableState, buffer_size: int,
             if frame.header.is_control:
                 continue
             batch = frame.batch()
-            parts.append((batch.column(key_columns(batch.schema, plog.name)), frame.offsets()))
+            parts.append((batch.column(key_column(batch.schema, plog.name)), frame.offsets()))
         merged = offsets.merged(parts)
         if len(merged) > capacity:
             if map_end == state.first_dirty:
@@ -433,7 +433,7 @@ def _probed(frames, offsets: KeyMap, name: str):
 
     def flush():
         keyed = [(f, f.batch()) for f in window if not f.header.is_control]
-        columns = [b.column(key_columns(b.schema, name)) for _, b in keyed]
+        columns = [b.column(key_column(b.schema, name)) for _, b in keyed]
         found = offsets.latest(pa.concat_arrays([_plain(c) for c in columns])) \
             if columns else None
         at, out = 0, {}
@@ -465,7 +465,7 @@ def _cleaned_frame(frame, latest, cleanings, horizon, result, name, *, gap: bool
                 f"records removed by compaction; transactional topics cannot be compacted")
         return _frame_bytes(frame)
     batch = frame.batch()
-    keys = batch.column(key_columns(batch.schema, name))
+    keys = batch.column(key_column(batch.schema, name))
     record_offsets = frame.offsets()
     mask = pc.and_(pc.is_valid(keys), pc.or_kleene(
         pc.is_null(latest), pc.greater_equal(record_offsets, latest)))
