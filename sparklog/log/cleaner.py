@@ -58,6 +58,8 @@ log = logging.getLogger(__name__)
 CLEANER_CHECKPOINT_SUFFIX = ".cleaner-offset-checkpoint"
 #: Bytes of dedupe buffer one key takes (Kafka's SkimpyOffsetMap: MD5 + offset).
 BYTES_PER_KEY = 24
+#: Records of dirty segments read before they are merged into the key map at once.
+MERGE_ROWS = 1 << 22
 KEY_COLUMN = "key"
 VALUE_COLUMN = "value"
 
@@ -255,8 +257,34 @@ def _clean(plog, now: int, state: CleanableState, buffer_size: int,
     result = CleanResult(state.first_dirty, state.first_dirty)
     # 2. the key map over the dirty segments, whole segments while they fit
     capacity = max(buffer_size // BYTES_PER_KEY, 1)
-    offsets = KeyMap()
-    map_end = state.first_dirty
+    offsets, map_end = KeyMap(), state.first_dirty
+    pending: list = []  # (segment, [(keys, offsets)]) read but not merged into the map
+
+    def merge_pending() -> bool:
+        """Merge the pending segments into the map (one hash aggregation for all of
+        them); when that would pass the capacity, merge them one by one up to the last
+        that fits. False when a segment did not fit (the map ends before it)."""
+        nonlocal offsets, map_end
+        merged = offsets.merged([p for _, parts in pending for p in parts])
+        if len(merged) <= capacity:
+            offsets, map_end = merged, pending[-1][0].next_offset
+            pending.clear()
+            return True
+        for seg, parts in pending:
+            merged = offsets.merged(parts)
+            if len(merged) > capacity:
+                if map_end == state.first_dirty:
+                    raise InvalidConfigError(
+                        f"partition {plog.name}: segment {seg.path} holds more distinct "
+                        f"keys than log.cleaner.dedupe.buffer.size={buffer_size} maps "
+                        f"({capacity} keys of {BYTES_PER_KEY} bytes); raise it")
+                pending.clear()
+                return False
+            offsets, map_end = merged, seg.next_offset
+        pending.clear()
+        return True
+
+    rows = 0
     for seg in segments:
         if seg.next_offset <= state.first_dirty:
             continue
@@ -268,16 +296,14 @@ def _clean(plog, now: int, state: CleanableState, buffer_size: int,
                 continue
             batch = frame.batch()
             parts.append((batch.column(key_column(batch.schema, plog.name)), frame.offsets()))
-        merged = offsets.merged(parts)
-        if len(merged) > capacity:
-            if map_end == state.first_dirty:
-                raise InvalidConfigError(
-                    f"partition {plog.name}: segment {seg.path} holds more distinct keys "
-                    f"than log.cleaner.dedupe.buffer.size={buffer_size} maps "
-                    f"({capacity} keys of {BYTES_PER_KEY} bytes); raise it")
-            break
-        offsets = merged
-        map_end = seg.next_offset
+            rows += batch.num_rows
+        pending.append((seg, parts))
+        if rows >= max(capacity, MERGE_ROWS):  # bound the memory of pending keys
+            rows = 0
+            if not merge_pending():
+                break
+    if pending:
+        merge_pending()
     if map_end <= state.first_dirty:
         return None
     result.end_offset = map_end
