@@ -67,6 +67,14 @@ class SchemaMismatchError(InvalidArgumentError):
 # --- topics, partitions, offsets ---------------------------------------------------
 
 
+class InvalidRecordError(InvalidArgumentError):
+    """A record the topic cannot take, as Kafka's InvalidRecordException: a record
+    without a key on a compacted topic (INVALID_RECORD; on the wire it shares code 87
+    with SchemaMismatchError, which clients receive)."""
+
+    code = 87
+
+
 class UnknownTopicOrPartitionError(SparklogError, KeyError):
     """The topic or partition does not exist (Kafka: UnknownTopicOrPartition)."""
 

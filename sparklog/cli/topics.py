@@ -91,8 +91,10 @@ def run(args) -> int:
                 if d.schema is not None:
                     print(f"\tSchema: {schema_to_spec(d.schema)}", file=out)
                 for p in d.partitions:
+                    dirty = f"\tDirtyRatio: {p.dirty_ratio:.3f}" \
+                        if getattr(p, "dirty_ratio", -1.0) >= 0 else ""
                     print(f"\tTopic: {d.name}\tPartition: {p.partition}\tLeader: {p.leader}"
-                          f"\tLeaderEpoch: {p.leader_epoch}", file=out)
+                          f"\tLeaderEpoch: {p.leader_epoch}{dirty}", file=out)
         elif args.action == "delete":
             try:
                 admin.delete_topics([topic])

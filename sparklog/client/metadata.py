@@ -63,7 +63,8 @@ class ClusterMetadata:
             errors = {p["partition"]: error_from(p) for p in parts if p.get("error_code")}
             topics[name] = TopicInfo(
                 name,
-                tuple(PartitionInfo(name, p["partition"], p["leader"], p["leader_epoch"])
+                tuple(PartitionInfo(name, p["partition"], p["leader"], p["leader_epoch"],
+                                    p.get("dirty_ratio", -1.0))
                       for p in parts),
                 bool(t.get("typed")), errors)
         with self._changed:

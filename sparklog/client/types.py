@@ -66,9 +66,11 @@ class OffsetAndTimestamp(NamedTuple):
 
 
 class PartitionInfo(NamedTuple):
-    """A partition as the metadata reports it: its leader broker id and leader epoch."""
+    """A partition as the metadata reports it: its leader broker id and leader epoch,
+    and for a compacted partition its leader's dirty ratio (-1 when unknown)."""
 
     topic: str
     partition: int
     leader: int
     leader_epoch: int = 0
+    dirty_ratio: float = -1.0

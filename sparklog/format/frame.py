@@ -440,8 +440,9 @@ def iter_frames(buf, pos: int = 0, *, verify_crc: bool = True, path=None,
                 expected_offset: int | None = None) -> Iterator[Frame]:
     """Yield consecutive frames of ``buf`` from ``pos``; raises CorruptRecordError at the
     first invalid or incomplete frame. With ``expected_offset`` (the offset a fetch
-    asked for) the first frame must hold it and each next frame must follow the one
-    before (:func:`check_follows`): DataLossError otherwise."""
+    asked for) the first frame must hold it or start after it (compaction removed the
+    offsets between), and each next frame must follow the one before
+    (:func:`check_follows`): DataLossError otherwise."""
     if not isinstance(buf, pa.Buffer):
         _frame_view(buf, pos)
     data = buf if isinstance(buf, pa.Buffer) else pa.py_buffer(buf)
@@ -455,7 +456,7 @@ def iter_frames(buf, pos: int = 0, *, verify_crc: bool = True, path=None,
             check_follows(header, expected, where, path=path, position=pos)
         elif expected_offset is not None and not (
                 header.base_offset <= expected_offset <= header.last_offset
-                or (header.explicit_offsets and header.last_offset >= expected_offset)):
+                or header.base_offset > expected_offset):  # a gap left by compaction
             check_follows(header, expected_offset, where, path=path, position=pos)
         yield frame
         if expected_offset is not None:

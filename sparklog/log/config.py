@@ -33,6 +33,9 @@ LOG_CONFIGS: dict[str, tuple[str, type, object]] = {
     "message.timestamp.type": ("message_timestamp_type", str, CREATE_TIME),
     "min.compaction.lag.ms": ("min_compaction_lag_ms", int, 0),
     "delete.retention.ms": ("delete_retention_ms", int, _DAY_MS),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", int, (1 << 63) - 1),
+    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", float, 0.5),
+    "file.delete.delay.ms": ("file_delete_delay_ms", int, 60000),
     "flush.messages": ("flush_messages", int, -1),
     "flush.ms": ("flush_ms", int, -1),
     # HDFS replication (dfs.replication) of the topic's files, where the storage has one
@@ -56,6 +59,9 @@ _RANGES = {
     "retention.bytes": (-1, None),
     "min.compaction.lag.ms": (0, None),
     "delete.retention.ms": (0, None),
+    "max.compaction.lag.ms": (1, None),
+    "min.cleanable.dirty.ratio": (0.0, 1.0),
+    "file.delete.delay.ms": (0, None),
     "flush.messages": (-1, None),
     "flush.ms": (-1, None),
     "replication.factor": (-1, 32767),
@@ -83,6 +89,18 @@ def parse_log_config_value(key: str, value):
         if key == "replication.factor" and parsed == 0:
             raise InvalidConfigError("log config replication.factor=0: give -1 (the "
                                      "storage's default) or a replication >= 1")
+        return parsed
+    if kind is float:
+        if isinstance(value, bool):
+            raise InvalidConfigError(f"log config {key}={value!r} is not a number")
+        try:
+            parsed = float(value.strip()) if isinstance(value, str) else float(value)
+        except (TypeError, ValueError):
+            raise InvalidConfigError(f"log config {key}={value!r} is not a number") from None
+        low, high = _RANGES[key]
+        if not low <= parsed <= high:
+            raise InvalidConfigError(
+                f"log config {key}={parsed} must be between {low} and {high}")
         return parsed
     if not isinstance(value, str):
         raise InvalidConfigError(
@@ -113,6 +131,9 @@ class LogConfig:
     message_timestamp_type: str = LOG_CONFIGS["message.timestamp.type"][2]
     min_compaction_lag_ms: int = LOG_CONFIGS["min.compaction.lag.ms"][2]
     delete_retention_ms: int = LOG_CONFIGS["delete.retention.ms"][2]
+    max_compaction_lag_ms: int = LOG_CONFIGS["max.compaction.lag.ms"][2]
+    min_cleanable_dirty_ratio: float = LOG_CONFIGS["min.cleanable.dirty.ratio"][2]
+    file_delete_delay_ms: int = LOG_CONFIGS["file.delete.delay.ms"][2]
     flush_messages: int = LOG_CONFIGS["flush.messages"][2]
     flush_ms: int = LOG_CONFIGS["flush.ms"][2]
     replication_factor: int = LOG_CONFIGS["replication.factor"][2]

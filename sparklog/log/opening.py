@@ -75,17 +75,25 @@ class LogLoader:
             listing = PartitionListing.scan(fileio, self.dir_url)
         doc = self._start_checkpoint.read() or {}
         log_start = int(doc.get("log_start_offset", 0))
-        for files in listing.segments.values():  # stray indexes whose .log was deleted
+        for files in listing.all_segments():  # stray indexes whose .log was deleted
             if files.log is None:
                 for info in (files.index, files.timeindex):
                     if info is not None:
                         fileio.delete(info.path)
+        for files in listing.uncommitted():  # a compaction cut short before its commit
+            log.warning("partition %s: deleting uncommitted cleaned segment %s",
+                        self.name, files.stem)
+            for info in files.files():
+                fileio.delete(info.path)
+        # replaced by compaction: kept file.delete.delay.ms for readers that planned them
+        self._delete_later([LogSegment.of(fileio, self.dir_url, f)
+                            for f in listing.superseded()])
         entries = listing.logs()
         segments = []
         for i, files in enumerate(entries):
             last = i == len(entries) - 1
             if not last and entries[i + 1].base_offset <= log_start:
-                LogSegment(fileio, self.dir_url, files.base_offset).delete_files()
+                LogSegment.of(fileio, self.dir_url, files).delete_files()
                 continue  # retention deleted the start offset past it: finish the job
             if last and not files.sealed:
                 if files.timeindex is not None:  # sealing was cut short
@@ -98,7 +106,9 @@ class LogLoader:
                 break
             else:
                 seg = self._new_segment(files.base_offset, sealed=True,
-                                        listed_size=files.log.size)
+                                        listed_size=files.log.size,
+                                        generation=files.generation,
+                                        end_offset=files.end_offset)
                 if not files.sealed or files.timeindex is None:
                     seg.rebuild_indexes()
                 segments.append(seg)
@@ -147,7 +157,7 @@ class LogLoader:
                         "torn (%s); deleting the %d later segment(s) written after it",
                         self.name, files.log.path, exc, len(later))
             for files_after in reversed(later):
-                LogSegment(self.fileio, self.dir_url, files_after.base_offset).delete_files()
+                LogSegment.of(self.fileio, self.dir_url, files_after).delete_files()
             return True
 
     def _take_active(self, active: LogSegment, fence: bool):

@@ -102,6 +102,11 @@ class PartitionLog:
         self._start_checkpoint = JsonCheckpoint(fileio, dir_url, LOG_START_SUFFIX)
         self._epochs: LeaderEpochCache | None = None
         self._sealer = SegmentSealer(self.name, self._seal_failed)
+        #: held by compaction for a whole cleaning and by retention's deletions, so a
+        #: segment being cleaned is not deleted under the cleaner (Kafka pauses cleaning)
+        self.maintenance = threading.Lock()
+        #: (deadline ms, segment) replaced by compaction, deleted after the deadline
+        self._delete_later_queue: list[tuple[int, LogSegment]] = []
 
     def _seal_failed(self, exc: BaseException) -> None:
         """Record the failure of a write, flush, sync, roll or seal: the log is unusable
@@ -177,6 +182,46 @@ class PartitionLog:
         self._log_start = loaded.log_start_offset
         self._epochs = loaded.epochs
         self._epoch = leader_epoch
+
+    def _delete_later(self, segments) -> None:
+        """Queue ``segments`` (replaced by compaction) for deletion after
+        ``file.delete.delay.ms``: readers that planned their files can still read them."""
+        deadline = self._clock() + self.config.file_delete_delay_ms
+        with self._lock:
+            self._delete_later_queue.extend((deadline, seg) for seg in segments)
+
+    def delete_replaced_files(self, now_ms: int | None = None) -> int:
+        """Delete the replaced segments whose ``file.delete.delay.ms`` has passed (the
+        ``.log`` first, then its indexes); returns how many were deleted."""
+        now = self._clock() if now_ms is None else now_ms
+        with self._lock:
+            due = [seg for t, seg in self._delete_later_queue if t <= now]
+            self._delete_later_queue = [(t, s) for t, s in self._delete_later_queue if t > now]
+        for seg in due:
+            seg.delete_files()
+        return len(due)
+
+    def wait_sealed(self) -> None:
+        """Wait until every rolled segment is sealed (its ``.index`` written)."""
+        with self._lock:
+            self._check_usable()
+            self._wait_sealed()
+
+    def replace_segments(self, old: list[LogSegment], new: LogSegment) -> None:
+        """Swap the committed cleaned segment ``new`` in for the consecutive sealed
+        segments ``old`` (compaction; the caller holds :attr:`maintenance`); the old
+        files are deleted after ``file.delete.delay.ms``."""
+        with self._lock:
+            i = next((k for k, s in enumerate(self._segments) if s is old[0]), None)
+            if i is None or self._segments[i:i + len(old)] != old or \
+                    i + len(old) >= len(self._segments):
+                raise StorageError(
+                    f"partition {self.name}: segments {[s.path for s in old]} are no "
+                    f"longer consecutive sealed segments of the log")
+            new.sealed = True
+            self._segments[i:i + len(old)] = [new]
+            self._bases = [s.base_offset for s in self._segments]
+        self._delete_later(old)
 
     def _new_segment(self, base: int, **kw) -> LogSegment:
         seg = LogSegment(self.fileio, self.dir_url, base, writable=True,
@@ -466,7 +511,8 @@ class PartitionLog:
             topic=self.topic, partition=self.partition, offset=offset,
             log_start_offset=self._log_start, log_end_offset=self._leo)
 
-    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> FetchResult:
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
+             _retry: bool = False) -> FetchResult:
         """Whole frames from the one holding ``offset``, below the high watermark (and
         ``max_offset``), up to ``max_bytes`` but at least one frame, all from one
         segment. OffsetOutOfRangeError outside [log start offset, log end offset];
@@ -505,14 +551,32 @@ class PartitionLog:
                         first_offset=before.next_offset, end_offset=seg.base_offset))
                 end_offset = hw if active else seg.next_offset
                 entry_offset, position = seg.entry_for(offset)
+                following = list(self._segments[i + 1:])
             data, start = read_frame_bytes(self.fileio, seg.path, position, end, offset,
                                            max(max_bytes, 1), limit,
                                            position_offset=entry_offset,
-                                           end_offset=end_offset)
+                                           end_offset=end_offset, cleaned=bool(seg.generation))
+            while not data and following and seg.generation:
+                # compaction removed the offsets from here to the end of this cleaned
+                # segment: the fetch gets the next records (a gap, as in Kafka)
+                seg = following.pop(0)
+                active = not following
+                with self._lock:
+                    end = self._hw_position if active else seg.size
+                end_offset = hw if active else seg.next_offset
+                entry_offset, position = seg.entry_for(seg.base_offset)
+                data, start = read_frame_bytes(
+                    self.fileio, seg.path, position, end, seg.base_offset, max(max_bytes, 1),
+                    limit, position_offset=entry_offset, end_offset=end_offset,
+                    cleaned=bool(seg.generation))
         except StorageFileNotFoundError as exc:
             with self._lock:
                 if offset < self._log_start:  # deleted by retention meanwhile
                     raise self._out_of_range("fetch offset", offset) from None
+                replaced = seg is not None and all(s is not seg for s in self._segments)
+            if replaced and not _retry:  # compaction swapped it out, its delay ran out
+                return self.read(offset, max_bytes, max_offset=max_offset, _retry=True)
+            with self._lock:
                 raise self._vanished(seg, exc) from None
         except DataLossError as exc:
             if exc.topic is not None:  # a gap, reported above
@@ -574,7 +638,7 @@ class PartitionLog:
         the sealed segments that lie wholly below it. Returns their base offsets.
         OffsetOutOfRangeError if ``offset`` is beyond the high watermark."""
         check_offset(offset, "offset")
-        with self._lock:
+        with self.maintenance, self._lock:
             self._check_usable()
             self._wait_sealed()
             if offset > self._hw:

@@ -40,6 +40,7 @@ OFFSET_COLUMN = "__offset"
 TIMESTAMP_TYPE_COLUMN = "__timestamp_type"
 
 _SWAP_WAIT_S, _SWAP_TRIES = 0.05, 40
+_REPLAN_TRIES = 8  # segments replaced under one read before it gives up
 
 
 def frame_batch(frame: Frame, start: int, end: int, *,
@@ -108,16 +109,16 @@ class LogReader:
             if not any(f.swap is not None and f.log is None for f in listing.segments.values()):
                 break
             time.sleep(_SWAP_WAIT_S)  # a writer is swapping a repaired segment in
-        old = {s.base_offset: s for s in self._segments}
+        old = {s.path: s for s in self._segments}
         entries = listing.logs()
         segments = []
         for i, files in enumerate(entries):
             sealed = files.sealed or i < len(entries) - 1
-            seg = old.get(files.base_offset)
+            seg = old.get(files.log.path)
             if seg is None or (sealed and not seg.sealed) or (
                     not seg.sealed and files.log.size < seg._size):  # rolled, or repaired
-                seg = LogSegment(self.fileio, self.dir_url, files.base_offset, sealed=sealed,
-                                 listed_size=files.log.size if sealed else None)
+                seg = LogSegment.of(self.fileio, self.dir_url, files, sealed=sealed,
+                                    listed_size=files.log.size if sealed else None)
             segments.append(seg)
         self._segments = segments
         doc = self._checkpoint.read() or {}
@@ -227,9 +228,14 @@ class LogReader:
             if end is not None or start > self._log_start:
                 raise self._out_of_range(start, end, end if end is not None else start)
             return
-        i = self._segment_index(start)
+        try:
+            i = self._segment_index(start)
+        except StorageFileNotFoundError:  # a listed segment was replaced and deleted since
+            self.refresh()
+            i = self._segment_index(start)
         position = start  # the next offset to yield
         continued = False  # whether segment i continues a read of segment i - 1
+        replans = 0
         while i < len(self._segments):
             seg = self._segments[i]
             if end is not None and seg.base_offset >= end:
@@ -247,6 +253,10 @@ class LogReader:
                 if i == len(self._segments) - 1 and not seg.sealed:
                     return
             except StorageFileNotFoundError:
+                if replans < _REPLAN_TRIES and self._replaced(seg, position):
+                    replans += 1  # compaction replaced it: read on from its replacement
+                    i, continued = self._segment_index(position), False
+                    continue
                 raise self._vanished(seg, position) from None
             if end is not None and seg.next_offset >= end:
                 return
@@ -255,6 +265,15 @@ class LogReader:
         last = self._segments[-1].next_offset
         if end is not None and end > last or start > last:
             raise self._out_of_range(start, end, end if end is not None and end > last else start)
+
+    def _replaced(self, seg: LogSegment, position: int) -> bool:
+        """After segment ``seg`` vanished while offsets from ``position`` were read:
+        True when a new listing no longer has it live and still holds ``position``
+        (compaction replaced it, and its delete delay ran out), so the read goes on
+        from the replacement."""
+        self.refresh()
+        return (position >= self._log_start and bool(self._segments)
+                and all(s.path != seg.path for s in self._segments))
 
     def _vanished(self, seg: LogSegment, position: int) -> SparklogError:
         """The error for segment ``seg`` gone while offsets from ``position`` were read:

@@ -118,7 +118,7 @@ class FrameScan:
 
 def read_frame_bytes(fileio: FileIO, path: str, position: int, end: int, offset: int,
                      max_bytes: int, max_offset: int, *, position_offset: int,
-                     end_offset: int) -> tuple[bytes, int]:
+                     end_offset: int, cleaned: bool = False) -> tuple[bytes, int]:
     """Whole frames of a segment for a fetch: ``(data, start position)``.
 
     Starts at the first frame at or after ``position`` whose last offset is
@@ -132,7 +132,8 @@ def read_frame_bytes(fileio: FileIO, path: str, position: int, end: int, offset:
     frame at ``end`` would start at ``end_offset``. A damaged frame (a flipped base
     offset or length) or a file shorter than ``end`` stops the read after the good
     frames before it; with none before it, it raises DataLossError naming the file and
-    the offsets ``[first unreadable, end_offset)``.
+    the offsets ``[first unreadable, end_offset)``. In a ``cleaned`` segment
+    (compaction) the frames may end before ``end_offset`` (its last records removed).
     """
     chunk = min(end - position, max(max_bytes, 64 << 10) + (64 << 10))
     buf = fileio.read_range(path, position, chunk)
@@ -189,7 +190,7 @@ def read_frame_bytes(fileio: FileIO, path: str, position: int, end: int, offset:
             expected = header.next_offset
             if pos - start >= max_bytes:
                 break
-        if pos == end and expected != end_offset:
+        if pos == end and expected != end_offset and not (cleaned and expected < end_offset):
             raise damaged(f"the segment's frames end at offset {expected}, the log "
                           f"recorded {end_offset}")
     except DataLossError:

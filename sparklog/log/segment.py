@@ -22,7 +22,9 @@ from ..errors import (
 from ..format.frame import TIMESTAMP_COLUMN, Frame
 from ..storage.base import FileIO
 from .index import INDEX_HEADER_SIZE, OffsetIndex, SegmentSummary, TimeIndex, parse_index_header
-from .layout import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_file_name
+from .layout import (
+    INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, SegmentFiles, cleaned_stem, segment_file_name,
+)
 from .scan import FrameScan
 
 log = logging.getLogger(__name__)
@@ -67,19 +69,27 @@ class LogSegment:
     Attributes ``size``, ``next_offset`` (one past the last offset), ``max_timestamp``
     (-1 when empty), ``max_timestamp_offset``, ``record_count`` and ``frame_count``
     describe its content; for a sealed segment they load from the index on first use.
+
+    A cleaned segment (compaction, ``generation`` >= 1) holds offsets
+    ``[base_offset, end_offset)`` under its own names (:func:`~.layout.cleaned_stem`);
+    its ``next_offset`` is ``end_offset`` even when compaction removed its last records.
     """
 
     def __init__(self, fileio: FileIO, directory: str, base_offset: int, *,
                  sealed: bool = False, listed_size: int | None = None,
                  index_interval_bytes: int = 4096, writable: bool = False,
-                 replication: int = -1):
+                 replication: int = -1, generation: int = 0,
+                 end_offset: int | None = None):
         self.fileio = fileio
         self.directory = directory
         self.base_offset = base_offset
-        self.path = fileio.join(directory, segment_file_name(base_offset, LOG_SUFFIX))
-        self.index_path = fileio.join(directory, segment_file_name(base_offset, INDEX_SUFFIX))
-        self.timeindex_path = fileio.join(directory,
-                                          segment_file_name(base_offset, TIMEINDEX_SUFFIX))
+        self.generation = generation
+        self.end_offset = end_offset if generation else None
+        stem = cleaned_stem(base_offset, end_offset, generation) if generation else \
+            segment_file_name(base_offset, "")
+        self.path = fileio.join(directory, stem + LOG_SUFFIX)
+        self.index_path = fileio.join(directory, stem + INDEX_SUFFIX)
+        self.timeindex_path = fileio.join(directory, stem + TIMEINDEX_SUFFIX)
         self.sealed = sealed
         self.listed_size = listed_size
         self.index_interval_bytes = index_interval_bytes
@@ -97,6 +107,12 @@ class LogSegment:
         self._record_count = 0
         self._frame_count = 0
         self._bytes_since_index = 0
+
+    @classmethod
+    def of(cls, fileio: FileIO, directory: str, files: SegmentFiles, **kw) -> "LogSegment":
+        """The segment of listed ``files`` (appended or cleaned)."""
+        return cls(fileio, directory, files.base_offset, generation=files.generation,
+                   end_offset=files.end_offset, **kw)
 
     def __repr__(self):
         state = "sealed" if self.sealed else "active"
@@ -195,7 +211,9 @@ class LogSegment:
         file and the unreadable offsets unless it read every frame up to the recorded
         end of this sealed segment (size and next offset of its ``.index`` summary)."""
         expected = scan.next_offset
-        if scan.error is None and scan.valid_end == self.size and expected == self.next_offset:
+        if scan.error is None and scan.valid_end == self.size and (
+                expected == self.next_offset
+                or self.generation and expected <= self.next_offset):
             return
         if scan.error is not None:
             why = str(scan.error)
@@ -308,6 +326,8 @@ class LogSegment:
                 f"sealed segment {self.path} is corrupt ({scan.error}): offsets from "
                 f"{scan.next_offset} on in it cannot be read",
                 path=self.path, position=scan.error.position, first_offset=scan.next_offset)
+        if self.end_offset is not None:  # compaction may have removed its last records
+            self._next_offset = max(self._next_offset, self.end_offset)
         if self.writable:
             self.fileio.delete(self.index_path)
             self.fileio.delete(self.timeindex_path)

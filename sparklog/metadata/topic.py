@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from ..errors import InvalidArgumentError, InvalidConfigError
 from ..format.frame import RAW_SCHEMA, RESERVED_COLUMNS
+from ..log.cleaner import KEY_COLUMN as COMPACTION_KEY
 from ..log.config import LOG_CONFIGS, parse_log_config_value
 from ..names import MAX_TOPIC_NAME_LENGTH, validate_topic_name  # noqa: F401 (re-exported)
 
@@ -87,6 +88,13 @@ class TopicConfig:
                 raise InvalidArgumentError(f"topic {self.name!r}: schema has no columns")
         object.__setattr__(self, "configs",
                            {k: parse_config_value(k, v) for k, v in dict(self.configs).items()})
+        if (self.schema is not None and "compact" in self.configs.get("cleanup.policy", "")
+                and COMPACTION_KEY not in self.schema.names):
+            raise InvalidConfigError(
+                f"topic {self.name!r}: cleanup.policy={self.configs['cleanup.policy']} needs "
+                f"a record key, and compaction keys a typed topic by its "
+                f"'{COMPACTION_KEY}' column, which its schema lacks (columns: "
+                f"{', '.join(self.schema.names)})")
 
     @property
     def typed(self) -> bool:

@@ -191,7 +191,10 @@ RESPONSES: dict[int, dict] = {
         "topics": [_with_err({
             "name": str,
             "typed": Opt(bool, False),
-            "partitions": [{**_PARTITION_ERR, "leader": int, "leader_epoch": int}],
+            "partitions": [{**_PARTITION_ERR, "leader": int, "leader_epoch": int,
+                            # compacted partitions led by the answering broker: its
+                            # cleaner's dirty ratio (-1: not known there)
+                            "dirty_ratio": Opt(float, -1.0)}],
         })],
     }),
     ApiKey.CREATE_TOPICS: _with_err({

@@ -3,8 +3,9 @@ partition it leads, every ``log.retention.check.interval.ms`` (Kafka's LogManage
 cleanup loop). Deletions run on the broker's I/O threads; each is logged with the
 partition, the new log start offset and the rule that caused it.
 
-``cleanup.policy=compact`` alone deletes nothing here; compaction is not implemented
-yet, which is logged once per partition.
+``cleanup.policy=compact`` alone deletes nothing here, as in Kafka: such partitions are
+left to the log cleaner (:mod:`sparklog.retention.cleaner`); ``compact,delete`` gets
+both.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ class RetentionManager:
         self.run_io = run_io
         self.interval = interval_ms / 1000.0
         self.clock = clock or (lambda: int(time.time() * 1000))
-        self._warned: set[str] = set()
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -58,11 +58,7 @@ class RetentionManager:
             plog = writer.log
             if plog.closed:
                 continue
-            if plog.config.compact and not plog.config.delete:
-                if writer.name not in self._warned:
-                    self._warned.add(writer.name)
-                    log.warning("partition %s: cleanup.policy=compact is not implemented "
-                                "yet; its log is kept whole", writer.name)
+            if not plog.config.delete:  # compact only: the log cleaner's
                 continue
             try:
                 cut = await self.run_io(apply_retention, plog, self.clock())

@@ -37,6 +37,7 @@ from ...errors import InvalidArgumentError, SparklogError, UnsupportedVersionErr
 from ...metadata import TopicStore
 from ...protocol.apis import SUPPORTED_VERSIONS, ApiKey, api_name
 from ...protocol.codec import RequestHeader, decode_request_body, error_fields
+from ...retention.cleaner import LogCleanerManager
 from ...retention.manager import RetentionManager
 from ...storage import FileIO, open_fileio
 from ...storage.paths import storage_root, url_scheme
@@ -134,6 +135,8 @@ class Broker:
         self.instance: InstanceRecord | None = None
         self.groups: GroupCoordinator | None = None
         self.retention: RetentionManager | None = None
+        #: compaction of the partitions led here (None when log.cleaner.enable=false)
+        self.cleaner: LogCleanerManager | None = None
         if self.metrics is not None:
             self.metrics.watch_logs(lambda: list(self.partitions.writers.values()), self.store)
         self.stopping = False
@@ -183,6 +186,9 @@ class Broker:
             self.instance = InstanceRecord(self.fileio, self.storage_uri, self.broker_id)
             fence_all = await self.run_io(self.instance.claim)
         self.partitions.start(self.loop, fence_all=fence_all)
+        if self.config.log_cleaner_enable:
+            self.cleaner = LogCleanerManager.for_broker(
+                lambda: list(self.partitions.writers.values()), self.config)
         self.handlers = self._make_handlers()
         served = []
         for name in names:
@@ -206,6 +212,10 @@ class Broker:
         self.retention = RetentionManager(lambda: self.partitions.writers.values(),
                                           self.run_io, self.config.retention_check_interval_ms)
         self.retention.start()
+        if self.cleaner is not None:
+            if self.metrics is not None:
+                self.metrics.registry.register(self.cleaner)
+            self.cleaner.start()
         await self.run_io(self.store.register_broker,
                           BrokerInfo(self.broker_id, self.host, self.port))
         if self.metrics is not None and self.config.metrics_port >= 0:
@@ -222,7 +232,7 @@ class Broker:
                              refusals=self.refusals, metrics=self.metrics)
         topics = TopicApis(self.partitions, self.store, self.config, run_io=self.run_io,
                            leadership=self.leadership, listener=lambda: (self.host, self.port),
-                           storage_uri=self.storage_uri)
+                           storage_uri=self.storage_uri, cleaner=self.cleaner)
         groups = GroupApis(self.groups, self.store, self.partitions, run_io=self.run_io,
                            cluster=self.leadership is not None)
         return {ApiKey.API_VERSIONS: self._api_versions, **records.handlers(),
@@ -237,6 +247,8 @@ class Broker:
         try:
             if self.retention is not None:
                 await self.retention.stop()
+            if self.cleaner is not None:
+                await self.run_io(self.cleaner.stop)
             if self.leadership is not None and self.config.controlled_shutdown_enable:
                 # move every leadership to another broker before closing anything
                 await self.run_io(self.store.controlled_shutdown, self.broker_id,

@@ -22,7 +22,10 @@ compression.type                compression.type             producer
 ==============================  ===========================  =================
 
 Broker-only settings include ``log.retention.check.interval.ms`` (default 300000: how
-often retention runs, :mod:`sparklog.retention.manager`) and, for local storage,
+often retention runs, :mod:`sparklog.retention.manager`), Kafka's ``log.cleaner.enable``,
+``log.cleaner.threads``, ``log.cleaner.io.max.bytes.per.second``,
+``log.cleaner.dedupe.buffer.size`` and ``log.cleaner.backoff.ms`` (compaction,
+:mod:`sparklog.retention.cleaner`) and, for local storage,
 ``storage.sync.behind.writes.bytes`` (default 8 MiB, 0 = off: writeback is started
 behind each segment's writer, see :class:`~sparklog.storage.local.LocalFileIO`).
 
@@ -93,6 +96,13 @@ BROKER_SETTINGS = {
     "controlled.shutdown.timeout.ms": ("shutdown_timeout_ms", int, 30000, 0),
     "metrics.port": ("metrics_port", int, -1, -1),
     "log.retention.check.interval.ms": ("retention_check_interval_ms", int, 300000, 1),
+    # the log cleaner (compaction, sparklog.retention.cleaner)
+    "log.cleaner.enable": ("log_cleaner_enable", bool, True, None),
+    "log.cleaner.threads": ("log_cleaner_threads", int, 1, 1),
+    "log.cleaner.io.max.bytes.per.second": ("log_cleaner_io_max_bytes_per_second", float,
+                                            float("inf"), 1.0),
+    "log.cleaner.dedupe.buffer.size": ("log_cleaner_dedupe_buffer_size", int, 128 << 20, 1024),
+    "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", int, 15000, 1),
     # local storage only (HDFS DataNodes have dfs.datanode.sync.behind.writes)
     "storage.sync.behind.writes.bytes": ("sync_behind_writes_bytes", int,
                                          DEFAULT_SYNC_BEHIND_WRITES, 0),
@@ -130,6 +140,16 @@ def _parse_setting(key: str, value):
         if minimum is not None and parsed < minimum:
             raise InvalidConfigError(f"broker config {key}={parsed} must be >= {minimum}")
         return parsed
+    if kind is float:
+        if isinstance(value, bool):
+            raise InvalidConfigError(f"broker config {key}={value!r} is not a number")
+        try:
+            parsed = float(value.strip()) if isinstance(value, str) else float(value)
+        except (TypeError, ValueError):
+            raise InvalidConfigError(f"broker config {key}={value!r} is not a number") from None
+        if minimum is not None and not parsed >= minimum:
+            raise InvalidConfigError(f"broker config {key}={parsed} must be >= {minimum}")
+        return parsed
     return str(value).strip()
 
 
@@ -163,6 +183,11 @@ class BrokerConfig:
     shutdown_timeout_ms: int = 30000
     metrics_port: int = -1
     retention_check_interval_ms: int = 300000
+    log_cleaner_enable: bool = True
+    log_cleaner_threads: int = 1
+    log_cleaner_io_max_bytes_per_second: float = float("inf")
+    log_cleaner_dedupe_buffer_size: int = 128 << 20
+    log_cleaner_backoff_ms: int = 15000
     sync_behind_writes_bytes: int = DEFAULT_SYNC_BEHIND_WRITES
     zookeeper_connect: str = ""
     zookeeper_session_timeout_ms: int = 6000

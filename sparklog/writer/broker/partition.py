@@ -23,12 +23,14 @@ from typing import NamedTuple
 import pyarrow as pa
 
 from ...errors import (
+    InvalidRecordError,
     CorruptRecordError, DataLossError, RecordTooLargeError, SchemaMismatchError, SparklogError,
     StorageError,
 )
 from ...format.frame import TIMESTAMP_COLUMN, body_schema, iter_frames, validate_frame
 from ...format.nullability import check_not_null, constrained_fields
 from ...format.header import HEADER_SIZE, NO_PRODUCER_ID, FrameHeader
+from ...log.cleaner import KEY_COLUMN
 from ...log.config import LogConfig
 from ...log.partition import PartitionLog
 from ...metadata.topic import TopicConfig
@@ -136,6 +138,37 @@ class NotNullChecker:
                        f"partition {partition}, frame at byte {pos} of the request")
 
 
+class KeyChecker:
+    """Refuses, on a compacted topic, frames with a record without a key (Kafka's
+    InvalidRecordException, INVALID_RECORD). Only the key column is decoded."""
+
+    def __init__(self, topic: TopicConfig):
+        names = topic.record_schema.names
+        self.index = names.index(KEY_COLUMN) if KEY_COLUMN in names else None
+        self.options = pa.ipc.IpcReadOptions(
+            included_fields=[self.index] if self.index is not None else [])
+
+    def check(self, buf, pos: int, header: FrameHeader, partition: str) -> None:
+        """Check the frame at byte ``pos`` of a request to compacted ``partition``."""
+        if header.is_control:
+            return
+        if self.index is None:
+            raise InvalidRecordError(
+                f"Compacted topic cannot accept message without key in topic partition "
+                f"{partition} (the topic's schema has no '{KEY_COLUMN}' column)")
+        body = pa.py_buffer(memoryview(buf)[pos + HEADER_SIZE:pos + header.size])
+        try:
+            batch = pa.ipc.open_stream(body, options=self.options).read_next_batch()
+        except (pa.ArrowInvalid, StopIteration, OSError) as exc:
+            raise CorruptRecordError(
+                f"partition {partition}, frame at byte {pos} of the request: body is not a "
+                f"valid Arrow IPC batch: {exc}") from None
+        if batch.column(0).null_count:
+            raise InvalidRecordError(
+                f"Compacted topic cannot accept message without key in topic partition "
+                f"{partition} (frame at byte {pos} of the request)")
+
+
 class PartitionWriter:
     """The broker's handle on one partition it leads (see the module docstring)."""
 
@@ -154,6 +187,7 @@ class PartitionWriter:
         self.snapshot_interval_ms = snapshot_interval_ms
         self.schema = SchemaChecker(topic)
         self.not_null = NotNullChecker(topic) if constrained_fields(topic.schema) else None
+        self.keys = KeyChecker(topic)
         self._queue: asyncio.Queue = asyncio.Queue()
         self._waiters: dict[asyncio.Future, None] = {}
         self._last_snapshot = time.monotonic()
@@ -238,6 +272,8 @@ class PartitionWriter:
             self.schema.check(buf, pos, header, self.name)
             if self.not_null is not None:
                 self.not_null.check(buf, pos, header, self.name)
+            if self.log.config.compact:
+                self.keys.check(buf, pos, header, self.name)
             item.frames.append((pos, header))
             pos += header.size
 

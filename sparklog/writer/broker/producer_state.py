@@ -143,6 +143,9 @@ class ProducerSnapshots:
     def __init__(self, fileio, partition_dir: str):
         self.file = VersionedFile(fileio, partition_dir, suffix=PRODUCER_SNAPSHOT_SUFFIX, keep=2)
         self.version = 0
+        #: the log offset the newest snapshot covers (None: none written or loaded);
+        #: the log cleaner leaves the frames from there on alone
+        self.covered: int | None = None
 
     def load(self, state: ProducerState) -> int | None:
         """Load the newest snapshot into ``state``; its covered offset, or None."""
@@ -151,7 +154,8 @@ class ProducerSnapshots:
             return None
         self.version = latest[0]
         try:
-            return state.load_json(latest[1])
+            self.covered = state.load_json(latest[1])
+            return self.covered
         except (ValueError, KeyError, TypeError):
             state.producers = {}
             return None  # unreadable: rebuild from the log
@@ -160,4 +164,5 @@ class ProducerSnapshots:
         """Write a new snapshot covering the log up to ``offset``."""
         self.file.write(self.version + 1, state.to_json(offset))
         self.version += 1
+        self.covered = offset
         state.changed = False

@@ -59,10 +59,12 @@ class TopicApis:
     blocking call on the I/O threads), ``leadership`` (cluster mode's
     :class:`~sparklog.writer.broker.leadership.BrokerLeadership`, else None: topics are
     then created and deleted on the storage directly), ``listener`` (returns the
-    broker's ``(host, port)``) and ``storage_uri`` (the root readers read from)."""
+    broker's ``(host, port)``), ``storage_uri`` (the root readers read from) and
+    ``cleaner`` (the broker's log cleaner, for the dirty ratio of compacted partitions;
+    None when ``log.cleaner.enable=false``)."""
 
     def __init__(self, partitions: PartitionManager, store, config: BrokerConfig, *, run_io,
-                 leadership=None, listener, storage_uri: str):
+                 leadership=None, listener, storage_uri: str, cleaner=None):
         self.partitions = partitions
         self.topics = partitions.topics
         self.store = store
@@ -72,6 +74,13 @@ class TopicApis:
         self.leadership = leadership
         self.listener = listener
         self.storage_uri = storage_uri
+        self.cleaner = cleaner
+
+    def _dirty_ratio(self, topic: str, partition: int) -> float:
+        """The log cleaner's last dirty ratio of a compacted partition led here (-1
+        when unknown: not led here, not compacted, or the cleaner is off)."""
+        stats = self.cleaner.stats.get((topic, partition)) if self.cleaner else None
+        return stats.dirty_ratio if stats is not None else -1.0
 
     def handlers(self) -> dict:
         """api key -> ``handler(body, ctx)``."""
@@ -115,7 +124,8 @@ class TopicApis:
                         epoch = w.log.leader_epoch if w is not None else 0
                         leader = self.broker_id
                     item["partitions"].append({"partition": p, **_OK, "leader": leader,
-                                               "leader_epoch": epoch})
+                                               "leader_epoch": epoch,
+                                               "dirty_ratio": self._dirty_ratio(name, p)})
                 item.update(_OK)
             except SparklogError as exc:
                 item.update(error_fields(exc))

@@ -56,8 +56,11 @@ final class LogFiles {
       this.hasIndex = hasIndex;
     }
 
+    /** The offset index beside the segment's .log (same name stem). */
     Path index() {
-      return new Path(log.getParent(), String.format("%020d%s", baseOffset, INDEX_SUFFIX));
+      String name = log.getName();
+      return new Path(log.getParent(),
+          name.substring(0, name.length() - LOG_SUFFIX.length()) + INDEX_SUFFIX);
     }
   }
 
@@ -146,23 +149,37 @@ final class LogFiles {
   }
 
   /**
-   * The segments of a partition directory in offset order. Waits (as the Python reader)
-   * while a writer swaps a repaired segment in (a .log.swap without its .log).
+   * The live segments of a partition directory in offset order: the Java twin of Python's
+   * {@code sparklog.log.layout.live_segments} (docs/format.md, "Compaction"). A cleaned
+   * segment {@code <base>.<end>.c<generation>.log} counts once its {@code .index} exists;
+   * committed cleaned segments are taken from the highest generation down, each live
+   * unless its base lies inside the range of a live one of a higher generation; a segment
+   * {@code <base>.log} is live unless its base lies inside a live cleaned segment's range.
+   * Waits (as the Python reader) while a writer swaps a repaired segment in (a .log.swap
+   * without its .log).
    */
   static List<Segment> listSegments(FileSystem fs, Path dir) throws IOException {
     for (int attempt = 0; ; attempt++) {
       TreeMap<Long, FileStatus> logs = new TreeMap<>();
-      TreeMap<Long, Boolean> indexes = new TreeMap<>();
+      java.util.Set<String> indexes = new java.util.HashSet<>();
       List<Long> swaps = new ArrayList<>();
+      List<long[]> cleaned = new ArrayList<>();  // base, end, generation
+      java.util.Map<String, FileStatus> cleanedLogs = new java.util.HashMap<>();
       for (FileStatus st : fs.listStatus(dir)) {
         String name = st.getPath().getName();
         Long base = baseOf(name, LOG_SUFFIX);
+        long[] c;
         if (base != null) {
           logs.put(base, st);
         } else if ((base = baseOf(name, INDEX_SUFFIX)) != null) {
-          indexes.put(base, true);
+          indexes.add(stemOf(name, INDEX_SUFFIX));
         } else if ((base = baseOf(name, SWAP_SUFFIX)) != null) {
           swaps.add(base);
+        } else if ((c = cleanedOf(name, INDEX_SUFFIX)) != null) {
+          indexes.add(stemOf(name, INDEX_SUFFIX));
+        } else if ((c = cleanedOf(name, LOG_SUFFIX)) != null) {
+          cleaned.add(c);
+          cleanedLogs.put(stemOf(name, LOG_SUFFIX), st);
         }
       }
       boolean swapping = swaps.stream().anyMatch(b -> !logs.containsKey(b));
@@ -175,13 +192,41 @@ final class LogFiles {
         }
         continue;
       }
-      List<Segment> out = new ArrayList<>();
-      for (var e : logs.entrySet()) {
-        out.add(new Segment(e.getKey(), e.getValue().getPath(), e.getValue().getLen(),
-            indexes.containsKey(e.getKey())));
+      cleaned.removeIf(c -> !indexes.contains(cleanedStem(c)));  // not committed
+      cleaned.sort((a, b) -> a[2] != b[2] ? Long.compare(b[2], a[2]) : Long.compare(a[0], b[0]));
+      List<long[]> live = new ArrayList<>();
+      for (long[] c : cleaned) {
+        if (!covered(live, c[0])) {
+          live.add(c);
+        }
       }
-      return out;
+      TreeMap<Long, Segment> out = new TreeMap<>();
+      for (var e : logs.entrySet()) {
+        if (!covered(live, e.getKey())) {
+          out.put(e.getKey(), new Segment(e.getKey(), e.getValue().getPath(),
+              e.getValue().getLen(), indexes.contains(String.format("%020d", e.getKey()))));
+        }
+      }
+      for (long[] c : live) {
+        FileStatus st = cleanedLogs.get(cleanedStem(c));
+        out.put(c[0], new Segment(c[0], st.getPath(), st.getLen(), true));
+      }
+      return new ArrayList<>(out.values());
     }
+  }
+
+  private static boolean covered(List<long[]> ranges, long offset) {
+    for (long[] r : ranges) {
+      if (r[0] <= offset && offset < r[1]) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /** The name stem of a cleaned segment (base, end, generation). */
+  static String cleanedStem(long[] c) {
+    return String.format("%020d.%020d.c%d", c[0], c[1], c[2]);
   }
 
   private static Long baseOf(String name, String suffix) {
@@ -190,6 +235,32 @@ final class LogFiles {
     }
     String stem = name.substring(0, 20);
     return stem.chars().allMatch(Character::isDigit) ? Long.parseLong(stem) : null;
+  }
+
+  private static String stemOf(String name, String suffix) {
+    return name.substring(0, name.length() - suffix.length());
+  }
+
+  /** (base, end, generation) of a cleaned segment's file {@code <base>.<end>.c<g><suffix>}. */
+  private static long[] cleanedOf(String name, String suffix) {
+    if (!name.endsWith(suffix)) {
+      return null;
+    }
+    String[] parts = stemOf(name, suffix).split("\\.", -1);
+    if (parts.length != 3 || parts[0].length() != 20 || parts[1].length() != 20
+        || !parts[0].chars().allMatch(Character::isDigit)
+        || !parts[1].chars().allMatch(Character::isDigit)
+        || parts[2].length() < 2 || parts[2].charAt(0) != 'c'
+        || !parts[2].substring(1).chars().allMatch(Character::isDigit)) {
+      return null;
+    }
+    long g = Long.parseLong(parts[2].substring(1));
+    long base = Long.parseLong(parts[0]);
+    long end = Long.parseLong(parts[1]);
+    if (g < 1 || end < base || !cleanedStem(new long[] {base, end, g}).equals(stemOf(name, suffix))) {
+      return null;
+    }
+    return new long[] {base, end, g};
   }
 
   /**

@@ -80,6 +80,9 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
 
   private long position;
   private List<LogFiles.Segment> segments;
+  /** Segments found replaced (compaction) under this read so far. */
+  private int replans;
+  private static final int MAX_REPLANS = 8;
   private int segIndex = -1;
   private FSDataInputStream in;
   private long streamPos;
@@ -243,20 +246,28 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
     return true;
   }
 
-  /** Moves to the next segment (listing again past the last one); false at the log's end. */
+  /**
+   * Moves to the next segment (listing again past the last one); false at the log's end.
+   * The listing again finds the live segment holding {@code position}: the one just read
+   * (then the next one is opened), or a cleaned segment that replaced it meanwhile
+   * (compaction), which is read on from {@code position}.
+   */
   private boolean nextSegment() throws IOException {
-    long base = segments.get(segIndex).baseOffset;
+    Path current = segments.get(segIndex).log;
     if (segIndex + 1 >= segments.size()) {
       segments = LogFiles.listSegments(fs, dir);
       segIndex = -1;
       for (int i = 0; i < segments.size(); i++) {
-        if (segments.get(i).baseOffset == base) {
+        if (segments.get(i).baseOffset <= position) {
           segIndex = i;
         }
       }
       if (segIndex < 0) {
-        lost(new FileNotFoundException("segment " + base + " of " + dir + " is gone"));
+        lost(new FileNotFoundException("segment " + current + " of " + dir + " is gone"));
         return true;
+      }
+      if (!segments.get(segIndex).log.equals(current)) {
+        return open(segIndex) || true;  // replaced by a cleaned segment: read on in it
       }
       if (segIndex + 1 >= segments.size()) {
         return false;
@@ -273,6 +284,11 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
     closeSegment();
     segments = LogFiles.listSegments(fs, dir);
     long logStart = LogFiles.logStartOffset(fs, dir, segments);
+    if (logStart <= position && cause != null && replans < MAX_REPLANS
+        && !segments.isEmpty() && segments.get(0).baseOffset <= position) {
+      replans++;  // the file was replaced by compaction and deleted: read the replacement
+      return;
+    }
     if (logStart <= position) {
       String why = where() + ": offset " + position + " is not in any segment of " + dir
           + " (log start " + logStart + ")";

@@ -1,0 +1,173 @@
+"""Log compaction: cleaning rate beside a raw read + write of the same bytes, and a
+broker's produce rate while its cleaner runs beside the same broker idle (same run).
+
+1. **Cleaning.** A compacted partition of N records (100-byte values, K distinct keys,
+   frames of R records) is written, then cleaned once (``sparklog.log.cleaner.clean``:
+   key map over the dirty segments, then every sealed segment read and rewritten). The
+   baseline reads the same segment files through the same FileIO in 8 MiB calls and
+   writes those bytes to a new file (synced at the end, as a cleaned segment is).
+   Prints MB/s of log cleaned and the ratio (target >= 0.5).
+2. **Produce while cleaning.** A real broker process (``log.cleaner.backoff.ms=50``)
+   gets pipelined acks=1 produce requests (bench_broker_ingest's client) to a
+   delete-policy topic, once idle and once while a second producer process keeps
+   overwriting the keys of a compacted topic of the same broker, so its cleaner cleans
+   without pause. Rounds alternate; the best of each is compared (target >= 0.8).
+
+    .venv/bin/python bench/bench_compaction.py [--records 1000000] [--keys 100000]
+        [--records-per-frame 1000] [--segment-bytes 16777216] [--mb 128] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_broker_ingest import broker_ingest, build_requests  # noqa: E402
+from brokerproc import BrokerProcess  # noqa: E402  (the tests' broker process helper)
+from sparklog.format.frame import encode_frame, raw_batch  # noqa: E402
+from sparklog.log import PartitionLog  # noqa: E402
+from sparklog.log.cleaner import clean  # noqa: E402
+from sparklog.log.layout import PartitionListing  # noqa: E402
+from sparklog.protocol import ApiKey, Connection  # noqa: E402
+from sparklog.storage import open_fileio  # noqa: E402
+
+CHUNK = 8 << 20
+
+
+def keyed_frames(count: int, per_frame: int, keys: int):
+    """``count`` frames of ``per_frame`` records whose keys cycle through ``keys``."""
+    for f in range(count):
+        first = f * per_frame
+        ks = [b"key-%09d" % ((first + i) % keys) for i in range(per_frame)]
+        values = [(b"%012d-" % (first + i)).ljust(100, b"v") for i in range(per_frame)]
+        yield encode_frame(raw_batch(values, keys=ks), timestamps=[1_700_000_000_000] * per_frame)
+
+
+def build_log(fileio, directory, config, args) -> int:
+    """Write the partition; returns the bytes of its sealed segments."""
+    count = args.records // args.records_per_frame
+    with PartitionLog.open(fileio, directory, config) as plog:
+        for frame in tqdm(keyed_frames(count, args.records_per_frame, args.keys), total=count,
+                          desc="writing the log", unit="frame", leave=False):
+            plog.append(frame)
+        plog.roll()
+        return sum(s.size for s in plog.segments[:-1])
+
+
+def raw_read_write(fileio, paths, out_path) -> float:
+    """Seconds to read ``paths`` in 8 MiB calls and write the bytes to ``out_path``."""
+    start = time.perf_counter()
+    out = fileio.create(out_path)
+    for path in tqdm(paths, desc="raw read+write", unit="file", leave=False):
+        size, pos = fileio.size(path), 0
+        while pos < size:
+            data = fileio.read_range(path, pos, CHUNK)
+            out.write(data)
+            pos += len(data)
+    out.sync()
+    out.close()
+    return time.perf_counter() - start
+
+
+def bench_cleaning(root: str, args) -> None:
+    fileio = open_fileio(root)
+    directory = fileio.join(root, "topics", "cmp", "0")
+    config = {"cleanup.policy": "compact", "segment.bytes": args.segment_bytes,
+              "file.delete.delay.ms": 0}
+    nbytes = build_log(fileio, directory, config, args)
+    with PartitionLog.open(fileio, directory, config) as plog:
+        paths = [s.path for s in plog.segments[:-1]]
+        t_raw = raw_read_write(fileio, paths, fileio.join(root, "raw.bin"))
+        print("cleaning...", file=sys.stderr)
+        start = time.perf_counter()
+        result = clean(plog, force=True)
+        t_clean = time.perf_counter() - start
+    print(f"{args.records:,} records, {args.keys:,} keys, {nbytes / 1e6:.1f} MB in "
+          f"{len(paths)} segments; cleaned into {result.segments_written} segment(s), "
+          f"{result.bytes_written / 1e6:.1f} MB kept")
+    print(f"raw read + write       {nbytes / t_raw / 1e6:8.1f} MB/s  ({t_raw:6.2f} s)")
+    print(f"cleaning (broker path) {nbytes / t_clean / 1e6:8.1f} MB/s  ({t_clean:6.2f} s)"
+          f"   ratio vs raw: {t_raw / t_clean:5.2f} (target >= 0.5)")
+
+
+def _overwrite_keys(address: str, stop, keys: int) -> None:
+    """A producer process that keeps overwriting the compacted topic's keys."""
+    frames = list(keyed_frames(8, 1000, keys))
+    with Connection(address, client_id="bench-dirty") as conn:
+        i = 0
+        while not stop.is_set():
+            conn.request(ApiKey.PRODUCE, {"acks": 1, "topics": [{"name": "dirty", "partitions": [
+                {"partition": 0, "records": frames[i % len(frames)]}]}]})
+            i += 1
+
+
+def bench_produce(tmp: str, args) -> None:
+    payloads = build_requests(8000, 1)
+    count = max(1, args.mb * 1024 * 1024 // len(payloads[0]))
+    storage = Path(tmp, "broker")
+    storage.mkdir()
+    broker = BrokerProcess(storage.as_uri(), ["--override", "log.cleaner.backoff.ms=50"],
+                           log_path=Path(tmp, "broker.log"), log_level="WARNING")
+    idle, busy = [], []
+    ctx = multiprocessing.get_context("spawn")
+    with broker, Connection(broker.address, client_id="bench") as conn:
+        conn.request(ApiKey.CREATE_TOPICS, {"topics": [
+            {"name": "ingest", "num_partitions": 1},
+            {"name": "dirty", "num_partitions": 1, "configs": {
+                "cleanup.policy": "compact", "segment.bytes": str(4 << 20),
+                "min.cleanable.dirty.ratio": "0.01", "file.delete.delay.ms": "0"}}]})
+        for r in range(args.rounds):
+            idle.append(broker_ingest(conn, payloads, count, 8, f"idle round {r + 1}"))
+            stop = ctx.Event()
+            dirty = ctx.Process(target=_overwrite_keys, args=(broker.address, stop, 20_000))
+            dirty.start()
+            time.sleep(2)  # the cleaner has segments to clean
+            busy.append(broker_ingest(conn, payloads, count, 8, f"cleaning round {r + 1}"))
+            stop.set()
+            dirty.join()
+        listing = PartitionListing.scan(open_fileio(storage.as_uri()),
+                                        str(storage / "topics" / "dirty" / "0"))
+        generations = max((f.generation for f in listing.logs()), default=0)
+    total = sum(len(payloads[i % len(payloads)]) for i in range(count))
+    print(f"(the compacted topic's segments went through {generations} generation(s) "
+          f"of cleaning)")
+    print(f"produce, broker idle   {total / min(idle) / 1e6:8.1f} MB/s")
+    print(f"produce, cleaner busy  {total / min(busy) / 1e6:8.1f} MB/s"
+          f"   ratio vs idle: {min(idle) / min(busy):5.2f} (target >= 0.8)")
+
+
+def main(argv=None) -> int:
+    """Run both measurements and print rates and ratios."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--records-per-frame", type=int, default=1000)
+    parser.add_argument("--segment-bytes", type=int, default=16 << 20)
+    parser.add_argument("--mb", type=int, default=128, help="MiB produced per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--skip-produce", action="store_true")
+    args = parser.parse_args(argv)
+    tmp = tempfile.mkdtemp(prefix="sparklog-bench-compaction-")
+    try:
+        bench_cleaning(tmp, args)
+        if not args.skip_produce:
+            bench_produce(tmp, args)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

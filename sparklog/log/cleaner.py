@@ -1,0 +1,541 @@
+"""Log compaction of one partition log (Kafka's LogCleaner, ``cleanup.policy=compact``).
+
+A cleaning of the partition log ``plog`` (its writer, in the writer's process):
+
+1. **What is cleanable.** The *dirty* part starts at the cleaner checkpoint's offset
+   (everything below it was cleaned before) and ends at the *first uncleanable offset*:
+   the active segment's base, or the base of the first segment holding a record newer
+   than ``min.compaction.lag.ms``. The dirty ratio is the dirty bytes over all the
+   bytes below that offset; a cleaning runs when it reaches
+   ``min.cleanable.dirty.ratio``, or when the oldest dirty record is older than
+   ``max.compaction.lag.ms``.
+2. **The key map.** The dirty segments are read in offset order into a map key ->
+   latest offset, bounded by ``dedupe_buffer_size`` (24 bytes an entry, as Kafka's
+   16-byte hash and 8-byte offset): when the next segment would not fit, the cleaning
+   stops at the end of the last segment mapped.
+3. **Rewriting.** Every sealed segment below the mapped end is read; a record stays
+   when no later record of its key is in the map, and a tombstone (a null ``value``)
+   also only until ``delete.retention.ms`` after the cleaning that first reached it.
+   Records without a key are dropped (a compacted topic refuses them on produce).
+   Each frame keeps its base offset, leader epoch, producer fields and last offset
+   delta; a frame that lost records is re-encoded with explicit offsets (docs/format.md
+   section 1), one that lost all of them is dropped, control frames are kept.
+   Consecutive segments are grouped into cleaned segments of at most ``segment.bytes``.
+4. **The swap** (docs/format.md, "Compaction"): each cleaned segment is written under
+   its own name ``<base>.<end>.c<generation>``, synced, then its ``.timeindex`` and
+   last its ``.index`` (the commit); from then on :func:`~.layout.live_segments` selects
+   it instead of the segments it replaces, whose files are deleted
+   ``file.delete.delay.ms`` later.
+5. The cleaner checkpoint records the new dirty offset and the time of this cleaning
+   (the tombstone clock).
+
+Typed topics are keyed by their ``key`` column; a typed topic without one cannot be
+compacted (:class:`~sparklog.errors.InvalidConfigError`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import InvalidConfigError
+from ..format.frame import OFFSET_DELTA_COLUMN, TIMESTAMP_COLUMN, encode_frame
+from ..format.frame import reseal
+from ..format.header import (
+    CODEC_MASK, CODEC_NAMES, LAST_OFFSET_DELTA, MAX_TIMESTAMP, RECORD_COUNT, TRANSACTIONAL_BIT,
+)
+from .checkpoint import JsonCheckpoint
+from .index import fits_relative
+from .layout import PartitionListing
+from .segment import LogSegment
+
+log = logging.getLogger(__name__)
+
+CLEANER_CHECKPOINT_SUFFIX = ".cleaner-offset-checkpoint"
+#: Bytes of dedupe buffer one key takes (Kafka's SkimpyOffsetMap: MD5 + offset).
+BYTES_PER_KEY = 24
+#: Records of dirty segments read before they are merged into the key map at once.
+MERGE_ROWS = 1 << 22
+KEY_COLUMN = "key"
+VALUE_COLUMN = "value"
+
+
+@dataclass(frozen=True)
+class CleanableState:
+    """Where the dirty part of a partition lies and how dirty it is."""
+
+    first_dirty: int
+    first_uncleanable: int
+    clean_bytes: int
+    dirty_bytes: int
+    #: the oldest timestamp of a dirty record (-1: none known)
+    oldest_dirty_timestamp: int
+
+    @property
+    def dirty_ratio(self) -> float:
+        """Dirty bytes over the bytes below the first uncleanable offset (0 if none)."""
+        total = self.clean_bytes + self.dirty_bytes
+        return self.dirty_bytes / total if total else 0.0
+
+
+@dataclass
+class CleanResult:
+    """What one cleaning did."""
+
+    first_dirty: int
+    end_offset: int
+    bytes_read: int = 0
+    bytes_written: int = 0
+    segments_replaced: int = 0
+    segments_written: int = 0
+    records_removed: int = 0
+    tombstones_removed: int = 0
+    seconds: float = 0.0
+    replaced: list = field(default_factory=list)
+
+
+class CleanerCheckpoint:
+    """The cleaner's state in the partition directory (versioned JSON
+    ``<v>.cleaner-offset-checkpoint``): ``dirty_offset`` (everything below was cleaned)
+    and ``cleanings``, ``[[end offset, time ms], ...]``: the cleaning at that time
+    reached the offsets below that end (and above the previous entry's end)."""
+
+    def __init__(self, fileio, directory: str):
+        self.file = JsonCheckpoint(fileio, directory, CLEANER_CHECKPOINT_SUFFIX)
+
+    def read(self) -> tuple[int, list[list[int]]]:
+        """(dirty offset, cleanings) of the latest version ((0, []) if none)."""
+        doc = self.file.read() or {}
+        return int(doc.get("dirty_offset", 0)), [list(c) for c in doc.get("cleanings", [])]
+
+    def write(self, dirty_offset: int, cleanings: list[list[int]]) -> None:
+        """Store a new version."""
+        self.file.write({"dirty_offset": dirty_offset, "cleanings": cleanings})
+
+
+def reached_at(cleanings: list[list[int]], offset: int) -> int | None:
+    """When the first cleaning reached ``offset`` (ms), None if none did (entries
+    whose tombstones all expired are kept collapsed into one, with time 0)."""
+    for end, when in cleanings:
+        if offset < end:
+            return when
+    return None
+
+
+def key_column(schema: pa.Schema, name: str) -> str:
+    """The column compaction keys records by: ``key``; InvalidConfigError naming the
+    topic otherwise."""
+    if KEY_COLUMN not in schema.names:
+        raise InvalidConfigError(
+            f"partition {name}: cleanup.policy=compact needs a record key, but the "
+            f"topic's schema has no '{KEY_COLUMN}' column (columns: "
+            f"{', '.join(n for n in schema.names if not n.startswith('__'))}); declare "
+            f"a '{KEY_COLUMN}' column or use cleanup.policy=delete")
+    return KEY_COLUMN
+
+
+def _tombstones(batch: pa.RecordBatch) -> list[bool]:
+    """Per row: is it a tombstone (a null ``value``; for typed topics without a value
+    column, every column but the key null)."""
+    if VALUE_COLUMN in batch.schema.names:
+        values = batch.column(VALUE_COLUMN)
+        if values.null_count == 0:
+            return [False] * batch.num_rows
+        return values.is_null().to_pylist()
+    cols = [batch.column(i) for i, n in enumerate(batch.schema.names)
+            if n != KEY_COLUMN and not n.startswith("__")]
+    if not cols:
+        return [False] * batch.num_rows
+    out = [True] * batch.num_rows
+    for c in cols:
+        for i, null in enumerate(c.is_null().to_pylist()):
+            out[i] = out[i] and null
+    return out
+
+
+def cleanable_state(plog, now_ms: int, max_offset: int | None = None) -> CleanableState:
+    """The cleanable part of ``plog`` now (see the module docstring, step 1); with
+    ``max_offset``, no segment holding an offset at or above it is cleanable (the
+    broker passes the offset its producer-state snapshot covers, so the frames a
+    restarted broker replays to rebuild that state are never cleaned away)."""
+    segments = plog.segments
+    first_dirty, _ = CleanerCheckpoint(plog.fileio, plog.dir_url).read()
+    first_dirty = max(first_dirty, plog.log_start_offset)
+    lag = plog.config.min_compaction_lag_ms
+    uncleanable = segments[-1].base_offset
+    for seg in segments[:-1]:
+        if (seg.next_offset > first_dirty and lag > 0 and seg.max_timestamp > now_ms - lag
+                or max_offset is not None and seg.next_offset > max_offset):
+            uncleanable = seg.base_offset
+            break
+    clean = dirty = 0
+    oldest = -1
+    for seg in segments[:-1]:
+        if seg.base_offset >= uncleanable:
+            break
+        if seg.next_offset <= first_dirty:
+            clean += seg.size
+        else:
+            dirty += seg.size
+            if oldest < 0 and seg.max_timestamp >= 0:
+                oldest = _first_timestamp(seg)
+    return CleanableState(first_dirty, uncleanable, clean, dirty, oldest)
+
+
+def _first_timestamp(seg: LogSegment) -> int:
+    """The smallest record-time bound known for ``seg`` cheaply: its first frame's
+    max timestamp (read from one header), else its max timestamp."""
+    for _, frame in seg.scan(0, seg.size, verify_crc=False):
+        return frame.header.max_timestamp
+    return seg.max_timestamp
+
+
+def needs_cleaning(plog, now_ms: int, state: CleanableState | None = None) -> bool:
+    """Whether ``plog`` is due: compacted, something dirty below the first uncleanable
+    offset, and the dirty ratio at ``min.cleanable.dirty.ratio`` or the oldest dirty
+    record older than ``max.compaction.lag.ms``."""
+    if not plog.config.compact:
+        return False
+    state = state or cleanable_state(plog, now_ms)
+    if state.dirty_bytes == 0:
+        return False
+    if state.dirty_ratio >= plog.config.min_cleanable_dirty_ratio:
+        return True
+    lag = plog.config.max_compaction_lag_ms
+    return 0 <= state.oldest_dirty_timestamp and now_ms - state.oldest_dirty_timestamp > lag
+
+
+class Throttle:
+    """Kafka's cleaner I/O throttle: ``bytes_per_second`` (None: unlimited) over all
+    the cleaning threads sharing it."""
+
+    def __init__(self, bytes_per_second: float | None = None):
+        self.rate = bytes_per_second
+        self._start = time.monotonic()
+        self._bytes = 0
+
+    def account(self, n: int) -> None:
+        """Count ``n`` bytes of I/O, sleeping as long as the rate is exceeded."""
+        if not self.rate or self.rate == float("inf"):
+            return
+        self._bytes += n
+        ahead = self._bytes / self.rate - (time.monotonic() - self._start)
+        if ahead > 0:
+            time.sleep(ahead)
+
+
+def clean(plog, now_ms: int | None = None, *, dedupe_buffer_size: int = 128 << 20,
+          throttle: Throttle | None = None, force: bool = False,
+          max_offset: int | None = None) -> CleanResult | None:
+    """Clean ``plog`` once if it is due (or ``force``); None when nothing was done.
+    Holds ``plog.maintenance`` throughout (retention waits). ``max_offset`` bounds
+    what is cleanable (:func:`cleanable_state`). See the module docstring."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    if not plog.config.compact:
+        return None
+    with plog.maintenance:
+        plog.wait_sealed()
+        plog.delete_replaced_files(now)
+        state = cleanable_state(plog, now, max_offset)
+        if not (force and state.dirty_bytes) and not needs_cleaning(plog, now, state):
+            return None
+        return _clean(plog, now, state, dedupe_buffer_size, throttle or Throttle())
+
+
+def _clean(plog, now: int, state: CleanableState, buffer_size: int,
+           throttle: Throttle) -> CleanResult | None:
+    started = time.monotonic()
+    fileio, config = plog.fileio, plog.config
+    checkpoint = CleanerCheckpoint(fileio, plog.dir_url)
+    _, cleanings = checkpoint.read()
+    _delete_uncommitted(plog)
+    segments = plog.segments[:-1]  # sealed; the active segment is never touched
+    result = CleanResult(state.first_dirty, state.first_dirty)
+    # 2. the key map over the dirty segments, whole segments while they fit
+    capacity = max(buffer_size // BYTES_PER_KEY, 1)
+    offsets, map_end = KeyMap(), state.first_dirty
+    pending: list = []  # (segment, [(keys, offsets)]) read but not merged into the map
+
+    def merge_pending() -> bool:
+        """Merge the pending segments into the map (one hash aggregation for all of
+        them); when that would pass the capacity, merge them one by one up to the last
+        that fits. False when a segment did not fit (the map ends before it)."""
+        nonlocal offsets, map_end
+        merged = offsets.merged([p for _, parts in pending for p in parts])
+        if len(merged) <= capacity:
+            offsets, map_end = merged, pending[-1][0].next_offset
+            pending.clear()
+            return True
+        for seg, parts in pending:
+            merged = offsets.merged(parts)
+            if len(merged) > capacity:
+                if map_end == state.first_dirty:
+                    raise InvalidConfigError(
+                        f"partition {plog.name}: segment {seg.path} holds more distinct "
+                        f"keys than log.cleaner.dedupe.buffer.size={buffer_size} maps "
+                        f"({capacity} keys of {BYTES_PER_KEY} bytes); raise it")
+                pending.clear()
+                return False
+            offsets, map_end = merged, seg.next_offset
+        pending.clear()
+        return True
+
+    rows = 0
+    for seg in segments:
+        if seg.next_offset <= state.first_dirty:
+            continue
+        if seg.base_offset >= state.first_uncleanable:
+            break
+        parts = []
+        for frame in _frames(seg, throttle, result):
+            if frame.header.is_control:
+                continue
+            batch = frame.batch()
+            parts.append((batch.column(key_column(batch.schema, plog.name)), frame.offsets()))
+            rows += batch.num_rows
+        pending.append((seg, parts))
+        if rows >= max(capacity, MERGE_ROWS):  # bound the memory of pending keys
+            rows = 0
+            if not merge_pending():
+                break
+    if pending:
+        merge_pending()
+    if map_end <= state.first_dirty:
+        return None
+    result.end_offset = map_end
+    # 3. rewrite every sealed segment below the mapped end, in groups
+    horizon = now - config.delete_retention_ms
+    pending = [seg for seg in segments if seg.next_offset <= map_end]
+    for group in _groups(pending, config.segment_bytes):
+        new = _write_cleaned(plog, group, offsets, cleanings, horizon, throttle, result)
+        plog.replace_segments(group, new)
+        result.segments_replaced += len(group)
+        result.segments_written += 1
+        result.replaced.extend(s.path for s in group)
+    # 5. the checkpoint: new dirty offset, and this cleaning's time for its tombstones
+    expired = [c[0] for c in cleanings if c[1] <= horizon]  # collapsed into one entry
+    cleanings = ([[max(expired), 0]] if expired else []) + \
+        [c for c in cleanings if c[1] > horizon] + [[map_end, now]]
+    checkpoint.write(map_end, cleanings)
+    result.seconds = time.monotonic() - started
+    log.info("partition %s: cleaned offsets [%d, %d): %d segment(s) into %d, %d bytes "
+             "read, %d written, %d records and %d tombstones removed in %.2f s",
+             plog.name, plog.log_start_offset, map_end, result.segments_replaced,
+             result.segments_written, result.bytes_read, result.bytes_written,
+             result.records_removed, result.tombstones_removed, result.seconds)
+    return result
+
+
+class KeyMap:
+    """The cleaner's key map, key -> latest offset, as two Arrow arrays (unique keys),
+    built and probed by Arrow's hash kernels rather than per record in Python."""
+
+    def __init__(self, keys: pa.Array | None = None, offsets: pa.Array | None = None):
+        self.keys, self.offsets = keys, offsets
+
+    def __len__(self) -> int:
+        return 0 if self.keys is None else len(self.keys)
+
+    def merged(self, parts) -> "KeyMap":
+        """A new map of this one and ``parts`` ((keys, offsets) arrays of later
+        records): each key's highest offset; null keys are ignored."""
+        keys = [] if self.keys is None else [self.keys]
+        offs = [] if self.offsets is None else [self.offsets]
+        for k, o in parts:
+            k = _plain(k)
+            if keys and k.type != keys[0].type:
+                k = k.cast(keys[0].type)
+            keys.append(k)
+            offs.append(o.cast(pa.int64()))
+        if not keys:
+            return KeyMap()
+        table = pa.table({"k": pa.concat_arrays(keys), "o": pa.concat_arrays(offs)})
+        table = table.filter(pc.is_valid(table.column("k")))
+        grouped = table.group_by("k").aggregate([("o", "max")])
+        return KeyMap(grouped.column("k").combine_chunks(),
+                      grouped.column("o_max").combine_chunks())
+
+    def latest(self, keys: pa.Array) -> pa.Array:
+        """Per key of ``keys``: the map's offset for it, null when not mapped."""
+        if self.keys is None:
+            return pa.nulls(len(keys), pa.int64())
+        keys = _plain(keys)
+        if keys.type != self.keys.type:
+            keys = keys.cast(self.keys.type)
+        return pc.take(self.offsets, pc.index_in(keys, value_set=self.keys))
+
+
+def _plain(array: pa.Array) -> pa.Array:
+    """``array`` without dictionary encoding (compared by value)."""
+    if pa.types.is_dictionary(array.type):
+        return array.dictionary_decode()
+    return array
+
+
+def _frames(seg: LogSegment, throttle: Throttle, result: CleanResult):
+    """The validated frames of sealed segment ``seg`` (throttled, counted)."""
+    scan = seg.scan_for(seg.base_offset)
+    for _, frame in scan:
+        throttle.account(frame.header.size)
+        result.bytes_read += frame.header.size
+        yield frame
+    seg.check_end(scan)
+
+
+def _groups(segments: list[LogSegment], max_bytes: int) -> list[list[LogSegment]]:
+    """Consecutive segments grouped so each group fits one cleaned segment of
+    ``segment.bytes`` and its offsets fit the relative index (Kafka's
+    groupSegmentsBySize)."""
+    groups: list[list[LogSegment]] = []
+    for seg in segments:
+        if groups:
+            last = groups[-1]
+            if (sum(s.size for s in last) + seg.size <= max_bytes
+                    and fits_relative(last[0].base_offset, seg.next_offset)):
+                last.append(seg)
+                continue
+        groups.append([seg])
+    return groups
+
+
+def _delete_uncommitted(plog) -> None:
+    """Delete cleaned segments left uncommitted by an earlier cleaning that failed."""
+    for files in PartitionListing.scan(plog.fileio, plog.dir_url).uncommitted():
+        for info in files.files():
+            plog.fileio.delete(info.path)
+
+
+def _write_cleaned(plog, group, offsets, cleanings, horizon, throttle, result) -> LogSegment:
+    """Write and commit the cleaned segment replacing ``group`` (steps 3 and 4)."""
+    fileio = plog.fileio
+    base, end = group[0].base_offset, group[-1].next_offset
+    generation = 1 + max(s.generation for s in group)
+    new = LogSegment(fileio, plog.dir_url, base, writable=True, generation=generation,
+                     end_offset=end, index_interval_bytes=plog.config.index_interval_bytes,
+                     replication=plog.config.replication_factor)
+    out = fileio.create(new.path)
+    try:
+        new.apply_replication()
+        position, expected = 0, base
+        for seg in group:
+            for frame, latest in _probed(_frames(seg, throttle, result), offsets, plog.name):
+                data = _cleaned_frame(frame, latest, cleanings, horizon, result, plog.name,
+                                      gap=frame.header.base_offset != expected)
+                if data is None:
+                    continue
+                h = frame.header
+                expected = h.next_offset
+                out.write(data)
+                new.track(h.base_offset, h.next_offset, h.max_timestamp,
+                          _count(data), len(data), position)
+                position += len(data)
+                throttle.account(len(data))
+                result.bytes_written += len(data)
+        out.sync()
+    finally:
+        out.close()
+    new._next_offset = end  # compaction may have removed the last records
+    new.seal()  # .timeindex, then .index: the commit
+    return new
+
+
+def _count(data) -> int:
+    return RECORD_COUNT.read(data, 0)
+
+
+#: bytes of frames whose keys are looked up in the key map together (one hash build)
+PROBE_WINDOW_BYTES = 16 << 20
+
+
+def _probed(frames, offsets: KeyMap, name: str):
+    """Yield ``(frame, latest)`` for ``frames``: ``latest`` holds, per record, the key
+    map's offset for its key (null: not mapped; None for control frames). The keys of
+    up to PROBE_WINDOW_BYTES of frames are looked up in one call."""
+    window, size = [], 0
+
+    def flush():
+        keyed = [(f, f.batch()) for f in window if not f.header.is_control]
+        columns = [b.column(key_column(b.schema, name)) for _, b in keyed]
+        found = offsets.latest(pa.concat_arrays([_plain(c) for c in columns])) \
+            if columns else None
+        at, out = 0, {}
+        for (f, _), c in zip(keyed, columns):
+            out[id(f)] = found.slice(at, len(c))
+            at += len(c)
+        for f in window:
+            yield f, out.get(id(f))
+
+    for frame in frames:
+        window.append(frame)
+        size += frame.header.size
+        if size >= PROBE_WINDOW_BYTES:
+            yield from flush()
+            window, size = [], 0
+    yield from flush()
+
+
+def _cleaned_frame(frame, latest, cleanings, horizon, result, name, *, gap: bool):
+    """The bytes of ``frame`` after cleaning: unchanged when every record stays (and
+    it follows the previous frame kept, ``gap`` False, or has explicit offsets already),
+    None when none does, else re-encoded with explicit offsets: only a frame with the
+    explicit-offsets bit may start after the previous frame's end (docs/format.md)."""
+    h = frame.header
+    if h.is_control:
+        if gap and not h.explicit_offsets:
+            raise InvalidConfigError(
+                f"partition {name}: a control frame at offset {h.base_offset} follows "
+                f"records removed by compaction; transactional topics cannot be compacted")
+        return _frame_bytes(frame)
+    batch = frame.batch()
+    keys = batch.column(key_column(batch.schema, name))
+    record_offsets = frame.offsets()
+    mask = pc.and_(pc.is_valid(keys), pc.or_kleene(
+        pc.is_null(latest), pc.greater_equal(record_offsets, latest)))
+    mask = mask.fill_null(False)
+    stays = pc.sum(mask.cast(pa.int64())).as_py() or 0
+    tombstones = _tombstones(batch)
+    if any(tombstones):  # few: their delete horizon is checked one by one
+        keep = mask.to_pylist()
+        for i, (tomb, offset) in enumerate(zip(tombstones, record_offsets.to_pylist())):
+            if tomb and keep[i]:
+                reached = reached_at(cleanings, offset)
+                if reached is not None and reached <= horizon:
+                    keep[i] = False
+                    stays -= 1
+                    result.tombstones_removed += 1
+                    result.records_removed -= 1  # counted below
+        mask = pa.array(keep, pa.bool_())
+    result.records_removed += len(keys) - stays
+    keep = mask
+    if stays == len(keys) and (not gap or h.explicit_offsets):
+        return _frame_bytes(frame)
+    if stays == 0:
+        return None
+    kept = batch.filter(mask)
+    deltas = pc.subtract(record_offsets.filter(mask), pa.scalar(h.base_offset, pa.int64())
+                         ).cast(pa.int32())
+    if OFFSET_DELTA_COLUMN in kept.schema.names:
+        kept = kept.drop_columns([OFFSET_DELTA_COLUMN])
+    timestamps = kept.column(kept.schema.get_field_index(TIMESTAMP_COLUMN))
+    columns = kept.drop_columns([TIMESTAMP_COLUMN])
+    data = bytearray(encode_frame(
+        columns, timestamps=timestamps, compression=CODEC_NAMES[h.attributes & CODEC_MASK],
+        base_offset=h.base_offset, leader_epoch=h.leader_epoch, producer_id=h.producer_id,
+        producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
+        log_append_time=h.log_append_time, offset_deltas=deltas,
+        transactional=bool(h.attributes & TRANSACTIONAL_BIT)))
+    # the frame keeps its offset span and max timestamp: producer sequences and the
+    # LogAppendTime of its records stay as they were
+    LAST_OFFSET_DELTA.write(data, 0, h.last_offset_delta)
+    MAX_TIMESTAMP.write(data, 0, h.max_timestamp)
+    reseal(data)
+    return bytes(data)
+
+
+def _frame_bytes(frame) -> bytes:
+    """The whole frame's bytes as stored (header and body)."""
+    return frame.header.pack() + frame.body.to_pybytes()

@@ -1,0 +1,195 @@
+"""The broker's log cleaner: threads compacting the partitions it leads (Kafka's
+LogCleaner with its ``log.cleaner.*`` settings).
+
+``log.cleaner.threads`` threads each take, in turn, the dirtiest partition due for
+cleaning (:func:`sparklog.log.cleaner.needs_cleaning`) that no other thread is cleaning,
+and clean it with :func:`sparklog.log.cleaner.clean`; all of them share one I/O throttle
+of ``log.cleaner.io.max.bytes.per.second`` and each has a key map of
+``log.cleaner.dedupe.buffer.size`` divided among the threads, as in Kafka. With no
+partition due, a thread waits ``log.cleaner.backoff.ms``. ``log.cleaner.enable=false``
+starts no thread.
+
+Per partition it keeps what Kafka's cleaner manager reports: bytes cleaned (read),
+bytes written, the dirty ratio and the time of the last cleaning; :meth:`collect`
+yields them as Prometheus families, registered in the broker's registry.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from ..errors import SparklogError
+from ..log.cleaner import Throttle, cleanable_state, clean, needs_cleaning
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PartitionCleaning:
+    """What the cleaner knows of one partition (its metrics)."""
+
+    bytes_read: int = 0
+    bytes_written: int = 0
+    dirty_ratio: float = 0.0
+    last_clean_ms: int = -1
+    cleanings: int = 0
+
+
+class LogCleanerManager:
+    """Cleaner threads over ``partitions()`` (a callable returning the open partition
+    writers, each with ``.name``, ``.topic_name``, ``.partition`` and ``.log``).
+    ``bound(writer)`` gives the offset from which a partition must not be cleaned (the
+    offset its producer-state snapshot covers), or None."""
+
+    def __init__(self, partitions, *, threads: int = 1, dedupe_buffer_size: int = 128 << 20,
+                 io_max_bytes_per_second: float | None = None, backoff_ms: int = 15000,
+                 bound=None, clock=None):
+        self.partitions = partitions
+        self.bound = bound or (lambda writer: None)
+        self.threads = threads
+        self.dedupe_buffer_size = dedupe_buffer_size
+        self.throttle = Throttle(io_max_bytes_per_second)
+        self.backoff = backoff_ms / 1000.0
+        self.clock = clock or (lambda: int(time.time() * 1000))
+        self.stats: dict[tuple[str, int], PartitionCleaning] = {}
+        self._busy: set[str] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._wake = threading.Condition(self._lock)
+        self._threads: list[threading.Thread] = []
+
+    @classmethod
+    def for_broker(cls, partitions, config) -> "LogCleanerManager":
+        """The cleaner of a broker with BrokerConfig ``config`` (``log.cleaner.*``) over
+        the PartitionWriters ``partitions()``: a partition is cleaned only below the
+        offset its idempotent-producer snapshot covers (not at all before the first
+        snapshot, when it has idempotent producers), so the frames a restarted broker
+        replays to rebuild that state stay whole."""
+        return cls(partitions, threads=config.log_cleaner_threads,
+                   dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size,
+                   io_max_bytes_per_second=config.log_cleaner_io_max_bytes_per_second,
+                   backoff_ms=config.log_cleaner_backoff_ms,
+                   bound=lambda w: (w.snapshots.covered or 0) if w.state.producers else None)
+
+    def start(self) -> None:
+        """Start the cleaner threads."""
+        for i in range(self.threads):
+            t = threading.Thread(target=self._run, name=f"sparklog-log-cleaner-{i}",
+                                 daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        """Stop the threads (a cleaning in progress finishes its current partition)."""
+        self._stop.set()
+        with self._wake:
+            self._wake.notify_all()
+        for t in self._threads:
+            t.join()
+        self._threads = []
+
+    def wake(self) -> None:
+        """Look for work now instead of after the backoff."""
+        with self._wake:
+            self._wake.notify_all()
+
+    def _stats(self, writer) -> PartitionCleaning:
+        return self.stats.setdefault((writer.topic_name, writer.partition), PartitionCleaning())
+
+    def _pick(self):
+        """The dirtiest due partition no thread is cleaning, marked busy; or None."""
+        now = self.clock()
+        best, best_ratio = None, -1.0
+        for w in list(self.partitions()):
+            plog = w.log
+            if plog.closed or not plog.config.compact or w.name in self._busy:
+                continue
+            try:
+                state = cleanable_state(plog, now, self.bound(w))
+            except SparklogError as exc:
+                log.warning("partition %s: cannot assess cleaning: %s", w.name, exc)
+                continue
+            self._stats(w).dirty_ratio = state.dirty_ratio
+            if needs_cleaning(plog, now, state) and state.dirty_ratio > best_ratio:
+                best, best_ratio = w, state.dirty_ratio
+        if best is not None:
+            self._busy.add(best.name)
+        return best
+
+    def clean_once(self) -> int:
+        """One pass of one thread: clean the dirtiest due partition; returns the bytes
+        it read (0 when none was due)."""
+        with self._lock:
+            writer = self._pick()
+        if writer is None:
+            return 0
+        try:
+            result = clean(writer.log, self.clock(),
+                           dedupe_buffer_size=self.dedupe_buffer_size // max(self.threads, 1),
+                           throttle=self.throttle, max_offset=self.bound(writer))
+        except SparklogError as exc:
+            log.warning("partition %s: cleaning failed: %s", writer.name, exc)
+            return 0
+        finally:
+            with self._lock:
+                self._busy.discard(writer.name)
+        if result is None:
+            return 0
+        with self._lock:
+            s = self._stats(writer)
+            s.bytes_read += result.bytes_read
+            s.bytes_written += result.bytes_written
+            s.last_clean_ms = self.clock()
+            s.cleanings += 1
+            try:
+                s.dirty_ratio = cleanable_state(writer.log, self.clock(),
+                                                self.bound(writer)).dirty_ratio
+            except SparklogError:
+                pass
+        return result.bytes_read
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                worked = self.clean_once()
+            except Exception:  # noqa: BLE001 - a cleaner thread must not die silently
+                log.exception("log cleaner thread failed; going on")
+                worked = 0
+            if not worked:
+                with self._wake:
+                    if not self._stop.is_set():
+                        self._wake.wait(self.backoff)
+
+    # --- metrics ---------------------------------------------------------------------
+    def describe(self):
+        """No families up front (they are computed when scraped)."""
+        return []
+
+    def collect(self):
+        """Prometheus families: bytes cleaned and written, dirty ratio, last clean
+        time, per partition (Kafka's ``kafka.log:type=LogCleaner`` and
+        ``LogCleanerManager`` metrics, per partition)."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        tp = ["topic", "partition"]
+        read = CounterMetricFamily("sparklog_log_logcleaner_cleaned_bytes",
+                                   "Bytes read by the log cleaner", labels=tp)
+        written = CounterMetricFamily("sparklog_log_logcleaner_written_bytes",
+                                      "Bytes of cleaned segments written", labels=tp)
+        ratio = GaugeMetricFamily("sparklog_log_logcleanermanager_dirty_ratio",
+                                  "Dirty bytes over cleanable bytes", labels=tp)
+        last = GaugeMetricFamily("sparklog_log_logcleaner_last_clean_time_ms",
+                                 "End of the last cleaning (ms since the epoch, -1: never)",
+                                 labels=tp)
+        with self._lock:
+            items = list(self.stats.items())
+        for (topic, partition), s in items:
+            labels = [topic, str(partition)]
+            read.add_metric(labels, s.bytes_read)
+            written.add_metric(labels, s.bytes_written)
+            ratio.add_metric(labels, s.dirty_ratio)
+            last.add_metric(labels, s.last_clean_ms)
+        yield from (read, written, ratio, last)
