@@ -39,14 +39,16 @@ class LoadedLog:
     """A recovered partition log, ready for appends: its ``segments`` (oldest first,
     the last one active), ``out`` (the active segment's writer, holding its lease),
     ``log_start_offset``, ``log_end_offset`` (the next offset; also the high watermark,
-    every byte being recovered from storage) and ``epochs`` (the leader epoch history,
-    the new epoch recorded)."""
+    every byte being recovered from storage), ``epochs`` (the leader epoch history,
+    the new epoch recorded) and ``superseded`` (segments replaced by a compaction,
+    still on storage: the log deletes them after ``file.delete.delay.ms``)."""
 
     segments: list[LogSegment]
     out: OutputStream
     log_start_offset: int
     log_end_offset: int
     epochs: LeaderEpochCache
+    superseded: list[LogSegment]
 
 
 class LogLoader:
@@ -86,8 +88,7 @@ class LogLoader:
             for info in files.files():
                 fileio.delete(info.path)
         # replaced by compaction: kept file.delete.delay.ms for readers that planned them
-        self._delete_later([LogSegment.of(fileio, self.dir_url, f)
-                            for f in listing.superseded()])
+        superseded = [LogSegment.of(fileio, self.dir_url, f) for f in listing.superseded()]
         entries = listing.logs()
         segments = []
         for i, files in enumerate(entries):
@@ -136,7 +137,7 @@ class LogLoader:
             out.close()
             raise
         return LoadedLog(segments, out, min(max(log_start, segments[0].base_offset), end),
-                         end, epochs)
+                         end, epochs, superseded)
 
     def _recover_rolled(self, files, later, fence: bool) -> bool:
         """A rolled segment whose background sealing had not begun (no ``.timeindex``,

@@ -182,6 +182,7 @@ class PartitionLog:
         self._log_start = loaded.log_start_offset
         self._epochs = loaded.epochs
         self._epoch = leader_epoch
+        self._delete_later(loaded.superseded)
 
     def _delete_later(self, segments) -> None:
         """Queue ``segments`` (replaced by compaction) for deletion after
