@@ -72,6 +72,14 @@ class BufferedOutputStream(OutputStream):
         """Make everything pushed so far durable (raise LeaseLost)."""
         raise NotImplementedError
 
+    def _push_parts_durable(self, parts: list) -> None:
+        """Push ``parts`` and make everything pushed durable, as ``_push_parts`` then
+        ``_persist`` (raise LeaseLost). A backend whose durable call also publishes the
+        bytes (HDFS's hsync does what hflush does, and more) overrides it to pay one
+        round trip to the storage instead of two."""
+        self._push_parts(parts)
+        self._persist()
+
     def _release(self) -> None:
         """Close the handle and release the lease."""
         raise NotImplementedError
@@ -121,9 +129,10 @@ class BufferedOutputStream(OutputStream):
     def _buffered(self) -> int:
         return self._held_bytes + len(self._buf)
 
-    def _push_buffer(self, op: str, data: memoryview | None = None) -> None:
+    def _push_buffer(self, op: str, data: memoryview | None = None, *,
+                     durable: bool = False) -> None:
         """Push the held parts and the buffer, followed by ``data`` (pushed from the
-        caller's memory)."""
+        caller's memory); ``durable``: and make them durable in the same step."""
         if not self._buffered() and data is None:
             return
         try:
@@ -131,7 +140,10 @@ class BufferedOutputStream(OutputStream):
                 parts = self._held + ([view] if self._buf else [])
                 if data is not None:
                     parts.append(data)
-                self._push_parts(parts)
+                if durable:
+                    self._push_parts_durable(parts)
+                else:
+                    self._push_parts(parts)
         except LeaseLost as exc:
             raise self._fenced(op, exc.vanished) from None
         self._pushed += self._buffered() + (len(data) if data is not None else 0)
@@ -180,11 +192,13 @@ class BufferedOutputStream(OutputStream):
             self._push_buffer("flush")
 
     def sync(self) -> None:
-        """hsync: flush, then make the bytes durable."""
+        """hsync: flush, then make the bytes durable (one step when the backend can)."""
         with self._lock:
             self._check_open("sync")
-            self._push_buffer("sync")
-            self._guarded("sync", self._persist)
+            if self._buffered():
+                self._push_buffer("sync", durable=True)
+            else:
+                self._guarded("sync", self._persist)
             self._dirty = False
 
     def verify_lease(self) -> None:
