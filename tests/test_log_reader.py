@@ -191,3 +191,72 @@ def test_a_fresh_reader_reads_the_active_segment_once(fio, pdir):
     active = reader.segments()[-1].path
     assert recording.read_paths().count(active) == 1  # no separate scan for the log end
     assert reader.log_end_offset() == 30
+
+
+# --- the end of the active segment: frame headers, and the last frame whole ----------------
+
+
+def active_segment_file(pdir) -> str:
+    return sorted(f for f in os.listdir(pdir) if f.endswith(".log"))[-1]
+
+
+def flip_body_byte(pdir, frame_index: int) -> int:
+    """Flip a byte in the body of frame ``frame_index`` of the active segment (its
+    header stays sound, its CRC no longer matches); returns the frame's position."""
+    path = os.path.join(pdir, active_segment_file(pdir))
+    with open(path, "r+b") as f:
+        pos = frame_index * FRAME5
+        f.seek(pos + FRAME5 - 3)
+        b = f.read(1)
+        f.seek(pos + FRAME5 - 3)
+        f.write(bytes([b[0] ^ 0xFF]))
+    return pos
+
+
+def test_log_end_reads_headers_and_only_the_last_frame_whole(fio, pdir):
+    write_numbers(fio, pdir, frames=40, config={"segment.bytes": 1000 * FRAME5})
+    read = []
+    open_input = fio.open_input
+
+    def counting_open(path):
+        stream = open_input(path)
+        real_read = stream.read
+
+        def counted(n=-1):
+            data = real_read(n)
+            read.append(len(data))
+            return data
+
+        stream.read = counted
+        return stream
+
+    fio.open_input = counting_open
+    reader = LogReader(fio, pdir)
+    assert reader.log_end_offset() == 200 and reader.tail_error is None
+    # 40 headers and one whole frame, not the 40 frames
+    assert sum(read) < 40 * 61 + 2 * FRAME5, sum(read)
+    assert rows(reader.read_batches(0, 200)) == [(o, o) for o in range(200)]
+
+
+def test_log_end_stops_before_a_last_frame_whose_crc_fails(fio, pdir):
+    write_numbers(fio, pdir, frames=6, config={"segment.bytes": 100 * FRAME5})
+    pos = flip_body_byte(pdir, 5)
+    reader = LogReader(fio, pdir)
+    assert reader.log_end_offset() == 25
+    assert "CRC32C mismatch" in str(reader.tail_error) and str(pos) in str(reader.tail_error)
+    assert rows(reader.read_batches(0, 25)) == [(o, o) for o in range(25)]
+
+
+def test_a_damaged_frame_behind_the_tail_fails_the_read_that_reaches_it(fio, pdir):
+    """The end scan checks the CRC of the last frame only (frames behind it were written
+    whole before it); a frame damaged on storage behind the tail is caught by the read:
+    the records before it are exact, then CorruptRecordError names its position."""
+    write_numbers(fio, pdir, frames=6, config={"segment.bytes": 100 * FRAME5})
+    pos = flip_body_byte(pdir, 2)
+    reader = LogReader(fio, pdir)
+    assert reader.log_end_offset() == 30 and reader.tail_error is None
+    got = []
+    with pytest.raises(CorruptRecordError, match=f"CRC32C mismatch at position {pos} "):
+        for batch in reader.read_batches(0, 30):
+            got.extend(rows([batch]))
+    assert got == [(o, o) for o in range(10)]

@@ -129,7 +129,10 @@ class LogReader:
             if not self._segments or self._segments[-1].sealed:
                 return
             try:
-                self.tail_error = self._segments[-1].extend(contiguous=True).error
+                # headers only: finding the end needs no record bytes (the reads of
+                # records check every CRC); the last frame is still checked whole
+                self.tail_error = self._segments[-1].extend(contiguous=True,
+                                                            headers_only=True).error
                 return
             except StorageFileNotFoundError:  # rolled away or being repaired: list again
                 if attempt:
