@@ -45,6 +45,7 @@ def test_read_batches_is_exact_for_every_range(fio, pdir):
     write_numbers(fio, pdir)
     reader = LogReader(fio, pdir)
     assert (reader.log_start_offset(), reader.log_end_offset()) == (0, 60)
+    assert LogReader(fio, pdir).offsets() == reader.offsets() == (0, 60)
     assert [s.base_offset for s in reader.segments()] == [0, 15, 30, 45]
     for start in range(0, 61, 7):
         for end in range(start, 61, 11):
@@ -213,29 +214,48 @@ def flip_body_byte(pdir, frame_index: int) -> int:
     return pos
 
 
-def test_log_end_reads_headers_and_only_the_last_frame_whole(fio, pdir):
-    write_numbers(fio, pdir, frames=40, config={"segment.bytes": 1000 * FRAME5})
-    read = []
+def counting_reads(fio) -> list:
+    """Make ``fio``'s readers note the size of every read; the list of sizes."""
+    sizes = []
     open_input = fio.open_input
 
     def counting_open(path):
         stream = open_input(path)
         real_read = stream.read
 
-        def counted(n=-1):
+        def read(n=-1):
             data = real_read(n)
-            read.append(len(data))
+            sizes.append(len(data))
             return data
 
-        stream.read = counted
+        stream.read = read
         return stream
 
     fio.open_input = counting_open
+    return sizes
+
+
+def test_log_end_skips_large_frame_bodies_and_reads_the_last_frame_whole(
+        fio, pdir, monkeypatch):
+    from sparklog.log import scan
+
+    write_numbers(fio, pdir, frames=40, config={"segment.bytes": 1000 * FRAME5})
+    # frames of FRAME5 bytes count as large: each body is skipped, one header read each
+    monkeypatch.setattr(scan, "SKIP_BODY_BYTES", FRAME5 // 2)
+    monkeypatch.setattr(scan, "HEADER_READ_BYTES", 1)
+    sizes = counting_reads(fio)
     reader = LogReader(fio, pdir)
     assert reader.log_end_offset() == 200 and reader.tail_error is None
-    # 40 headers and one whole frame, not the 40 frames
-    assert sum(read) < 40 * 61 + 2 * FRAME5, sum(read)
+    assert sizes == [61] * 40 + [FRAME5]
     assert rows(reader.read_batches(0, 200)) == [(o, o) for o in range(200)]
+
+
+def test_log_end_reads_small_frames_through_in_chunks(fio, pdir):
+    write_numbers(fio, pdir, frames=40, config={"segment.bytes": 1000 * FRAME5})
+    sizes = counting_reads(fio)
+    reader = LogReader(fio, pdir)
+    assert reader.log_end_offset() == 200 and reader.tail_error is None
+    assert sizes == [40 * FRAME5]  # one read; the last frame is checked from it
 
 
 def test_log_end_stops_before_a_last_frame_whose_crc_fails(fio, pdir):

@@ -99,10 +99,12 @@ class LogReader:
         #: did not): a frame still being written, or a torn tail awaiting recovery.
         self.tail_error: CorruptRecordError | None = None
         self.refresh()
+        self._just_listed = True  # offsets() needs no second listing
 
     # --- listing -------------------------------------------------------------------------
     def refresh(self) -> None:
         """List the directory again (new segments, retention, log start offset)."""
+        self._just_listed = False
         for _ in range(_SWAP_TRIES):
             listing = PartitionListing.scan(self.fileio, self.dir_url)
             if not any(f.swap is not None and f.log is None for f in listing.segments.values()):
@@ -156,6 +158,17 @@ class LogReader:
         return self._segments[-1].next_offset if self._segments else self._log_start
 
     high_watermark = log_end_offset
+
+    def offsets(self) -> tuple[int, int]:
+        """``(log start offset, log end offset)`` from one listing of the directory (what
+        :meth:`log_start_offset` and :meth:`log_end_offset` answer, with one refresh, or
+        none on a reader that was just opened)."""
+        if not self._just_listed:
+            self.refresh()
+        self._just_listed = False
+        self._extend_tail()
+        return self._log_start, self._segments[-1].next_offset if self._segments \
+            else self._log_start
 
     # --- locating ------------------------------------------------------------------------
     def _out_of_range(self, start: int, end: int | None, bad: int) -> OffsetOutOfRangeError:

@@ -22,6 +22,13 @@ from ..storage.base import FileIO
 
 #: Bytes read per round trip while scanning a segment.
 SCAN_CHUNK_BYTES = 8 << 20
+#: A headers-only scan skips the body of a frame at least this large with a new read at
+#: the next header (a round trip costs about what reading this many bytes does); it
+#: reads through smaller frames in SCAN_CHUNK_BYTES chunks.
+SKIP_BODY_BYTES = 512 << 10
+#: Bytes read at the next header after a skipped body (that header, and the next ones
+#: if they are close).
+HEADER_READ_BYTES = 64 << 10
 
 
 def relocate_error(exc: CorruptRecordError, buffer_pos: int, file_pos: int,
@@ -130,18 +137,30 @@ class FrameScan:
             self.next_offset = header.next_offset
 
     def _headers(self) -> Iterator[tuple[int, Frame]]:
-        """The ``headers_only`` scan: one open reader, a header read per frame; a frame
-        is yielded once the next header proves the file goes on past it, the last one
-        after reading it whole (see the class docstring)."""
+        """The ``headers_only`` scan: one open reader; a frame is yielded once the next
+        header proves the file goes on past it, the last one after reading it whole
+        (see the class docstring). Bodies of SKIP_BODY_BYTES or more are skipped with a
+        new read at the next header; smaller ones are read through in chunks."""
         path = self.path
         pos = self.position
         pending = None  # (position, header) read, not yet yielded
+        buf, buf_start = b"", pos
+        last_size = SKIP_BODY_BYTES  # until a frame shows the size: a header's read
         with self.fileio.open_input(path) as f:
             end = f.size() if self.end is None else min(self.end, f.size())
+
+            def have(at: int, n: int) -> bool:
+                return buf_start <= at and at + n <= buf_start + len(buf)
+
             expected = self.next_offset
             while pos < end:
-                f.seek(pos)
-                head = f.read(min(HEADER_SIZE, end - pos))
+                if not have(pos, min(HEADER_SIZE, end - pos)):
+                    want = SCAN_CHUNK_BYTES if last_size < SKIP_BODY_BYTES \
+                        else HEADER_READ_BYTES
+                    f.seek(pos)
+                    buf, buf_start = f.read(min(max(want, HEADER_SIZE), end - pos)), pos
+                rel = pos - buf_start
+                head = memoryview(buf)[rel:rel + HEADER_SIZE]
                 try:
                     header = validate_header(head, end - pos, position=pos, path=path)
                 except CorruptRecordError as exc:
@@ -154,12 +173,16 @@ class FrameScan:
                     yield self._accept(*pending)
                 pending = (pos, header)
                 expected = header.next_offset
+                last_size = header.size
                 pos += header.size
             if pending is None:
                 return
             last, header = pending
-            f.seek(last)
-            data = f.read(header.size)
+            if have(last, header.size):
+                data = memoryview(buf)[last - buf_start:last - buf_start + header.size]
+            else:
+                f.seek(last)
+                data = f.read(header.size)
         try:
             frame = decode_frame(pa.py_buffer(data), 0, path=path)
         except CorruptRecordError as exc:  # damaged at the tail: the scan ends before it

@@ -102,8 +102,7 @@ class StorageCatalog(Catalog):
 
         def state(p):
             reader = self._readers.get((topic, p)) or open_log_reader(self.store, topic, p)
-            high_watermark = reader.log_end_offset()
-            log_start = reader.log_start_offset()
+            log_start, high_watermark = reader.offsets()
             segments = tuple((s.base_offset, s.size) for s in reader.segments())
             return reader, PartitionState(topic, p, log_start, high_watermark, segments)
 
