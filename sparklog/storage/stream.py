@@ -72,13 +72,12 @@ class BufferedOutputStream(OutputStream):
         """Make everything pushed so far durable (raise LeaseLost)."""
         raise NotImplementedError
 
-    def _push_parts_durable(self, parts: list) -> None:
-        """Push ``parts`` and make everything pushed durable, as ``_push_parts`` then
-        ``_persist`` (raise LeaseLost). A backend whose durable call also publishes the
-        bytes (HDFS's hsync does what hflush does, and more) overrides it to pay one
-        round trip to the storage instead of two."""
+    def _push_parts_for_persist(self, parts: list) -> None:
+        """Hand ``parts`` to the storage when ``_persist`` follows at once (raise
+        LeaseLost). Default: ``_push_parts``. A backend whose durable call also publishes
+        the bytes (HDFS's hsync does what hflush does, and more) overrides it to skip the
+        publishing step, paying one round trip to the storage per sync instead of two."""
         self._push_parts(parts)
-        self._persist()
 
     def _release(self) -> None:
         """Close the handle and release the lease."""
@@ -130,9 +129,9 @@ class BufferedOutputStream(OutputStream):
         return self._held_bytes + len(self._buf)
 
     def _push_buffer(self, op: str, data: memoryview | None = None, *,
-                     durable: bool = False) -> None:
+                     persist_next: bool = False) -> None:
         """Push the held parts and the buffer, followed by ``data`` (pushed from the
-        caller's memory); ``durable``: and make them durable in the same step."""
+        caller's memory); ``persist_next``: a ``_persist`` follows at once."""
         if not self._buffered() and data is None:
             return
         try:
@@ -140,8 +139,8 @@ class BufferedOutputStream(OutputStream):
                 parts = self._held + ([view] if self._buf else [])
                 if data is not None:
                     parts.append(data)
-                if durable:
-                    self._push_parts_durable(parts)
+                if persist_next:
+                    self._push_parts_for_persist(parts)
                 else:
                     self._push_parts(parts)
         except LeaseLost as exc:
@@ -192,13 +191,12 @@ class BufferedOutputStream(OutputStream):
             self._push_buffer("flush")
 
     def sync(self) -> None:
-        """hsync: flush, then make the bytes durable (one step when the backend can)."""
+        """hsync: flush, then make the bytes durable (one step when the backend can:
+        see ``_push_parts_for_persist``)."""
         with self._lock:
             self._check_open("sync")
-            if self._buffered():
-                self._push_buffer("sync", durable=True)
-            else:
-                self._guarded("sync", self._persist)
+            self._push_buffer("sync", persist_next=True)
+            self._guarded("sync", self._persist)
             self._dirty = False
 
     def verify_lease(self) -> None:
