@@ -45,6 +45,7 @@ def test_read_batches_is_exact_for_every_range(fio, pdir):
     write_numbers(fio, pdir)
     reader = LogReader(fio, pdir)
     assert (reader.log_start_offset(), reader.log_end_offset()) == (0, 60)
+    assert LogReader(fio, pdir).offsets() == reader.offsets() == (0, 60)
     assert [s.base_offset for s in reader.segments()] == [0, 15, 30, 45]
     for start in range(0, 61, 7):
         for end in range(start, 61, 11):
@@ -191,3 +192,91 @@ def test_a_fresh_reader_reads_the_active_segment_once(fio, pdir):
     active = reader.segments()[-1].path
     assert recording.read_paths().count(active) == 1  # no separate scan for the log end
     assert reader.log_end_offset() == 30
+
+
+# --- the end of the active segment: frame headers, and the last frame whole ----------------
+
+
+def active_segment_file(pdir) -> str:
+    return sorted(f for f in os.listdir(pdir) if f.endswith(".log"))[-1]
+
+
+def flip_body_byte(pdir, frame_index: int) -> int:
+    """Flip a byte in the body of frame ``frame_index`` of the active segment (its
+    header stays sound, its CRC no longer matches); returns the frame's position."""
+    path = os.path.join(pdir, active_segment_file(pdir))
+    with open(path, "r+b") as f:
+        pos = frame_index * FRAME5
+        f.seek(pos + FRAME5 - 3)
+        b = f.read(1)
+        f.seek(pos + FRAME5 - 3)
+        f.write(bytes([b[0] ^ 0xFF]))
+    return pos
+
+
+def counting_reads(fio) -> list:
+    """Make ``fio``'s readers note the size of every read; the list of sizes."""
+    sizes = []
+    open_input = fio.open_input
+
+    def counting_open(path):
+        stream = open_input(path)
+        real_read = stream.read
+
+        def read(n=-1):
+            data = real_read(n)
+            sizes.append(len(data))
+            return data
+
+        stream.read = read
+        return stream
+
+    fio.open_input = counting_open
+    return sizes
+
+
+def test_log_end_skips_large_frame_bodies_and_reads_the_last_frame_whole(
+        fio, pdir, monkeypatch):
+    from sparklog.log import scan
+
+    write_numbers(fio, pdir, frames=40, config={"segment.bytes": 1000 * FRAME5})
+    # frames of FRAME5 bytes count as large: each body is skipped, one header read each
+    monkeypatch.setattr(scan, "SKIP_BODY_BYTES", FRAME5 // 2)
+    monkeypatch.setattr(scan, "HEADER_READ_BYTES", 1)
+    sizes = counting_reads(fio)
+    reader = LogReader(fio, pdir)
+    assert reader.log_end_offset() == 200 and reader.tail_error is None
+    assert sizes == [61] * 40 + [FRAME5]
+    assert rows(reader.read_batches(0, 200)) == [(o, o) for o in range(200)]
+
+
+def test_log_end_reads_small_frames_through_in_chunks(fio, pdir):
+    write_numbers(fio, pdir, frames=40, config={"segment.bytes": 1000 * FRAME5})
+    sizes = counting_reads(fio)
+    reader = LogReader(fio, pdir)
+    assert reader.log_end_offset() == 200 and reader.tail_error is None
+    assert sizes == [40 * FRAME5]  # one read; the last frame is checked from it
+
+
+def test_log_end_stops_before_a_last_frame_whose_crc_fails(fio, pdir):
+    write_numbers(fio, pdir, frames=6, config={"segment.bytes": 100 * FRAME5})
+    pos = flip_body_byte(pdir, 5)
+    reader = LogReader(fio, pdir)
+    assert reader.log_end_offset() == 25
+    assert "CRC32C mismatch" in str(reader.tail_error) and str(pos) in str(reader.tail_error)
+    assert rows(reader.read_batches(0, 25)) == [(o, o) for o in range(25)]
+
+
+def test_a_damaged_frame_behind_the_tail_fails_the_read_that_reaches_it(fio, pdir):
+    """The end scan checks the CRC of the last frame only (frames behind it were written
+    whole before it); a frame damaged on storage behind the tail is caught by the read:
+    the records before it are exact, then CorruptRecordError names its position."""
+    write_numbers(fio, pdir, frames=6, config={"segment.bytes": 100 * FRAME5})
+    pos = flip_body_byte(pdir, 2)
+    reader = LogReader(fio, pdir)
+    assert reader.log_end_offset() == 30 and reader.tail_error is None
+    got = []
+    with pytest.raises(CorruptRecordError, match=f"CRC32C mismatch at position {pos} "):
+        for batch in reader.read_batches(0, 30):
+            got.extend(rows([batch]))
+    assert got == [(o, o) for o in range(10)]

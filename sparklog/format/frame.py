@@ -348,6 +348,66 @@ def record_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema([f for f in schema if f.name not in RESERVED_COLUMNS])
 
 
+def _where(pos: int, path) -> str:
+    return f" at position {pos}" + (f" of {path}" if path else "")
+
+
+def _check_framing(view, pos: int, avail: int, max_size, path,
+                   at: int | None = None) -> FrameHeader:
+    """The checks of a frame's header that need no body: a whole header, a sane length
+    within the ``avail`` bytes from ``pos`` on, the known magic. Messages name position
+    ``at`` (default ``pos``)."""
+    at = pos if at is None else at
+    if avail < HEADER_SIZE:
+        raise CorruptRecordError(
+            f"truncated frame{_where(at, path)}: {avail} bytes, a header needs "
+            f"{HEADER_SIZE}", path=path, position=at)
+    header = unpack_header(view, pos)
+    size = header.length + LOG_OVERHEAD
+    if header.length < HEADER_SIZE - LOG_OVERHEAD:
+        raise CorruptRecordError(
+            f"invalid frame length {header.length}{_where(at, path)}", path=path,
+            position=at)
+    if max_size is not None and size > max_size:
+        raise RecordTooLargeError(
+            f"frame{_where(at, path)} is {size} bytes, over the limit of {max_size} bytes")
+    if size > avail:
+        raise CorruptRecordError(
+            f"truncated frame{_where(at, path)}: header says {size} bytes, {avail} present",
+            path=path, position=at)
+    if header.magic != MAGIC:
+        raise CorruptRecordError(
+            f"unknown frame format version {header.magic}{_where(at, path)} (expected "
+            f"{MAGIC})", path=path, position=at)
+    return header
+
+
+def _check_counts(header: FrameHeader, pos: int, path) -> None:
+    if not counts_consistent(header) or (header.attributes & CODEC_MASK) not in (0, 1, 2):
+        raise CorruptRecordError(
+            f"inconsistent frame header{_where(pos, path)}: {header.record_count} records, "
+            f"last offset delta {header.last_offset_delta}, attributes "
+            f"{header.attributes:#x}", path=path, position=pos)
+
+
+def validate_header(buf, avail: int, *, position: int = 0, path=None) -> FrameHeader:
+    """Check a frame from its header alone: ``buf`` holds the header (at least
+    ``HEADER_SIZE`` bytes, or fewer when the file ends there), ``avail`` is how many bytes
+    of the file there are from the frame's start (``position``, for messages) on. Every
+    check of :func:`validate_frame` but the CRC32C and the body's: a whole frame, sane
+    length, known magic, record count vs offset delta, known codec. Raises
+    CorruptRecordError (a message starting with "truncated frame" when the file ends
+    inside the frame)."""
+    view = memoryview(buf).cast("B")
+    if len(view) < min(HEADER_SIZE, avail):
+        raise InvalidArgumentError(
+            f"validate_header needs the frame's {HEADER_SIZE}-byte header (or the "
+            f"{avail} bytes the file has left), got {len(view)} bytes")
+    header = _check_framing(view, 0, avail, None, path, at=position)
+    _check_counts(header, position, path)
+    return header
+
+
 def validate_frame(buf, pos: int = 0, *, max_size: int | None = None,
                    verify_crc: bool = True, path=None,
                    check_body: bool | None = None) -> FrameHeader:
@@ -359,45 +419,19 @@ def validate_frame(buf, pos: int = 0, *, max_size: int | None = None,
     raises CorruptRecordError (RecordTooLargeError if it exceeds ``max_size``);
     InvalidArgumentError for a ``buf`` that is not bytes-like or a negative ``pos``."""
     view = _frame_view(buf, pos)
-    avail = len(view) - pos
-
-    def where() -> str:  # only an error needs it
-        return f" at position {pos}" + (f" of {path}" if path else "")
-
-    if avail < HEADER_SIZE:
-        raise CorruptRecordError(
-            f"truncated frame{where()}: {avail} bytes, a header needs {HEADER_SIZE}",
-            path=path, position=pos)
-    header = unpack_header(view, pos)
-    size = header.length + LOG_OVERHEAD
-    if header.length < HEADER_SIZE - LOG_OVERHEAD:
-        raise CorruptRecordError(
-            f"invalid frame length {header.length}{where()}", path=path, position=pos)
-    if max_size is not None and size > max_size:
-        raise RecordTooLargeError(
-            f"frame{where()} is {size} bytes, over the limit of {max_size} bytes")
-    if size > avail:
-        raise CorruptRecordError(
-            f"truncated frame{where()}: header says {size} bytes, {avail} present",
-            path=path, position=pos)
-    if header.magic != MAGIC:
-        raise CorruptRecordError(
-            f"unknown frame format version {header.magic}{where()} (expected {MAGIC})",
-            path=path, position=pos)
+    header = _check_framing(view, pos, len(view) - pos, max_size, path)
+    size = header.size
     if verify_crc:
         actual = crc32c(view[pos + CRC_START:pos + size])
         if actual != header.crc:
             raise CorruptRecordError(
-                f"CRC32C mismatch{where()}: stored {header.crc:#010x}, "
+                f"CRC32C mismatch{_where(pos, path)}: stored {header.crc:#010x}, "
                 f"computed {actual:#010x}", path=path, position=pos)
-    if not counts_consistent(header) or (header.attributes & CODEC_MASK) not in (0, 1, 2):
-        raise CorruptRecordError(
-            f"inconsistent frame header{where()}: {header.record_count} records, "
-            f"last offset delta {header.last_offset_delta}, attributes "
-            f"{header.attributes:#x}", path=path, position=pos)
+    _check_counts(header, pos, path)
     if check_body or (check_body is None and verify_crc):
         try:
-            check_ipc_body(view, pos + HEADER_SIZE, pos + size, header.record_count, where())
+            check_ipc_body(view, pos + HEADER_SIZE, pos + size, header.record_count,
+                           _where(pos, path))
         except CorruptRecordError as exc:
             raise CorruptRecordError(str(exc), path=path, position=pos) from None
     return header

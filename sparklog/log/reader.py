@@ -100,10 +100,12 @@ class LogReader:
         #: did not): a frame still being written, or a torn tail awaiting recovery.
         self.tail_error: CorruptRecordError | None = None
         self.refresh()
+        self._just_listed = True  # offsets() needs no second listing
 
     # --- listing -------------------------------------------------------------------------
     def refresh(self) -> None:
         """List the directory again (new segments, retention, log start offset)."""
+        self._just_listed = False
         for _ in range(_SWAP_TRIES):
             listing = PartitionListing.scan(self.fileio, self.dir_url)
             if not any(f.swap is not None and f.log is None for f in listing.segments.values()):
@@ -130,7 +132,10 @@ class LogReader:
             if not self._segments or self._segments[-1].sealed:
                 return
             try:
-                self.tail_error = self._segments[-1].extend(contiguous=True).error
+                # headers only: finding the end needs no record bytes (the reads of
+                # records check every CRC); the last frame is still checked whole
+                self.tail_error = self._segments[-1].extend(contiguous=True,
+                                                            headers_only=True).error
                 return
             except StorageFileNotFoundError:  # rolled away or being repaired: list again
                 if attempt:
@@ -154,6 +159,17 @@ class LogReader:
         return self._segments[-1].next_offset if self._segments else self._log_start
 
     high_watermark = log_end_offset
+
+    def offsets(self) -> tuple[int, int]:
+        """``(log start offset, log end offset)`` from one listing of the directory (what
+        :meth:`log_start_offset` and :meth:`log_end_offset` answer, with one refresh, or
+        none on a reader that was just opened)."""
+        if not self._just_listed:
+            self.refresh()
+        self._just_listed = False
+        self._extend_tail()
+        return self._log_start, self._segments[-1].next_offset if self._segments \
+            else self._log_start
 
     # --- locating ------------------------------------------------------------------------
     def _out_of_range(self, start: int, end: int | None, bad: int) -> OffsetOutOfRangeError:

@@ -14,12 +14,21 @@ from typing import Iterator
 import pyarrow as pa
 
 from ..errors import CorruptRecordError, DataLossError
-from ..format.frame import Frame, check_follows, counts_consistent, decode_frame
+from ..format.frame import (
+    Frame, check_follows, counts_consistent, decode_frame, validate_header,
+)
 from ..format.header import HEADER_SIZE, LOG_OVERHEAD, unpack_header
 from ..storage.base import FileIO
 
 #: Bytes read per round trip while scanning a segment.
 SCAN_CHUNK_BYTES = 8 << 20
+#: A headers-only scan skips the body of a frame at least this large with a new read at
+#: the next header (a round trip costs about what reading this many bytes does); it
+#: reads through smaller frames in SCAN_CHUNK_BYTES chunks.
+SKIP_BODY_BYTES = 512 << 10
+#: Bytes read at the next header after a skipped body (that header, and the next ones
+#: if they are close).
+HEADER_READ_BYTES = 64 << 10
 
 
 def relocate_error(exc: CorruptRecordError, buffer_pos: int, file_pos: int,
@@ -53,7 +62,8 @@ class FrameScan:
 
     def __init__(self, fileio: FileIO, path: str, position: int = 0, end: int | None = None,
                  *, expected_offset: int | None = None, contiguous: bool = False,
-                 verify_crc: bool = True, chunk_bytes: int = SCAN_CHUNK_BYTES):
+                 verify_crc: bool = True, chunk_bytes: int = SCAN_CHUNK_BYTES,
+                 headers_only: bool = False):
         self.fileio = fileio
         self.path = path
         self.position = position
@@ -62,6 +72,7 @@ class FrameScan:
         self.contiguous = contiguous
         self.verify_crc = verify_crc
         self.chunk_bytes = chunk_bytes
+        self.headers_only = headers_only
         self.valid_end = position
         self.next_offset = expected_offset
         self.error: CorruptRecordError | None = None
@@ -71,7 +82,27 @@ class FrameScan:
         self.error = CorruptRecordError(message, path=self.path, position=pos)
         self.truncated = truncated
 
+    def _follows(self, header, expected, pos: int) -> bool:
+        """Check the offsets of the frame at ``pos`` against the expected next offset;
+        False (with ``error`` set) when it may not come there."""
+        path = self.path
+        if expected is not None and self.contiguous:
+            try:
+                check_follows(header, expected, f" at position {pos} of {path}",
+                              path=path, position=pos)
+            except DataLossError as exc:
+                self.error = exc
+                return False
+        elif expected is not None and header.base_offset < expected:
+            self._fail(f"frame at position {pos} of {path} has base offset "
+                       f"{header.base_offset}, expected at least {expected}", pos)
+            return False
+        return True
+
     def __iter__(self) -> Iterator[tuple[int, Frame]]:
+        if self.headers_only:
+            yield from self._headers()
+            return
         fileio, path = self.fileio, self.path
         # without an end, read to the end of file as read_range sees it: on HDFS the
         # length a listing reports for a file being written can lag its visible bytes
@@ -98,22 +129,72 @@ class FrameScan:
                 self.truncated = str(exc).startswith("truncated frame")
                 return
             header = frame.header
-            expected = self.next_offset
-            if expected is not None and self.contiguous:
-                try:
-                    check_follows(header, expected, f" at position {pos} of {path}",
-                                  path=path, position=pos)
-                except DataLossError as exc:
-                    self.error = exc
-                    return
-            elif expected is not None and header.base_offset < expected:
-                self._fail(f"frame at position {pos} of {path} has base offset "
-                           f"{header.base_offset}, expected at least {expected}", pos)
+            if not self._follows(header, self.next_offset, pos):
                 return
             yield pos, frame
             pos += header.size
             self.valid_end = pos
             self.next_offset = header.next_offset
+
+    def _headers(self) -> Iterator[tuple[int, Frame]]:
+        """The ``headers_only`` scan: one open reader; a frame is yielded once the next
+        header proves the file goes on past it, the last one after reading it whole
+        (see the class docstring). Bodies of SKIP_BODY_BYTES or more are skipped with a
+        new read at the next header; smaller ones are read through in chunks."""
+        path = self.path
+        pos = self.position
+        pending = None  # (position, header) read, not yet yielded
+        buf, buf_start = b"", pos
+        last_size = SKIP_BODY_BYTES  # until a frame shows the size: a header's read
+        with self.fileio.open_input(path) as f:
+            end = f.size() if self.end is None else min(self.end, f.size())
+
+            def have(at: int, n: int) -> bool:
+                return buf_start <= at and at + n <= buf_start + len(buf)
+
+            expected = self.next_offset
+            while pos < end:
+                if not have(pos, min(HEADER_SIZE, end - pos)):
+                    want = SCAN_CHUNK_BYTES if last_size < SKIP_BODY_BYTES \
+                        else HEADER_READ_BYTES
+                    f.seek(pos)
+                    buf, buf_start = f.read(min(max(want, HEADER_SIZE), end - pos)), pos
+                rel = pos - buf_start
+                head = memoryview(buf)[rel:rel + HEADER_SIZE]
+                try:
+                    header = validate_header(head, end - pos, position=pos, path=path)
+                except CorruptRecordError as exc:
+                    self.error = exc
+                    self.truncated = str(exc).startswith("truncated frame")
+                    break
+                if not self._follows(header, expected, pos):
+                    break
+                if pending is not None:
+                    yield self._accept(*pending)
+                pending = (pos, header)
+                expected = header.next_offset
+                last_size = header.size
+                pos += header.size
+            if pending is None:
+                return
+            last, header = pending
+            if have(last, header.size):
+                data = memoryview(buf)[last - buf_start:last - buf_start + header.size]
+            else:
+                f.seek(last)
+                data = f.read(header.size)
+        try:
+            frame = decode_frame(pa.py_buffer(data), 0, path=path)
+        except CorruptRecordError as exc:  # damaged at the tail: the scan ends before it
+            self.error = relocate_error(exc, 0, last, path)
+            self.truncated = str(exc).startswith("truncated frame")
+            return
+        yield self._accept(last, frame.header)
+
+    def _accept(self, pos: int, header) -> tuple[int, Frame]:
+        self.valid_end = pos + header.size
+        self.next_offset = header.next_offset
+        return pos, Frame(header, None)
 
 
 def read_frame_bytes(fileio: FileIO, path: str, position: int, end: int, offset: int,

@@ -229,11 +229,14 @@ class LogSegment:
             path=self.path, position=position, first_offset=expected,
             end_offset=self.next_offset)
 
-    def scan_new(self, end: int | None = None, *, contiguous: bool = True) -> FrameScan:
+    def scan_new(self, end: int | None = None, *, contiguous: bool = True,
+                 headers_only: bool = False) -> FrameScan:
         """A scan of the bytes after the tracked ``size`` (new frames of an active
-        segment); pass it to :meth:`tracking` to account for them."""
+        segment); pass it to :meth:`tracking` to account for them. ``headers_only``:
+        see :class:`~sparklog.log.scan.FrameScan`."""
         return FrameScan(self.fileio, self.path, self._size, end,
-                         expected_offset=self._next_offset, contiguous=contiguous)
+                         expected_offset=self._next_offset, contiguous=contiguous,
+                         headers_only=headers_only)
 
     def tracking(self, scan: FrameScan):
         """Yield ``(position, frame)`` of ``scan`` (from :meth:`scan_new`), tracking
@@ -244,10 +247,13 @@ class LogSegment:
                        h.size, pos)
             yield pos, frame
 
-    def extend(self, end: int | None = None, *, contiguous: bool = True) -> FrameScan:
+    def extend(self, end: int | None = None, *, contiguous: bool = True,
+               headers_only: bool = False) -> FrameScan:
         """Scan the active segment's file from the tracked ``size`` and track every valid
-        frame found; returns the finished scan (its ``error`` says why it stopped)."""
-        scan = self.scan_new(end, contiguous=contiguous)
+        frame found; returns the finished scan (its ``error`` says why it stopped).
+        ``headers_only`` reads the frames' headers, and only the last frame whole (see
+        :class:`~sparklog.log.scan.FrameScan`)."""
+        scan = self.scan_new(end, contiguous=contiguous, headers_only=headers_only)
         for _ in self.tracking(scan):
             pass
         return scan

@@ -191,6 +191,15 @@ class HadoopOutputStream(BufferedOutputStream):
     def _persist(self) -> None:
         self._java("hsync", self._jout.hsync, self._fileio._sync_flags())
 
+    def _push_parts_for_persist(self, parts: list) -> None:
+        # hsync (the _persist that follows) sends the written bytes down the pipeline
+        # and has every DataNode fsync them: an hflush first would only add a round trip
+        def push():
+            for part in parts:
+                _write_java(self._jout, part)
+
+        self._java("write", push)
+
     def _verify_lease(self) -> None:
         self._java("verify lease", self._jout.hsync, self._fileio._sync_flags(True))
 

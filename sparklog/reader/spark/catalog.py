@@ -17,6 +17,7 @@ Either way the tasks read the data from storage, never through a broker.
 from __future__ import annotations
 
 import abc
+from concurrent.futures import ThreadPoolExecutor
 
 from ...errors import StorageFileNotFoundError, UnknownTopicOrPartitionError
 from ...metadata import TopicConfig, TopicStore
@@ -54,8 +55,14 @@ class Catalog(abc.ABC):
         """Release connections."""
 
 
+#: most partitions whose logs a storage catalog reads at the same time
+PLANNING_THREADS = 16
+
+
 class StorageCatalog(Catalog):
-    """A catalog reading the storage root alone (``path`` mode)."""
+    """A catalog reading the storage root alone (``path`` mode). The partitions of a
+    topic are read in parallel (each is a few storage round trips: listings, the
+    log start checkpoint, the headers of the active segment's new frames)."""
 
     def __init__(self, root: str, storage_options: dict | None = None):
         from ...storage import open_fileio
@@ -91,14 +98,25 @@ class StorageCatalog(Catalog):
         return self._readers[key]
 
     def partition_states(self, topic: str, partitions) -> dict:
-        """{partition: LogSnapshot} read from the partition logs."""
-        out = {}
-        for p in partitions:
-            reader = self.log_reader(topic, p)
-            high_watermark = reader.log_end_offset()
-            log_start = reader.log_start_offset()
+        """{partition: LogSnapshot} read from the partition logs (in parallel)."""
+        parts = list(partitions)
+
+        def state(p):
+            reader = self._readers.get((topic, p)) or open_log_reader(self.store, topic, p)
+            log_start, high_watermark = reader.offsets()
             segments = tuple((s.base_offset, s.size) for s in reader.segments())
-            out[p] = LogSnapshot(topic, p, log_start, high_watermark, segments)
+            return reader, LogSnapshot(topic, p, log_start, high_watermark, segments)
+
+        if len(parts) > 1:
+            with ThreadPoolExecutor(min(len(parts), PLANNING_THREADS),
+                                    thread_name_prefix="sparklog-plan") as pool:
+                results = list(pool.map(state, parts))
+        else:
+            results = [state(p) for p in parts]
+        out = {}
+        for p, (reader, st) in zip(parts, results):
+            self._readers[(topic, p)] = reader
+            out[p] = st
         return out
 
     def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
