@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 
 from ..errors import InvalidArgumentError, RecordTooLargeError
 from .codec import SIZE, DEFAULT_MAX_REQUEST_BYTES
@@ -34,6 +35,8 @@ def check_size(size: int, max_size: int) -> int:
 
 #: a message above this is received into a buffer that grows as its bytes arrive
 GROW_FROM = 1 << 20
+#: parts below this size are joined before a TLS send (one record instead of many)
+_TLS_JOIN_BELOW = 64 * 1024
 
 
 def recv_exact(sock: socket.socket, n: int) -> bytearray:
@@ -66,7 +69,22 @@ def send_message(sock: socket.socket, data) -> None:
 
 
 def send_parts(sock: socket.socket, parts: list) -> None:
-    """Send byte strings back to back with vectored sends (no joining copy)."""
+    """Send byte strings back to back with vectored sends (no joining copy). A TLS
+    socket has no vectored send (and encrypts into new buffers anyway): small parts are
+    joined, large ones sent as they are."""
+    if isinstance(sock, ssl.SSLSocket):
+        batch = bytearray()
+        for part in parts:
+            if len(part) < _TLS_JOIN_BELOW:
+                batch += part
+                continue
+            if batch:
+                sock.sendall(batch)
+                batch = bytearray()
+            sock.sendall(part)
+        if batch:
+            sock.sendall(batch)
+        return
     pending = [memoryview(p) for p in parts if len(p)]
     while pending:
         n = sock.sendmsg(pending[:512])

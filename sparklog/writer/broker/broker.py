@@ -40,6 +40,8 @@ from ...storage import FileIO, open_fileio
 from ...storage.paths import storage_root, url_scheme
 from . import admin, groups_api, resources, server
 from .acceptor import Acceptor
+from ...security import api as security_api
+from ...security.enforce import authorize
 from ...retention.manager import RetentionManager
 from .config import BrokerConfig
 from .group import GroupCoordinator
@@ -56,14 +58,17 @@ class RequestContext:
     """Who sent a request (client id and host), the connection's ordering lock
     (produce requests of one connection reach their partitions' queues in the order
     they arrived, though they are handled concurrently), ``closed``, a future done
-    once the connection is gone (a long poll of a closed connection ends at once), and
-    ``io_slots``, the connection's share of the I/O threads for fetch reads."""
+    once the connection is gone (a long poll of a closed connection ends at once),
+    ``io_slots``, the connection's share of the I/O threads for fetch reads, and
+    ``session``, the connection's :class:`~sparklog.security.session.Session` (its
+    listener and principal; None in-process: User:ANONYMOUS)."""
 
-    __slots__ = ("client_id", "client_host", "order", "closed", "io_slots")
+    __slots__ = ("client_id", "client_host", "order", "closed", "io_slots", "session")
 
     def __init__(self, client_id: str, client_host: str, order: asyncio.Lock | None = None,
                  closed: asyncio.Future | None = None,
-                 io_slots: asyncio.Semaphore | None = None):
+                 io_slots: asyncio.Semaphore | None = None, session=None):
+        self.session = session
         self.client_id = printable(client_id)  # logged and part of member ids
         self.client_host = client_host
         self.order = order or asyncio.Lock()
@@ -76,25 +81,6 @@ def _nothing_to_read(plog, offset: int) -> bool:
     past the high watermark, within the log (a read would answer empty)."""
     return plog.high_watermark <= offset <= plog.log_end_offset \
         and offset >= plog.log_start_offset
-
-
-def _warn_unauthenticated(sockets) -> None:
-    """Log a WARNING for every listening socket not bound to a loopback address: the
-    broker has no authentication yet, so every client reaching it may create, read and
-    delete any topic and group."""
-    import ipaddress
-
-    for sock in sockets:
-        host = sock.getsockname()[0]
-        try:
-            loopback = ipaddress.ip_address(host.split("%")[0]).is_loopback
-        except ValueError:
-            loopback = False
-        if not loopback:
-            log.warning("listener %s is not a loopback address and sparklog has no "
-                        "authentication yet: every client that can reach it may create, "
-                        "read and delete any topic and group; bind 127.0.0.1 or restrict "
-                        "access with a firewall", host)
 
 
 def _time_out(futures, timeout_ms: int) -> None:
@@ -114,12 +100,15 @@ class Broker:
     local store); ``fileio`` the storage (default: opened from ``storage_uri``);
     ``metrics`` turns the Prometheus metrics on; ``refusal_log_level`` is the logging
     level of refused partition writes (WARNING; an embedded broker, whose in-process
-    client reports each refusal to its caller, uses DEBUG).
+    client reports each refusal to its caller, uses DEBUG); ``authorizer`` replaces the
+    ACL authorizer ``authorizer.class.name`` configures (see
+    :class:`~sparklog.security.session.BrokerSecurity`).
     """
 
     def __init__(self, storage_uri: str, config: BrokerConfig | None = None, *,
                  store: CoordinationStore | None = None, fileio: FileIO | None = None,
-                 metrics: bool = True, refusal_log_level: int = logging.WARNING):
+                 metrics: bool = True, refusal_log_level: int = logging.WARNING,
+                 authorizer=None):
         if not isinstance(storage_uri, str) or not storage_uri:
             raise InvalidArgumentError(
                 f"storage URI must be a non-empty string, got {storage_uri!r}")
@@ -136,6 +125,11 @@ class Broker:
                 connection_timeout_ms=self.config.zookeeper_connection_timeout_ms or None,
                 auto_leader_rebalance=self.config.auto_leader_rebalance_enable)
         self.store = store or LocalCoordinationStore(self.storage_uri, self.fileio)
+        from ...security.session import BrokerSecurity
+
+        #: listeners, TLS, SASL, credentials and the authorizer (sparklog.security)
+        self.security = BrokerSecurity(self.config.security, self.store,
+                                       authorizer=authorizer)
         #: cluster mode: opens/closes partitions as ZooKeeper assigns leaders (else None)
         self.leadership = None
         self.broker_id = self.config.broker_id
@@ -171,7 +165,8 @@ class Broker:
             self.metrics.watch_logs(lambda: list(self.partitions.values()), self.store)
         self.stopping = False
         self.host, self.port = self.config.listen_host_port
-        self._server: Acceptor | None = None
+        self._server: Acceptor | None = None  # the first listener's
+        self._servers: list[Acceptor] = []
         self.connections: set = set()
         self.budget: server.ByteBudget | None = None
         self._pid_next = self._pid_end = 0
@@ -186,7 +181,7 @@ class Broker:
             ApiKey.FETCH: Broker._fetch,
             ApiKey.LIST_OFFSETS: Broker._list_offsets,
             ApiKey.INIT_PRODUCER_ID: Broker._init_producer_id,
-            **admin.HANDLERS, **groups_api.HANDLERS,
+            **admin.HANDLERS, **groups_api.HANDLERS, **security_api.HANDLERS,
         }
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -244,13 +239,18 @@ class Broker:
         self.limits = resources.plan(self.config.max_open_partitions,
                                      self.config.max_connections, total)
         opened = await self._recover_existing(served)
-        self._server = Acceptor(
-            self.loop, server.protocol_factory(self, lambda r: self._server.on_closed(r.peer_ip)),
-            self.host, self.port, max_connections=self.limits.max_connections,
-            max_connections_per_ip=self.config.max_connections_per_ip)
+        for lst in self.security.listeners:
+            try:
+                self._servers.append(self._listen(lst))
+            except BaseException:
+                for acceptor in self._servers:
+                    acceptor.close()
+                raise
+        self._server = self._servers[0]
         self.host, self.port = self._server.address
-        self._server.start()
-        _warn_unauthenticated([self._server.sock])
+        for acceptor in self._servers:
+            acceptor.start()
+        self.security.warn_unauthenticated()
         if self.leadership is not None:
             self.leadership.start()
         self.retention = RetentionManager(lambda: self.partitions.values(), self.run_io,
@@ -265,6 +265,37 @@ class Broker:
                  "recovered in %.2fs", self.broker_id, self.address, self.storage_uri, opened,
                  len(names), time.monotonic() - started)
         return self.address
+
+    def _listen(self, listener) -> Acceptor:
+        """Bind one listener (its TLS context, its own connection count)."""
+        holder: list[Acceptor] = []
+        acceptor = Acceptor(
+            self.loop, server.protocol_factory(self, lambda r: holder[0].on_closed(r.peer_ip),
+                                               listener),
+            listener.host, listener.port, max_connections=self.limits.max_connections,
+            max_connections_per_ip=self.config.max_connections_per_ip,
+            ssl=self.security.ssl_context(listener),
+            ssl_handshake_timeout=self.security.authentication_timeout(listener),
+            per_ip_overrides=self.security.config.per_ip_overrides())
+        holder.append(acceptor)
+        return acceptor
+
+    def advertised_address(self, session=None) -> tuple[str, int]:
+        """(host, port) clients of ``session``'s listener are told to use: the
+        listener's ``advertised.listeners`` entry, else its bound address."""
+        listener = session.listener if session is not None else None
+        if listener is None or listener not in self.security.listeners or not self._servers:
+            return self.host, self.port
+        if listener.advertised_host:
+            return listener.advertised_host, listener.advertised_port
+        return tuple(self._servers[self.security.listeners.index(listener)].address[:2])
+
+    @property
+    def listener_addresses(self) -> dict[str, str]:
+        """Listener name -> ``host:port`` it is bound to (the real port after binding
+        port 0), once started."""
+        return {lst.name: "%s:%d" % acc.address[:2]
+                for lst, acc in zip(self.security.listeners, self._servers)}
 
     async def _recover_existing(self, topics: list[TopicConfig]) -> int:
         """Open (recover) the partitions that have a directory (partitions never
@@ -308,8 +339,8 @@ class Broker:
                 # move every leadership to another broker before closing anything
                 await self.run_io(self.store.controlled_shutdown, self.broker_id,
                                   self.config.shutdown_timeout_ms / 1000)
-            if self._server is not None:
-                self._server.close()
+            for acceptor in self._servers:
+                acceptor.close()
             timeout = self.config.shutdown_timeout_ms / 1000
             conns = list(self.connections)
             for conn in conns:
@@ -535,7 +566,12 @@ class Broker:
         name = api_name(header.api_key)
         try:
             body = decode_request_body(header, payload, position)
-            response = await self.handlers[header.api_key](self, body, ctx)
+            handler = self.handlers[header.api_key]
+            if self.security.authorizer is None:
+                response = await handler(self, body, ctx)
+            else:
+                response = await authorize(header.api_key, handler, self, body, ctx,
+                                           self.security.authorizer)
         except SparklogError as exc:
             log.info("%s request %d from %s (%s) refused: %s", name, header.correlation_id,
                      ctx.client_host, ctx.client_id, exc)

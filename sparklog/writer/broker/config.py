@@ -170,14 +170,21 @@ class BrokerConfig:
     controlled_shutdown_enable: bool = True
     auto_leader_rebalance_enable: bool = True
     log_defaults: dict = field(default_factory=dict)
+    #: the security properties as given (``ssl.*``, ``sasl.*``, ``listener.*`` ...),
+    #: parsed by :class:`sparklog.security.config.SecurityConfig`
+    security_props: dict = field(default_factory=dict)
 
     @classmethod
     def from_props(cls, props=None) -> "BrokerConfig":
         """Build from Kafka property names (see the module docstring)."""
-        kwargs, defaults = {}, {}
+        from ...security.config import is_security_key
+
+        kwargs, defaults, security = {}, {}, {}
         for key, value in (props or {}).items():
             key = str(key).strip()
-            if key in BROKER_SETTINGS:
+            if is_security_key(key):
+                security[key] = value
+            elif key in BROKER_SETTINGS:
                 kwargs[BROKER_SETTINGS[key][0]] = _parse_setting(key, value)
             elif key in LOG_DEFAULT_KEYS:
                 topic_key = LOG_DEFAULT_KEYS[key]
@@ -192,20 +199,24 @@ class BrokerConfig:
             else:
                 log.warning("the configuration %r was supplied but is not a known broker "
                             "config; ignored", key)
-        return cls(**kwargs, log_defaults=defaults)
+        config = cls(**kwargs, log_defaults=defaults, security_props=security)
+        config.security  # noqa: B018 - checked now: InvalidConfigError names the key
+        return config
+
+    @property
+    def security(self):
+        """The listeners and security settings
+        (:class:`~sparklog.security.config.SecurityConfig`)."""
+        from ...security.config import SecurityConfig
+
+        return SecurityConfig.from_props(self.listeners, self.advertised_listeners,
+                                         self.security_props)
 
     @property
     def listen_host_port(self) -> tuple[str, int]:
-        """(host, port) of ``listeners`` (``PLAINTEXT://`` prefixes are accepted)."""
-        from ...protocol.connection import parse_address
-
-        text = self.listeners.split(",")[0].strip()
-        if "://" in text:
-            text = text.split("://", 1)[1]
-        try:
-            return parse_address(text)
-        except Exception as exc:
-            raise InvalidConfigError(f"broker config listeners={self.listeners!r}: {exc}") from None
+        """(host, port) of the first of ``listeners``."""
+        first = self.security.listeners[0]
+        return first.host, first.port
 
     def with_(self, **changes) -> "BrokerConfig":
         """A copy with some attributes changed."""

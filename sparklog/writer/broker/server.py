@@ -13,6 +13,12 @@ Memory stays bounded:
 * a request above ``socket.request.max.bytes`` is answered with RecordTooLargeError
   and its payload is discarded as it arrives, never buffered; the connection stays up.
 
+On a SASL listener a connection is served only ApiVersions, SaslHandshake and
+SaslAuthenticate until it authenticated (its :class:`~sparklog.security.session.Session`
+answers those), within ``authentication.timeout.ms`` and with requests of at most
+``sasl.server.max.receive.size`` bytes; anything else, or a failed authentication, is
+answered and the connection closed.
+
 Input that cannot be answered (a negative size, a header too short to hold a
 correlation id, a connection closed mid-request) closes the connection with a logged
 reason; the broker keeps serving everyone else.
@@ -92,7 +98,7 @@ class ByteBudget:
 class Connection:
     """One client connection (see the module docstring)."""
 
-    def __init__(self, broker, receiver):
+    def __init__(self, broker, receiver, listener=None):
         self.broker = broker
         self.io = receiver
         peer = receiver.transport.get_extra_info("peername") or ("?", 0)
@@ -105,6 +111,10 @@ class Connection:
         self.io_slots = asyncio.Semaphore(IO_SLOTS_PER_CONNECTION)
         self.pending = 0   # requests read and not yet answered
         receiver.read_timeout = broker.config.request_read_timeout_ms / 1000
+        self.session = broker.security.session(listener, receiver.transport,
+                                               self.client_host, broker.run_io)
+        self.auth_deadline = asyncio.get_running_loop().time() \
+            + broker.security.authentication_timeout(listener)
 
     def stop_reading(self) -> None:
         """Stop taking new requests (graceful shutdown); queued ones are still answered."""
@@ -137,9 +147,15 @@ class Connection:
         idle = broker.config.connections_max_idle_ms / 1000
         try:
             while not broker.stopping:
+                session = self.session
+                wait = idle if session.authenticated else max(
+                    0.0, self.auth_deadline - asyncio.get_running_loop().time())
                 try:
-                    size = await io.read_size(idle)
+                    size = await io.read_size(min(idle, wait))
                 except ReadTimeout:
+                    if not session.authenticated:
+                        raise ConnectionError(
+                            "did not authenticate within authentication.timeout.ms") from None
                     if self.pending and not io.buffered:  # a long poll or a slow
                         continue                           # answer: not idleness
                     raise
@@ -147,6 +163,10 @@ class Connection:
                     return
                 if size < 0:
                     raise InvalidArgumentError(f"invalid request size {size} (negative)")
+                if not session.authenticated and size > session.max_receive:
+                    raise ConnectionError(
+                        f"a request of {size} bytes before authentication exceeds "
+                        f"sasl.server.max.receive.size={session.max_receive}")
                 if size > max_size:
                     await self._refuse_oversized(size, max_size)
                     continue
@@ -157,8 +177,13 @@ class Connection:
                 except BaseException:
                     broker.budget.release(size, owner)
                     raise
+                if session.handles(header.api_key):
+                    broker.budget.release(size, owner)
+                    if not await self._authenticate(header, payload, position):
+                        return
+                    continue
                 ctx = context_type(header.client_id, self.client_host, self.order, io.lost,
-                                   self.io_slots)
+                                   self.io_slots, session)
                 task = asyncio.get_running_loop().create_task(
                     broker.handle(header, payload, position, ctx))
                 task.add_done_callback(
@@ -170,6 +195,28 @@ class Connection:
                     await asyncio.sleep(0)  # have their turn first (round robin)
         except (InvalidArgumentError, ConnectionError) as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
+
+    async def _authenticate(self, header, payload, position: int) -> bool:
+        """Let the session answer a SASL request (or one sent before authentication);
+        False when the connection must close (after the answer and
+        ``connection.failed.authentication.delay.ms``)."""
+        from ...protocol.codec import decode_request_body
+
+        done = asyncio.get_running_loop().create_future()
+        ok = True
+        try:
+            body = decode_request_body(header, payload, position)
+            done.set_result(await self.session.answer(header.api_key, body))
+        except SparklogError as exc:
+            log.warning("closing connection from %s (listener %s): %s", self.peer,
+                        getattr(self.session.listener, "name", "?"), exc)
+            done.set_result(error_fields(exc))
+            ok = False
+        self.pending += 1
+        await self.queue.put((header.correlation_id, done))
+        if not ok:
+            await asyncio.sleep(self.broker.security.failure_delay(self.session.listener))
+        return ok
 
     async def _refuse_oversized(self, size: int, max_size: int) -> None:
         head = await self.io.read_exact(min(size, _HEAD.size))
@@ -232,9 +279,10 @@ class Connection:
         await io.drain()
 
 
-def accept(broker, receiver) -> None:
-    """A new connection arrived (its :class:`RequestReceiver` is connected): serve it."""
-    conn = Connection(broker, receiver)
+def accept(broker, receiver, listener=None) -> None:
+    """A new connection arrived on ``listener`` (its :class:`RequestReceiver` is
+    connected): serve it."""
+    conn = Connection(broker, receiver, listener)
     conn.task = asyncio.get_running_loop().create_task(_serve(broker, conn))
 
 
@@ -252,10 +300,11 @@ async def _serve(broker, conn: Connection) -> None:
             broker.metrics.connections.dec()
 
 
-def protocol_factory(broker, on_lost=None):
-    """The protocol factory for accepted sockets; ``on_lost(receiver)`` is called when
-    a connection is gone."""
-    return lambda: RequestReceiver(lambda receiver: accept(broker, receiver), on_lost)
+def protocol_factory(broker, on_lost=None, listener=None):
+    """The protocol factory for sockets accepted on ``listener``;
+    ``on_lost(receiver)`` is called when a connection is gone."""
+    return lambda: RequestReceiver(lambda receiver: accept(broker, receiver, listener),
+                                   on_lost)
 
 
 __all__ = ["ByteBudget", "Connection", "accept", "protocol_factory"]

@@ -1,0 +1,113 @@
+"""The broker's security APIs: DescribeAcls, CreateAcls, DeleteAcls (kafka-acls) and
+DescribeUserScramCredentials, AlterUserScramCredentials (kafka-configs --entity-type
+users). Handlers are ``async (broker, body, ctx) -> response``; they use the broker's
+``security`` collaborator (:class:`~sparklog.security.session.BrokerSecurity`).
+
+AlterUserScramCredentials carries the password (sparklog's variant of Kafka's API,
+whose client sends the salted password): the broker salts and hashes it and stores only
+the result. Send it over TLS only; the broker refuses it on a connection that is not
+encrypted, unless the connection is loopback.
+"""
+
+from __future__ import annotations
+
+from ..errors import InvalidArgumentError, SecurityDisabledError, SparklogError
+from ..protocol.apis import ApiKey
+from ..protocol.codec import error_fields
+from .acl import AclBinding, AclFilter
+from .scram import ScramCredential
+
+_OK = {"error_code": 0, "error_message": ""}
+
+
+def _authorizer(broker):
+    if broker.security is None or broker.security.authorizer is None:
+        raise SecurityDisabledError("no authorizer is configured (authorizer.class.name): "
+                                    "ACLs are not enforced and cannot be managed")
+    return broker.security.authorizer
+
+
+async def describe_acls(broker, body, ctx) -> dict:
+    """The bindings the filter selects."""
+    authorizer = _authorizer(broker)
+    found = await broker.run_io(authorizer.describe, AclFilter(**body["filter"]))
+    return {**_OK, "acls": [b.to_dict() for b in found]}
+
+
+async def create_acls(broker, body, ctx) -> dict:
+    """Add bindings (each answered on its own)."""
+    authorizer = _authorizer(broker)
+    results, good = [], []
+    for item in body["creations"]:
+        try:
+            good.append(AclBinding(**item))
+            results.append(dict(_OK))
+        except InvalidArgumentError as exc:
+            results.append(error_fields(exc))
+    if good:
+        await broker.run_io(authorizer.add, good)
+    return {**_OK, "results": results}
+
+
+async def delete_acls(broker, body, ctx) -> dict:
+    """Remove the bindings each filter selects."""
+    authorizer = _authorizer(broker)
+    results = []
+    for flt in body["filters"]:
+        try:
+            removed = await broker.run_io(authorizer.remove, AclFilter(**flt))
+            results.append({**_OK, "acls": [b.to_dict() for b in removed]})
+        except SparklogError as exc:
+            results.append({**error_fields(exc), "acls": []})
+    return {**_OK, "results": results}
+
+
+async def describe_scram(broker, body, ctx) -> dict:
+    """Users and the SCRAM mechanisms they have credentials for (never the
+    credentials)."""
+    users = await broker.run_io(broker.security.store.users)
+    names = body["users"] if body["users"] is not None else list(users)
+    return {**_OK, "users": [
+        {"name": n, "mechanisms": users.get(n, []), **_OK} if n in users else
+        {"name": n, "mechanisms": [], "error_code": 91,
+         "error_message": f"user {n!r} has no SCRAM credential"} for n in names]}
+
+
+async def alter_scram(broker, body, ctx) -> dict:
+    """Add/replace (upsertions) and delete SCRAM credentials."""
+    session = getattr(ctx, "session", None)
+    listener = session.listener if session is not None else None
+    plain = listener is not None and not listener.tls and not listener.loopback
+    store = broker.security.store
+    results = []
+    for item in body["upsertions"]:
+        try:
+            if plain:
+                raise InvalidArgumentError(
+                    f"refusing a password sent over listener {listener.name} "
+                    f"({listener.protocol}): use an SSL or SASL_SSL listener")
+            credential = await broker.run_io(lambda: ScramCredential.create(
+                item["mechanism"], item["password"], item["iterations"]))
+            await broker.run_io(store.set_credential, item["name"], item["mechanism"],
+                                credential)
+            results.append({"name": item["name"], **_OK})
+        except SparklogError as exc:
+            results.append({"name": item["name"], **error_fields(exc)})
+    for item in body["deletions"]:
+        found = await broker.run_io(store.delete_credential, item["name"], item["mechanism"])
+        results.append({"name": item["name"], **(_OK if found else {
+            "error_code": 91, "error_message":
+                f"user {item['name']!r} has no {item['mechanism']} credential"})})
+    return {**_OK, "results": results}
+
+
+#: api key -> handler
+HANDLERS = {
+    ApiKey.DESCRIBE_ACLS: describe_acls,
+    ApiKey.CREATE_ACLS: create_acls,
+    ApiKey.DELETE_ACLS: delete_acls,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: describe_scram,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: alter_scram,
+}
+
+__all__ = ["HANDLERS"]
