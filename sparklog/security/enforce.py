@@ -20,7 +20,8 @@ Metadata               Describe on each topic (Create on the cluster or the
                        topic to create one automatically)
 CreateTopics           Create on the cluster or on the topic
 DeleteTopics           Delete on each topic
-DescribeConfigs        DescribeConfigs on each topic
+DescribeConfigs        DescribeConfigs on each topic (Describe: the schema and
+                       partition count, without the configs)
 AlterConfigs           AlterConfigs on each topic
 DescribeLog            Read on each topic (it names the segment files)
 OffsetCommit           Read on the group, Read on each topic
@@ -147,9 +148,19 @@ async def authorize(api_key: int, handler, broker, body: dict, ctx, authorizer) 
         body["topics"] = keep
         extra = [_named()(n) for n in refused]
     elif key == ApiKey.DESCRIBE_CONFIGS:
-        keep, refused = _split(body["topics"], lambda n: check("DescribeConfigs", "Topic", n))
-        body["topics"] = keep
+        # Describe alone (which Read and Write imply) gives the partition count and
+        # the schema, which clients need to read and write; the configs need more
+        full, partial = _split(body["topics"],
+                               lambda n: check("DescribeConfigs", "Topic", n, quiet=True))
+        keep, refused = _split(partial, lambda n: check("Describe", "Topic", n))
+        for n in refused:
+            check("DescribeConfigs", "Topic", n)  # audited under the operation asked
+        body["topics"] = full + keep
         extra = [_named()(n) for n in refused]
+        if keep:
+            stripped = set(keep)
+            listing = lambda t: t.update(configs={}, explicit=[]) or True \
+                if t["name"] in stripped else True  # noqa: E731
     elif key == ApiKey.ALTER_CONFIGS:
         extra = _topics(body, check, "AlterConfigs", _named())
     elif key == ApiKey.DESCRIBE_LOG:

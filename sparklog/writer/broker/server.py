@@ -150,6 +150,8 @@ class Connection:
                 session = self.session
                 wait = idle if session.authenticated else max(
                     0.0, self.auth_deadline - asyncio.get_running_loop().time())
+                # the rest of a request is bounded by the same deadline until then
+                io.read_timeout = min(wait, broker.config.request_read_timeout_ms / 1000)
                 try:
                     size = await io.read_size(min(idle, wait))
                 except ReadTimeout:
