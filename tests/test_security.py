@@ -77,6 +77,8 @@ def secure(tmp_path_factory, pki):
                 for op in ("Read", "Write")] + [
                 AclBinding("User:alice", "*", "All", "Allow", "Topic", "team-", "PREFIXED"),
                 AclBinding("User:alice", "*", "All", "Deny", "Topic", "team-private"),
+                AclBinding("User:alice", "*", "Describe", "Allow", "Topic", "peek-",
+                           "PREFIXED"),
                 AclBinding("User:alice", "*", "Read", "Allow", "Group", "alice-group"),
                 AclBinding("User:CN=carol,O=sparklog", "*", "All", "Allow", "Topic",
                            "allowed"),
@@ -365,10 +367,14 @@ def test_a_denied_topic_and_a_missing_one_look_the_same(secure, pki):
         assert codes["secret"][0] == 29
         listed = conn.request(ApiKey.METADATA, {"topics": None})["topics"]
         assert sorted(t["name"] for t in listed) == ["allowed", "team-a"]
-        # auto-creation needs Create: the topic is not made
-        conn.request(ApiKey.METADATA, {"topics": ["team-new"], "allow_auto_topic_creation": True})
+        # auto-creation needs Create (alice has All on team-*, Describe on peek-*)
+        auto = {"topics": ["team-new", "peek-new"], "allow_auto_topic_creation": True}
+        made = {t["name"]: t["error_code"] for t in
+                conn.request(ApiKey.METADATA, auto)["topics"]}
+        assert made == {"team-new": 0, "peek-new": 3}  # UNKNOWN_TOPIC_OR_PARTITION
     with Admin(addresses["LOCAL"]) as admin:
-        assert not {"no-such-topic", "team-new"} & set(admin.list_topics())
+        topics = set(admin.list_topics())
+    assert "team-new" in topics and not {"no-such-topic", "peek-new"} & topics
 
 
 def test_group_and_cluster_operations_are_checked(secure, pki):

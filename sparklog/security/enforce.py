@@ -133,10 +133,15 @@ async def authorize(api_key: int, handler, broker, body: dict, ctx, authorizer) 
             keep, refused = _split(body["topics"], lambda n: check("Describe", "Topic", n))
             body["topics"] = keep
             extra = [_named(typed=False, partitions=[])(n) for n in refused]
-            if body["allow_auto_topic_creation"] and not (
-                    check("Create", "Cluster", CLUSTER, quiet=True)
-                    or all(check("Create", "Topic", n, quiet=True) for n in keep)):
-                body["allow_auto_topic_creation"] = False
+            if body["allow_auto_topic_creation"] and \
+                    not check("Create", "Cluster", CLUSTER, quiet=True):
+                creatable, others = _split(keep, lambda n: check("Create", "Topic", n,
+                                                                  quiet=True))
+                if others:  # asked again without auto-creation, answers merged
+                    body["topics"] = creatable
+                    second = {**body, "topics": others, "allow_auto_topic_creation": False}
+                    answer = await handler(broker, second, ctx)
+                    extra = answer["topics"] + extra
     elif key == ApiKey.CREATE_TOPICS:
         can_all = check("Create", "Cluster", CLUSTER, quiet=True)
         keep, refused = _split(body["topics"],
