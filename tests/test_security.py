@@ -462,3 +462,52 @@ def test_bad_security_settings_name_the_problem(storage_root, props, words):
 
     with pytest.raises(InvalidConfigError, match=words):
         Broker(storage_root, BrokerConfig.from_props(props))
+
+
+# --- the command line ------------------------------------------------------------------
+
+
+def test_cli_manages_users_and_acls_and_clients_use_command_config(secure, pki, tmp_path):
+    from test_cli import ok, sparklog
+
+    _, addresses = secure
+    local = addresses["LOCAL"]
+    ok(sparklog("configs", "--alter", "--entity-type", "users", "--entity-name", "erin",
+                "--add-config", "SCRAM-SHA-256=[iterations=8192,password=erin-pw],"
+                "SCRAM-SHA-512=[password=erin-pw]", bootstrap=local))
+    assert "user-principal 'erin' are SCRAM-SHA-256,SCRAM-SHA-512" in ok(sparklog(
+        "configs", "--describe", "--entity-type", "users", "--entity-name", "erin",
+        bootstrap=local))
+    ok(sparklog("topics", "create", "--topic", "cli-topic", bootstrap=local))
+    out = ok(sparklog("acls", "--add", "--allow-principal", "User:erin", "--operation",
+                      "Write", "--operation", "Read", "--topic", "cli-topic", bootstrap=local))
+    assert out.count("Adding ACL: ") == 2
+    listed = ok(sparklog("acls", "--list", "--topic", "cli-topic", bootstrap=local))
+    assert "principal=User:erin" in listed and "operation=Write" in listed
+    config = tmp_path / "client.properties"
+    config.write_text(
+        "security.protocol=SASL_SSL\n"
+        f"ssl.truststore.location={pki.ca}\n"
+        "ssl.truststore.type=PEM\n"
+        "sasl.mechanism=SCRAM-SHA-512\n"
+        'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required '
+        'username="erin" password="erin-pw";\n')
+    secure_args = ("--command-config", str(config))
+    ok(sparklog("produce", "--topic", "cli-topic", *secure_args, stdin=b"one\ntwo\n",
+                bootstrap=addresses["SASL_SSL"]))
+    out = ok(sparklog("consume", "--topic", "cli-topic", "--from-beginning",
+                      "--max-messages", "2", *secure_args, bootstrap=addresses["SASL_SSL"]))
+    assert out.split() == ["one", "two"]
+    removed = ok(sparklog("acls", "--remove", "--allow-principal", "User:erin", "--topic",
+                          "cli-topic", bootstrap=local))
+    assert removed.count("Removed ACL: ") == 2
+    proc = sparklog("produce", "--topic", "cli-topic", *secure_args, stdin=b"three\n",
+                    bootstrap=addresses["SASL_SSL"])
+    assert proc.returncode != 0
+    assert "Not authorized to access topics" in proc.stderr.decode()
+    wrong = tmp_path / "wrong.properties"
+    wrong.write_text(config.read_text().replace("erin-pw", "guess"))
+    proc = sparklog("topics", "list", "--command-config", str(wrong),
+                    bootstrap=addresses["SASL_SSL"])
+    assert proc.returncode != 0
+    assert "invalid credentials with SASL mechanism SCRAM-SHA-512" in proc.stderr.decode()

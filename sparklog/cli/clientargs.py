@@ -4,6 +4,11 @@
 ``SPARKLOG_BOOTSTRAP_SERVERS`` environment variable, else ``127.0.0.1:9092``), or a
 storage URI (``file:///path``) to run an embedded broker for the command's duration.
 ``--property key=value`` options are Kafka's console-tool properties.
+``--command-config FILE`` is a client properties file, as Kafka's tools take it:
+``security.protocol``, ``ssl.truststore.location`` (a PEM CA file),
+``ssl.keystore.location`` (a PEM file with the client's key and certificate),
+``ssl.key.password``, ``sasl.mechanism`` and ``sasl.jaas.config`` (its ``username``
+and ``password``), or kafka-python's names (``ssl.cafile``, ``sasl.plain.username`` ...).
 """
 
 from __future__ import annotations
@@ -22,6 +27,10 @@ def add_bootstrap(parser) -> None:
         default=os.environ.get("SPARKLOG_BOOTSTRAP_SERVERS", DEFAULT_BOOTSTRAP),
         help="broker address(es), or a storage URI (file:///path) for an embedded broker "
              "(default $SPARKLOG_BOOTSTRAP_SERVERS or %(default)s)")
+    parser.add_argument(
+        "--command-config", dest="command_config", metavar="FILE", default=None,
+        help="client properties file: security.protocol, ssl.truststore.location, "
+             "sasl.mechanism, sasl.jaas.config ... (TLS and SASL)")
 
 
 def add_topic(parser, required: bool = True) -> None:
@@ -112,8 +121,63 @@ def unescape(text: str) -> str:
     return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
 
 
+#: Kafka's Java client property -> kafka-python's config name
+_JAVA_NAMES = {"security.protocol": "security_protocol",
+               "ssl.truststore.location": "ssl_cafile",
+               "ssl.keystore.location": "ssl_certfile",
+               "ssl.key.password": "ssl_password",
+               "sasl.mechanism": "sasl_mechanism"}
+
+
+def security_configs(props: dict) -> dict:
+    """Client security configs (kafka-python's names) from a properties mapping with
+    Kafka's Java names or kafka-python's dotted ones; InvalidArgumentError names an
+    unknown key."""
+    import re
+
+    from ..security.client import CLIENT_SECURITY_DEFAULTS
+
+    out = {}
+    for key, value in props.items():
+        if key == "sasl.jaas.config":
+            found = dict(re.findall(r'(username|password)\s*=\s*"([^"]*)"', value))
+            if "username" not in found or "password" not in found:
+                raise InvalidArgumentError('sasl.jaas.config needs username="..." and '
+                                           'password="..."')
+            out["sasl_plain_username"] = found["username"]
+            out["sasl_plain_password"] = found["password"]
+        elif key == "ssl.endpoint.identification.algorithm":
+            out["ssl_check_hostname"] = value.strip().lower() == "https"
+        elif key in ("ssl.truststore.type", "ssl.keystore.type"):
+            if value.strip().upper() != "PEM":
+                raise InvalidArgumentError(f"{key}={value}: only PEM files are supported")
+        elif key in _JAVA_NAMES:
+            out[_JAVA_NAMES[key]] = value
+        elif key.replace(".", "_") in CLIENT_SECURITY_DEFAULTS:
+            out[key.replace(".", "_")] = value
+        else:
+            raise InvalidArgumentError(f"--command-config: unknown client property {key!r}")
+    return out
+
+
+def command_config(args) -> dict:
+    """The client configs of ``--command-config`` ({} without it)."""
+    path = getattr(args, "command_config", None)
+    if not path:
+        return {}
+    from ..writer.broker.config import parse_properties
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot read --command-config {path}: {exc}") from None
+    return security_configs(parse_properties(text, path))
+
+
 def session(args):
-    """A :class:`sparklog.connect.Session` for ``--bootstrap-server``."""
+    """A :class:`sparklog.connect.Session` for ``--bootstrap-server`` (and
+    ``--command-config``)."""
     from ..connect import connect
 
-    return connect(args.bootstrap_server)
+    return connect(args.bootstrap_server, client_configs=command_config(args))

@@ -20,7 +20,8 @@ from ..errors import SparklogError
 LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
 
 #: Sub-command modules, in the order ``sparklog --help`` lists them.
-COMMAND_MODULES = ["topics", "produce", "consume", "groups", "broker", "dump_log", "etl",
+COMMAND_MODULES = ["topics", "produce", "consume", "groups", "acls", "configs", "broker",
+                   "dump_log", "etl",
                    "quickstart", "spark_jar", "classpath"]
 
 

@@ -78,13 +78,16 @@ class ClientSecurity:
             if not cfg["sasl_plain_username"] or not cfg["sasl_plain_password"]:
                 raise InvalidConfigError(f"security_protocol={protocol} needs "
                                          "sasl_plain_username and sasl_plain_password")
+        check = cfg["ssl_check_hostname"]
+        if isinstance(check, str):
+            check = check.strip().lower() not in ("false", "0", "no")
         context = None
         if protocol in ("SSL", "SASL_SSL"):
             from .tls import client_context
 
             context = cfg["ssl_context"] or client_context(
                 cfg["ssl_cafile"], cfg["ssl_certfile"], cfg["ssl_keyfile"],
-                cfg["ssl_password"], bool(cfg["ssl_check_hostname"]))
+                cfg["ssl_password"], bool(check))
         return cls(protocol, context, mechanism, cfg["sasl_plain_username"],
                    cfg["sasl_plain_password"])
 
