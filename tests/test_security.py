@@ -511,3 +511,46 @@ def test_cli_manages_users_and_acls_and_clients_use_command_config(secure, pki, 
                     bootstrap=addresses["SASL_SSL"])
     assert proc.returncode != 0
     assert "invalid credentials with SASL mechanism SCRAM-SHA-512" in proc.stderr.decode()
+
+
+# --- ZooKeeper (cluster mode) ------------------------------------------------------------
+
+
+def test_zookeeper_acls_refuse_an_unauthenticated_writer(zookeeper, storage_root):
+    """With zookeeper.set.acl the brokers' identity owns every node: a client without
+    its credentials may read the cluster state but not move leaders, epochs, offsets
+    or credentials, nor read the credentials."""
+    from kazoo.exceptions import NoAuthError
+
+    from sparklog.coordination.zkclient import close_zk, connect_zk
+    from sparklog.security.scram import ScramCredential
+    from sparklog.writer.broker.broker import Broker
+    from sparklog.writer.broker.config import BrokerConfig
+
+    props = {"listeners": "127.0.0.1:0", "zookeeper.connect": zookeeper.connect,
+             "zookeeper.set.acl": "true", "zookeeper.digest.credentials": "brokers:zk-secret"}
+    broker = Broker(storage_root, BrokerConfig.from_props(props))
+    try:
+        security = broker.security.store
+        security.set_credential("alice", "SCRAM-SHA-256",
+                                ScramCredential.create("SCRAM-SHA-256", "pw"))
+        assert security.credential("alice", "SCRAM-SHA-256").verify_password(
+            "SCRAM-SHA-256", "pw")
+        outsider = connect_zk(zookeeper.connect, create_layout=False)
+        try:
+            outsider.get("/brokers/topics")  # the cluster state stays readable
+            for attempt in (
+                    lambda: outsider.create("/brokers/topics/forged", b"{}"),
+                    lambda: outsider.set("/brokers/topics", b"{}"),
+                    lambda: outsider.create("/controller", b"{}", ephemeral=True),
+                    lambda: outsider.set("/sparklog/security/users", b"{}"),
+                    lambda: outsider.get("/sparklog/security/users")):
+                with pytest.raises(NoAuthError):
+                    attempt()
+        finally:
+            close_zk(outsider)
+    finally:
+        broker.store.close()
+
+
+from zkserver import zookeeper, zookeeper_server  # noqa: E402,F401 (fixtures)

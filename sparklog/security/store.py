@@ -68,12 +68,18 @@ class SecurityStore:
                 new = change({})
                 try:
                     self._zk.create(path, json.dumps(new, sort_keys=True).encode(),
-                                    makepath=True)
+                                    makepath=True, acl=self._private_acl())
                     return new
                 except NodeExistsError:
                     continue
             except BadVersionError:
                 continue
+
+    def _private_acl(self):
+        """With zookeeper.set.acl the documents are readable by the brokers' identity
+        only (:mod:`sparklog.security.zkacl`); else the client's default."""
+        acl = [a for a in (self._zk.default_acl or ()) if a.id.scheme == "digest"]
+        return acl or None
 
     @staticmethod
     def _decode(data: bytes, name: str) -> dict:

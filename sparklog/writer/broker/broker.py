@@ -119,8 +119,13 @@ class Broker:
         if store is None and self.config.zookeeper_connect:  # cluster mode
             from ...coordination.zkstore import ZkCoordinationStore
 
+            zk_security = None
+            if self.config.zookeeper_set_acl or self.config.zookeeper_digest_credentials:
+                from ...security.zkacl import kazoo_security
+
+                zk_security = kazoo_security(self.config.zookeeper_digest_credentials)
             store = ZkCoordinationStore(
-                self.config.zookeeper_connect, topic_store=self.topics,
+                self.config.zookeeper_connect, topic_store=self.topics, security=zk_security,
                 session_timeout_ms=self.config.zookeeper_session_timeout_ms,
                 connection_timeout_ms=self.config.zookeeper_connection_timeout_ms or None,
                 auto_leader_rebalance=self.config.auto_leader_rebalance_enable)

@@ -100,6 +100,10 @@ BROKER_SETTINGS = {
     "zookeeper.connect": ("zookeeper_connect", str, "", None),
     "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", int, 6000, 1),
     "zookeeper.connection.timeout.ms": ("zookeeper_connection_timeout_ms", int, 0, 0),
+    # zookeeper.set.acl: nodes writable by the brokers' digest identity only
+    # (sparklog.security.zkacl); the credentials are user:password
+    "zookeeper.set.acl": ("zookeeper_set_acl", bool, False, None),
+    "zookeeper.digest.credentials": ("zookeeper_digest_credentials", str, "", None),
     "controlled.shutdown.enable": ("controlled_shutdown_enable", bool, True, None),
     "auto.leader.rebalance.enable": ("auto_leader_rebalance_enable", bool, True, None),
 }
@@ -167,12 +171,14 @@ class BrokerConfig:
     zookeeper_connect: str = ""
     zookeeper_session_timeout_ms: int = 6000
     zookeeper_connection_timeout_ms: int = 0
+    zookeeper_set_acl: bool = False
+    zookeeper_digest_credentials: str = field(default="", repr=False)  # a password
     controlled_shutdown_enable: bool = True
     auto_leader_rebalance_enable: bool = True
     log_defaults: dict = field(default_factory=dict)
     #: the security properties as given (``ssl.*``, ``sasl.*``, ``listener.*`` ...),
     #: parsed by :class:`sparklog.security.config.SecurityConfig`
-    security_props: dict = field(default_factory=dict)
+    security_props: dict = field(default_factory=dict, repr=False)  # key passwords
 
     @classmethod
     def from_props(cls, props=None) -> "BrokerConfig":
