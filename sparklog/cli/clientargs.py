@@ -121,45 +121,6 @@ def unescape(text: str) -> str:
     return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
 
 
-#: Kafka's Java client property -> kafka-python's config name
-_JAVA_NAMES = {"security.protocol": "security_protocol",
-               "ssl.truststore.location": "ssl_cafile",
-               "ssl.keystore.location": "ssl_certfile",
-               "ssl.key.password": "ssl_password",
-               "sasl.mechanism": "sasl_mechanism"}
-
-
-def security_configs(props: dict) -> dict:
-    """Client security configs (kafka-python's names) from a properties mapping with
-    Kafka's Java names or kafka-python's dotted ones; InvalidArgumentError names an
-    unknown key."""
-    import re
-
-    from ..security.client import CLIENT_SECURITY_DEFAULTS
-
-    out = {}
-    for key, value in props.items():
-        if key == "sasl.jaas.config":
-            found = dict(re.findall(r'(username|password)\s*=\s*"([^"]*)"', value))
-            if "username" not in found or "password" not in found:
-                raise InvalidArgumentError('sasl.jaas.config needs username="..." and '
-                                           'password="..."')
-            out["sasl_plain_username"] = found["username"]
-            out["sasl_plain_password"] = found["password"]
-        elif key == "ssl.endpoint.identification.algorithm":
-            out["ssl_check_hostname"] = value.strip().lower() == "https"
-        elif key in ("ssl.truststore.type", "ssl.keystore.type"):
-            if value.strip().upper() != "PEM":
-                raise InvalidArgumentError(f"{key}={value}: only PEM files are supported")
-        elif key in _JAVA_NAMES:
-            out[_JAVA_NAMES[key]] = value
-        elif key.replace(".", "_") in CLIENT_SECURITY_DEFAULTS:
-            out[key.replace(".", "_")] = value
-        else:
-            raise InvalidArgumentError(f"--command-config: unknown client property {key!r}")
-    return out
-
-
 def command_config(args) -> dict:
     """The client configs of ``--command-config`` ({} without it)."""
     path = getattr(args, "command_config", None)
@@ -172,7 +133,9 @@ def command_config(args) -> dict:
             text = f.read()
     except OSError as exc:
         raise InvalidArgumentError(f"cannot read --command-config {path}: {exc}") from None
-    return security_configs(parse_properties(text, path))
+    from ..security.client import security_properties
+
+    return security_properties(parse_properties(text, path), what=f"--command-config {path}")
 
 
 def session(args):

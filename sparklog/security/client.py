@@ -156,4 +156,48 @@ class ClientSecurity:
             raise SaslAuthenticationFailedError(f"SCRAM with {address}: {exc}") from None
 
 
-__all__ = ["CLIENT_SECURITY_DEFAULTS", "ClientSecurity"]
+#: Kafka's Java client property -> kafka-python's config name
+_JAVA_NAMES = {"security.protocol": "security_protocol",
+               "ssl.truststore.location": "ssl_cafile",
+               "ssl.keystore.location": "ssl_certfile",
+               "ssl.key.password": "ssl_password",
+               "sasl.mechanism": "sasl_mechanism"}
+
+
+def security_properties(props: dict, *, what: str = "client properties",
+                        strict: bool = True) -> dict:
+    """Client security configs (kafka-python's names) from properties with Kafka's Java
+    names (``security.protocol``, ``ssl.truststore.location`` of a PEM file,
+    ``ssl.keystore.location`` of a PEM file with key and certificate,
+    ``sasl.mechanism``, ``sasl.jaas.config`` with ``username="..." password="..."``,
+    ``ssl.endpoint.identification.algorithm``) or kafka-python's dotted ones
+    (``ssl.cafile``). With ``strict`` InvalidConfigError names an unknown key; else it
+    is skipped."""
+    import re
+
+    out = {}
+    for key, value in props.items():
+        value = str(value)
+        if key == "sasl.jaas.config":
+            found = dict(re.findall(r'(username|password)\s*=\s*"([^"]*)"', value))
+            if "username" not in found or "password" not in found:
+                raise InvalidConfigError(f'{what}: sasl.jaas.config needs username="..." '
+                                         'and password="..."')
+            out["sasl_plain_username"] = found["username"]
+            out["sasl_plain_password"] = found["password"]
+        elif key == "ssl.endpoint.identification.algorithm":
+            out["ssl_check_hostname"] = value.strip().lower() == "https"
+        elif key in ("ssl.truststore.type", "ssl.keystore.type"):
+            if value.strip().upper() != "PEM":
+                raise InvalidConfigError(f"{what}: {key}={value}: only PEM files are "
+                                         "supported")
+        elif key in _JAVA_NAMES:
+            out[_JAVA_NAMES[key]] = value
+        elif key.replace(".", "_") in CLIENT_SECURITY_DEFAULTS:
+            out[key.replace(".", "_")] = value
+        elif strict:
+            raise InvalidConfigError(f"{what}: unknown client property {key!r}")
+    return out
+
+
+__all__ = ["CLIENT_SECURITY_DEFAULTS", "ClientSecurity", "security_properties"]

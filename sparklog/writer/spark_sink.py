@@ -50,8 +50,18 @@ def producer_configs(options: dict) -> dict:
     settings are ignored, as they configure Kafka's client, not this one)."""
     from .producer.producer import DEFAULT_CONFIG
 
+    from ..security.client import security_properties
+
     out = {"enable_idempotence": True, "acks": "all"}
+    # TLS and SASL: Kafka's Java names (kafka.ssl.truststore.location,
+    # kafka.sasl.jaas.config ...) or kafka-python's (kafka.ssl.cafile ...)
+    out.update(security_properties(
+        {k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")},
+        what="sparklog sink options", strict=False))
     for key, raw in options.items():
+        if key[len("kafka."):].replace(".", "_") in out and key.startswith(
+                ("kafka.ssl.", "kafka.sasl.", "kafka.security.")):
+            continue
         if not key.startswith("kafka.") or key == "kafka.bootstrap.servers":
             continue
         name = key[len("kafka."):].replace(".", "_")

@@ -122,5 +122,5 @@ def open_catalog(opts) -> Catalog:
     if opts.bootstrap_servers:
         from .broker_catalog import BrokerCatalog
 
-        return BrokerCatalog(opts.bootstrap_servers, opts.path)
+        return BrokerCatalog(opts.bootstrap_servers, opts.path, security=opts.security)
     return StorageCatalog(opts.path)
