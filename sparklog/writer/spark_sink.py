@@ -147,7 +147,10 @@ class SparklogWriter(DataSourceArrowWriter):
             return {}
         from ..admin import Admin
 
-        with Admin(self.servers, client_id="sparklog-spark-writer") as admin:
+        from ..security.client import CLIENT_SECURITY_DEFAULTS
+
+        security = {k: v for k, v in self.configs.items() if k in CLIENT_SECURITY_DEFAULTS}
+        with Admin(self.servers, client_id="sparklog-spark-writer", **security) as admin:
             (desc,) = admin.describe_topics([self.topic])
         return {self.topic: desc.schema}
 
