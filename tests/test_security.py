@@ -554,3 +554,69 @@ def test_zookeeper_acls_refuse_an_unauthenticated_writer(zookeeper, storage_root
 
 
 from zkserver import zookeeper, zookeeper_server  # noqa: E402,F401 (fixtures)
+
+
+# --- a connection flood -------------------------------------------------------------------
+
+#: what one open connection may cost the broker: its 64 KiB receive stage plus the
+#: protocol, transport and task objects (docs/security.md, "Connection floods")
+PER_CONNECTION_BOUND = 96 * 1024
+
+
+def _rss(pid: int) -> int:
+    from test_broker_limits import rss_bytes
+
+    return rss_bytes(pid)
+
+
+def _api_versions_from(source: str, host: str, port: int) -> float:
+    """Seconds an ApiVersions takes from a socket bound to ``source``."""
+    started = time.monotonic()
+    with socket.create_connection((host, port), timeout=10, source_address=(source, 0)) as s:
+        s.sendall(encode_request(ApiKey.API_VERSIONS, {}, 1, "bystander"))
+        (size,) = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))
+        assert len(s.recv(size, socket.MSG_WAITALL)) == size
+    return time.monotonic() - started
+
+
+def test_a_connection_flood_is_bounded_and_others_are_served(tmp_path):
+    """Thousands of idle and half-open connections from one address: at most
+    max.connections.per.ip of them are kept, the broker's memory grows by at most that
+    many times the per-connection bound, and a client from another address is served
+    meanwhile; max.connections.per.ip.overrides gives one address its own limit."""
+    from brokerproc import BrokerProcess
+
+    per_ip = 400
+    with BrokerProcess((tmp_path / "log").as_uri(), [
+            "--override", f"max.connections.per.ip={per_ip}",
+            "--override", "max.connections.per.ip.overrides=127.0.0.3:5"],
+            log_path=tmp_path / "b.log") as b:
+        before = _rss(b.pid)
+        flood = []
+        try:
+            for i in range(3000):
+                s = socket.socket()
+                s.setblocking(False)
+                s.connect_ex((b.host, b.port))
+                flood.append(s)
+                if i % 2:  # half-open: half of a size prefix, then nothing
+                    try:
+                        s.send(b"\0\0")
+                    except OSError:
+                        pass
+            assert _api_versions_from("127.0.0.2", b.host, b.port) < 5.0
+            wait_until(lambda: "max.connections.per.ip=400" in b.log_text(), 30,
+                       "the per-address refusals logged")
+            grown = _rss(b.pid) - before
+            assert grown < per_ip * PER_CONNECTION_BOUND, \
+                f"RSS grew {grown >> 20} MiB with {per_ip} connections kept"
+            # an override: 127.0.0.3 may hold 5 connections only
+            extra = [socket.create_connection((b.host, b.port), source_address=("127.0.0.3", 0))
+                     for _ in range(6)]
+            assert closed_within(extra[-1], 10) == b""
+            for s in extra:
+                s.close()
+        finally:
+            for s in flood:
+                s.close()
+        assert _api_versions_from("127.0.0.1", b.host, b.port) < 5.0
