@@ -58,6 +58,11 @@ def server_context(config: SecurityConfig, listener: Listener) -> ssl.SSLContext
     _pem_type(config, "ssl.keystore.type", listener)
     _pem_type(config, "ssl.truststore.type", listener)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    # no TLS 1.3 session tickets: no message arrives after the handshake, so a client
+    # may read its socket in one thread while writing it in another (the clients'
+    # BrokerConnection does) without the two touching the TLS state together
+    ctx.num_tickets = 0
+    ctx.options |= ssl.OP_NO_TICKET
     versions = [v.strip() for v in config.get("ssl.enabled.protocols", listener).split(",")
                 if v.strip()]
     bad = [v for v in versions if v not in _VERSIONS]
