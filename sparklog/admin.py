@@ -442,6 +442,24 @@ class Admin:
             out[r["name"]] = list(r["mechanisms"])
         return out
 
+    def alter_client_quotas(self, entity_type: str, entity_name: str, set_=None,
+                            remove=()) -> None:
+        """Set (``{"producer_byte_rate": 1048576}``) and remove quotas of a user or a
+        client id (``entity_type`` ``users`` or ``clients``; ``<default>`` for all)."""
+        resp = self._client.request(ApiKey.ALTER_CLIENT_QUOTAS, {"entries": [{
+            "entity_type": entity_type, "entity_name": entity_name,
+            "set": dict(set_ or {}), "remove": list(remove)}]})
+        for r in resp["results"]:
+            raise_for_error(r, f"quotas of {entity_type} {entity_name!r}")
+
+    def describe_client_quotas(self, entity_type: str | None = None,
+                               entity_name: str | None = None) -> dict:
+        """``{(entity type, name): {quota: value}}``."""
+        resp = self._client.request(ApiKey.DESCRIBE_CLIENT_QUOTAS, {
+            "entity_type": entity_type, "entity_name": entity_name})
+        return {(e["entity_type"], e["entity_name"]): dict(e["values"])
+                for e in resp["entries"]}
+
     def close(self) -> None:
         """Close the connections."""
         self._client.close()

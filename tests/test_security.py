@@ -620,3 +620,49 @@ def test_a_connection_flood_is_bounded_and_others_are_served(tmp_path):
             for s in flood:
                 s.close()
         assert _api_versions_from("127.0.0.1", b.host, b.port) < 5.0
+
+
+# --- quotas ---------------------------------------------------------------------------------
+
+
+def test_a_producer_quota_holds_within_ten_percent(secure):
+    """An unthrottled producer against producer_byte_rate: the broker mutes its
+    connection, so the rate it gets stays within 10% of the quota; the responses say
+    how long it was throttled; another client id is not slowed."""
+    _, addresses = secure
+    quota = 1_000_000
+    with Admin(addresses["LOCAL"]) as admin:
+        admin.create_topic("quota-topic", 1)
+        admin.alter_client_quotas("clients", "greedy", {"producer_byte_rate": quota})
+        assert admin.describe_client_quotas("clients", "greedy") == {
+            ("clients", "greedy"): {"producer_byte_rate": quota}}
+    value = b"q" * 10_000
+    seconds = 5.0
+    with Producer(bootstrap_servers=addresses["LOCAL"], client_id="greedy", linger_ms=5,
+                  batch_size=64 * 1024) as producer:
+        producer.send("quota-topic", value).get(30)
+        time.sleep(0.3)  # the bucket refills its burst
+        sent = 0
+        started = time.monotonic()
+        while time.monotonic() - started < seconds:
+            producer.send("quota-topic", value)
+            sent += len(value)
+        producer.flush(60)
+        elapsed = time.monotonic() - started
+    rate = sent / elapsed
+    assert 0.9 * quota <= rate <= 1.1 * quota, f"{rate:,.0f} B/s against a quota of {quota:,}"
+    with Connection(addresses["LOCAL"], client_id="greedy", timeout=30) as conn:
+        from sparklog.format.frame import encode_frame, raw_batch
+
+        frame = encode_frame(raw_batch([value] * 50))
+        body = {"acks": 1, "topics": [{"name": "quota-topic", "partitions": [
+            {"partition": 0, "records": frame}]}]}
+        throttles = [conn.request(ApiKey.PRODUCE, body).get("throttle_time_ms", 0)
+                     for _ in range(3)]
+        assert max(throttles) > 0
+    with Producer(bootstrap_servers=addresses["LOCAL"], client_id="modest") as other:
+        started = time.monotonic()
+        for _ in range(300):
+            other.send("quota-topic", value)
+        other.flush(60)
+        assert 3_000_000 / (time.monotonic() - started) > 1.5 * quota

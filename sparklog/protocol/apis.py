@@ -48,6 +48,8 @@ class ApiKey(enum.IntEnum):
     ALTER_CONFIGS = 33
     SASL_AUTHENTICATE = 36
     DELETE_GROUPS = 42
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_LOG = 1000
@@ -88,6 +90,10 @@ REQUESTS: dict[int, dict] = {
     ApiKey.CREATE_ACLS: {"creations": [_ACL]},
     ApiKey.DELETE_ACLS: {"filters": [_ACL_FILTER]},
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: {"users": Opt([str], None)},  # None = all
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: {"entity_type": Opt(str, None), "entity_name": Opt(str, None)},
+    ApiKey.ALTER_CLIENT_QUOTAS: {"entries": [{
+        "entity_type": str, "entity_name": str,            # users|clients, <default>
+        "set": Opt(MapOf(str, OneOf(int, float)), {}), "remove": Opt([str], [])}]},
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: {
         # upsertions carry the password: the broker salts and hashes it (over TLS only)
         "upsertions": Opt([{"name": str, "mechanism": str, "password": str,
@@ -208,6 +214,10 @@ RESPONSES: dict[int, dict] = {
     ApiKey.DESCRIBE_ACLS: _with_err({"acls": [_ACL]}),
     ApiKey.CREATE_ACLS: _with_err({"results": [dict(_ERR)]}),
     ApiKey.DELETE_ACLS: _with_err({"results": [_with_err({"acls": [_ACL]})]}),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: _with_err({"entries": [{
+        "entity_type": str, "entity_name": str, "values": MapOf(str, OneOf(int, float))}]}),
+    ApiKey.ALTER_CLIENT_QUOTAS: _with_err({"results": [_with_err({
+        "entity_type": str, "entity_name": str})]}),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _with_err({
         "users": [_with_err({"name": str, "mechanisms": [str]})]}),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _with_err({"results": [_with_err({"name": str})]}),
@@ -254,6 +264,7 @@ RESPONSES: dict[int, dict] = {
                 "log_start_offset": Opt(int, -1),
             }],
         }],
+        "throttle_time_ms": Opt(int, 0),        # a quota delayed this connection
     }),
     ApiKey.FETCH: _with_err({
         "topics": [{
@@ -265,6 +276,7 @@ RESPONSES: dict[int, dict] = {
                 "records": bytes,               # whole frames from the one holding fetch_offset
             }],
         }],
+        "throttle_time_ms": Opt(int, 0),        # a quota delayed this connection
     }),
     ApiKey.LIST_OFFSETS: _with_err({
         "topics": [{

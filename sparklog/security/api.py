@@ -1,6 +1,6 @@
-"""The broker's security APIs: DescribeAcls, CreateAcls, DeleteAcls (kafka-acls) and
-DescribeUserScramCredentials, AlterUserScramCredentials (kafka-configs --entity-type
-users). Handlers are ``async (broker, body, ctx) -> response``; they use the broker's
+"""The broker's security APIs: DescribeAcls, CreateAcls, DeleteAcls (kafka-acls),
+DescribeUserScramCredentials, AlterUserScramCredentials, DescribeClientQuotas and
+AlterClientQuotas (kafka-configs --entity-type users|clients). Handlers are ``async (broker, body, ctx) -> response``; they use the broker's
 ``security`` collaborator (:class:`~sparklog.security.session.BrokerSecurity`).
 
 AlterUserScramCredentials carries the password (sparklog's variant of Kafka's API,
@@ -101,8 +101,38 @@ async def alter_scram(broker, body, ctx) -> dict:
     return {**_OK, "results": results}
 
 
+async def describe_quotas(broker, body, ctx) -> dict:
+    """Quotas of every entity (or of one type, or one entity)."""
+    doc = await broker.run_io(broker.security.quotas.settings, True)
+    entries = []
+    for entity_type, entities in sorted(doc.items()):
+        if body["entity_type"] not in (None, entity_type):
+            continue
+        for name, values in sorted(entities.items()):
+            if body["entity_name"] in (None, name):
+                entries.append({"entity_type": entity_type, "entity_name": name,
+                                "values": values})
+    return {**_OK, "entries": entries}
+
+
+async def alter_quotas(broker, body, ctx) -> dict:
+    """Set and remove quotas (each entry answered on its own)."""
+    results = []
+    for e in body["entries"]:
+        item = {"entity_type": e["entity_type"], "entity_name": e["entity_name"]}
+        try:
+            await broker.run_io(broker.security.quotas.alter, e["entity_type"],
+                                e["entity_name"], e["set"], e["remove"])
+            results.append({**item, **_OK})
+        except SparklogError as exc:
+            results.append({**item, **error_fields(exc)})
+    return {**_OK, "results": results}
+
+
 #: api key -> handler
 HANDLERS = {
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: describe_quotas,
+    ApiKey.ALTER_CLIENT_QUOTAS: alter_quotas,
     ApiKey.DESCRIBE_ACLS: describe_acls,
     ApiKey.CREATE_ACLS: create_acls,
     ApiKey.DELETE_ACLS: delete_acls,

@@ -37,6 +37,8 @@ DescribeUserScram...
 CreateAcls,            Alter on the cluster
 DeleteAcls, AlterUser
 ScramCredentials
+DescribeClientQuotas   DescribeConfigs on the cluster
+AlterClientQuotas      AlterConfigs on the cluster
 ApiVersions, Sasl*     nothing (before authentication)
 =====================  =====================================================
 """
@@ -198,6 +200,10 @@ async def authorize(api_key: int, handler, broker, body: dict, ctx, authorizer) 
         check.cluster("Describe")
     elif key in (ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS):
         check.cluster("Alter")
+    elif key == ApiKey.DESCRIBE_CLIENT_QUOTAS:
+        check.cluster("DescribeConfigs")
+    elif key == ApiKey.ALTER_CLIENT_QUOTAS:
+        check.cluster("AlterConfigs")
     else:  # an API without a rule is refused: every API must be listed above
         check.cluster("All")
     response = await handler(broker, body, ctx)

@@ -8,8 +8,8 @@ SaslAuthenticate are served until then).
 
 :class:`BrokerSecurity` is what the broker is given: the parsed
 :class:`~sparklog.security.config.SecurityConfig`, the listeners' TLS contexts, the
-credential and ACL store and the authorizer (None when ``authorizer.class.name`` is
-unset: every principal may do everything, as in Kafka).
+credential and ACL store, the authorizer (None when ``authorizer.class.name`` is
+unset: every principal may do everything, as in Kafka) and the client quotas.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from ..protocol.apis import ApiKey
 from .acl import AclAuthorizer
 from .config import SecurityConfig
 from .listeners import Listener
+from .quotas import QuotaManager
 from .sasl import SaslAuthenticator
 from .store import SecurityStore
 from .tls import certificate_principal, server_context
@@ -86,6 +87,8 @@ class BrokerSecurity:
                                        allow_if_no_acl=config.allow_if_no_acl)
         self.authorizer = authorizer
         self._secret = os.urandom(32)  # made-up salts of unknown users
+        #: producer_byte_rate / consumer_byte_rate throttling
+        self.quotas = QuotaManager(self.store)
         self._contexts = {lst.name: server_context(config, lst)
                           for lst in config.listeners if lst.tls}
 

@@ -32,6 +32,7 @@ import logging
 import struct
 
 from ...errors import InvalidArgumentError, RecordTooLargeError, SparklogError
+from ...protocol.apis import ApiKey
 from ...protocol.codec import (
     FileRegion, decode_request_header, encode_response_parts, error_fields,
 )
@@ -110,6 +111,11 @@ class Connection:
         self.order = asyncio.Lock()
         self.io_slots = asyncio.Semaphore(IO_SLOTS_PER_CONNECTION)
         self.pending = 0   # requests read and not yet answered
+        #: a quota's throttling: no request is read before this loop time; the
+        #: responses of throttled requests carry the delay (correlation id -> ms)
+        self.muted_until = 0.0
+        self.throttled: dict[int, int] = {}
+        self.fetches: dict[int, str] = {}  # Fetch requests in flight: their client ids
         receiver.read_timeout = broker.config.request_read_timeout_ms / 1000
         self.session = broker.security.session(listener, receiver.transport,
                                                self.client_host, broker.run_io)
@@ -147,6 +153,9 @@ class Connection:
         idle = broker.config.connections_max_idle_ms / 1000
         try:
             while not broker.stopping:
+                wait_mute = self.muted_until - asyncio.get_running_loop().time()
+                if wait_mute > 0:  # a quota's throttle: the channel is muted
+                    await asyncio.sleep(wait_mute)
                 session = self.session
                 wait = idle if session.authenticated else max(
                     0.0, self.auth_deadline - asyncio.get_running_loop().time())
@@ -191,12 +200,27 @@ class Connection:
                 task.add_done_callback(
                     lambda _t, n=size, o=owner: broker.budget.release(n, o))
                 del payload
+                if header.api_key == ApiKey.PRODUCE:
+                    self._throttle("producer_byte_rate", header.client_id,
+                                   header.correlation_id, size)
+                elif header.api_key == ApiKey.FETCH:
+                    self.fetches[header.correlation_id] = header.client_id
                 self.pending += 1
                 await self.queue.put((header.correlation_id, task))
                 if io.buffered:  # more requests already here: let other connections
                     await asyncio.sleep(0)  # have their turn first (round robin)
         except (InvalidArgumentError, ConnectionError) as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
+
+    def _throttle(self, kind: str, client_id: str, correlation_id: int, nbytes: int) -> None:
+        """Count ``nbytes`` against the connection's quota; mute the connection for
+        the time the quota's debt takes to repay (Kafka's throttling)."""
+        delay = self.broker.security.quotas.record(kind, self.session.principal,
+                                                   client_id, nbytes)
+        if delay > 0:
+            now = asyncio.get_running_loop().time()
+            self.muted_until = max(self.muted_until, now + delay)
+            self.throttled[correlation_id] = int(delay * 1000)
 
     async def _authenticate(self, header, payload, position: int) -> bool:
         """Let the session answer a SASL request (or one sent before authentication);
@@ -251,23 +275,31 @@ class Connection:
                 response = error_fields(exc)
             finally:
                 self.pending -= 1
+            fetched_by = self.fetches.pop(correlation_id, None)
+            throttle_ms = self.throttled.pop(correlation_id, 0)
             if response is None or broken:
                 continue
+            if throttle_ms and "topics" in response:
+                response["throttle_time_ms"] = throttle_ms
             try:
-                await self._write(loop, correlation_id, response)
+                total = await self._write(loop, correlation_id, response)
+                if fetched_by is not None:  # consumers: muted after the response
+                    self._throttle("consumer_byte_rate", fetched_by, correlation_id, total)
+                    self.throttled.pop(correlation_id, None)
             except (OSError, ConnectionError, SparklogError) as exc:
                 log.warning("connection from %s: cannot send response %d: %s", self.peer,
                             correlation_id, exc)
                 broken = True
                 self.stop_reading()
 
-    async def _write(self, loop, correlation_id: int, response: dict) -> None:
-        parts, _total = encode_response_parts(correlation_id, response)
+    async def _write(self, loop, correlation_id: int, response: dict) -> int:
+        """Send one response; return its size in bytes."""
+        parts, total = encode_response_parts(correlation_id, response)
         io = self.io
         if not any(isinstance(p, FileRegion) for p in parts):
             io.writelines(parts)
             await io.drain()
-            return
+            return total
         for part in parts:
             if isinstance(part, FileRegion):
                 await io.drain()
@@ -279,6 +311,7 @@ class Connection:
             else:
                 io.write(part)
         await io.drain()
+        return total
 
 
 def accept(broker, receiver, listener=None) -> None:
