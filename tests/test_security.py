@@ -666,3 +666,16 @@ def test_a_producer_quota_holds_within_ten_percent(secure):
             other.send("quota-topic", value)
         other.flush(60)
         assert 3_000_000 / (time.monotonic() - started) > 1.5 * quota
+
+
+def test_advertised_listeners_are_what_metadata_names(storage_root):
+    props = {"listeners": "PLAINTEXT://127.0.0.1:0,SSL_INT://127.0.0.1:0",
+             "listener.security.protocol.map": "SSL_INT:PLAINTEXT",
+             "advertised.listeners": "PLAINTEXT://localhost:19092"}
+    with EmbeddedBroker(storage_root, props) as broker:
+        addresses = broker.broker.listener_addresses
+        for name, want in (("PLAINTEXT", "localhost:19092"), ("SSL_INT", addresses["SSL_INT"])):
+            with Connection(addresses[name], timeout=10) as conn:
+                (told,) = conn.request(ApiKey.METADATA, {"topics": []})["brokers"]
+                assert f"{told['host']}:{told['port']}" == want
+        assert broker.broker.store.live_brokers()[0].port == 19092

@@ -261,8 +261,10 @@ class Broker:
         self.retention = RetentionManager(lambda: self.partitions.values(), self.run_io,
                                           self.config.retention_check_interval_ms)
         self.retention.start()
-        await self.run_io(self.store.register_broker,
-                          BrokerInfo(self.broker_id, self.host, self.port))
+        first = self.security.listeners[0]  # its advertised.listeners entry, if any
+        await self.run_io(self.store.register_broker, BrokerInfo(
+            self.broker_id, first.advertised_host or self.host,
+            first.advertised_port if first.advertised_host else self.port))
         if self.metrics is not None and self.config.metrics_port >= 0:
             port = self.metrics.serve(self.config.metrics_port, self.host)
             log.info("metrics on http://%s:%d/metrics", self.host, port)
