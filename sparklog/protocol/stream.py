@@ -35,8 +35,6 @@ def check_size(size: int, max_size: int) -> int:
 
 #: a message above this is received into a buffer that grows as its bytes arrive
 GROW_FROM = 1 << 20
-#: parts below this size are joined before a TLS send (one record instead of many)
-_TLS_JOIN_BELOW = 64 * 1024
 
 
 def recv_exact(sock: socket.socket, n: int) -> bytearray:
@@ -70,20 +68,12 @@ def send_message(sock: socket.socket, data) -> None:
 
 def send_parts(sock: socket.socket, parts: list) -> None:
     """Send byte strings back to back with vectored sends (no joining copy). A TLS
-    socket has no vectored send (and encrypts into new buffers anyway): small parts are
-    joined, large ones sent as they are."""
+    socket has no vectored send (and encrypts into new buffers anyway): the parts are
+    joined and written with one call, which releases the GIL once for the whole
+    message (a write per part would wait for the GIL again after each one, behind
+    the threads of the application)."""
     if isinstance(sock, ssl.SSLSocket):
-        batch = bytearray()
-        for part in parts:
-            if len(part) < _TLS_JOIN_BELOW:
-                batch += part
-                continue
-            if batch:
-                sock.sendall(batch)
-                batch = bytearray()
-            sock.sendall(part)
-        if batch:
-            sock.sendall(batch)
+        sock.sendall(b"".join(parts))
         return
     pending = [memoryview(p) for p in parts if len(p)]
     while pending:

@@ -19,7 +19,6 @@ handlers (:mod:`~sparklog.security.enforce`); it is never a global.
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import asdict, dataclass
 
 from ..errors import InvalidArgumentError
@@ -126,18 +125,21 @@ class AclAuthorizer:
         self.super_users = frozenset(super_users)
         self.allow_if_no_acl = allow_if_no_acl
         self._acls: list[AclBinding] = []
-        self._loaded = -REFRESH_SECONDS
+        self._doc = None
         self._lock = threading.Lock()
 
     # --- ACLs ---------------------------------------------------------------------------
     def acls(self, refresh: bool = False) -> list[AclBinding]:
-        """Every binding (re-read when older than :data:`REFRESH_SECONDS`)."""
+        """Every binding: the store's copy re-read in the background when older than
+        :data:`REFRESH_SECONDS` (at once with ``refresh``, off the event loop only)."""
+        if refresh:
+            self.store.forget("acls")
+        doc = self.store.cached("acls", REFRESH_SECONDS)
         with self._lock:
-            if refresh or time.monotonic() - self._loaded >= REFRESH_SECONDS:
-                doc = self.store.read("acls")
+            if doc is not self._doc:  # parse once per copy read
+                self._doc = doc
                 self._acls = [AclBinding(**b) for b in doc.get("acls", [])]
-                self._loaded = time.monotonic()
-            return list(self._acls)
+            return self._acls
 
     def add(self, bindings: list[AclBinding]) -> None:
         """Store bindings (those already present are kept once)."""

@@ -51,18 +51,16 @@ class QuotaManager:
 
     def __init__(self, store):
         self.store = store
-        self._doc: dict = {}
-        self._loaded = -REFRESH_SECONDS
         self._buckets: dict[tuple, list] = {}  # (kind, user, client) -> [tokens, when]
         self._lock = threading.Lock()
 
     def settings(self, refresh: bool = False) -> dict:
-        """``{entity type: {name: {quota: value}}}`` (re-read at most every second)."""
-        with self._lock:
-            if refresh or time.monotonic() - self._loaded >= REFRESH_SECONDS:
-                self._doc = self.store.read("quotas")
-                self._loaded = time.monotonic()
-            return self._doc
+        """``{entity type: {name: {quota: value}}}``: the store's copy re-read in the
+        background when older than :data:`REFRESH_SECONDS` (at once with ``refresh``,
+        off the event loop only)."""
+        if refresh:
+            self.store.forget("quotas")
+        return self.store.cached("quotas", REFRESH_SECONDS)
 
     def alter(self, entity_type: str, name: str, set_: dict, remove: list) -> None:
         """Set and remove quotas of one entity."""

@@ -89,6 +89,11 @@ class BrokerSecurity:
         self._secret = os.urandom(32)  # made-up salts of unknown users
         #: producer_byte_rate / consumer_byte_rate throttling
         self.quotas = QuotaManager(self.store)
+        # read now, not on the event loop's first request (then refreshed in the
+        # background: SecurityStore.cached)
+        self.quotas.settings()
+        if self.authorizer is not None and hasattr(self.authorizer, "acls"):
+            self.authorizer.acls()
         self._contexts = {lst.name: server_context(config, lst)
                           for lst in config.listeners if lst.tls}
 

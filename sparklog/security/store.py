@@ -16,7 +16,9 @@ the consumer offsets.
 from __future__ import annotations
 
 import json
+import logging
 import threading
+import time
 
 from ..coordination.base import CoordinationStore, cas_attempts
 from ..errors import CoordinationError
@@ -24,16 +26,47 @@ from .scram import HASHES, ScramCredential
 
 ZK_ROOT = "/sparklog/security"
 
+log = logging.getLogger(__name__)
+
 
 class SecurityStore:
     """Credentials and ACL documents over a coordination store (module docstring)."""
 
     def __init__(self, store: CoordinationStore):
-        self.store = store
         from ..coordination.zkstore import ZkCoordinationStore
 
+        self.store = store
         self._zk = store.client if isinstance(store, ZkCoordinationStore) else None
         self._lock = threading.Lock()
+        #: name -> [doc, read at (monotonic), refresh running]
+        self._cache: dict[str, list] = {}
+
+    def cached(self, name: str, max_age: float) -> dict:
+        """The document ``name`` as last read: read now the first time (or after
+        :meth:`forget`), else refreshed on a background thread once older than
+        ``max_age`` seconds, so that callers on the broker's event loop never wait
+        for the store (ZooKeeper) after the first read."""
+        entry = self._cache.get(name)
+        if entry is None:
+            entry = self._cache[name] = [self.read(name), time.monotonic(), False]
+        elif time.monotonic() - entry[1] >= max_age and not entry[2]:
+            entry[2] = True
+
+            def refresh():
+                try:
+                    entry[0] = self.read(name)
+                except Exception:  # noqa: BLE001 - keep the last copy; retried later
+                    log.warning("reading %s from the coordination store failed; the "
+                                "last copy is used", name, exc_info=True)
+                finally:
+                    entry[1], entry[2] = time.monotonic(), False
+            threading.Thread(target=refresh, name=f"sparklog-{name}-refresh",
+                             daemon=True).start()
+        return entry[0]
+
+    def forget(self, name: str) -> None:
+        """Drop the cached copy of ``name`` (after a change made here)."""
+        self._cache.pop(name, None)
 
     # --- documents ---------------------------------------------------------------------
     def read(self, name: str) -> dict:
