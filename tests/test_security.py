@@ -679,3 +679,29 @@ def test_advertised_listeners_are_what_metadata_names(storage_root):
                 (told,) = conn.request(ApiKey.METADATA, {"topics": []})["brokers"]
                 assert f"{told['host']}:{told['port']}" == want
         assert broker.broker.store.live_brokers()[0].port == 19092
+
+
+def test_scram_matches_the_rfc_7677_example():
+    """Both sides of SCRAM-SHA-256 reproduce RFC 7677's example exchange (user 'user',
+    password 'pencil'); the client's nonce and the server's are the RFC's."""
+    import base64
+
+    from sparklog.security.scram import ScramCredential, ScramServer
+
+    server_first = (b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
+                    b"s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096")
+    client_final = (b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
+                    b"p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")
+    server_final = b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
+    client = ScramClient("SCRAM-SHA-256", "user", "pencil")
+    client._nonce = "rOprNGfwEbeRWgbNEkqO"
+    client._first_bare = "n=user,r=rOprNGfwEbeRWgbNEkqO"
+    assert client.final(server_first) == client_final
+    client.verify(server_final)
+    credential = ScramCredential.create("SCRAM-SHA-256", "pencil",
+                                        salt=base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ=="))
+    server = ScramServer("SCRAM-SHA-256", lambda user: credential, b"secret")
+    server.step(b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO")
+    server._nonce = "rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0"
+    server._server_first = server_first.decode()
+    assert server.step(client_final) == server_final
