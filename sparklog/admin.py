@@ -17,7 +17,7 @@ import pyarrow as pa
 from .client.network import NetworkClient
 from .client.offsets import commit_request, fetch_committed, list_offsets
 from .client.types import OffsetAndTimestamp, PartitionInfo, TopicPartition
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, InvalidConfigError
 from .names import validate_group_id, validate_topic_name
 from .protocol.apis import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ApiKey
 from .protocol.codec import raise_for_error
@@ -197,12 +197,22 @@ def schema_to_spec(schema: pa.Schema) -> str:
 
 
 class Admin:
-    """Administrative operations; ``Admin(bootstrap_servers="host:port")``."""
+    """Administrative operations; ``Admin(bootstrap_servers="host:port")``; TLS and
+    SASL settings as kafka-python names them (``security_protocol``, ``ssl_cafile``,
+    ``sasl_mechanism`` ...: :mod:`sparklog.security.client`)."""
 
     def __init__(self, bootstrap_servers=None, *, client_id: str = "sparklog-admin",
-                 request_timeout_ms: int = 30000):
+                 request_timeout_ms: int = 30000, **security_configs):
+        from .security.client import CLIENT_SECURITY_DEFAULTS, ClientSecurity
+
+        unknown = set(security_configs) - set(CLIENT_SECURITY_DEFAULTS)
+        if unknown:
+            raise InvalidConfigError(f"unknown admin config(s) {sorted(unknown)}; known: "
+                                     "client_id, request_timeout_ms, "
+                                     f"{', '.join(CLIENT_SECURITY_DEFAULTS)}")
         self._client = NetworkClient(bootstrap_servers, client_id=client_id,
-                                     request_timeout_ms=request_timeout_ms)
+                                     request_timeout_ms=request_timeout_ms,
+                                     security=ClientSecurity.from_configs(security_configs))
         self._timeout_ms = request_timeout_ms
 
     # --- topics -----------------------------------------------------------------------
@@ -382,6 +392,74 @@ class Admin:
         return fetch_committed(self._client, validate_group_id(group_id), partitions)
 
     # --- lifecycle --------------------------------------------------------------------
+    # --- security (kafka-acls, kafka-configs --entity-type users) ---------------------
+    def create_acls(self, bindings) -> None:
+        """Add ACLs (:class:`~sparklog.security.acl.AclBinding` items)."""
+        resp = self._client.request(ApiKey.CREATE_ACLS, {
+            "creations": [b.to_dict() for b in bindings]})
+        for b, r in zip(bindings, resp["results"]):
+            raise_for_error(r, f"ACL {b}")
+
+    def describe_acls(self, acl_filter=None) -> list:
+        """The ACLs an :class:`~sparklog.security.acl.AclFilter` selects (all by
+        default)."""
+        from .security.acl import AclBinding, AclFilter
+
+        flt = acl_filter or AclFilter()
+        resp = self._client.request(ApiKey.DESCRIBE_ACLS, {"filter": vars(flt)})
+        return [AclBinding(**b) for b in resp["acls"]]
+
+    def delete_acls(self, filters) -> list:
+        """Remove the ACLs each filter selects; return those removed."""
+        from .security.acl import AclBinding
+
+        resp = self._client.request(ApiKey.DELETE_ACLS, {"filters": [vars(f) for f in filters]})
+        out = []
+        for r in resp["results"]:
+            raise_for_error(r, "delete ACLs")
+            out += [AclBinding(**b) for b in r["acls"]]
+        return out
+
+    def alter_user_scram_credentials(self, upsertions=(), deletions=()) -> None:
+        """Set SCRAM credentials: ``upsertions`` are ``(user, mechanism, password[,
+        iterations])``, ``deletions`` ``(user, mechanism)``. The broker salts and hashes
+        the password; it accepts one only over TLS or loopback."""
+        body = {"upsertions": [{"name": u[0], "mechanism": u[1], "password": u[2],
+                                "iterations": u[3] if len(u) > 3 else 4096}
+                               for u in upsertions],
+                "deletions": [{"name": u, "mechanism": m} for u, m in deletions]}
+        resp = self._client.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, body)
+        for r in resp["results"]:
+            raise_for_error(r, f"SCRAM credential of user {r['name']!r}")
+
+    def describe_user_scram_credentials(self, users=None) -> dict:
+        """``{user: [mechanisms]}`` (of the given users, default all)."""
+        resp = self._client.request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, {
+            "users": list(users) if users is not None else None})
+        out = {}
+        for r in resp["users"]:
+            raise_for_error(r, f"user {r['name']!r}")
+            out[r["name"]] = list(r["mechanisms"])
+        return out
+
+    def alter_client_quotas(self, entity_type: str, entity_name: str, set_=None,
+                            remove=()) -> None:
+        """Set (``{"producer_byte_rate": 1048576}``) and remove quotas of a user or a
+        client id (``entity_type`` ``users`` or ``clients``; ``<default>`` for all)."""
+        resp = self._client.request(ApiKey.ALTER_CLIENT_QUOTAS, {"entries": [{
+            "entity_type": entity_type, "entity_name": entity_name,
+            "set": dict(set_ or {}), "remove": list(remove)}]})
+        for r in resp["results"]:
+            raise_for_error(r, f"quotas of {entity_type} {entity_name!r}")
+
+    def describe_client_quotas(self, entity_type: str | None = None,
+                               entity_name: str | None = None) -> dict:
+        """``{(entity type, name): {quota: value}}``."""
+        resp = self._client.request(ApiKey.DESCRIBE_CLIENT_QUOTAS, {
+            "entity_type": entity_type, "entity_name": entity_name})
+        return {(e["entity_type"], e["entity_name"]): dict(e["values"])
+                for e in resp["entries"]}
+
     def close(self) -> None:
         """Close the connections."""
         self._client.close()

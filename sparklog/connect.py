@@ -31,8 +31,11 @@ class Session:
     """Clients bound to one cluster (see the module docstring). Closing the session
     closes the clients it made and releases its embedded broker."""
 
-    def __init__(self, bootstrap_servers: str, storage_uri: str | None = None):
+    def __init__(self, bootstrap_servers: str, storage_uri: str | None = None,
+                 client_configs: dict | None = None):
         self.bootstrap_servers = bootstrap_servers
+        #: configs every client of the session gets (TLS and SASL settings)
+        self.client_configs = dict(client_configs or {})
         self.storage_uri = storage_uri
         self._clients: list = []
         self._closed = False
@@ -61,16 +64,17 @@ class Session:
 
     def producer(self, **configs) -> Producer:
         """A :class:`~sparklog.writer.producer.Producer` (Kafka-named configs)."""
-        return self._track(Producer(self.bootstrap_servers, **configs))
+        return self._track(Producer(self.bootstrap_servers,
+                                    **{**self.client_configs, **configs}))
 
     def consumer(self, *topics, **configs) -> Consumer:
         """A :class:`~sparklog.reader.consumer.Consumer`, subscribed to ``topics`` if any."""
         return self._track(Consumer(*topics, bootstrap_servers=self.bootstrap_servers,
-                                    **configs))
+                                    **{**self.client_configs, **configs}))
 
     def admin(self, **kwargs) -> Admin:
         """An :class:`~sparklog.admin.Admin` client."""
-        return self._track(Admin(self.bootstrap_servers, **kwargs))
+        return self._track(Admin(self.bootstrap_servers, **{**self.client_configs, **kwargs}))
 
     def close(self) -> None:
         """Close the session's clients; stop the embedded broker if this was its last
@@ -100,10 +104,13 @@ class Session:
         self.close()
 
 
-def connect(target: str, *, broker_config: dict | None = None) -> Session:
+def connect(target: str, *, broker_config: dict | None = None,
+            client_configs: dict | None = None) -> Session:
     """A :class:`Session` on a storage URI (embedded broker) or on ``host:port[,...]``
     bootstrap servers. ``broker_config`` passes broker properties (Kafka names, e.g.
-    ``{"log.segment.bytes": 1 << 20}``) to a newly started embedded broker."""
+    ``{"log.segment.bytes": 1 << 20}``) to a newly started embedded broker;
+    ``client_configs`` go to every client of the session (``security_protocol``,
+    ``ssl_cafile``, ``sasl_mechanism`` ...: :mod:`sparklog.security.client`)."""
     if not isinstance(target, str) or not target.strip():
         raise InvalidArgumentError(
             f"connect() takes a storage URI (file:///path) or host:port, got {target!r}")
@@ -114,7 +121,7 @@ def connect(target: str, *, broker_config: dict | None = None) -> Session:
                 f"connect(): unknown scheme in {target!r}; use file://, hdfs://, "
                 "webhdfs:// for embedded mode or host:port for a cluster")
         servers = target.split("://", 1)[-1]
-        return Session(servers)
+        return Session(servers, client_configs=client_configs)
     from .storage.paths import storage_root
     from .writer.broker import EmbeddedBroker
 
@@ -125,7 +132,7 @@ def connect(target: str, *, broker_config: dict | None = None) -> Session:
             broker = EmbeddedBroker(uri, broker_config).start()
             entry = _EMBEDDED[uri] = [broker, 0]
         entry[1] += 1
-    return Session(entry[0].bootstrap_servers, uri)
+    return Session(entry[0].bootstrap_servers, uri, client_configs)
 
 
 class _CallableModule(types.ModuleType):

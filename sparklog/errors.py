@@ -295,6 +295,53 @@ class GroupIdNotFoundError(SparklogError):
     code = 69
 
 
+class TopicAuthorizationFailedError(SparklogError):
+    """The principal may not perform the operation on the topic; also what a principal
+    who may not describe a topic is told whether or not it exists (Kafka:
+    TOPIC_AUTHORIZATION_FAILED)."""
+
+    code = 29
+
+
+class GroupAuthorizationFailedError(SparklogError):
+    """The principal may not use the consumer group (Kafka: GROUP_AUTHORIZATION_FAILED)."""
+
+    code = 30
+
+
+class ClusterAuthorizationFailedError(SparklogError):
+    """The principal may not perform the cluster operation (Kafka:
+    CLUSTER_AUTHORIZATION_FAILED)."""
+
+    code = 31
+
+
+class UnsupportedSaslMechanismError(SparklogError):
+    """The listener does not offer the SASL mechanism asked for (Kafka:
+    UNSUPPORTED_SASL_MECHANISM)."""
+
+    code = 33
+
+
+class IllegalSaslStateError(SparklogError):
+    """A SASL request out of turn (Kafka: ILLEGAL_SASL_STATE)."""
+
+    code = 34
+
+
+class SecurityDisabledError(SparklogError):
+    """A security API while no authorizer is configured (Kafka: SECURITY_DISABLED)."""
+
+    code = 54
+
+
+class SaslAuthenticationFailedError(SparklogError):
+    """Wrong or unknown credentials (Kafka: SASL_AUTHENTICATION_FAILED); the broker
+    closes the connection after answering."""
+
+    code = 58
+
+
 #: Kafka's names of the error codes sparklog uses (metrics labels, log lines)
 KAFKA_ERROR_NAMES = {
     -1: "UNKNOWN_SERVER_ERROR", 1: "OFFSET_OUT_OF_RANGE", 2: "CORRUPT_MESSAGE",
@@ -306,7 +353,9 @@ KAFKA_ERROR_NAMES = {
     47: "INVALID_PRODUCER_EPOCH",
     24: "INVALID_GROUP_ID", 37: "INVALID_PARTITIONS", 44: "POLICY_VIOLATION", 51: "CONCURRENT_TRANSACTIONS", 56: "KAFKA_STORAGE_ERROR",
     68: "NON_EMPTY_GROUP", 69: "GROUP_ID_NOT_FOUND", 74: "FENCED_LEADER_EPOCH",
-    87: "INVALID_RECORD",
+    87: "INVALID_RECORD", 29: "TOPIC_AUTHORIZATION_FAILED", 30: "GROUP_AUTHORIZATION_FAILED",
+    31: "CLUSTER_AUTHORIZATION_FAILED", 33: "UNSUPPORTED_SASL_MECHANISM",
+    34: "ILLEGAL_SASL_STATE", 54: "SECURITY_DISABLED", 58: "SASL_AUTHENTICATION_FAILED",
 }
 
 

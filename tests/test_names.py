@@ -294,26 +294,6 @@ def test_cli_warns_on_dot_or_underscore_like_kafka_topics(broker):
     assert "WARNING: due to limitations in metric names" in proc.stderr.decode()
 
 
-# --- unauthenticated listeners -------------------------------------------------------
-
-
-def test_non_loopback_listener_without_authentication_is_warned(caplog):
-    from sparklog.writer.broker.broker import _warn_unauthenticated
-
-    wide, loop = socket.socket(), socket.socket()
-    try:
-        wide.bind(("0.0.0.0", 0))  # bound, never listening
-        loop.bind(("127.0.0.1", 0))
-        with caplog.at_level(logging.WARNING, logger="sparklog.writer.broker.broker"):
-            _warn_unauthenticated([loop])
-            assert not caplog.records
-            _warn_unauthenticated([wide])
-        assert "no authentication" in caplog.text and "0.0.0.0" in caplog.text
-    finally:
-        wide.close()
-        loop.close()
-
-
 def test_offsets_stored_under_a_raw_group_id_by_older_versions_are_kept(storage_root):
     """Before escaping, group 'app:prod' lived in groups/app:prod: its offsets are read
     from there, and the first commit moves them to the escaped name (nothing lost)."""

@@ -95,6 +95,9 @@ async def _serve(storage: str, props: dict) -> int:
         await broker.stop()
         raise
     print(f"sparklog broker {broker.broker_id} listening on {address}", flush=True)
+    for listener in broker.security.listeners[1:]:
+        print(f"listener {listener.name} ({listener.protocol}) on "
+              f"{broker.listener_addresses[listener.name]}", flush=True)
     await stop.wait()
     await broker.stop()
     return 0

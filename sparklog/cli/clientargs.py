@@ -4,6 +4,11 @@
 ``SPARKLOG_BOOTSTRAP_SERVERS`` environment variable, else ``127.0.0.1:9092``), or a
 storage URI (``file:///path``) to run an embedded broker for the command's duration.
 ``--property key=value`` options are Kafka's console-tool properties.
+``--command-config FILE`` is a client properties file, as Kafka's tools take it:
+``security.protocol``, ``ssl.truststore.location`` (a PEM CA file),
+``ssl.keystore.location`` (a PEM file with the client's key and certificate),
+``ssl.key.password``, ``sasl.mechanism`` and ``sasl.jaas.config`` (its ``username``
+and ``password``), or kafka-python's names (``ssl.cafile``, ``sasl.plain.username`` ...).
 """
 
 from __future__ import annotations
@@ -22,6 +27,10 @@ def add_bootstrap(parser) -> None:
         default=os.environ.get("SPARKLOG_BOOTSTRAP_SERVERS", DEFAULT_BOOTSTRAP),
         help="broker address(es), or a storage URI (file:///path) for an embedded broker "
              "(default $SPARKLOG_BOOTSTRAP_SERVERS or %(default)s)")
+    parser.add_argument(
+        "--command-config", dest="command_config", metavar="FILE", default=None,
+        help="client properties file: security.protocol, ssl.truststore.location, "
+             "sasl.mechanism, sasl.jaas.config ... (TLS and SASL)")
 
 
 def add_topic(parser, required: bool = True) -> None:
@@ -112,8 +121,26 @@ def unescape(text: str) -> str:
     return text.encode("latin-1", "backslashreplace").decode("unicode_escape")
 
 
+def command_config(args) -> dict:
+    """The client configs of ``--command-config`` ({} without it)."""
+    path = getattr(args, "command_config", None)
+    if not path:
+        return {}
+    from ..writer.broker.config import parse_properties
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot read --command-config {path}: {exc}") from None
+    from ..security.client import security_properties
+
+    return security_properties(parse_properties(text, path), what=f"--command-config {path}")
+
+
 def session(args):
-    """A :class:`sparklog.connect.Session` for ``--bootstrap-server``."""
+    """A :class:`sparklog.connect.Session` for ``--bootstrap-server`` (and
+    ``--command-config``)."""
     from ..connect import connect
 
-    return connect(args.bootstrap_server)
+    return connect(args.bootstrap_server, client_configs=command_config(args))

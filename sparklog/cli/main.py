@@ -20,8 +20,8 @@ from ..errors import SparklogError
 LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
 
 #: Sub-command modules, in the order ``sparklog --help`` lists them.
-COMMAND_MODULES = ["topics", "produce", "consume", "groups", "broker", "dump_log", "compact",
-                   "etl", "quickstart", "spark_jar", "classpath"]
+COMMAND_MODULES = ["topics", "produce", "consume", "groups", "acls", "configs", "broker",
+                   "dump_log", "compact", "etl", "quickstart", "spark_jar", "classpath"]
 
 
 def build_parser() -> argparse.ArgumentParser:

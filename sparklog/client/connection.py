@@ -62,12 +62,13 @@ class BrokerConnection:
 
     ``request_timeout_ms`` bounds how long a request may wait for its response (a fetch
     adds its own ``max_wait_ms``); ``node_id`` is the broker id (-1 for a bootstrap
-    address not yet identified).
+    address not yet identified); ``security`` (a
+    :class:`~sparklog.security.client.ClientSecurity`) adds TLS and SASL.
     """
 
     def __init__(self, host: str, port: int, *, node_id: int = -1, client_id: str = "",
                  max_in_flight: int = 5, request_timeout_ms: int = 30000,
-                 connect_timeout_ms: int = 10000):
+                 connect_timeout_ms: int = 10000, security=None):
         self.host = host
         self.port = int(port)
         self.node_id = node_id
@@ -82,13 +83,17 @@ class BrokerConnection:
         self._closed = False
         self._announced = 0  # size of a response being received
         self._error: SparklogError | None = None
-        try:
-            self._sock = socket.create_connection((host, self.port),
-                                                  timeout=connect_timeout_ms / 1000.0)
-        except OSError as exc:
-            raise BrokerNotAvailableError(
-                f"cannot connect to broker {host}:{port}: {exc.strerror or exc}") from None
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if security is not None:  # TLS and SASL before the reader starts
+            self._sock = security.connect(host, self.port, connect_timeout_ms / 1000.0,
+                                          client_id)
+        else:
+            try:
+                self._sock = socket.create_connection((host, self.port),
+                                                      timeout=connect_timeout_ms / 1000.0)
+            except OSError as exc:
+                raise BrokerNotAvailableError(
+                    f"cannot connect to broker {host}:{port}: {exc.strerror or exc}") from None
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock.settimeout(None)  # deadlines are enforced by the watchdog thread
         self._reader = threading.Thread(
             target=self._read_loop, name=f"sparklog-conn-{host}:{port}", daemon=True)

@@ -73,8 +73,10 @@ class NetworkClient:
                  request_timeout_ms: int = 30000, max_in_flight: int = 5,
                  retry_backoff_ms: int = 100, metadata_max_age_ms: int = 300000,
                  connect_timeout_ms: int = 10000, reconnect_backoff_ms: int = 50,
-                 reconnect_backoff_max_ms: int = 1000):
+                 reconnect_backoff_max_ms: int = 1000, security=None):
         self.bootstrap = parse_bootstrap_servers(bootstrap_servers)
+        #: TLS and SASL of every connection (sparklog.security.client.ClientSecurity)
+        self.security = security
         self.client_id = validate_client_id(client_id)
         self.request_timeout_ms = int(request_timeout_ms)
         self.max_in_flight = int(max_in_flight)
@@ -110,7 +112,8 @@ class NetworkClient:
             conn = BrokerConnection(host, port, node_id=node_id, client_id=self.client_id,
                                     max_in_flight=self.max_in_flight,
                                     request_timeout_ms=self.request_timeout_ms,
-                                    connect_timeout_ms=self.connect_timeout_ms)
+                                    connect_timeout_ms=self.connect_timeout_ms,
+                                    security=self.security)
         except BrokerNotAvailableError as exc:
             backoff = min(self.reconnect_backoff_max, self.reconnect_backoff * 2 ** failures)
             with self._lock:

@@ -43,7 +43,8 @@ def _retry(max_tries: int):
 
 
 def connect_zk(connect: str, *, session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
-               connection_timeout_ms: int | None = None, create_layout: bool = True):
+               connection_timeout_ms: int | None = None, create_layout: bool = True,
+               security: dict | None = None):
     """Return a started :class:`kazoo.client.KazooClient` rooted at the connect string's
     chroot.
 
@@ -51,6 +52,8 @@ def connect_zk(connect: str, *, session_timeout_ms: int = DEFAULT_SESSION_TIMEOU
     top-level nodes of :mod:`sparklog.coordination.zkpaths` too. CoordinationError names
     the connect string when no server answers within ``connection_timeout_ms``
     (default: the session timeout); InvalidConfigError when the string is malformed.
+    ``security`` adds KazooClient's ``auth_data`` and ``default_acl``
+    (:func:`sparklog.security.zkacl.kazoo_security`: ``zookeeper.set.acl``).
     """
     from kazoo.client import KazooClient
     from kazoo.exceptions import KazooException
@@ -63,7 +66,8 @@ def connect_zk(connect: str, *, session_timeout_ms: int = DEFAULT_SESSION_TIMEOU
 
     def start(target: str):
         client = KazooClient(hosts=target, timeout=session_timeout_ms / 1000.0,
-                             connection_retry=_retry(-1), command_retry=_retry(5))
+                             connection_retry=_retry(-1), command_retry=_retry(5),
+                             **(security or {}))
         try:
             client.start(timeout=connection_timeout_ms / 1000.0)
         except (KazooTimeoutError, KazooException) as exc:

@@ -74,7 +74,9 @@ class ZkCoordinationStore(CoordinationStore):
     ``topic_store``: the storage's :class:`~sparklog.metadata.TopicStore` (the
     controller deletes topics from it and registers storage topics missing in ZooKeeper);
     ``session_timeout_ms``: ``zookeeper.session.timeout.ms``;
-    ``auto_leader_rebalance``: the controller's ``auto.leader.rebalance.enable``.
+    ``auto_leader_rebalance``: the controller's ``auto.leader.rebalance.enable``;
+    ``security``: ZooKeeper authentication and node ACLs (``zookeeper.set.acl``:
+    :mod:`sparklog.security.zkacl`).
     """
 
     assigns_leaders = True  # the controller's (see CoordinationStore)
@@ -82,13 +84,14 @@ class ZkCoordinationStore(CoordinationStore):
     def __init__(self, connect: str, *, topic_store=None,
                  session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
                  connection_timeout_ms: int | None = None,
-                 auto_leader_rebalance: bool = True):
+                 auto_leader_rebalance: bool = True, security: dict | None = None):
         self.connect = connect
         self.session_timeout_ms = session_timeout_ms
         self.topic_store = topic_store
         self.auto_leader_rebalance = auto_leader_rebalance
         self.client = connect_zk(connect, session_timeout_ms=session_timeout_ms,
-                                 connection_timeout_ms=connection_timeout_ms)
+                                 connection_timeout_ms=connection_timeout_ms,
+                                 security=security)
         self.view = ClusterView(self.client)
         self.controller: Controller | None = None
         self._broker: BrokerInfo | None = None

@@ -36,13 +36,22 @@ class ApiKey(enum.IntEnum):
     LEAVE_GROUP = 13
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    SASL_AUTHENTICATE = 36
     DELETE_GROUPS = 42
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_LOG = 1000
 
 
@@ -66,11 +75,31 @@ def _with_err(fields: dict) -> dict:
 
 
 _CONFIG_VALUE = OneOf(str, int, float, bool)
+#: an ACL binding (the filter form has every field optional: Opt(..., None))
+_ACL = {"principal": str, "host": str, "operation": str, "permission": str,
+        "resource_type": str, "resource_name": str, "pattern_type": Opt(str, "LITERAL")}
+_ACL_FILTER = {k: Opt(str, None) for k in _ACL}
 _TOPIC_PARTITIONS = [{"name": str, "partitions": [int]}]
 
 #: api key -> request body spec
 REQUESTS: dict[int, dict] = {
     ApiKey.API_VERSIONS: {},
+    ApiKey.SASL_HANDSHAKE: {"mechanism": str},
+    ApiKey.SASL_AUTHENTICATE: {"auth_bytes": bytes},
+    ApiKey.DESCRIBE_ACLS: {"filter": _ACL_FILTER},
+    ApiKey.CREATE_ACLS: {"creations": [_ACL]},
+    ApiKey.DELETE_ACLS: {"filters": [_ACL_FILTER]},
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: {"users": Opt([str], None)},  # None = all
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: {"entity_type": Opt(str, None), "entity_name": Opt(str, None)},
+    ApiKey.ALTER_CLIENT_QUOTAS: {"entries": [{
+        "entity_type": str, "entity_name": str,            # users|clients, <default>
+        "set": Opt(MapOf(str, OneOf(int, float)), {}), "remove": Opt([str], [])}]},
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: {
+        # upsertions carry the password: the broker salts and hashes it (over TLS only)
+        "upsertions": Opt([{"name": str, "mechanism": str, "password": str,
+                            "iterations": Opt(int, 4096)}], []),
+        "deletions": Opt([{"name": str, "mechanism": str}], []),
+    },
     ApiKey.METADATA: {
         "topics": Opt([str], None),          # None = every topic
         "allow_auto_topic_creation": Opt(bool, False),
@@ -179,6 +208,19 @@ _PARTITION_ERR = {"partition": int, **_ERR}
 
 #: api key -> response body spec
 RESPONSES: dict[int, dict] = {
+    ApiKey.SASL_HANDSHAKE: _with_err({"mechanisms": [str]}),
+    ApiKey.SASL_AUTHENTICATE: _with_err({"auth_bytes": Opt(bytes, b""),
+                                         "session_lifetime_ms": Opt(int, 0)}),
+    ApiKey.DESCRIBE_ACLS: _with_err({"acls": [_ACL]}),
+    ApiKey.CREATE_ACLS: _with_err({"results": [dict(_ERR)]}),
+    ApiKey.DELETE_ACLS: _with_err({"results": [_with_err({"acls": [_ACL]})]}),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: _with_err({"entries": [{
+        "entity_type": str, "entity_name": str, "values": MapOf(str, OneOf(int, float))}]}),
+    ApiKey.ALTER_CLIENT_QUOTAS: _with_err({"results": [_with_err({
+        "entity_type": str, "entity_name": str})]}),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _with_err({
+        "users": [_with_err({"name": str, "mechanisms": [str]})]}),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _with_err({"results": [_with_err({"name": str})]}),
     ApiKey.API_VERSIONS: _with_err({
         "api_versions": [[int]],              # [api_key, min_version, max_version]
         "broker_id": Opt(int, -1),
@@ -225,6 +267,7 @@ RESPONSES: dict[int, dict] = {
                 "log_start_offset": Opt(int, -1),
             }],
         }],
+        "throttle_time_ms": Opt(int, 0),        # a quota delayed this connection
     }),
     ApiKey.FETCH: _with_err({
         "topics": [{
@@ -236,6 +279,7 @@ RESPONSES: dict[int, dict] = {
                 "records": bytes,               # whole frames from the one holding fetch_offset
             }],
         }],
+        "throttle_time_ms": Opt(int, 0),        # a quota delayed this connection
     }),
     ApiKey.LIST_OFFSETS: _with_err({
         "topics": [{

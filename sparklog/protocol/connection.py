@@ -53,7 +53,8 @@ def parse_address(address: str, default_port: int = 9092) -> tuple[str, int]:
 
 
 class Connection:
-    """One TCP connection to a broker.
+    """One TCP connection to a broker (TLS and SASL when given ``security``, a
+    :class:`~sparklog.security.client.ClientSecurity`).
 
     ``send`` writes a request and returns its correlation id without waiting; ``receive``
     returns the next response body (in request order); ``request`` does both and raises
@@ -61,11 +62,17 @@ class Connection:
     """
 
     def __init__(self, address: str, *, client_id: str = "sparklog", timeout: float = 30.0,
-                 max_response_bytes: int = DEFAULT_MAX_REQUEST_BYTES + (1 << 20)):
+                 max_response_bytes: int = DEFAULT_MAX_REQUEST_BYTES + (1 << 20),
+                 security=None):
         self.address = address
         self.client_id = validate_client_id(client_id)
         self.max_response_bytes = max_response_bytes
         host, port = parse_address(address)
+        if security is not None:  # a sparklog.security.client.ClientSecurity: TLS, SASL
+            self.sock = security.connect(host, port, timeout, self.client_id)
+            self._ids = itertools.count(1)
+            self._pending: collections.deque = collections.deque()
+            return
         try:
             self.sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 
 from ..errors import InvalidArgumentError, RecordTooLargeError
 from .codec import SIZE, DEFAULT_MAX_REQUEST_BYTES
@@ -61,7 +62,14 @@ def recv_message(sock: socket.socket, max_size: int = DEFAULT_MAX_REQUEST_BYTES)
 
 
 def send_parts(sock: socket.socket, parts: list) -> None:
-    """Send byte strings back to back with vectored sends (no joining copy)."""
+    """Send byte strings back to back with vectored sends (no joining copy). A TLS
+    socket has no vectored send (and encrypts into new buffers anyway): the parts are
+    joined and written with one call, which releases the GIL once for the whole
+    message (a write per part would wait for the GIL again after each one, behind
+    the threads of the application)."""
+    if isinstance(sock, ssl.SSLSocket):
+        sock.sendall(b"".join(parts))
+        return
     pending = [memoryview(p) for p in parts if len(p)]
     while pending:
         n = sock.sendmsg(pending[:512])

@@ -22,6 +22,8 @@ InvalidConfigError. Not thread-safe (as Kafka's consumer): one thread polls.
 
 from __future__ import annotations
 
+from ..security.client import CLIENT_SECURITY_DEFAULTS, ClientSecurity
+
 import itertools
 import logging
 import re
@@ -78,6 +80,7 @@ DEFAULT_CONFIG = {
     "max_poll_interval_ms": 300000,
     "group_membership": None,
     "zookeeper_connect": None,  # group_membership="zookeeper": Kafka 0.8's ZooKeeper groups
+    **CLIENT_SECURITY_DEFAULTS,  # security_protocol, ssl_*, sasl_*
 }
 
 
@@ -108,7 +111,8 @@ class Consumer:
             retry_backoff_ms=cfg["retry_backoff_ms"],
             metadata_max_age_ms=cfg["metadata_max_age_ms"],
             reconnect_backoff_ms=cfg["reconnect_backoff_ms"],
-            reconnect_backoff_max_ms=cfg["reconnect_backoff_max_ms"])
+            reconnect_backoff_max_ms=cfg["reconnect_backoff_max_ms"],
+            security=ClientSecurity.from_configs(cfg))
         self._cond = threading.Condition()
         self._states: dict[TopicPartition, TopicPartitionState] = {}
         self._fetcher = Fetcher(

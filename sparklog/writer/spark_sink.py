@@ -50,8 +50,18 @@ def producer_configs(options: dict) -> dict:
     settings are ignored, as they configure Kafka's client, not this one)."""
     from .producer.producer import DEFAULT_CONFIG
 
+    from ..security.client import security_properties
+
     out = {"enable_idempotence": True, "acks": "all"}
+    # TLS and SASL: Kafka's Java names (kafka.ssl.truststore.location,
+    # kafka.sasl.jaas.config ...) or kafka-python's (kafka.ssl.cafile ...)
+    out.update(security_properties(
+        {k[len("kafka."):]: v for k, v in options.items() if k.startswith("kafka.")},
+        what="sparklog sink options", strict=False))
     for key, raw in options.items():
+        if key[len("kafka."):].replace(".", "_") in out and key.startswith(
+                ("kafka.ssl.", "kafka.sasl.", "kafka.security.")):
+            continue
         if not key.startswith("kafka.") or key == "kafka.bootstrap.servers":
             continue
         name = key[len("kafka."):].replace(".", "_")
@@ -137,7 +147,10 @@ class SparklogWriter(DataSourceArrowWriter):
             return {}
         from ..admin import Admin
 
-        with Admin(self.servers, client_id="sparklog-spark-writer") as admin:
+        from ..security.client import CLIENT_SECURITY_DEFAULTS
+
+        security = {k: v for k, v in self.configs.items() if k in CLIENT_SECURITY_DEFAULTS}
+        with Admin(self.servers, client_id="sparklog-spark-writer", **security) as admin:
             (desc,) = admin.describe_topics([self.topic])
         return {self.topic: desc.schema}
 

@@ -23,14 +23,18 @@ _ATTEMPTS = 3
 
 class BrokerCatalog(Catalog):
     """A catalog asking the broker(s) at ``bootstrap_servers``; ``storage_root``
-    overrides the root the broker reports."""
+    overrides the root the broker reports; ``security`` holds TLS and SASL client
+    configs (kafka-python's names)."""
 
-    def __init__(self, bootstrap_servers: str, storage_root: str | None = None):
+    def __init__(self, bootstrap_servers: str, storage_root: str | None = None, *,
+                 security: dict | None = None):
         from ...admin import Admin
         from ...client.network import NetworkClient
+        from ...security.client import ClientSecurity
 
-        self.admin = Admin(bootstrap_servers, client_id=_CLIENT_ID)
-        self.client = NetworkClient(bootstrap_servers, client_id=_CLIENT_ID)
+        self.admin = Admin(bootstrap_servers, client_id=_CLIENT_ID, **(security or {}))
+        self.client = NetworkClient(bootstrap_servers, client_id=_CLIENT_ID,
+                                    security=ClientSecurity.from_configs(security))
         self.storage_options = {}
         self._root = storage_root
         self._configs: dict = {}

@@ -122,6 +122,10 @@ class SourceOptions:
     max_offsets_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
     group_id: str | None = None
+    #: TLS and SASL of the broker connection, from ``kafka.security.protocol``,
+    #: ``kafka.ssl.truststore.location``, ``kafka.sasl.jaas.config`` ... (kafka-python's
+    #: names: :mod:`sparklog.security.client`)
+    security: dict = field(default_factory=dict, repr=False)
 
 
 # --- small parsers --------------------------------------------------------------------
@@ -293,6 +297,16 @@ def _check_spec_topics(spec: OffsetSpec, sub: Subscription, name: str) -> None:
                 f"option {name} names {t}-{p}, which is not in the subscription ({sub.describe()})")
 
 
+def _security(options) -> dict:
+    """The client security configs among the ``kafka.*`` options (names as given:
+    values such as file paths keep their case)."""
+    from ...security.client import security_properties
+
+    return security_properties({str(k)[len("kafka."):]: v for k, v in dict(options or {})
+                                .items() if str(k).lower().startswith("kafka.")},
+                               what="sparklog source options", strict=False)
+
+
 def parse_options(options, *, streaming: bool | None = False) -> SourceOptions:
     """Check and parse the options of a read: ``streaming`` True for readStream, False
     for read, None to skip the checks that depend on the mode (schema inference)."""
@@ -343,4 +357,5 @@ def parse_options(options, *, streaming: bool | None = False) -> SourceOptions:
         max_offsets_per_trigger=_positive(opts, "maxOffsetsPerTrigger"),
         max_bytes_per_trigger=_positive(opts, "maxBytesPerTrigger"),
         group_id=str(group) if group else None,
+        security=_security(options),
     )

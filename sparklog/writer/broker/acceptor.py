@@ -62,8 +62,15 @@ class Acceptor:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, protocol_factory, host: str,
                  port: int, *, max_connections: int, max_connections_per_ip: int,
-                 backlog: int = 128):
+                 backlog: int = 128, ssl=None, ssl_handshake_timeout: float | None = None,
+                 per_ip_overrides: dict | None = None):
         self.loop = loop
+        #: TLS context of an SSL/SASL_SSL listener (None: plaintext); a client must
+        #: finish the TLS handshake within ``ssl_handshake_timeout`` seconds
+        self.ssl = ssl
+        self.ssl_handshake_timeout = ssl_handshake_timeout
+        #: ``max.connections.per.ip.overrides``: host -> its own limit
+        self.per_ip_overrides = per_ip_overrides or {}
         self.protocol_factory = protocol_factory
         self.max_connections = max_connections
         self.max_connections_per_ip = max_connections_per_ip
@@ -151,11 +158,11 @@ class Acceptor:
                 return
             self._backoff = _MIN_BACKOFF
             ip = str(peer[0]) if isinstance(peer, tuple) else str(peer)
-            if self.per_ip.get(ip, 0) >= self.max_connections_per_ip:
+            limit = self.per_ip_overrides.get(ip, self.max_connections_per_ip)
+            if self.per_ip.get(ip, 0) >= limit:
                 self._ip_log.warning(
                     "refusing a connection from %s: it has %d open "
-                    "(max.connections.per.ip=%d)", ip, self.per_ip[ip],
-                    self.max_connections_per_ip)
+                    "(max.connections.per.ip=%d)", ip, self.per_ip.get(ip, 0), limit)
                 conn.close()
                 continue
             self.open += 1
@@ -165,13 +172,19 @@ class Acceptor:
     async def _connect(self, conn: socket.socket, ip: str) -> None:
         try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            await self.loop.connect_accepted_socket(self.protocol_factory, conn)
+            if self.ssl is None:
+                await self.loop.connect_accepted_socket(self.protocol_factory, conn)
+            else:  # the protocol starts once the TLS handshake succeeded
+                await self.loop.connect_accepted_socket(
+                    self.protocol_factory, conn, ssl=self.ssl,
+                    ssl_handshake_timeout=self.ssl_handshake_timeout)
         except BaseException as exc:  # the connection never started: count it out
             conn.close()
             self.on_closed(ip)
             if not isinstance(exc, (OSError, asyncio.CancelledError)):
                 raise
-            log.warning("connection from %s failed to start: %s", ip, exc)
+            log.warning("connection from %s failed to start%s: %s", ip,
+                        " (TLS handshake)" if self.ssl is not None else "", exc)
 
 
 __all__ = ["Acceptor", "RateLimitedLog"]

@@ -42,6 +42,8 @@ from ...retention.manager import RetentionManager
 from ...storage import FileIO, open_fileio
 from ...storage.paths import storage_root, url_scheme
 from . import server
+from ...security.api import SecurityApis
+from ...security.enforce import authorize
 from .acceptor import Acceptor
 from .config import BrokerConfig
 from .context import RequestContext
@@ -60,25 +62,6 @@ log = logging.getLogger(__name__)
 _NO_ERROR = {"error_code": 0, "error_message": ""}
 
 
-def _warn_unauthenticated(sockets) -> None:
-    """Log a WARNING for every listening socket not bound to a loopback address: the
-    broker has no authentication yet, so every client reaching it may create, read and
-    delete any topic and group."""
-    import ipaddress
-
-    for sock in sockets:
-        host = sock.getsockname()[0]
-        try:
-            loopback = ipaddress.ip_address(host.split("%")[0]).is_loopback
-        except ValueError:
-            loopback = False
-        if not loopback:
-            log.warning("listener %s is not a loopback address and sparklog has no "
-                        "authentication yet: every client that can reach it may create, "
-                        "read and delete any topic and group; bind 127.0.0.1 or restrict "
-                        "access with a firewall", host)
-
-
 class Broker:
     """A sparklog broker serving ``storage_uri`` (see the module docstring).
 
@@ -87,12 +70,15 @@ class Broker:
     local store); ``fileio`` the storage (default: opened from ``storage_uri``);
     ``metrics`` turns the Prometheus metrics on; ``refusal_log_level`` is the logging
     level of refused partition writes (WARNING; an embedded broker, whose in-process
-    client reports each refusal to its caller, uses DEBUG).
+    client reports each refusal to its caller, uses DEBUG); ``authorizer`` replaces the
+    ACL authorizer ``authorizer.class.name`` configures (see
+    :class:`~sparklog.security.session.BrokerSecurity`).
     """
 
     def __init__(self, storage_uri: str, config: BrokerConfig | None = None, *,
                  store: CoordinationStore | None = None, fileio: FileIO | None = None,
-                 metrics: bool = True, refusal_log_level: int = logging.WARNING):
+                 metrics: bool = True, refusal_log_level: int = logging.WARNING,
+                 authorizer=None):
         if not isinstance(storage_uri, str) or not storage_uri:
             raise InvalidArgumentError(
                 f"storage URI must be a non-empty string, got {storage_uri!r}")
@@ -104,12 +90,22 @@ class Broker:
         if store is None and self.config.zookeeper_connect:  # cluster mode
             from ...coordination.zkstore import ZkCoordinationStore
 
+            zk_security = None
+            if self.config.zookeeper_set_acl or self.config.zookeeper_digest_credentials:
+                from ...security.zkacl import kazoo_security
+
+                zk_security = kazoo_security(self.config.zookeeper_digest_credentials)
             store = ZkCoordinationStore(
-                self.config.zookeeper_connect, topic_store=self.topics,
+                self.config.zookeeper_connect, topic_store=self.topics, security=zk_security,
                 session_timeout_ms=self.config.zookeeper_session_timeout_ms,
                 connection_timeout_ms=self.config.zookeeper_connection_timeout_ms or None,
                 auto_leader_rebalance=self.config.auto_leader_rebalance_enable)
         self.store = store or LocalCoordinationStore(self.storage_uri, self.fileio)
+        from ...security.session import BrokerSecurity
+
+        #: listeners, TLS, SASL, credentials and the authorizer (sparklog.security)
+        self.security = BrokerSecurity(self.config.security, self.store,
+                                       authorizer=authorizer)
         self.metrics = None
         if metrics:
             try:
@@ -141,7 +137,8 @@ class Broker:
             self.metrics.watch_logs(lambda: list(self.partitions.writers.values()), self.store)
         self.stopping = False
         self.host, self.port = self.config.listen_host_port
-        self._server: Acceptor | None = None
+        self._server: Acceptor | None = None  # the first listener's
+        self._servers: list[Acceptor] = []
         self.connections: set = set()
         self.budget: server.ByteBudget | None = None
         self._stopped: asyncio.Event | None = None
@@ -200,13 +197,18 @@ class Broker:
                 continue
             served.append(tc)
         opened = await self.partitions.recover_existing(served)
-        self._server = Acceptor(
-            self.loop, server.protocol_factory(self, lambda r: self._server.on_closed(r.peer_ip)),
-            self.host, self.port, max_connections=self.partitions.limits.max_connections,
-            max_connections_per_ip=self.config.max_connections_per_ip)
+        for lst in self.security.listeners:
+            try:
+                self._servers.append(self._listen(lst))
+            except BaseException:
+                for acceptor in self._servers:
+                    acceptor.close()
+                raise
+        self._server = self._servers[0]
         self.host, self.port = self._server.address
-        self._server.start()
-        _warn_unauthenticated([self._server.sock])
+        for acceptor in self._servers:
+            acceptor.start()
+        self.security.warn_unauthenticated()
         if self.leadership is not None:
             self.leadership.start()
         self.retention = RetentionManager(lambda: self.partitions.writers.values(),
@@ -216,8 +218,10 @@ class Broker:
             if self.metrics is not None:
                 self.metrics.registry.register(self.cleaner)
             self.cleaner.start()
-        await self.run_io(self.store.register_broker,
-                          BrokerInfo(self.broker_id, self.host, self.port))
+        first = self.security.listeners[0]  # its advertised.listeners entry, if any
+        await self.run_io(self.store.register_broker, BrokerInfo(
+            self.broker_id, first.advertised_host or self.host,
+            first.advertised_port if first.advertised_host else self.port))
         if self.metrics is not None and self.config.metrics_port >= 0:
             port = self.metrics.serve(self.config.metrics_port, self.host)
             log.info("metrics on http://%s:%d/metrics", self.host, port)
@@ -226,17 +230,49 @@ class Broker:
                  len(names), time.monotonic() - started)
         return self.address
 
+    def _listen(self, listener) -> Acceptor:
+        """Bind one listener (its TLS context, its own connection count)."""
+        holder: list[Acceptor] = []
+        acceptor = Acceptor(
+            self.loop, server.protocol_factory(self, lambda r: holder[0].on_closed(r.peer_ip),
+                                               listener),
+            listener.host, listener.port, max_connections=self.partitions.limits.max_connections,
+            max_connections_per_ip=self.config.max_connections_per_ip,
+            ssl=self.security.ssl_context(listener),
+            ssl_handshake_timeout=self.security.authentication_timeout(listener),
+            per_ip_overrides=self.security.config.per_ip_overrides())
+        holder.append(acceptor)
+        return acceptor
+
+    def advertised_address(self, session=None) -> tuple[str, int]:
+        """(host, port) clients of ``session``'s listener are told to use: the
+        listener's ``advertised.listeners`` entry, else its bound address."""
+        listener = session.listener if session is not None else None
+        if listener is None or listener not in self.security.listeners or not self._servers:
+            return self.host, self.port
+        if listener.advertised_host:
+            return listener.advertised_host, listener.advertised_port
+        return tuple(self._servers[self.security.listeners.index(listener)].address[:2])
+
+    @property
+    def listener_addresses(self) -> dict[str, str]:
+        """Listener name -> ``host:port`` it is bound to (the real port after binding
+        port 0), once started."""
+        return {lst.name: "%s:%d" % acc.address[:2]
+                for lst, acc in zip(self.security.listeners, self._servers)}
+
     def _make_handlers(self) -> dict:
         """Every API's handler, each bound to the collaborators it uses."""
         records = RecordApis(self.partitions, self.config, run_io=self.run_io,
                              refusals=self.refusals, metrics=self.metrics)
         topics = TopicApis(self.partitions, self.store, self.config, run_io=self.run_io,
-                           leadership=self.leadership, listener=lambda: (self.host, self.port),
+                           leadership=self.leadership, listener=self.advertised_address,
                            storage_uri=self.storage_uri, cleaner=self.cleaner)
         groups = GroupApis(self.groups, self.store, self.partitions, run_io=self.run_io,
                            cluster=self.leadership is not None)
         return {ApiKey.API_VERSIONS: self._api_versions, **records.handlers(),
-                **self.producer_ids.handlers(), **topics.handlers(), **groups.handlers()}
+                **self.producer_ids.handlers(), **topics.handlers(), **groups.handlers(),
+                **SecurityApis(self.security, self.run_io).handlers()}
 
     async def stop(self) -> None:
         """Graceful shutdown (see the module docstring). Idempotent."""
@@ -253,8 +289,8 @@ class Broker:
                 # move every leadership to another broker before closing anything
                 await self.run_io(self.store.controlled_shutdown, self.broker_id,
                                   self.config.shutdown_timeout_ms / 1000)
-            if self._server is not None:
-                self._server.close()
+            for acceptor in self._servers:
+                acceptor.close()
             timeout = self.config.shutdown_timeout_ms / 1000
             conns = list(self.connections)
             for conn in conns:
@@ -287,7 +323,12 @@ class Broker:
         name = api_name(header.api_key)
         try:
             body = decode_request_body(header, payload, position)
-            response = await self.handlers[header.api_key](body, ctx)
+            handler = self.handlers[header.api_key]
+            if self.security.authorizer is None:
+                response = await handler(body, ctx)
+            else:
+                response = await authorize(header.api_key, handler, body, ctx,
+                                           self.security.authorizer)
         except SparklogError as exc:
             log.info("%s request %d from %s (%s) refused: %s", name, header.correlation_id,
                      ctx.client_host, ctx.client_id, exc)

@@ -110,6 +110,10 @@ BROKER_SETTINGS = {
     "zookeeper.connect": ("zookeeper_connect", str, "", None),
     "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", int, 6000, 1),
     "zookeeper.connection.timeout.ms": ("zookeeper_connection_timeout_ms", int, 0, 0),
+    # zookeeper.set.acl: nodes writable by the brokers' digest identity only
+    # (sparklog.security.zkacl); the credentials are user:password
+    "zookeeper.set.acl": ("zookeeper_set_acl", bool, False, None),
+    "zookeeper.digest.credentials": ("zookeeper_digest_credentials", str, "", None),
     "controlled.shutdown.enable": ("controlled_shutdown_enable", bool, True, None),
     "auto.leader.rebalance.enable": ("auto_leader_rebalance_enable", bool, True, None),
 }
@@ -192,17 +196,26 @@ class BrokerConfig:
     zookeeper_connect: str = ""
     zookeeper_session_timeout_ms: int = 6000
     zookeeper_connection_timeout_ms: int = 0
+    zookeeper_set_acl: bool = False
+    zookeeper_digest_credentials: str = field(default="", repr=False)  # a password
     controlled_shutdown_enable: bool = True
     auto_leader_rebalance_enable: bool = True
     log_defaults: dict = field(default_factory=dict)
+    #: the security properties as given (``ssl.*``, ``sasl.*``, ``listener.*`` ...),
+    #: parsed by :class:`sparklog.security.config.SecurityConfig`
+    security_props: dict = field(default_factory=dict, repr=False)  # key passwords
 
     @classmethod
     def from_props(cls, props=None) -> "BrokerConfig":
         """Build from Kafka property names (see the module docstring)."""
-        kwargs, defaults = {}, {}
+        from ...security.config import is_security_key
+
+        kwargs, defaults, security = {}, {}, {}
         for key, value in (props or {}).items():
             key = str(key).strip()
-            if key in BROKER_SETTINGS:
+            if is_security_key(key):
+                security[key] = value
+            elif key in BROKER_SETTINGS:
                 kwargs[BROKER_SETTINGS[key][0]] = _parse_setting(key, value)
             elif key in LOG_DEFAULT_KEYS:
                 topic_key = LOG_DEFAULT_KEYS[key]
@@ -217,20 +230,24 @@ class BrokerConfig:
             else:
                 log.warning("the configuration %r was supplied but is not a known broker "
                             "config; ignored", key)
-        return cls(**kwargs, log_defaults=defaults)
+        config = cls(**kwargs, log_defaults=defaults, security_props=security)
+        config.security  # noqa: B018 - checked now: InvalidConfigError names the key
+        return config
+
+    @property
+    def security(self):
+        """The listeners and security settings
+        (:class:`~sparklog.security.config.SecurityConfig`)."""
+        from ...security.config import SecurityConfig
+
+        return SecurityConfig.from_props(self.listeners, self.advertised_listeners,
+                                         self.security_props)
 
     @property
     def listen_host_port(self) -> tuple[str, int]:
-        """(host, port) of ``listeners`` (``PLAINTEXT://`` prefixes are accepted)."""
-        from ...protocol.connection import parse_address
-
-        text = self.listeners.split(",")[0].strip()
-        if "://" in text:
-            text = text.split("://", 1)[1]
-        try:
-            return parse_address(text)
-        except Exception as exc:
-            raise InvalidConfigError(f"broker config listeners={self.listeners!r}: {exc}") from None
+        """(host, port) of the first of ``listeners``."""
+        first = self.security.listeners[0]
+        return first.host, first.port
 
     def with_(self, **changes) -> "BrokerConfig":
         """A copy with some attributes changed."""

@@ -19,14 +19,17 @@ class RequestContext:
     """Who sent a request (client id and host), the connection's ordering lock
     (produce requests of one connection reach their partitions' queues in the order
     they arrived, though they are handled concurrently), ``closed``, a future done
-    once the connection is gone (a long poll of a closed connection ends at once), and
-    ``io_slots``, the connection's share of the I/O threads for fetch reads."""
+    once the connection is gone (a long poll of a closed connection ends at once),
+    ``io_slots``, the connection's share of the I/O threads for fetch reads, and
+    ``session``, the connection's :class:`~sparklog.security.session.Session` (its
+    listener and principal; None in-process: User:ANONYMOUS)."""
 
-    __slots__ = ("client_id", "client_host", "order", "closed", "io_slots")
+    __slots__ = ("client_id", "client_host", "order", "closed", "io_slots", "session")
 
     def __init__(self, client_id: str, client_host: str, order: asyncio.Lock | None = None,
                  closed: asyncio.Future | None = None,
-                 io_slots: asyncio.Semaphore | None = None):
+                 io_slots: asyncio.Semaphore | None = None, session=None):
+        self.session = session
         self.client_id = printable(client_id)  # logged and part of member ids
         self.client_host = client_host
         self.order = order or asyncio.Lock()

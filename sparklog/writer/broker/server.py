@@ -13,6 +13,12 @@ Memory stays bounded:
 * a request above ``socket.request.max.bytes`` is answered with RecordTooLargeError
   and its payload is discarded as it arrives, never buffered; the connection stays up.
 
+On a SASL listener a connection is served only ApiVersions, SaslHandshake and
+SaslAuthenticate until it authenticated (its :class:`~sparklog.security.session.Session`
+answers those), within ``authentication.timeout.ms`` and with requests of at most
+``sasl.server.max.receive.size`` bytes; anything else, or a failed authentication, is
+answered and the connection closed.
+
 Input that cannot be answered (a negative size, a header too short to hold a
 correlation id, a connection closed mid-request) closes the connection with a logged
 reason; the broker keeps serving everyone else.
@@ -26,6 +32,7 @@ import logging
 import struct
 
 from ...errors import InvalidArgumentError, RecordTooLargeError, SparklogError
+from ...protocol.apis import ApiKey
 from ...protocol.codec import (
     FileRegion, decode_request_header, encode_response_parts, error_fields,
 )
@@ -90,7 +97,7 @@ class ByteBudget:
 class ClientConnection:
     """One client connection (see the module docstring)."""
 
-    def __init__(self, broker, receiver):
+    def __init__(self, broker, receiver, listener=None):
         self.broker = broker
         self.io = receiver
         peer = receiver.transport.get_extra_info("peername") or ("?", 0)
@@ -102,7 +109,16 @@ class ClientConnection:
         self.order = asyncio.Lock()
         self.io_slots = asyncio.Semaphore(IO_SLOTS_PER_CONNECTION)
         self.pending = 0   # requests read and not yet answered
+        #: a quota's throttling: no request is read before this loop time; the
+        #: responses of throttled requests carry the delay (correlation id -> ms)
+        self.muted_until = 0.0
+        self.throttled: dict[int, int] = {}
+        self.fetches: dict[int, str] = {}  # Fetch requests in flight: their client ids
         receiver.read_timeout = broker.config.request_read_timeout_ms / 1000
+        self.session = broker.security.session(listener, receiver.transport,
+                                               self.client_host, broker.run_io)
+        self.auth_deadline = asyncio.get_running_loop().time() \
+            + broker.security.authentication_timeout(listener)
 
     def stop_reading(self) -> None:
         """Stop taking new requests (graceful shutdown); queued ones are still answered."""
@@ -133,9 +149,20 @@ class ClientConnection:
         idle = broker.config.connections_max_idle_ms / 1000
         try:
             while not broker.stopping:
+                wait_mute = self.muted_until - asyncio.get_running_loop().time()
+                if wait_mute > 0:  # a quota's throttle: the channel is muted
+                    await asyncio.sleep(wait_mute)
+                session = self.session
+                wait = idle if session.authenticated else max(
+                    0.0, self.auth_deadline - asyncio.get_running_loop().time())
+                # the rest of a request is bounded by the same deadline until then
+                io.read_timeout = min(wait, broker.config.request_read_timeout_ms / 1000)
                 try:
-                    size = await io.read_size(idle)
+                    size = await io.read_size(min(idle, wait))
                 except ReadTimeout:
+                    if not session.authenticated:
+                        raise ConnectionError(
+                            "did not authenticate within authentication.timeout.ms") from None
                     if self.pending and not io.buffered:  # a long poll or a slow
                         continue                           # answer: not idleness
                     raise
@@ -143,6 +170,10 @@ class ClientConnection:
                     return
                 if size < 0:
                     raise InvalidArgumentError(f"invalid request size {size} (negative)")
+                if not session.authenticated and size > session.max_receive:
+                    raise ConnectionError(
+                        f"a request of {size} bytes before authentication exceeds "
+                        f"sasl.server.max.receive.size={session.max_receive}")
                 if size > max_size:
                     await self._refuse_oversized(size, max_size)
                     continue
@@ -153,19 +184,61 @@ class ClientConnection:
                 except BaseException:
                     broker.budget.release(size, owner)
                     raise
+                if session.handles(header.api_key):
+                    broker.budget.release(size, owner)
+                    if not await self._authenticate(header, payload, position):
+                        return
+                    continue
                 ctx = RequestContext(header.client_id, self.client_host, self.order, io.lost,
-                                   self.io_slots)
+                                     self.io_slots, session)
                 task = asyncio.get_running_loop().create_task(
                     broker.handle(header, payload, position, ctx))
                 task.add_done_callback(
                     lambda _t, n=size, o=owner: broker.budget.release(n, o))
                 del payload
+                if header.api_key == ApiKey.PRODUCE:
+                    self._throttle("producer_byte_rate", header.client_id,
+                                   header.correlation_id, size)
+                elif header.api_key == ApiKey.FETCH:
+                    self.fetches[header.correlation_id] = header.client_id
                 self.pending += 1
                 await self.queue.put((header.correlation_id, task))
                 if io.buffered:  # more requests already here: let other connections
                     await asyncio.sleep(0)  # have their turn first (round robin)
         except (InvalidArgumentError, ConnectionError) as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
+
+    def _throttle(self, kind: str, client_id: str, correlation_id: int, nbytes: int) -> None:
+        """Count ``nbytes`` against the connection's quota; mute the connection for
+        the time the quota's debt takes to repay (Kafka's throttling)."""
+        delay = self.broker.security.quotas.record(kind, self.session.principal,
+                                                   client_id, nbytes)
+        if delay > 0:
+            now = asyncio.get_running_loop().time()
+            self.muted_until = max(self.muted_until, now + delay)
+            self.throttled[correlation_id] = int(delay * 1000)
+
+    async def _authenticate(self, header, payload, position: int) -> bool:
+        """Let the session answer a SASL request (or one sent before authentication);
+        False when the connection must close (after the answer and
+        ``connection.failed.authentication.delay.ms``)."""
+        from ...protocol.codec import decode_request_body
+
+        done = asyncio.get_running_loop().create_future()
+        ok = True
+        try:
+            body = decode_request_body(header, payload, position)
+            done.set_result(await self.session.answer(header.api_key, body))
+        except SparklogError as exc:
+            log.warning("closing connection from %s (listener %s): %s", self.peer,
+                        getattr(self.session.listener, "name", "?"), exc)
+            done.set_result(error_fields(exc))
+            ok = False
+        self.pending += 1
+        await self.queue.put((header.correlation_id, done))
+        if not ok:
+            await asyncio.sleep(self.broker.security.failure_delay(self.session.listener))
+        return ok
 
     async def _refuse_oversized(self, size: int, max_size: int) -> None:
         head = await self.io.read_exact(min(size, _HEAD.size))
@@ -198,23 +271,31 @@ class ClientConnection:
                 response = error_fields(exc)
             finally:
                 self.pending -= 1
+            fetched_by = self.fetches.pop(correlation_id, None)
+            throttle_ms = self.throttled.pop(correlation_id, 0)
             if response is None or broken:
                 continue
+            if throttle_ms and "topics" in response:
+                response["throttle_time_ms"] = throttle_ms
             try:
-                await self._write(loop, correlation_id, response)
+                total = await self._write(loop, correlation_id, response)
+                if fetched_by is not None:  # consumers: muted after the response
+                    self._throttle("consumer_byte_rate", fetched_by, correlation_id, total)
+                    self.throttled.pop(correlation_id, None)
             except (OSError, ConnectionError, SparklogError) as exc:
                 log.warning("connection from %s: cannot send response %d: %s", self.peer,
                             correlation_id, exc)
                 broken = True
                 self.stop_reading()
 
-    async def _write(self, loop, correlation_id: int, response: dict) -> None:
-        parts, _total = encode_response_parts(correlation_id, response)
+    async def _write(self, loop, correlation_id: int, response: dict) -> int:
+        """Send one response; return its size in bytes."""
+        parts, total = encode_response_parts(correlation_id, response)
         io = self.io
         if not any(isinstance(p, FileRegion) for p in parts):
             io.writelines(parts)
             await io.drain()
-            return
+            return total
         for part in parts:
             if isinstance(part, FileRegion):
                 await io.drain()
@@ -226,11 +307,13 @@ class ClientConnection:
             else:
                 io.write(part)
         await io.drain()
+        return total
 
 
-def accept(broker, receiver) -> None:
-    """A new connection arrived (its :class:`RequestReceiver` is connected): serve it."""
-    conn = ClientConnection(broker, receiver)
+def accept(broker, receiver, listener=None) -> None:
+    """A new connection arrived on ``listener`` (its :class:`RequestReceiver` is
+    connected): serve it."""
+    conn = ClientConnection(broker, receiver, listener)
     conn.task = asyncio.get_running_loop().create_task(_serve(broker, conn))
 
 
@@ -248,10 +331,11 @@ async def _serve(broker, conn: ClientConnection) -> None:
             broker.metrics.connections.dec()
 
 
-def protocol_factory(broker, on_lost=None):
-    """The protocol factory for accepted sockets; ``on_lost(receiver)`` is called when
-    a connection is gone."""
-    return lambda: RequestReceiver(lambda receiver: accept(broker, receiver), on_lost)
+def protocol_factory(broker, on_lost=None, listener=None):
+    """The protocol factory for sockets accepted on ``listener``;
+    ``on_lost(receiver)`` is called when a connection is gone."""
+    return lambda: RequestReceiver(lambda receiver: accept(broker, receiver, listener),
+                                   on_lost)
 
 
 __all__ = ["ByteBudget", "ClientConnection", "accept", "protocol_factory"]

@@ -59,7 +59,7 @@ class TopicApis:
     blocking call on the I/O threads), ``leadership`` (cluster mode's
     :class:`~sparklog.writer.broker.leadership.BrokerLeadership`, else None: topics are
     then created and deleted on the storage directly), ``listener`` (returns the
-    broker's ``(host, port)``), ``storage_uri`` (the root readers read from) and
+    ``(host, port)`` clients of a connection's session are told to use), ``storage_uri`` (the root readers read from) and
     ``cleaner`` (the broker's log cleaner, for the dirty ratio of compacted partitions;
     None when ``log.cleaner.enable=false``)."""
 
@@ -130,7 +130,7 @@ class TopicApis:
             except SparklogError as exc:
                 item.update(error_fields(exc))
             topics.append(item)
-        host, port = self.listener()
+        host, port = self.listener(getattr(ctx, "session", None))
         brokers = [{"node_id": self.broker_id, "host": host, "port": port}]
         return {**_OK, "cluster_id": await self.run_io(self.store.cluster_id),
                 "controller_id": cluster["controller_id"] if cluster else self.broker_id,

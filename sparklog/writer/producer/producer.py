@@ -13,6 +13,8 @@ InvalidConfigError.
 
 from __future__ import annotations
 
+from ...security.client import CLIENT_SECURITY_DEFAULTS, ClientSecurity
+
 import itertools
 import logging
 import time
@@ -69,6 +71,7 @@ DEFAULT_CONFIG = {
     "value_serializer": None,
     "partitioner": None,
     "metadata_max_age_ms": 300000,
+    **CLIENT_SECURITY_DEFAULTS,  # security_protocol, ssl_*, sasl_*
 }
 
 
@@ -166,7 +169,8 @@ class Producer:
             retry_backoff_ms=cfg["retry_backoff_ms"],
             metadata_max_age_ms=cfg["metadata_max_age_ms"],
             reconnect_backoff_ms=cfg["reconnect_backoff_ms"],
-            reconnect_backoff_max_ms=cfg["reconnect_backoff_max_ms"])
+            reconnect_backoff_max_ms=cfg["reconnect_backoff_max_ms"],
+            security=ClientSecurity.from_configs(cfg))
         self._accumulator = RecordAccumulator(
             batch_size=cfg["batch_size"], linger_ms=cfg["linger_ms"],
             buffer_memory=cfg["buffer_memory"], max_block_ms=cfg["max_block_ms"],

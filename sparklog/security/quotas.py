@@ -1,0 +1,111 @@
+"""Client quotas: ``producer_byte_rate`` and ``consumer_byte_rate`` per user or client id
+(Kafka's names), enforced by throttling as Kafka does.
+
+Quotas are set with ``sparklog configs --alter --entity-type users|clients
+--entity-name NAME --add-config producer_byte_rate=1048576`` (``<default>`` names the
+default of every user or client id) and kept in the security store's ``quotas``
+document. The most specific quota applies: the user's, else the client id's, else the
+default user's, else the default client id's.
+
+Each (user, client id) has a token bucket per quota holding at most
+:data:`BURST_SECONDS` of its rate. A Produce request's bytes (a Fetch response's, for
+consumers) are taken from it; when the bucket is in debt the broker stops reading the
+connection for as long as the debt takes to repay (Kafka mutes the channel) and says so
+in the response's ``throttle_time_ms``. A client sending flat out thus gets the quota,
+plus at most one burst.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from ..errors import InvalidConfigError
+
+KINDS = ("producer_byte_rate", "consumer_byte_rate")
+ENTITY_TYPES = ("users", "clients")
+DEFAULT = "<default>"
+#: the largest burst a bucket holds, in seconds of its rate
+BURST_SECONDS = 0.2
+#: how long the quota settings read from the store are trusted
+REFRESH_SECONDS = 1.0
+
+
+def check_quota(name: str, value) -> float:
+    """A quota value as a positive number (InvalidConfigError naming it otherwise)."""
+    if name not in KINDS:
+        raise InvalidConfigError(f"unknown quota {name!r}; known: {', '.join(KINDS)} "
+                                 "(request_percentage is not implemented)")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InvalidConfigError(f"quota {name}={value!r} is not a number") from None
+    if number <= 0:
+        raise InvalidConfigError(f"quota {name}={number} must be > 0")
+    return number
+
+
+class QuotaManager:
+    """Quota settings of a :class:`~sparklog.security.store.SecurityStore` and the
+    buckets of the clients using them (see the module docstring)."""
+
+    def __init__(self, store):
+        self.store = store
+        self._buckets: dict[tuple, list] = {}  # (kind, user, client) -> [tokens, when]
+        self._lock = threading.Lock()
+
+    def settings(self, refresh: bool = False) -> dict:
+        """``{entity type: {name: {quota: value}}}``: the store's copy re-read in the
+        background when older than :data:`REFRESH_SECONDS` (at once with ``refresh``,
+        off the event loop only)."""
+        if refresh:
+            self.store.forget("quotas")
+        return self.store.cached("quotas", REFRESH_SECONDS)
+
+    def alter(self, entity_type: str, name: str, set_: dict, remove: list) -> None:
+        """Set and remove quotas of one entity."""
+        if entity_type not in ENTITY_TYPES:
+            raise InvalidConfigError(f"quota entity type {entity_type!r} must be one of "
+                                     f"{', '.join(ENTITY_TYPES)}")
+        checked = {k: check_quota(k, v) for k, v in set_.items()}
+
+        def change(doc):
+            entity = doc.setdefault(entity_type, {}).setdefault(name, {})
+            entity.update(checked)
+            for k in remove:
+                entity.pop(k, None)
+            if not entity:
+                del doc[entity_type][name]
+            return doc
+        self.store.update("quotas", change)
+        self.settings(refresh=True)
+
+    def limit(self, kind: str, user: str, client_id: str) -> float | None:
+        """The quota of ``kind`` applying to a user and client id, or None."""
+        doc = self.settings()
+        users, clients = doc.get("users", {}), doc.get("clients", {})
+        for table, key in ((users, user), (clients, client_id), (users, DEFAULT),
+                           (clients, DEFAULT)):
+            value = table.get(key, {}).get(kind)
+            if value is not None:
+                return float(value)
+        return None
+
+    def record(self, kind: str, principal: str | None, client_id: str, nbytes: int) -> float:
+        """Take ``nbytes`` from the bucket; return the seconds to throttle (0: none)."""
+        user = (principal or "User:ANONYMOUS").partition(":")[2]
+        rate = self.limit(kind, user, client_id)
+        if rate is None:
+            return 0.0
+        now = time.monotonic()
+        with self._lock:
+            bucket = self._buckets.setdefault((kind, user, client_id),
+                                              [rate * BURST_SECONDS, now])
+            bucket[0] = min(rate * BURST_SECONDS, bucket[0] + (now - bucket[1]) * rate)
+            bucket[1] = now
+            bucket[0] -= nbytes
+            return -bucket[0] / rate if bucket[0] < 0 else 0.0
+
+
+__all__ = ["BURST_SECONDS", "DEFAULT", "ENTITY_TYPES", "KINDS", "QuotaManager",
+           "check_quota"]

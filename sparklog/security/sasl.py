@@ -1,0 +1,117 @@
+"""The broker's side of SASL: SaslHandshake then SaslAuthenticate (Kafka's APIs).
+
+On a SASL_PLAINTEXT or SASL_SSL listener a client first sends SaslHandshake naming a
+mechanism the listener enables (``sasl.enabled.mechanisms``), then SaslAuthenticate
+requests carrying the mechanism's tokens until it is authenticated (ApiVersions is
+allowed before). Mechanisms:
+
+* ``SCRAM-SHA-256``/``SCRAM-SHA-512``: :mod:`~sparklog.security.scram` against the
+  credentials of :class:`~sparklog.security.store.SecurityStore`;
+* ``PLAIN``: ``authzid NUL user NUL password``, checked against the same stored SCRAM
+  credentials (the password is hashed with the stored salt and compared): one set of
+  users for both. PLAIN sends the password itself: enable it on SASL_SSL listeners only.
+
+Any failure raises an error the connection answers with and then closes (after
+``connection.failed.authentication.delay.ms``); the audit log gets one line.
+"""
+
+from __future__ import annotations
+
+from ..errors import (
+    IllegalSaslStateError, InvalidArgumentError, SaslAuthenticationFailedError,
+    UnsupportedSaslMechanismError,
+)
+from ..protocol.apis import ApiKey
+from . import audit
+from .scram import HASHES, ScramError, ScramServer
+
+
+class SaslAuthenticator:
+    """One connection's authentication state. ``lookup(user, mechanism)`` returns a
+    stored :class:`~sparklog.security.scram.ScramCredential` or None (it may block: it
+    is called through ``run_io``)."""
+
+    def __init__(self, mechanisms: list[str], lookup, run_io, *, secret: bytes,
+                 host: str, listener: str):
+        self.mechanisms = mechanisms
+        self.lookup = lookup
+        self.run_io = run_io
+        self.secret = secret
+        self.host = host
+        self.listener = listener
+        self.mechanism: str | None = None
+        self.principal: str | None = None
+        self._scram: ScramServer | None = None
+
+    def _fail(self, reason: str, user: str | None = None, error=SaslAuthenticationFailedError):
+        audit.authentication_failed(self.host, self.listener, self.mechanism, user, reason)
+        return error(f"Authentication failed during authentication due to invalid "
+                     f"credentials with SASL mechanism {self.mechanism}"
+                     if error is SaslAuthenticationFailedError else reason)
+
+    async def handle(self, api_key: int, body: dict) -> dict:
+        """Answer SaslHandshake or SaslAuthenticate; raise (the connection closes after
+        the answer) when authentication failed or the request is out of turn."""
+        if api_key == ApiKey.SASL_HANDSHAKE:
+            if self.mechanism is not None:
+                raise self._fail("a second SaslHandshake", error=IllegalSaslStateError)
+            asked = body["mechanism"].upper()
+            if asked not in self.mechanisms:
+                raise self._fail(f"mechanism {asked[:40]!r} is not enabled on listener "
+                                 f"{self.listener} (enabled: {', '.join(self.mechanisms)})",
+                                 error=UnsupportedSaslMechanismError)
+            self.mechanism = asked
+            return {"error_code": 0, "error_message": "", "mechanisms": self.mechanisms}
+        if self.mechanism is None or self.principal is not None:
+            raise self._fail("SaslAuthenticate without a SaslHandshake before it"
+                             if self.mechanism is None else "already authenticated",
+                             error=IllegalSaslStateError)
+        token = bytes(body["auth_bytes"])
+        if self.mechanism == "PLAIN":
+            return await self._plain(token)
+        return await self._scram_step(token)
+
+    async def _plain(self, token: bytes) -> dict:
+        parts = token.split(b"\0")
+        if len(parts) != 3:
+            raise self._fail("a PLAIN token is not authzid NUL user NUL password")
+        try:
+            authzid, user, password = (p.decode("utf-8") for p in parts)
+        except UnicodeDecodeError:
+            raise self._fail("a PLAIN token is not UTF-8") from None
+        if authzid and authzid != user:
+            raise self._fail("an authorization id different from the user", user)
+        if not user or not password:
+            raise self._fail("empty user or password", user)
+        ok = False
+        for mechanism in HASHES:
+            credential = await self.run_io(self.lookup, user, mechanism)
+            if credential is not None:
+                ok = await self.run_io(credential.verify_password, mechanism, password)
+                break
+        if not ok:
+            raise self._fail("unknown user or wrong password", user)
+        return self._done(user)
+
+    async def _scram_step(self, token: bytes) -> dict:
+        if self._scram is None:
+            mechanism = self.mechanism
+            self._scram = ScramServer(mechanism, lambda u: self.lookup(u, mechanism),
+                                      self.secret)
+        try:  # the first step reads the credential store: off the event loop
+            answer = await self.run_io(self._scram.step, token)
+        except (ScramError, InvalidArgumentError) as exc:
+            raise self._fail(str(exc), self._scram.user) from None
+        if self._scram.complete:
+            self._done(self._scram.user)
+        return {"error_code": 0, "error_message": "", "auth_bytes": answer,
+                "session_lifetime_ms": 0}
+
+    def _done(self, user: str) -> dict:
+        self.principal = f"User:{user}"
+        audit.authenticated(self.host, self.listener, self.principal, self.mechanism)
+        return {"error_code": 0, "error_message": "", "auth_bytes": b"",
+                "session_lifetime_ms": 0}
+
+
+__all__ = ["SaslAuthenticator"]

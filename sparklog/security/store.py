@@ -1,0 +1,162 @@
+"""SCRAM credentials and ACLs in the coordination store.
+
+Two JSON documents, each read and changed as a whole with compare-and-set (two
+administrators changing them at once both succeed, one after the other):
+
+* ``users``: ``{user: {mechanism: "salt=...,stored_key=...,server_key=...,iterations=N"}}``
+  (Kafka's credential text; never a password);
+* ``acls``: ``{"acls": [binding, ...]}`` (see :class:`~sparklog.security.acl.AclBinding`).
+
+In cluster mode they are the znodes ``/sparklog/security/users`` and
+``/sparklog/security/acls`` under the chroot; in standalone mode versioned files of the
+storage root's coordination directory (``security/users``, ``security/acls``), next to
+the consumer offsets.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+
+from ..coordination.base import CoordinationStore, cas_attempts
+from ..errors import CoordinationError
+from .scram import HASHES, ScramCredential
+
+ZK_ROOT = "/sparklog/security"
+
+log = logging.getLogger(__name__)
+
+
+class SecurityStore:
+    """Credentials and ACL documents over a coordination store (module docstring)."""
+
+    def __init__(self, store: CoordinationStore):
+        from ..coordination.zkstore import ZkCoordinationStore
+
+        self.store = store
+        self._zk = store.client if isinstance(store, ZkCoordinationStore) else None
+        self._lock = threading.Lock()
+        #: name -> [doc, read at (monotonic), refresh running]
+        self._cache: dict[str, list] = {}
+
+    def cached(self, name: str, max_age: float) -> dict:
+        """The document ``name`` as last read: read now the first time (or after
+        :meth:`forget`), else refreshed on a background thread once older than
+        ``max_age`` seconds, so that callers on the broker's event loop never wait
+        for the store (ZooKeeper) after the first read."""
+        entry = self._cache.get(name)
+        if entry is None:
+            entry = self._cache[name] = [self.read(name), time.monotonic(), False]
+        elif time.monotonic() - entry[1] >= max_age and not entry[2]:
+            entry[2] = True
+
+            def refresh():
+                try:
+                    entry[0] = self.read(name)
+                except Exception:  # noqa: BLE001 - keep the last copy; retried later
+                    log.warning("reading %s from the coordination store failed; the "
+                                "last copy is used", name, exc_info=True)
+                finally:
+                    entry[1], entry[2] = time.monotonic(), False
+            threading.Thread(target=refresh, name=f"sparklog-{name}-refresh",
+                             daemon=True).start()
+        return entry[0]
+
+    def forget(self, name: str) -> None:
+        """Drop the cached copy of ``name`` (after a change made here)."""
+        self._cache.pop(name, None)
+
+    # --- documents ---------------------------------------------------------------------
+    def read(self, name: str) -> dict:
+        """The document ``name`` ({} when never written)."""
+        if self._zk is not None:
+            from kazoo.exceptions import NoNodeError
+
+            try:
+                data, _ = self._zk.get(f"{ZK_ROOT}/{name}")
+            except NoNodeError:
+                return {}
+            return self._decode(data, name)
+        return self.store._latest_json(self.store._file("security", name))[1]
+
+    def update(self, name: str, change) -> dict:
+        """Read-modify-write ``change(doc) -> new doc``; return the new document."""
+        if self._zk is None:
+            with self._lock:
+                return self.store._update(self.store._file("security", name),
+                                          lambda doc: change(json.loads(json.dumps(doc))))[1]
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+        path = f"{ZK_ROOT}/{name}"
+        for _ in cas_attempts(f"update of {path}"):
+            try:
+                data, stat = self._zk.get(path)
+                new = change(self._decode(data, name))
+                self._zk.set(path, json.dumps(new, sort_keys=True).encode(),
+                             version=stat.version)
+                return new
+            except NoNodeError:
+                new = change({})
+                try:
+                    self._zk.create(path, json.dumps(new, sort_keys=True).encode(),
+                                    makepath=True, acl=self._private_acl())
+                    return new
+                except NodeExistsError:
+                    continue
+            except BadVersionError:
+                continue
+
+    def _private_acl(self):
+        """With zookeeper.set.acl the documents are readable by the brokers' identity
+        only (:mod:`sparklog.security.zkacl`); else the client's default."""
+        acl = [a for a in (self._zk.default_acl or ()) if a.id.scheme == "digest"]
+        return acl or None
+
+    @staticmethod
+    def _decode(data: bytes, name: str) -> dict:
+        try:
+            doc = json.loads(data or b"{}")
+        except ValueError:
+            raise CoordinationError(f"{ZK_ROOT}/{name} does not hold JSON") from None
+        return doc if isinstance(doc, dict) else {}
+
+    # --- SCRAM credentials ---------------------------------------------------------------
+    def credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        """The user's credential for a SCRAM mechanism, or None."""
+        text = self.read("users").get(user, {}).get(mechanism)
+        return ScramCredential.from_text(text) if text else None
+
+    def set_credential(self, user: str, mechanism: str, credential: ScramCredential) -> None:
+        """Add or replace a user's credential."""
+        if mechanism not in HASHES:
+            from ..errors import InvalidArgumentError
+
+            raise InvalidArgumentError(f"unknown SCRAM mechanism {mechanism!r}; known: "
+                                       f"{', '.join(HASHES)}")
+
+        def put(doc):
+            doc.setdefault(user, {})[mechanism] = credential.to_text()
+            return doc
+        self.update("users", put)
+
+    def delete_credential(self, user: str, mechanism: str) -> bool:
+        """Remove a user's credential; False when there was none."""
+        found = []
+
+        def drop(doc):
+            if doc.get(user, {}).pop(mechanism, None) is not None:
+                found.append(True)
+            if user in doc and not doc[user]:
+                del doc[user]
+            return doc
+        self.update("users", drop)
+        return bool(found)
+
+    def users(self) -> dict[str, list[str]]:
+        """Every user with the SCRAM mechanisms it has credentials for."""
+        return {u: sorted(m) for u, m in sorted(self.read("users").items())}
+
+
+__all__ = ["SecurityStore", "ZK_ROOT"]
