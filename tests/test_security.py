@@ -243,6 +243,9 @@ def test_wrong_or_unknown_credentials_are_refused_alike(secure, pki, caplog, use
                 admin.list_topics()
     # the same words whether the user exists or not
     assert "invalid credentials with SASL mechanism" in str(err.value)
+    assert secure[0].broker.metrics.registry.get_sample_value(
+        "sparklog_server_authentications_total",
+        {"listener": "SASL_SSL", "result": "failure"}) >= 1
     assert f"AUTHENTICATION FAILED host=127.0.0.1 listener=SASL_SSL mechanism={mechanism}" \
         in caplog.text
     still_serving(addresses)
@@ -651,6 +654,9 @@ def test_a_producer_quota_holds_within_ten_percent(secure):
         elapsed = time.monotonic() - started
     rate = sent / elapsed
     assert 0.9 * quota <= rate <= 1.1 * quota, f"{rate:,.0f} B/s against a quota of {quota:,}"
+    registry = secure[0].broker.metrics.registry
+    assert registry.get_sample_value("sparklog_quota_throttle_time_seconds_total",
+                                     {"quota": "producer_byte_rate"}) > 1.0
     with Connection(addresses["LOCAL"], client_id="greedy", timeout=30) as conn:
         from sparklog.format.frame import encode_frame, raw_batch
 

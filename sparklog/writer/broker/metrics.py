@@ -102,6 +102,14 @@ class BrokerMetrics:
         self.open_partitions = Gauge("sparklog_log_open_partitions",
                                      "Partitions with open files (max.open.partitions)",
                                      registry=r)
+        # security (docs/security.md): Kafka's failed-authentication-total and
+        # throttle-time, per listener / per quota
+        self.authentications = Counter(
+            "sparklog_server_authentications", "SASL authentications by result",
+            ["listener", "result"], registry=r)
+        self.throttle = Counter("sparklog_quota_throttle_time_seconds",
+                                "Seconds connections were muted by a quota", ["quota"],
+                                registry=r)
         self._server = None
 
     def _children(self, topic: str) -> _TopicSeries:
@@ -122,6 +130,14 @@ class BrokerMetrics:
         found[1].observe(seconds)
         if error_code:
             self.errors.labels(request, error_name(error_code)).inc()
+
+    def authenticated(self, listener: str, ok: bool) -> None:
+        """One SASL authentication ended on ``listener`` (succeeded or not)."""
+        self.authentications.labels(listener, "success" if ok else "failure").inc()
+
+    def throttled(self, quota: str, seconds: float) -> None:
+        """A connection muted ``seconds`` by ``quota`` (producer_byte_rate ...)."""
+        self.throttle.labels(quota).inc(seconds)
 
     def produced(self, topic: str, size: int, records: int) -> None:
         """One topic-partition of a Produce request appended ``records`` records of

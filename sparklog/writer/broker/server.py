@@ -217,6 +217,8 @@ class ClientConnection:
             now = asyncio.get_running_loop().time()
             self.muted_until = max(self.muted_until, now + delay)
             self.throttled[correlation_id] = int(delay * 1000)
+            if self.broker.metrics is not None:
+                self.broker.metrics.throttled(kind, delay)
 
     async def _authenticate(self, header, payload, position: int) -> bool:
         """Let the session answer a SASL request (or one sent before authentication);
@@ -226,10 +228,17 @@ class ClientConnection:
 
         done = asyncio.get_running_loop().create_future()
         ok = True
+        metrics = self.broker.metrics
+        listener = getattr(self.session.listener, "name", "?")
         try:
             body = decode_request_body(header, payload, position)
+            was = self.session.authenticated
             done.set_result(await self.session.answer(header.api_key, body))
+            if metrics is not None and self.session.authenticated and not was:
+                metrics.authenticated(listener, True)
         except SparklogError as exc:
+            if metrics is not None and header.api_key == ApiKey.SASL_AUTHENTICATE:
+                metrics.authenticated(listener, False)
             log.warning("closing connection from %s (listener %s): %s", self.peer,
                         getattr(self.session.listener, "name", "?"), exc)
             done.set_result(error_fields(exc))
