@@ -1,4 +1,4 @@
-"""Exactly-once jobs on real HDFS (tests/hdfscluster.py): ``sparklog etl run`` reads a
+"""Exactly-once jobs on real HDFS (tests/support/hdfscluster.py): ``sparklog etl run`` reads a
 topic in HDFS and writes a Delta table or a Parquet output in HDFS; a run SIGKILLed
 while Spark writes leaves its files behind, the rerun gives every offset exactly once
 and removes them. delta-spark reads the HDFS table and sees the job's application
@@ -16,7 +16,7 @@ pytest.importorskip("deltalake", reason="deltalake is not installed")
 from sparklog.reader.job import run_incremental  # noqa: E402
 from sparklog.storage import open_fileio  # noqa: E402
 
-from .helpers import SQL, add_records, assert_exactly_once, commit_docs, make_topic  # noqa: E402
+from tests.support.jobs import SQL, add_records, assert_exactly_once, commit_docs, make_topic  # noqa: E402
 from .test_kill import cli, run_killed  # noqa: E402
 from .test_sinks import _delta_spark_available, delta_spark_transactions  # noqa: E402
 

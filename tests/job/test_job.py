@@ -22,7 +22,7 @@ from sparklog.reader.job import (
 )
 from sparklog.reader.job.faults import ENV_VAR, STEPS, InjectedFault
 
-from .helpers import SQL, add_records, assert_exactly_once, commit_docs, local, make_topic, \
+from tests.support.jobs import SQL, add_records, assert_exactly_once, commit_docs, local, make_topic, \
     output_rows
 
 pytestmark = pytest.mark.spark

@@ -21,7 +21,7 @@ from sparklog.reader.job import (
     open_sink, read_committed,
 )
 
-from .helpers import delta_commits, delta_rows, delta_txn_version, local, manifest_docs, \
+from tests.support.jobs import delta_commits, delta_rows, delta_txn_version, local, manifest_docs, \
     parquet_rows
 
 pytestmark = pytest.mark.spark

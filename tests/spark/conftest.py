@@ -13,10 +13,3 @@ def sl_spark(spark):
     sparklog.spark.register(spark)
     return spark
 
-
-def load(spark, root, **options):
-    """spark.read.format("sparklog") over the storage root ``root``."""
-    reader = spark.read.format("sparklog").option("path", root)
-    for k, v in options.items():
-        reader = reader.option(k, v)
-    return reader.load()

@@ -21,8 +21,8 @@ from pyspark.sql.types import (
 from sparklog.metadata import TopicStore
 from sparklog.storage import open_fileio
 
-from .conftest import load
-from .logdata import BASE_TS, append_frames, expected_rows, make_topic, ts
+from tests.support.logdata import load
+from tests.support.logdata import BASE_TS, append_frames, expected_rows, make_topic, ts
 
 pytestmark = pytest.mark.spark
 

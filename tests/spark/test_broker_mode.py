@@ -15,11 +15,11 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from brokerproc import BrokerProcess
+from tests.support.brokerproc import BrokerProcess
 from sparklog.admin import Admin
 from sparklog.errors import SchemaMismatchError
 
-from .logdata import BASE_TS, expected_rows, make_topic
+from tests.support.logdata import BASE_TS, expected_rows, make_topic
 from .test_batch import KAFKA_SCHEMA, KAFKA_SCHEMA_HEADERS, assert_same
 from .test_stream import output, run_available_now
 

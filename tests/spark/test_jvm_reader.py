@@ -25,8 +25,8 @@ from sparklog.metadata import TopicStore
 from sparklog.reader.jvm import JVM_READER_OPTION, jar_path
 from sparklog.storage import open_fileio
 
-from .conftest import load
-from .logdata import BASE_TS, expected_rows, make_topic, record, ts
+from tests.support.logdata import load
+from tests.support.logdata import BASE_TS, expected_rows, make_topic, record, ts
 
 pytestmark = pytest.mark.spark
 
@@ -413,7 +413,7 @@ def test_each_scan_plans_its_own_offsets(jspark, storage_root, jvm):
     scan of it; the JVM provider pins each scan's own plan, on either reader: a filtered
     count leaves the unfiltered one whole, a later action sees records appended since,
     and one query may scan the DataFrame with and without pushed filters."""
-    from .logdata import append_records
+    from tests.support.logdata import append_records
 
     store = make_topic(storage_root, "pin", partitions=1, count=10)
     df = load(jspark, storage_root, subscribe="pin", **{JVM_READER_OPTION: str(jvm).lower()})

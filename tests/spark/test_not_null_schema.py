@@ -14,9 +14,9 @@ from pyspark.sql.types import (
 )
 
 import sparklog
-from test_typed_not_null import SCHEMA  # sym, qty, tags[], p.a declared not null
+from tests.client.test_typed_not_null import SCHEMA  # sym, qty, tags[], p.a declared not null
 
-from .conftest import load
+from tests.support.logdata import load
 
 pytestmark = pytest.mark.spark
 

@@ -13,7 +13,7 @@ chispa = pytest.importorskip("chispa", reason="chispa is not installed")
 
 from sparklog.log.partition import PartitionLog
 
-from .logdata import append_records, expected_rows, make_topic, record
+from tests.support.logdata import append_records, expected_rows, make_topic, record
 from .test_batch import KAFKA_SCHEMA, assert_same
 
 pytestmark = pytest.mark.spark
