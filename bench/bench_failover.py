@@ -36,10 +36,9 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from sparklog import Admin, Producer  # noqa: E402
 from tests.support.clusterproc import BrokerCluster  # noqa: E402  (the tests' cluster helper)
 from tests.support.zkserver import ZooKeeperServer, zookeeper_unavailable  # noqa: E402
-
-from sparklog import Admin, Producer  # noqa: E402
 
 
 class Probe:

@@ -45,12 +45,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bench_broker_ingest import broker_ingest, build_requests  # noqa: E402
 from bench_latency import percentiles  # noqa: E402
 from bench_spark_scan import TOPIC, best_time, generate  # noqa: E402
-from tests.support.brokerproc import BrokerProcess  # noqa: E402  (the tests' broker process helper)
-from tests.support.hdfscluster import HdfsCluster  # noqa: E402  (the tests' HDFS cluster)
+
 from sparklog.admin import Admin  # noqa: E402
 from sparklog.protocol import Connection  # noqa: E402
 from sparklog.storage import jvm  # noqa: E402
 from sparklog.writer.producer import Producer  # noqa: E402
+from tests.support.brokerproc import BrokerProcess  # noqa: E402  (the tests' broker process helper)
+from tests.support.hdfscluster import HdfsCluster  # noqa: E402  (the tests' HDFS cluster)
 
 
 class HadoopWriter:

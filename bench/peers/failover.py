@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 
 from bench_failover import Probe, failover  # noqa: E402  (sparklog's side)
-from tests.support.kafkaserver import KafkaCluster
+
 from sparklog.coordination.zkclient import DEFAULT_SESSION_TIMEOUT_MS
+from tests.support.kafkaserver import KafkaCluster
 from tests.support.zkserver import ZooKeeperServer
 
 

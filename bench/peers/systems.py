@@ -13,9 +13,9 @@ for path in (ROOT, ROOT / "bench"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
+from sparklog import Admin, NewTopic  # noqa: E402
 from tests.support.brokerproc import BrokerProcess  # noqa: E402  (the tests' broker process helper)
 from tests.support.kafkaserver import KafkaCluster  # noqa: E402  (the tests' Kafka helper)
-from sparklog import Admin, NewTopic  # noqa: E402
 
 
 def say(message: str) -> None:

@@ -81,8 +81,9 @@ def _produce(producer, n: int, start: int, seed: int, label: str) -> None:
 
 def run(args) -> int:
     """Run the quickstart; returns 0 when every check passed."""
-    import sparklog
     from deltalake import DeltaTable
+
+    import sparklog
 
     from ..errors import InvalidArgumentError
     from ..reader.job import run_incremental

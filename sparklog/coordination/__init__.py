@@ -6,7 +6,11 @@ the ZooKeeper store (``zk*.py``) serves cluster mode. Both implement
 """
 
 from .base import (
-    NO_LEADER, BrokerInfo, CoordinationStore, OffsetAndMetadata, PartitionState,
+    NO_LEADER,
+    BrokerInfo,
+    CoordinationStore,
+    OffsetAndMetadata,
+    PartitionState,
     validate_group_id,
 )
 from .local import LocalCoordinationStore

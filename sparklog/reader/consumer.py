@@ -30,16 +30,20 @@ import time
 
 from ..client.fetcher import Fetcher, PartitionState
 from ..client.future import Future
-from ..client.group import (
-    BrokerMembership, GroupMembership, StaticMembership, ZooKeeperMembership,
-)
+from ..client.group import BrokerMembership, GroupMembership, StaticMembership, ZooKeeperMembership
 from ..client.network import NetworkClient
 from ..client.offsets import commit_request, fetch_committed, list_offsets
 from ..client.settings import client_config
 from ..client.types import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from ..errors import (
-    IllegalGenerationError, InvalidArgumentError, InvalidConfigError, OffsetOutOfRangeError,
-    RebalanceInProgressError, SparklogError, UnknownMemberIdError, UnknownTopicOrPartitionError,
+    IllegalGenerationError,
+    InvalidArgumentError,
+    InvalidConfigError,
+    OffsetOutOfRangeError,
+    RebalanceInProgressError,
+    SparklogError,
+    UnknownMemberIdError,
+    UnknownTopicOrPartitionError,
 )
 from ..metadata.topic import validate_partition
 from ..names import validate_group_id, validate_topic_name

@@ -13,15 +13,21 @@ import msgpack
 import pyarrow as pa
 import pytest
 
-from tests.support.brokerproc import BrokerProcess
-from tests.support.processes import free_port
 from sparklog.errors import (
-    CorruptRecordError, IllegalGenerationError, InvalidTopicError, RebalanceInProgressError,
-    RecordTooLargeError, SchemaMismatchError, UnknownTopicOrPartitionError,
-    UnsupportedVersionError, error_for_code,
+    CorruptRecordError,
+    IllegalGenerationError,
+    InvalidTopicError,
+    RebalanceInProgressError,
+    RecordTooLargeError,
+    SchemaMismatchError,
+    UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
+    error_for_code,
 )
 from sparklog.format.frame import encode_frame, iter_frames, raw_batch
 from sparklog.protocol import ApiKey, Connection, encode_request
+from tests.support.brokerproc import BrokerProcess
+from tests.support.processes import free_port
 
 MAX_REQUEST = 200_000
 MAX_MESSAGE = 50_000

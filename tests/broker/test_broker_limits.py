@@ -19,13 +19,16 @@ import time
 
 import pytest
 
-from tests.support.brokerproc import ROOT, BrokerProcess
 from sparklog.errors import (
-    BrokerNotAvailableError, InvalidPartitionsError, PolicyViolationError, error_for_code,
+    BrokerNotAvailableError,
+    InvalidPartitionsError,
+    PolicyViolationError,
+    error_for_code,
 )
 from sparklog.format.frame import encode_frame, raw_batch
 from sparklog.metadata import TopicConfig
 from sparklog.protocol import ApiKey, Connection, encode_request
+from tests.support.brokerproc import ROOT, BrokerProcess
 from tests.support.waiting import wait_until
 
 

@@ -11,8 +11,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.support.brokerproc import BrokerProcess
-from tests.support.processes import free_port
 from sparklog.admin import Admin
 from sparklog.client.types import TopicPartition
 from sparklog.errors import RecordTooLargeError, UnknownTopicOrPartitionError
@@ -20,7 +18,10 @@ from sparklog.format.frame import encode_frame, raw_batch
 from sparklog.protocol import ApiKey, Connection
 from sparklog.reader.consumer import Consumer
 from sparklog.writer.producer import Producer
-from tests.client.test_producer_limits import sized as metered, topic_with  # noqa: F401 - a fixture
+from tests.client.test_producer_limits import sized as metered  # noqa: F401 - a fixture
+from tests.client.test_producer_limits import topic_with
+from tests.support.brokerproc import BrokerProcess
+from tests.support.processes import free_port
 
 _SAMPLE = re.compile(r'^([a-z_]+)(?:\{(.*)\})? (\S+)$')
 

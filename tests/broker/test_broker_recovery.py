@@ -7,14 +7,16 @@ import threading
 
 import pytest
 
-from tests.support.brokerproc import BrokerProcess
 from sparklog.errors import (
-    BrokerNotAvailableError, InvalidProducerEpochError, OutOfOrderSequenceError,
+    BrokerNotAvailableError,
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
     error_for_code,
 )
 from sparklog.format.frame import encode_frame, iter_frames, raw_batch
 from sparklog.protocol import ApiKey, Connection
 from tests.broker.test_broker import create, fetch, produce, read_values
+from tests.support.brokerproc import BrokerProcess
 from tests.support.waiting import wait_until
 
 

@@ -14,12 +14,12 @@ from tests.support.zkserver import TcpProxy, zookeeper, zookeeper_server  # noqa
 
 pytest.importorskip("kazoo", reason="kazoo is not installed (pip install sparklog[cluster])")
 
-from tests.support.brokerproc import ROOT, BrokerProcess  # noqa: E402
-from tests.support.clusterproc import BrokerCluster, produce_accepted, produce_one  # noqa: E402
 from sparklog import Admin, Consumer, Producer  # noqa: E402
 from sparklog.client.types import TopicPartition  # noqa: E402
 from sparklog.errors import NotLeaderError, SparklogError  # noqa: E402
 from sparklog.protocol import ApiKey, Connection  # noqa: E402
+from tests.support.brokerproc import ROOT, BrokerProcess  # noqa: E402
+from tests.support.clusterproc import BrokerCluster, produce_accepted, produce_one  # noqa: E402
 
 pytestmark = pytest.mark.zookeeper
 

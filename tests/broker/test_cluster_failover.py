@@ -28,11 +28,11 @@ from tests.support.zkserver import zookeeper, zookeeper_server  # noqa: F401 (fi
 
 pytest.importorskip("kazoo", reason="kazoo is not installed (pip install sparklog[cluster])")
 
-from tests.support.clusterproc import BrokerCluster, produce_accepted, produce_one  # noqa: E402
 from sparklog import Admin, Producer  # noqa: E402
 from sparklog.log.reader import LogReader  # noqa: E402
 from sparklog.metadata import TopicStore  # noqa: E402
 from sparklog.protocol import Connection  # noqa: E402
+from tests.support.clusterproc import BrokerCluster, produce_accepted, produce_one  # noqa: E402
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.slow]
 

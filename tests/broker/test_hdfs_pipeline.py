@@ -19,19 +19,22 @@ import time
 
 import pytest
 
-from tests.support.brokerproc import BrokerProcess
-from tests.support.clusterproc import produce_one
 from sparklog.format.frame import encode_frame, raw_batch
 from sparklog.metadata import TopicStore
 from sparklog.protocol import Connection
 from tests.broker.test_broker import create, produce, read_values
 from tests.broker.test_cluster_failover import (
-    PARTITIONS, ContinuousProducer, assert_exactly_once, leaders_killed_repeatedly,
-    paused_old_leader, read_partition,
+    PARTITIONS,
+    ContinuousProducer,
+    assert_exactly_once,
+    leaders_killed_repeatedly,
+    paused_old_leader,
+    read_partition,
 )
+from tests.support.brokerproc import BrokerProcess
+from tests.support.clusterproc import produce_one
 from tests.support.waiting import wait_until
 from tests.support.zkserver import zookeeper, zookeeper_server  # noqa: F401 (fixtures)
-
 
 KILLS = int(os.environ.get("SPARKLOG_HDFS_KILLS", "10"))
 

@@ -14,15 +14,25 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.brokerproc import BrokerProcess
 from sparklog.client.types import TopicPartition
 from sparklog.errors import (
-    CorruptRecordError, DataLossError, InvalidProducerEpochError, OffsetOutOfRangeError,
-    SparklogError, StorageError, error_for_code,
+    CorruptRecordError,
+    DataLossError,
+    InvalidProducerEpochError,
+    OffsetOutOfRangeError,
+    SparklogError,
+    StorageError,
+    error_for_code,
 )
-from sparklog.format.frame import encode_frame, raw_batch, reseal as reseal_crc
+from sparklog.format.frame import encode_frame, raw_batch
+from sparklog.format.frame import reseal as reseal_crc
 from sparklog.format.header import (
-    HEADER_SIZE, LAST_OFFSET_DELTA, LENGTH, LOG_OVERHEAD, RECORD_COUNT, unpack_header,
+    HEADER_SIZE,
+    LAST_OFFSET_DELTA,
+    LENGTH,
+    LOG_OVERHEAD,
+    RECORD_COUNT,
+    unpack_header,
 )
 from sparklog.log.layout import segment_file_name
 from sparklog.log.partition import PartitionLog
@@ -30,6 +40,7 @@ from sparklog.log.reader import OFFSET_COLUMN, LogReader
 from sparklog.protocol import ApiKey, Connection
 from sparklog.reader.consumer import Consumer
 from sparklog.storage.local import LocalFileIO
+from tests.support.brokerproc import BrokerProcess
 
 RECORDS_PER_FRAME = 10
 

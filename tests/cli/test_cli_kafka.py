@@ -12,14 +12,14 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.support.brokerproc import BrokerProcess
-from tests.cli.test_cli import ok, sparklog
 
 from sparklog.admin import Admin
 from sparklog.cli.main import build_parser
 from sparklog.client.types import TopicPartition
 from sparklog.reader.consumer import Consumer
 from sparklog.writer.producer import Producer
+from tests.cli.test_cli import ok, sparklog
+from tests.support.brokerproc import BrokerProcess
 
 _names = itertools.count()
 

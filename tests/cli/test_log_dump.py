@@ -13,7 +13,6 @@ from sparklog.cli.main import main
 from sparklog.format.header import unpack_header
 from sparklog.log import PartitionLog
 from sparklog.storage import open_fileio
-
 from tests.support.logfiles import raw_frame, typed_frame
 
 

@@ -12,7 +12,10 @@ import sparklog
 from sparklog.admin import NewTopic, parse_schema, schema_to_spec
 from sparklog.client.types import TopicPartition
 from sparklog.errors import (
-    InvalidArgumentError, InvalidConfigError, InvalidTopicError, TopicExistsError,
+    InvalidArgumentError,
+    InvalidConfigError,
+    InvalidTopicError,
+    TopicExistsError,
     UnknownTopicOrPartitionError,
 )
 

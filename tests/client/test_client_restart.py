@@ -16,13 +16,13 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.support.brokerproc import ROOT, BrokerProcess
-from tests.support.waiting import wait_until
 
 from sparklog.admin import Admin
 from sparklog.client.types import TopicPartition
 from sparklog.reader.consumer import Consumer
 from sparklog.writer.producer import Producer
+from tests.support.brokerproc import ROOT, BrokerProcess
+from tests.support.waiting import wait_until
 
 _names = itertools.count()
 FAST = {"reconnect_backoff_ms": 20, "reconnect_backoff_max_ms": 200}

@@ -13,7 +13,9 @@ import pytest
 
 from sparklog.client.types import OffsetAndMetadata, TopicPartition
 from sparklog.errors import (
-    InvalidArgumentError, InvalidConfigError, OffsetOutOfRangeError,
+    InvalidArgumentError,
+    InvalidConfigError,
+    OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
 from sparklog.reader.consumer import Consumer

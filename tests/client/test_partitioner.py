@@ -7,11 +7,15 @@ import random
 
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sparklog.errors import InvalidArgumentError
 from sparklog.writer.producer.partitioner import (
-    DefaultPartitioner, murmur2, murmur2_array, to_positive,
+    DefaultPartitioner,
+    murmur2,
+    murmur2_array,
+    to_positive,
 )
 
 # Kafka's own UtilsTest.testMurmur2 vectors (clients/src/test/.../utils/UtilsTest.java)

@@ -14,17 +14,22 @@ import msgpack
 import pyarrow as pa
 import pytest
 
-from tests.support.brokerproc import BrokerProcess
 from sparklog.admin import Admin
 from sparklog.client.types import TopicPartition
 from sparklog.errors import (
-    InvalidArgumentError, InvalidConfigError, InvalidTopicError, RecordTooLargeError,
-    RequestTimedOutError, SchemaMismatchError, UnknownTopicOrPartitionError,
+    InvalidArgumentError,
+    InvalidConfigError,
+    InvalidTopicError,
+    RecordTooLargeError,
+    RequestTimedOutError,
+    SchemaMismatchError,
+    UnknownTopicOrPartitionError,
 )
 from sparklog.protocol import ApiKey
 from sparklog.reader.consumer import Consumer
 from sparklog.writer.producer import Producer
 from sparklog.writer.producer.partitioner import murmur2, to_positive
+from tests.support.brokerproc import BrokerProcess
 
 _names = itertools.count()
 

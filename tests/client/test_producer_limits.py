@@ -16,15 +16,16 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, example, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
-from tests.support.brokerproc import BrokerProcess
-from tests.support.processes import free_port
 from sparklog.admin import Admin
 from sparklog.errors import RecordTooLargeError
 from sparklog.format.frame import encode_frame, iter_frames, raw_batch
 from sparklog.writer.producer import Producer
 from tests.client.test_producer import consume_all
+from tests.support.brokerproc import BrokerProcess
+from tests.support.processes import free_port
 
 _names = itertools.count()
 

@@ -10,7 +10,8 @@ import re
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sparklog.errors import SchemaMismatchError
 from sparklog.format.frame import encode_frame

@@ -7,7 +7,10 @@ import threading
 import pytest
 
 from sparklog.coordination import (
-    BrokerInfo, LocalCoordinationStore, OffsetAndMetadata, validate_group_id,
+    BrokerInfo,
+    LocalCoordinationStore,
+    OffsetAndMetadata,
+    validate_group_id,
 )
 from sparklog.errors import InvalidArgumentError, InvalidTopicError
 

@@ -7,7 +7,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparklog.coordination.assignment import (
-    NO_LEADER, elect_leaders, preferred_replicas, range_assign,
+    NO_LEADER,
+    elect_leaders,
+    preferred_replicas,
+    range_assign,
 )
 from sparklog.errors import InvalidArgumentError
 

@@ -12,8 +12,12 @@ import pytest
 
 from sparklog.coordination.base import NO_LEADER, BrokerInfo, OffsetAndMetadata
 from sparklog.errors import (
-    CoordinationError, InvalidArgumentError, InvalidConfigError, NotLeaderError,
-    TopicExistsError, UnknownTopicOrPartitionError,
+    CoordinationError,
+    InvalidArgumentError,
+    InvalidConfigError,
+    NotLeaderError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
 )
 from sparklog.metadata import TopicStore
 from tests.support.zkserver import TcpProxy, zookeeper, zookeeper_server  # noqa: F401 (fixtures)
@@ -21,9 +25,9 @@ from tests.support.zkserver import TcpProxy, zookeeper, zookeeper_server  # noqa
 pytest.importorskip("kazoo", reason="kazoo is not installed (pip install sparklog[cluster])")
 
 from sparklog.coordination import zkadmin  # noqa: E402
-from tests.support.waiting import wait_until as _wait_until  # noqa: E402
 from sparklog.coordination.zkclient import connect_zk  # noqa: E402
 from sparklog.coordination.zkstore import ZkCoordinationStore  # noqa: E402
+from tests.support.waiting import wait_until as _wait_until  # noqa: E402
 
 pytestmark = pytest.mark.zookeeper
 

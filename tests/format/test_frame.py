@@ -33,8 +33,15 @@ from sparklog.format.frame import (
     validate_frame,
 )
 from sparklog.format.header import (
-    CRC_START, HEADER_SIZE, LAST_OFFSET_DELTA, LENGTH, LOG_OVERHEAD, RECORD_COUNT, FrameHeader,
-    MAGIC, unpack_header,
+    CRC_START,
+    HEADER_SIZE,
+    LAST_OFFSET_DELTA,
+    LENGTH,
+    LOG_OVERHEAD,
+    MAGIC,
+    RECORD_COUNT,
+    FrameHeader,
+    unpack_header,
 )
 
 CODECS = ["none", "lz4", "zstd"]

@@ -11,7 +11,6 @@ pytest.importorskip("pyspark", reason="pyspark is not installed")
 pytest.importorskip("deltalake", reason="deltalake is not installed")
 
 from sparklog.cli.main import main
-
 from tests.support.jobs import SQL, add_records, assert_exactly_once, make_topic
 
 pytestmark = pytest.mark.spark

@@ -15,8 +15,8 @@ pytest.importorskip("deltalake", reason="deltalake is not installed")
 
 from sparklog.reader.job import run_incremental  # noqa: E402
 from sparklog.storage import open_fileio  # noqa: E402
-
 from tests.support.jobs import SQL, add_records, assert_exactly_once, commit_docs, make_topic  # noqa: E402
+
 from .test_kill import cli, run_killed  # noqa: E402
 from .test_sinks import _delta_spark_available, delta_spark_transactions  # noqa: E402
 

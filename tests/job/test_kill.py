@@ -18,7 +18,6 @@ pytest.importorskip("deltalake", reason="deltalake is not installed")
 
 from sparklog.reader.job import run_incremental
 from sparklog.reader.job.faults import ENV_VAR
-
 from tests.support.jobs import SQL, add_records, assert_exactly_once, commit_docs, local, make_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

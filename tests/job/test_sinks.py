@@ -13,16 +13,25 @@ import pytest
 pytest.importorskip("pyspark", reason="pyspark is not installed")
 pytest.importorskip("deltalake", reason="deltalake is not installed")
 
-from sparklog.errors import (
-    ConcurrentTransactionsError, InvalidArgumentError, SchemaMismatchError,
-)
+from sparklog.errors import ConcurrentTransactionsError, InvalidArgumentError, SchemaMismatchError
 from sparklog.reader.job import (
-    CommitRecord, DeltaSink, OffsetRange, ParquetSink, committed_files, list_applications,
-    open_sink, read_committed,
+    CommitRecord,
+    DeltaSink,
+    OffsetRange,
+    ParquetSink,
+    committed_files,
+    list_applications,
+    open_sink,
+    read_committed,
 )
-
-from tests.support.jobs import delta_commits, delta_rows, delta_txn_version, local, manifest_docs, \
-    parquet_rows
+from tests.support.jobs import (
+    delta_commits,
+    delta_rows,
+    delta_txn_version,
+    local,
+    manifest_docs,
+    parquet_rows,
+)
 
 pytestmark = pytest.mark.spark
 

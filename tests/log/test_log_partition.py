@@ -8,14 +8,19 @@ import os
 import pytest
 
 from sparklog.errors import (
-    CorruptRecordError, FencedLeaderEpochError, InvalidArgumentError, LeaseExpiredError,
-    LeaseHeldError, OffsetOutOfRangeError, RecordTooLargeError, StorageError,
+    CorruptRecordError,
+    FencedLeaderEpochError,
+    InvalidArgumentError,
+    LeaseExpiredError,
+    LeaseHeldError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    StorageError,
 )
 from sparklog.format.frame import decode_frame, iter_frames, validate_frame
 from sparklog.format.header import unpack_header
 from sparklog.log import LogReader, PartitionLog
 from sparklog.storage import open_fileio
-
 from tests.support.logfiles import RecordingFileIO, raw_frame, typed_frame
 
 

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from sparklog.format.frame import iter_frames
 from sparklog.log import LogReader, PartitionLog
 from sparklog.storage import open_fileio
-
 from tests.support.logfiles import raw_frame
 
 frames_strategy = st.lists(

@@ -13,7 +13,6 @@ from sparklog.errors import CorruptRecordError, InvalidArgumentError, OffsetOutO
 from sparklog.format.frame import encode_frame
 from sparklog.log import LogReader, PartitionLog
 from sparklog.storage import open_fileio
-
 from tests.support.logfiles import TYPED, RecordingFileIO, raw_frame, typed_frame
 
 FRAME5 = len(typed_frame([0] * 5))

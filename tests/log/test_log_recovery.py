@@ -14,7 +14,6 @@ import pytest
 from sparklog.errors import CorruptRecordError
 from sparklog.log import LogReader, PartitionLog
 from sparklog.storage import open_fileio
-
 from tests.support.logfiles import RecordingFileIO, SimulatedCrash, typed_frame
 
 #: The repository's root (a child process imports the tests' helpers from it).

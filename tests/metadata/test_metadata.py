@@ -10,7 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparklog.errors import (
-    InvalidArgumentError, InvalidConfigError, InvalidTopicError, TopicExistsError,
+    InvalidArgumentError,
+    InvalidConfigError,
+    InvalidTopicError,
+    TopicExistsError,
     UnknownTopicOrPartitionError,
 )
 from sparklog.metadata import TopicConfig, TopicStore, validate_partition, validate_topic_name

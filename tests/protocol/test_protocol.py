@@ -6,15 +6,29 @@ import struct
 
 import msgpack
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sparklog.errors import (
-    InvalidArgumentError, OffsetOutOfRangeError, RecordTooLargeError, SparklogError,
-    UnknownTopicOrPartitionError, UnsupportedVersionError,
+    InvalidArgumentError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    SparklogError,
+    UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
 )
 from sparklog.protocol import (
-    ApiKey, FileRegion, REQUESTS, RESPONSES, decode_request, decode_response,
-    encode_request, encode_response, encode_response_parts, error_fields, error_from,
+    REQUESTS,
+    RESPONSES,
+    ApiKey,
+    FileRegion,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+    encode_response_parts,
+    error_fields,
+    error_from,
     raise_for_error,
 )
 from sparklog.protocol.connection import parse_address

@@ -2,7 +2,8 @@
 
 import msgpack
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sparklog.errors import InvalidArgumentError
 from sparklog.protocol import ApiKey, decode_request, encode_request

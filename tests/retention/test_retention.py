@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.brokerproc import BrokerProcess
 from sparklog.errors import OffsetOutOfRangeError
 from sparklog.log import LogReader, PartitionLog
 from sparklog.protocol import ApiKey, Connection
 from sparklog.retention import apply_retention, retention_cutoff
 from sparklog.storage import open_fileio
 from tests.broker.test_broker import create, fetch, frame_of, produce, read_values
+from tests.support.brokerproc import BrokerProcess
 from tests.support.logfiles import typed_frame
 from tests.support.waiting import wait_until
 

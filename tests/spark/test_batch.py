@@ -14,15 +14,20 @@ chispa = pytest.importorskip("chispa", reason="chispa is not installed")
 
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
-    ArrayType, BinaryType, DoubleType, IntegerType, LongType, StringType, StructField,
-    StructType, TimestampType,
+    ArrayType,
+    BinaryType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
 )
 
 from sparklog.metadata import TopicStore
 from sparklog.storage import open_fileio
-
-from tests.support.logdata import load
-from tests.support.logdata import BASE_TS, append_frames, expected_rows, make_topic, ts
+from tests.support.logdata import BASE_TS, append_frames, expected_rows, load, make_topic, ts
 
 pytestmark = pytest.mark.spark
 

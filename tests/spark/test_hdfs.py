@@ -14,13 +14,16 @@ import pytest
 pytest.importorskip("pyspark", reason="pyspark is not installed")
 chispa = pytest.importorskip("chispa", reason="chispa is not installed")
 
-from tests.support.hdfscluster import HdfsCluster, hadoop_unavailable  # noqa: E402
 from sparklog.log.reader import LogReader  # noqa: E402
 from sparklog.metadata import TopicStore  # noqa: E402
 from sparklog.reader.jvm import JVM_READER_OPTION  # noqa: E402
+from tests.support.hdfscluster import HdfsCluster, hadoop_unavailable  # noqa: E402
+from tests.support.logdata import (  # noqa: E402
+    expected_rows,
+    load,  # noqa: E402
+    make_topic,
+)
 
-from tests.support.logdata import load  # noqa: E402
-from tests.support.logdata import expected_rows, make_topic  # noqa: E402
 from .test_jvm_reader import JVM, jspark, jvm_and_python, scan_of  # noqa: E402,F401
 from .test_stream import append_more, output, run_available_now, stream  # noqa: E402
 

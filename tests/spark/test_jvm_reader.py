@@ -16,17 +16,25 @@ chispa = pytest.importorskip("chispa", reason="chispa is not installed")
 
 from sparklog.format.frame import encode_frame, raw_batch
 from sparklog.format.header import (
-    ATTRIBUTES, BASE_OFFSET, BASE_SEQUENCE, CRC, FIRST_TIMESTAMP, HEADER_SIZE,
-    LAST_OFFSET_DELTA, LENGTH, LOG_OVERHEAD, MAGIC_FIELD, MAX_TIMESTAMP, PRODUCER_ID,
+    ATTRIBUTES,
+    BASE_OFFSET,
+    BASE_SEQUENCE,
+    CRC,
+    FIRST_TIMESTAMP,
+    HEADER_SIZE,
+    LAST_OFFSET_DELTA,
+    LENGTH,
+    LOG_OVERHEAD,
+    MAGIC_FIELD,
+    MAX_TIMESTAMP,
+    PRODUCER_ID,
     RECORD_COUNT,
 )
 from sparklog.log.partition import PartitionLog
 from sparklog.metadata import TopicStore
 from sparklog.reader.jvm import JVM_READER_OPTION, jar_path
 from sparklog.storage import open_fileio
-
-from tests.support.logdata import load
-from tests.support.logdata import BASE_TS, expected_rows, make_topic, record, ts
+from tests.support.logdata import BASE_TS, expected_rows, load, make_topic, record, ts
 
 pytestmark = pytest.mark.spark
 

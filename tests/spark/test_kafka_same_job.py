@@ -21,9 +21,9 @@ confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka
 
 from pyspark.sql import functions as F
 
-from tests.support.kafkaserver import kafka_broker  # noqa: F401  (the run's Kafka broker)
 from sparklog import Admin, NewTopic, Producer
 from sparklog.reader.jvm import class_loaded
+from tests.support.kafkaserver import kafka_broker  # noqa: F401  (the run's Kafka broker)
 
 from .test_batch import assert_same
 

@@ -10,12 +10,17 @@ import pytest
 pytest.importorskip("pyspark", reason="pyspark is not installed")
 
 from pyspark.sql.types import (
-    ArrayType, DoubleType, IntegerType, LongType, StringType, StructField, StructType,
+    ArrayType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
 )
 
 import sparklog
 from tests.client.test_typed_not_null import SCHEMA  # sym, qty, tags[], p.a declared not null
-
 from tests.support.logdata import load
 
 pytestmark = pytest.mark.spark

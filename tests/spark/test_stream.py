@@ -12,8 +12,8 @@ pytest.importorskip("pyspark", reason="pyspark is not installed")
 chispa = pytest.importorskip("chispa", reason="chispa is not installed")
 
 from sparklog.log.partition import PartitionLog
-
 from tests.support.logdata import append_records, expected_rows, make_topic, record
+
 from .test_batch import KAFKA_SCHEMA, assert_same
 
 pytestmark = pytest.mark.spark

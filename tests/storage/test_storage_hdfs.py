@@ -15,9 +15,9 @@ import uuid
 
 import pytest
 
-from tests.support.hdfscluster import free_port, write_site
 from sparklog.errors import StorageError
 from sparklog.storage import open_fileio
+from tests.support.hdfscluster import free_port, write_site
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import time
 
-from .brokerproc import BrokerProcess
 from sparklog.coordination.zkstore import ZkCoordinationStore
 from sparklog.errors import NotLeaderError
 from sparklog.format.frame import encode_frame, raw_batch
 from sparklog.protocol import ApiKey
+
+from .brokerproc import BrokerProcess
 
 
 class BrokerCluster:

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sparklog.storage import open_fileio
+
 from .logdata import append_records, make_topic, record
 
 #: The transform every test job applies: keeps the coordinates and the value.

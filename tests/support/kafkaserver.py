@@ -32,8 +32,7 @@ import uuid
 
 import pytest
 
-from .processes import (file_tail, free_port, kill_process, serve_until_interrupted,
-                       stop_process)
+from .processes import file_tail, free_port, kill_process, serve_until_interrupted, stop_process
 
 MAIN_CLASS = "kafka.Kafka"
 STORAGE_TOOL = "kafka.tools.StorageTool"

@@ -22,25 +22,39 @@ import time
 
 from ...coordination.base import BrokerInfo, CoordinationStore
 from ...coordination.local import LocalCoordinationStore
-from ...names import printable, validate_transactional_id
 from ...errors import (
-    InvalidArgumentError, InvalidPartitionsError, InvalidProducerEpochError, LeaseHeldError,
-    OffsetOutOfRangeError, PolicyViolationError, RequestTimedOutError, SparklogError,
-    UnknownTopicOrPartitionError, UnsupportedVersionError,
+    InvalidArgumentError,
+    InvalidPartitionsError,
+    InvalidProducerEpochError,
+    LeaseHeldError,
+    OffsetOutOfRangeError,
+    PolicyViolationError,
+    RequestTimedOutError,
+    SparklogError,
+    UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
 )
 from ...log.config import LogConfig
 from ...metadata import TopicStore, validate_partition
 from ...metadata.topic import TopicConfig
+from ...names import printable, validate_transactional_id
 from ...protocol.apis import (
-    ACKS_ALL, ACKS_LEADER, ACKS_NONE, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, NO_OFFSET,
-    SUPPORTED_VERSIONS, ApiKey, api_name,
+    ACKS_ALL,
+    ACKS_LEADER,
+    ACKS_NONE,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    NO_OFFSET,
+    SUPPORTED_VERSIONS,
+    ApiKey,
+    api_name,
 )
 from ...protocol.codec import FileRegion, RequestHeader, decode_request_body, error_fields
+from ...retention.manager import RetentionManager
 from ...storage import FileIO, open_fileio
 from ...storage.paths import storage_root, url_scheme
 from . import admin, groups_api, resources, server
 from .acceptor import Acceptor
-from ...retention.manager import RetentionManager
 from .config import BrokerConfig
 from .group import GroupCoordinator
 from .instance import InstanceRecord

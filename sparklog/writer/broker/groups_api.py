@@ -9,9 +9,9 @@ offsets are the coordination store's (persistent). Each handler is
 from __future__ import annotations
 
 from ...coordination.base import OffsetAndMetadata
-from ...names import validate_group_id
 from ...errors import GroupIdNotFoundError, NonEmptyGroupError, SparklogError
 from ...metadata import validate_partition
+from ...names import validate_group_id
 from ...protocol.apis import NO_OFFSET, ApiKey
 from ...protocol.codec import error_fields
 from .group import EMPTY

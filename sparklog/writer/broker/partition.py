@@ -23,12 +23,16 @@ from typing import NamedTuple
 import pyarrow as pa
 
 from ...errors import (
-    CorruptRecordError, DataLossError, RecordTooLargeError, SchemaMismatchError, SparklogError,
+    CorruptRecordError,
+    DataLossError,
+    RecordTooLargeError,
+    SchemaMismatchError,
+    SparklogError,
     StorageError,
 )
 from ...format.frame import TIMESTAMP_COLUMN, body_schema, iter_frames, validate_frame
-from ...format.nullability import check_not_null, constrained_fields
 from ...format.header import HEADER_SIZE, NO_PRODUCER_ID, FrameHeader
+from ...format.nullability import check_not_null, constrained_fields
 from ...log.config import LogConfig
 from ...log.partition import PartitionLog
 from ...metadata.topic import TopicConfig

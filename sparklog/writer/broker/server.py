@@ -26,9 +26,7 @@ import logging
 import struct
 
 from ...errors import InvalidArgumentError, RecordTooLargeError, SparklogError
-from ...protocol.codec import (
-    FileRegion, decode_request_header, encode_response_parts, error_fields,
-)
+from ...protocol.codec import FileRegion, decode_request_header, encode_response_parts, error_fields
 from .receiver import ReadTimeout, RequestReceiver
 
 log = logging.getLogger(__name__)

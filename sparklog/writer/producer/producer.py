@@ -24,11 +24,21 @@ import pyarrow as pa
 from ...client.network import NetworkClient
 from ...client.settings import client_config
 from ...errors import (
-    BrokerNotAvailableError, InvalidArgumentError, InvalidConfigError, RecordTooLargeError,
-    RequestTimedOutError, SchemaMismatchError, SparklogError,
+    BrokerNotAvailableError,
+    InvalidArgumentError,
+    InvalidConfigError,
+    RecordTooLargeError,
+    RequestTimedOutError,
+    SchemaMismatchError,
+    SparklogError,
 )
 from ...format.frame import (
-    HEADER_TYPE, RAW_SCHEMA, TIMESTAMP_COLUMN, TIMESTAMP_TYPE, encode_frame, raw_batch,
+    HEADER_TYPE,
+    RAW_SCHEMA,
+    TIMESTAMP_COLUMN,
+    TIMESTAMP_TYPE,
+    encode_frame,
+    raw_batch,
     to_record_batch,
 )
 from ...format.nullability import check_not_null, constrained_fields, row_violation
