@@ -13,7 +13,10 @@ import sys
 
 import pytest
 
-from tests.support.hdfscluster import hdfs_cluster  # noqa: F401  (one HDFS cluster per run, on demand)
+#: The fixture modules of tests/support/, registered once for every test: ``hdfs_cluster``
+#: (one HDFS cluster per run, on demand), ``zookeeper_server`` and ``zookeeper``,
+#: ``kafka_broker``.
+pytest_plugins = ["tests.support.hdfscluster", "tests.support.zkserver", "tests.support.kafkaserver"]
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -147,3 +150,22 @@ def pytest_unconfigure(config):
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(getattr(config, "sparklog_exitstatus", 0))
+
+
+@pytest.fixture(scope="module")
+def metered_broker(tmp_path_factory):
+    """A broker process of the test module serving its Prometheus metrics
+    (``.metrics_port``), with its storage root path (``.root``) and an Admin (``.admin``)."""
+    from sparklog.admin import Admin
+    from tests.support.brokerproc import BrokerProcess
+    from tests.support.processes import free_port
+
+    root = tmp_path_factory.mktemp("limits")
+    port = free_port()
+    with BrokerProcess((root / "log").as_uri(), ["--metrics-port", str(port)],
+                       log_path=root / "broker.log") as proc:
+        proc.metrics_port = port
+        proc.root = root / "log"
+        with Admin(proc.address) as admin:
+            proc.admin = admin
+            yield proc

@@ -24,10 +24,11 @@ from sparklog.errors import (
     UnsupportedVersionError,
     error_for_code,
 )
-from sparklog.format.frame import encode_frame, iter_frames, raw_batch
+from sparklog.format.frame import encode_frame, iter_frames
 from sparklog.protocol import ApiKey, Connection, encode_request
 from tests.support.brokerproc import BrokerProcess
 from tests.support.processes import free_port
+from tests.support.wire import create, fetch, frame_of, produce, read_values
 
 MAX_REQUEST = 200_000
 MAX_MESSAGE = 50_000
@@ -51,47 +52,6 @@ def broker(tmp_path_factory):
 def conn(broker):
     with Connection(broker.address, client_id="test") as c:
         yield c
-
-
-def create(conn, name, partitions=1, **extra):
-    res = conn.request(ApiKey.CREATE_TOPICS, {"topics": [
-        {"name": name, "num_partitions": partitions, **extra}]})
-    return res["topics"][0]
-
-
-def produce(conn, topic, partition, records, acks=1):
-    res = conn.request(ApiKey.PRODUCE, {"acks": acks, "topics": [
-        {"name": topic, "partitions": [{"partition": partition, "records": records}]}]})
-    return res["topics"][0]["partitions"][0]
-
-
-def fetch(conn, topic, partition, offset, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20):
-    res = conn.request(ApiKey.FETCH, {"max_wait_ms": max_wait_ms, "min_bytes": min_bytes,
-                                      "topics": [{"name": topic, "partitions": [
-                                          {"partition": partition, "fetch_offset": offset,
-                                           "partition_max_bytes": max_bytes}]}]})
-    return res["topics"][0]["partitions"][0]
-
-
-def read_values(conn, topic, partition, start=0):
-    """Every value from ``start`` to the high watermark, in offset order."""
-    values, offset = [], start
-    while True:
-        item = fetch(conn, topic, partition, offset)
-        assert item["error_code"] == 0, item
-        if not item["records"]:
-            return values
-        for frame in iter_frames(item["records"]):
-            batch = frame.batch()
-            for i, v in enumerate(batch.column("value").to_pylist()):
-                if frame.header.base_offset + i >= offset:
-                    values.append(v)
-            offset = frame.header.next_offset
-
-
-def frame_of(values, **kw):
-    return encode_frame(raw_batch([v if isinstance(v, bytes) else v.encode() for v in values]),
-                        **kw)
 
 
 def error_of(item):

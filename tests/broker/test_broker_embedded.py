@@ -8,7 +8,7 @@ from sparklog.errors import InvalidConfigError, LeaseHeldError
 from sparklog.format.frame import encode_frame, raw_batch
 from sparklog.protocol import ApiKey, Connection
 from sparklog.writer.broker import BrokerConfig, EmbeddedBroker, parse_properties
-from tests.broker.test_broker import create, produce, read_values
+from tests.support.wire import create, produce, read_values
 
 
 def test_embedded_round_trip_and_restart(storage_root):

@@ -25,35 +25,12 @@ from sparklog.errors import (
     PolicyViolationError,
     error_for_code,
 )
-from sparklog.format.frame import encode_frame, raw_batch
 from sparklog.metadata import TopicConfig
 from sparklog.protocol import ApiKey, Connection, encode_request
 from tests.support.brokerproc import ROOT, BrokerProcess
+from tests.support.processes import rss_bytes
 from tests.support.waiting import wait_until
-
-
-def create(conn, name, partitions=1):
-    res = conn.request(ApiKey.CREATE_TOPICS, {"topics": [
-        {"name": name, "num_partitions": partitions}]})
-    return res["topics"][0]
-
-
-def produce(conn, topic, partition, values, acks=1):
-    records = encode_frame(raw_batch([v.encode() for v in values]))
-    res = conn.request(ApiKey.PRODUCE, {"acks": acks, "topics": [
-        {"name": topic, "partitions": [{"partition": partition, "records": records}]}]})
-    return res["topics"][0]["partitions"][0]
-
-
-def fetch_body(topic, partition, offset, max_wait_ms=0):
-    return {"max_wait_ms": max_wait_ms, "min_bytes": 1, "topics": [
-        {"name": topic, "partitions": [{"partition": partition, "fetch_offset": offset,
-                                        "partition_max_bytes": 1 << 20}]}]}
-
-
-def fetch(conn, topic, partition, offset):
-    res = conn.request(ApiKey.FETCH, fetch_body(topic, partition, offset))
-    return res["topics"][0]["partitions"][0]
+from tests.support.wire import create, fetch, fetch_body, produce
 
 
 def timed_request(address, api_key=ApiKey.METADATA, body=None, timeout=10):
@@ -104,14 +81,6 @@ class LimitedBroker(BrokerProcess):
             return super().start()
         finally:
             subprocess.Popen = real
-
-
-def rss_bytes(pid) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 # --- partitions (item 3) -------------------------------------------------------------------
@@ -503,7 +472,8 @@ def metric(port, name) -> float:
 PROBE_SCRIPT = r"""
 import json, sys, threading, time
 from sparklog.protocol import ApiKey, Connection
-from tests.broker.test_broker_limits import fetch, produce, rss_bytes
+from tests.support.processes import rss_bytes
+from tests.support.wire import fetch, produce
 
 address, pid = sys.argv[1], int(sys.argv[2])
 stop = threading.Event()

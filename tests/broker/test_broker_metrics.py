@@ -18,9 +18,7 @@ from sparklog.format.frame import encode_frame, raw_batch
 from sparklog.protocol import ApiKey, Connection
 from sparklog.reader.consumer import Consumer
 from sparklog.writer.producer import Producer
-from tests.client.test_producer_limits import sized as metered  # noqa: F401 - a fixture
-from tests.client.test_producer_limits import topic_with
-from tests.support.brokerproc import BrokerProcess
+from tests.support.brokerproc import BrokerProcess, topic_with
 from tests.support.processes import free_port
 
 _SAMPLE = re.compile(r'^([a-z_]+)(?:\{(.*)\})? (\S+)$')
@@ -55,21 +53,21 @@ T = "sparklog_server_brokertopicmetrics_"
 L = "sparklog_log_log_"
 
 
-def test_counters_and_log_gauges_equal_what_was_produced_and_fetched(metered):
+def test_counters_and_log_gauges_equal_what_was_produced_and_fetched(metered_broker):
     # issue #17: sparklog_messages_in_total had no samples after 650k records (it was
     # declared but never incremented); the log had no size or start offset gauges
-    topic = topic_with(metered, 2, segment_bytes=8192)
+    topic = topic_with(metered_broker, 2, segment_bytes=8192)
     sent = {0: 1500, 1: 700}
     produce_total = "sparklog_network_requestmetrics_requests_total"
-    before = sample(scrape(metered), produce_total, request="Produce") or 0
-    with Producer(metered.address, linger_ms=5, batch_size=2048) as producer:
+    before = sample(scrape(metered_broker), produce_total, request="Produce") or 0
+    with Producer(metered_broker.address, linger_ms=5, batch_size=2048) as producer:
         for p, n in sent.items():
             for i in range(n):
                 producer.send(topic, b"v%06d" % i, partition=p)
         producer.flush(30)
-    got = scrape(metered)
+    got = scrape(metered_broker)
     assert sample(got, T + "messagesin_total", topic=topic) == sum(sent.values())
-    size = {p: files_size(metered, topic, p) for p in sent}
+    size = {p: files_size(metered_broker, topic, p) for p in sent}
     assert sample(got, T + "bytesin_total", topic=topic) == sum(b for b, _ in size.values())
     requests = sample(got, T + "totalproducerequests_total", topic=topic)
     assert requests is not None and 2 <= requests <= sum(sent.values())
@@ -82,14 +80,14 @@ def test_counters_and_log_gauges_equal_what_was_produced_and_fetched(metered):
         assert sample(got, L + "numlogsegments", topic=topic, partition=p) == size[p][1]
     assert size[0][1] > 1  # 8 KiB segments: several
     # fetch everything once: bytes out count every byte read
-    with Consumer(bootstrap_servers=metered.address, auto_offset_reset="earliest") as c:
+    with Consumer(bootstrap_servers=metered_broker.address, auto_offset_reset="earliest") as c:
         c.assign([TopicPartition(topic, p) for p in sent])
         read = 0
         deadline = time.monotonic() + 30
         while read < sum(sent.values()) and time.monotonic() < deadline:
             read += sum(len(rs) for rs in c.poll(timeout_ms=200).values())
     assert read == sum(sent.values())
-    got = scrape(metered)
+    got = scrape(metered_broker)
     assert sample(got, T + "bytesout_total", topic=topic) >= sum(b for b, _ in size.values())
     assert sample(got, T + "totalfetchrequests_total", topic=topic) >= 2
     # a request counts once; TotalProduceRequests once per topic-partition in it
@@ -99,14 +97,14 @@ def test_counters_and_log_gauges_equal_what_was_produced_and_fetched(metered):
                   request="Fetch") >= 1
 
 
-def test_refused_produce_counted_by_topic_and_error_name(metered):
-    topic = topic_with(metered, max_message_bytes=4096)
+def test_refused_produce_counted_by_topic_and_error_name(metered_broker):
+    topic = topic_with(metered_broker, max_message_bytes=4096)
     big = encode_frame(raw_batch([b"x" * 8000]))
     small = encode_frame(raw_batch([b"y"]))
-    before = scrape(metered)
+    before = scrape(metered_broker)
     errors = "sparklog_network_requestmetrics_errors_total"
     too_large = sample(before, errors, request="Produce", error="MESSAGE_TOO_LARGE") or 0
-    with Connection(metered.address) as conn:
+    with Connection(metered_broker.address) as conn:
         def produce(name, records):
             res = conn.request(ApiKey.PRODUCE, {"acks": 1, "timeout_ms": 5000, "topics": [
                 {"name": name, "partitions": [{"partition": 0, "records": records}]}]})
@@ -115,7 +113,7 @@ def test_refused_produce_counted_by_topic_and_error_name(metered):
         assert produce(topic, big) == RecordTooLargeError.code
         assert produce(topic, small) == 0
         assert produce("met-nowhere", small) == UnknownTopicOrPartitionError.code
-    got = scrape(metered)
+    got = scrape(metered_broker)
     assert sample(got, T + "failedproducerequests_total", topic=topic) == 1
     assert sample(got, T + "totalproducerequests_total", topic=topic) == 2
     assert sample(got, T + "messagesin_total", topic=topic) == 1
@@ -126,30 +124,30 @@ def test_refused_produce_counted_by_topic_and_error_name(metered):
     assert sample(got, L + "logendoffset", topic=topic, partition=0) == 1
 
 
-def test_consumer_group_lag_after_commit_and_topic_deletion(metered):
-    topic = topic_with(metered, 2)
-    with Producer(metered.address) as producer:
+def test_consumer_group_lag_after_commit_and_topic_deletion(metered_broker):
+    topic = topic_with(metered_broker, 2)
+    with Producer(metered_broker.address) as producer:
         for i in range(40):
             producer.send(topic, b"%d" % i, partition=i % 2)
         producer.flush(30)
     group = f"lagging-{topic}"
-    with Consumer(bootstrap_servers=metered.address, group_id=group,
+    with Consumer(bootstrap_servers=metered_broker.address, group_id=group,
                   enable_auto_commit=False) as c:
         c.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
         c.commit({TopicPartition(topic, 0): 5, TopicPartition(topic, 1): 20})
-    got = scrape(metered)
+    got = scrape(metered_broker)
     lag = "sparklog_consumergroup_lag"
     current = "sparklog_consumergroup_current_offset"
     assert sample(got, current, consumergroup=group, topic=topic, partition=0) == 5
     assert sample(got, lag, consumergroup=group, topic=topic, partition=0) == 15
     assert sample(got, lag, consumergroup=group, topic=topic, partition=1) == 0
-    with Producer(metered.address) as producer:
+    with Producer(metered_broker.address) as producer:
         producer.send(topic, b"more", partition=1).get(10)
-    got = scrape(metered)
+    got = scrape(metered_broker)
     assert sample(got, lag, consumergroup=group, topic=topic, partition=1) == 1
     # deleting the topic drops its series (Kafka removes a deleted topic's metrics)
-    metered.admin.delete_topics([topic])
-    got = scrape(metered)
+    metered_broker.admin.delete_topics([topic])
+    got = scrape(metered_broker)
     assert [k for k in got if ("topic", topic) in k[1]] == []
 
 

@@ -15,9 +15,9 @@ from sparklog.errors import (
 )
 from sparklog.format.frame import encode_frame, iter_frames, raw_batch
 from sparklog.protocol import ApiKey, Connection
-from tests.broker.test_broker import create, fetch, produce, read_values
 from tests.support.brokerproc import BrokerProcess
 from tests.support.waiting import wait_until
+from tests.support.wire import create, fetch, produce, read_values
 
 
 def frame(values, **kw):

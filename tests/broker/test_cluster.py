@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.support.zkserver import TcpProxy, zookeeper, zookeeper_server  # noqa: F401 (fixtures)
+from tests.support.zkserver import TcpProxy
 
 pytest.importorskip("kazoo", reason="kazoo is not installed (pip install sparklog[cluster])")
 

@@ -22,8 +22,9 @@ import pytest
 from sparklog.format.frame import encode_frame, raw_batch
 from sparklog.metadata import TopicStore
 from sparklog.protocol import Connection
-from tests.broker.test_broker import create, produce, read_values
-from tests.broker.test_cluster_failover import (
+from tests.support.brokerproc import BrokerProcess
+from tests.support.clusterproc import produce_one
+from tests.support.failover import (
     PARTITIONS,
     ContinuousProducer,
     assert_exactly_once,
@@ -31,10 +32,8 @@ from tests.broker.test_cluster_failover import (
     paused_old_leader,
     read_partition,
 )
-from tests.support.brokerproc import BrokerProcess
-from tests.support.clusterproc import produce_one
 from tests.support.waiting import wait_until
-from tests.support.zkserver import zookeeper, zookeeper_server  # noqa: F401 (fixtures)
+from tests.support.wire import create, produce, read_values
 
 KILLS = int(os.environ.get("SPARKLOG_HDFS_KILLS", "10"))
 

@@ -4,30 +4,13 @@ groups list/describe with lag, and bad arguments -> one clear line, non-zero exi
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.shell import ok, sparklog
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def sparklog(*args, stdin: bytes | None = None, bootstrap=None, timeout=60):
-    """Run ``sparklog ARGS`` (with --bootstrap-server appended); returns the process."""
-    cmd = [sys.executable, "-m", "sparklog.cli.main", *args]
-    if bootstrap is not None:
-        cmd += ["--bootstrap-server", bootstrap]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return subprocess.run(cmd, input=stdin, capture_output=True, timeout=timeout, env=env,
-                          cwd=str(ROOT))
-
-
-def ok(proc) -> str:
-    assert proc.returncode == 0, proc.stderr.decode()
-    return proc.stdout.decode()
 
 
 def test_topics_lifecycle(broker):

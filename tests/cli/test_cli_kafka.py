@@ -18,8 +18,8 @@ from sparklog.cli.main import build_parser
 from sparklog.client.types import TopicPartition
 from sparklog.reader.consumer import Consumer
 from sparklog.writer.producer import Producer
-from tests.cli.test_cli import ok, sparklog
 from tests.support.brokerproc import BrokerProcess
+from tests.support.shell import ok, sparklog
 
 _names = itertools.count()
 

@@ -30,6 +30,7 @@ from sparklog.reader.consumer import Consumer
 from sparklog.writer.producer import Producer
 from sparklog.writer.producer.partitioner import murmur2, to_positive
 from tests.support.brokerproc import BrokerProcess
+from tests.support.clients import consume_all
 
 _names = itertools.count()
 
@@ -38,23 +39,6 @@ def new_topic(admin, partitions=1, **kw) -> str:
     name = f"p{next(_names)}"
     admin.create_topic(name, partitions, **kw)
     return name
-
-
-def consume_all(address, topic, partitions, expected, timeout=20.0, **kw):
-    """{partition: [ConsumerRecord]} read from the beginning until ``expected`` records."""
-    out = {p: [] for p in range(partitions)}
-    with Consumer(bootstrap_servers=address, auto_offset_reset="earliest", **kw) as c:
-        c.assign([TopicPartition(topic, p) for p in range(partitions)])
-        deadline = time.monotonic() + timeout
-        got = 0
-        while got < expected and time.monotonic() < deadline:
-            for tp, records in c.poll(timeout_ms=200).items():
-                out[tp.partition].extend(records)
-                got += len(records)
-        # nothing beyond what was expected shows up
-        extra = c.poll(timeout_ms=300)
-        assert not extra, f"unexpected extra records {extra}"
-    return out
 
 
 @pytest.mark.parametrize("acks", [0, 1, "all"])

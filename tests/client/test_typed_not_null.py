@@ -17,28 +17,21 @@ from sparklog.errors import SchemaMismatchError
 from sparklog.format.frame import encode_frame
 from sparklog.protocol import ApiKey, Connection
 from sparklog.writer.producer import Producer
-from tests.cli.test_cli import sparklog
-from tests.client.test_producer import consume_all
+from tests.support.clients import consume_all
+from tests.support.logfiles import NOT_NULL_SCHEMA
+from tests.support.shell import sparklog
 
 _names = itertools.count()
 
-SCHEMA = pa.schema([
-    pa.field("sym", pa.string(), False),
-    pa.field("px", pa.float64()),
-    pa.field("qty", pa.int64(), False),
-    pa.field("tags", pa.list_(pa.field("item", pa.string(), False))),
-    pa.field("p", pa.struct([pa.field("a", pa.int32(), False), pa.field("b", pa.string())])),
-])
 
-
-def typed_topic(admin, schema=SCHEMA) -> str:
+def typed_topic(admin, schema=NOT_NULL_SCHEMA) -> str:
     name = f"nn{next(_names)}"
     admin.create_topic(name, 1, schema=schema)
     return name
 
 
 def violations(row: dict) -> set[str]:
-    """The fields of SCHEMA ``row`` leaves null though they are declared not null
+    """The fields of NOT_NULL_SCHEMA ``row`` leaves null though they are declared not null
     (spelt out here, independently of the implementation)."""
     out = {f for f in ("sym", "qty") if row.get(f) is None}
     if row.get("tags") is not None and None in row["tags"]:
@@ -142,7 +135,7 @@ def test_property_nulls_in_not_null_fields_are_refused_the_rest_stored(broker, a
     stored = [r for r, v in zip(rows, bad) if not v]
     with Producer(broker.address, linger_ms=1) as producer:
         if bulk:  # one send_batch: refused as a whole, naming a violating field and row
-            nullable = pa.schema([f.with_nullable(True) for f in SCHEMA])
+            nullable = pa.schema([f.with_nullable(True) for f in NOT_NULL_SCHEMA])
             table = pa.Table.from_pylist(rows, schema=nullable)
             if any(bad):
                 with pytest.raises(SchemaMismatchError) as info:

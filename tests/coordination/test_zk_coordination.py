@@ -20,7 +20,7 @@ from sparklog.errors import (
     UnknownTopicOrPartitionError,
 )
 from sparklog.metadata import TopicStore
-from tests.support.zkserver import TcpProxy, zookeeper, zookeeper_server  # noqa: F401 (fixtures)
+from tests.support.zkserver import TcpProxy
 
 pytest.importorskip("kazoo", reason="kazoo is not installed (pip install sparklog[cluster])")
 

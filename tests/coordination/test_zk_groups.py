@@ -10,7 +10,6 @@ from sparklog.coordination.base import OffsetAndMetadata
 from sparklog.errors import InvalidArgumentError
 from sparklog.metadata import TopicStore
 from tests.support.waiting import wait_until as _wait_until
-from tests.support.zkserver import zookeeper, zookeeper_server  # noqa: F401 (fixtures)
 
 pytest.importorskip("kazoo", reason="kazoo is not installed (pip install sparklog[cluster])")
 

@@ -10,10 +10,10 @@ from sparklog.log import LogReader, PartitionLog
 from sparklog.protocol import ApiKey, Connection
 from sparklog.retention import apply_retention, retention_cutoff
 from sparklog.storage import open_fileio
-from tests.broker.test_broker import create, fetch, frame_of, produce, read_values
 from tests.support.brokerproc import BrokerProcess
 from tests.support.logfiles import typed_frame
 from tests.support.waiting import wait_until
+from tests.support.wire import create, fetch, frame_of, produce, read_values
 
 FRAME = len(typed_frame([0]))
 DAY = 86_400_000

@@ -25,9 +25,13 @@ from sparklog.admin import Admin
 from sparklog.errors import SchemaMismatchError
 from tests.support.brokerproc import BrokerProcess
 from tests.support.logdata import BASE_TS, expected_rows, make_topic
-
-from .test_batch import KAFKA_SCHEMA, KAFKA_SCHEMA_HEADERS, assert_same
-from .test_stream import output, run_available_now
+from tests.support.sparkread import (
+    KAFKA_SCHEMA,
+    KAFKA_SCHEMA_HEADERS,
+    assert_same,
+    output,
+    run_available_now,
+)
 
 pytestmark = pytest.mark.spark
 

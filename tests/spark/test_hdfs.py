@@ -18,14 +18,16 @@ from sparklog.log.reader import LogReader  # noqa: E402
 from sparklog.metadata import TopicStore  # noqa: E402
 from sparklog.reader.jvm import JVM_READER_OPTION  # noqa: E402
 from tests.support.hdfscluster import HdfsCluster, hadoop_unavailable  # noqa: E402
-from tests.support.logdata import (  # noqa: E402
-    expected_rows,
-    load,  # noqa: E402
-    make_topic,
+from tests.support.logdata import append_more, expected_rows, make_topic  # noqa: E402
+from tests.support.sparkread import (  # noqa: E402
+    JVM,
+    jvm_and_python,
+    load,
+    output,
+    run_available_now,
+    scan_of,
+    stream,
 )
-
-from .test_jvm_reader import JVM, jspark, jvm_and_python, scan_of  # noqa: E402,F401
-from .test_stream import append_more, output, run_available_now, stream  # noqa: E402
 
 pytestmark = pytest.mark.spark
 

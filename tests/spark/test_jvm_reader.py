@@ -34,42 +34,19 @@ from sparklog.log.partition import PartitionLog
 from sparklog.metadata import TopicStore
 from sparklog.reader.jvm import JVM_READER_OPTION, jar_path
 from sparklog.storage import open_fileio
-from tests.support.logdata import BASE_TS, expected_rows, load, make_topic, record, ts
+from tests.support.logdata import BASE_TS, append_more, expected_rows, make_topic, record, ts
+from tests.support.sparkread import (
+    JVM,
+    assert_same,
+    jvm_and_python,
+    load,
+    output,
+    run_available_now,
+    scan_of,
+    stream,
+)
 
 pytestmark = pytest.mark.spark
-
-JVM = "JVM columnar reader"
-
-
-@pytest.fixture(scope="module")
-def jspark(sl_spark):
-    """The shared session, when the JVM reader's jar is on its classpath."""
-    jar = jar_path(build=False)
-    if jar is None:
-        reason = "the JVM reader jar cannot be built here (no javac): nothing to test"
-        print(reason, file=sys.stderr)
-        pytest.skip(reason)
-    if jar not in (sl_spark.sparkContext.getConf().get("spark.jars") or ""):
-        pytest.skip("the test Spark session was started without the JVM reader jar")
-    return sl_spark
-
-
-def scan_of(df) -> str:
-    """The physical plan (planning the scan) of ``df``, as text."""
-    return df._jdf.queryExecution().executedPlan().toString()
-
-
-def jvm_and_python(spark, root, **options):
-    """The same read on the JVM reader (checked in the plan) and on the Python reader."""
-    jvm = load(spark, root, **options)
-    python = load(spark, root, **{JVM_READER_OPTION: "false", **options})
-    assert JVM in scan_of(jvm), scan_of(jvm)
-    assert JVM not in scan_of(python)
-    return jvm, python
-
-
-def assert_same(got, want):
-    chispa.assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
 
 
 def append(store, topic, partition, frames, config=None, log_append_time_ms=None):
@@ -477,7 +454,6 @@ def test_streams_read_their_micro_batches_on_the_jvm(jspark, storage_root, tmp_p
     """Micro-batches of a raw topic run on the JVM reader (its task metrics count them),
     with the opt-out on the Python reader; a restart from the checkpoint reads exactly
     the new records either way."""
-    from .test_stream import append_more, output, run_available_now, stream
 
     store = make_topic(storage_root, "st", partitions=2, count=40, per_frame=10)
     out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")

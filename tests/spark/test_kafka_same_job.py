@@ -23,9 +23,7 @@ from pyspark.sql import functions as F
 
 from sparklog import Admin, NewTopic, Producer
 from sparklog.reader.jvm import class_loaded
-from tests.support.kafkaserver import kafka_broker  # noqa: F401  (the run's Kafka broker)
-
-from .test_batch import assert_same
+from tests.support.sparkread import assert_same
 
 pytestmark = [pytest.mark.spark, pytest.mark.peers]
 

@@ -20,6 +20,7 @@ Only the process this object started is ever signalled.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -168,3 +169,16 @@ class BrokerProcess:
     def __exit__(self, *exc) -> None:
         if self.running:
             self.stop()
+
+
+_topic_names = itertools.count()
+
+
+def topic_with(broker, partitions=1, **configs) -> str:
+    """A new topic (``lim<n>``) on ``broker`` (a BrokerProcess with an ``admin``, as the
+    ``sized`` fixture gives), with ``configs`` given as keyword arguments (``max_message_bytes``
+    for ``max.message.bytes``); its name."""
+    name = f"lim{next(_topic_names)}"
+    broker.admin.create_topic(name, partitions, configs={k.replace("_", "."): v
+                                                         for k, v in configs.items()})
+    return name

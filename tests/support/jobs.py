@@ -1,19 +1,30 @@
-"""Helpers of the exactly-once job tests: topics written through the real log layer, and
+"""Helpers of the exactly-once job tests: topics written through the real log layer,
 readers of a job's output that do not use the writer's code (delta-rs reading the table,
-the Delta log's JSON read as plain files, manifests parsed with json + pyarrow)."""
+the Delta log's JSON read as plain files, manifests parsed with json + pyarrow,
+delta-spark's own snapshot), and ``sparklog etl run`` started as a process that kills
+itself at an injected step."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sparklog.reader.job.faults import ENV_VAR
 from sparklog.storage import open_fileio
 
 from .logdata import append_records, make_topic, record
+
+#: The repository's root (the working directory of the jobs started as processes).
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 #: The transform every test job applies: keeps the coordinates and the value.
 SQL = "SELECT topic, partition, offset, CAST(value AS STRING) AS value FROM input"
@@ -140,3 +151,64 @@ def table_rows(table: pa.Table) -> list:
 __all__ = ["SQL", "local", "add_records", "make_topic", "record", "delta_rows",
            "delta_commits", "delta_txn_version", "manifest_docs", "parquet_rows",
            "output_rows", "commit_docs", "assert_exactly_once", "table_rows"]
+
+
+def run_killed(cmd: list, fault: str) -> subprocess.CompletedProcess:
+    """Run ``cmd`` in its own session with the fault injected; make sure every process
+    it started (the Spark JVM too) is gone afterwards."""
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               SPARK_LOCAL_IP="127.0.0.1", **{ENV_VAR: fault})
+    env["PYSPARK_SUBMIT_ARGS"] = "--conf spark.ui.enabled=false pyspark-shell"
+    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True, text=True)
+    try:
+        out, err = proc.communicate(timeout=240)
+    finally:
+        deadline = time.monotonic() + 20
+        while not _group_gone(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        leftover = not _group_gone(proc.pid)
+        if leftover:
+            os.killpg(proc.pid, signal.SIGKILL)  # our own child's process group
+    assert not leftover, "the killed job left processes behind"
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def cli(root, out, fmt):
+    """The ``sparklog etl run`` command of the tests' job (topic ``events``, app ``app``)."""
+    return [sys.executable, "-m", "sparklog.cli.main", "etl", "run", "--subscribe", "events",
+            "--app-id", "app", "--path", root, "--output", out, "--format", fmt,
+            "--sql", SQL, "--master", "local[1]", "--quiet"]
+
+
+def delta_spark_available(spark) -> bool:
+    jvm = spark._jvm
+    try:  # spark.jars are on the context class loader, not on py4j's own
+        jvm.java.lang.Class.forName("io.delta.sql.DeltaSparkSessionExtension", False,
+                                    jvm.java.lang.Thread.currentThread()
+                                    .getContextClassLoader())
+    except Exception:
+        return False
+    return True
+
+
+def delta_spark_transactions(spark, uri: str) -> dict:
+    """{appId: version} of the table's application transactions as delta-spark's own
+    snapshot of the table holds them (``Snapshot.transactions``)."""
+    jvm = spark._jvm
+    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, uri)
+    it = log.unsafeVolatileSnapshot().transactions().iterator()
+    out = {}
+    while it.hasNext():
+        pair = it.next()
+        out[pair._1()] = pair._2()
+    return out
+
+
+def _group_gone(pgid: int) -> bool:
+    """True when no process of the process group ``pgid`` is left."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False

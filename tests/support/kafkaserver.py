@@ -11,7 +11,7 @@ ApiVersions request on its broker listener. Only processes this object started a
 signalled; each node's output is kept in ``base_dir/kafka-<id>.log`` (the tail goes into
 every error).
 
-Fixture (import it into a test module: ``from kafkaserver import kafka_broker``):
+Fixture (registered for every test by ``tests/conftest.py``'s ``pytest_plugins``):
 
 * ``kafka_broker`` (session scope, one per test run): a started one-node cluster; skips
   with the reason when java or Maven's artifacts are unavailable.

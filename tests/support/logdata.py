@@ -83,9 +83,6 @@ def expected_rows(topic: str, ranges: dict, *, headers=None) -> list:
     return rows
 
 
-def load(spark, root, **options):
-    """spark.read.format("sparklog") over the storage root ``root``."""
-    reader = spark.read.format("sparklog").option("path", root)
-    for k, v in options.items():
-        reader = reader.option(k, v)
-    return reader.load()
+def append_more(store, topic, partition, offsets):
+    """Append the records of ``offsets`` (as :func:`record` makes them) to a partition."""
+    append_records(store, topic, partition, [record(topic, partition, o) for o in offsets])

@@ -149,3 +149,13 @@ class _Out:
     @property
     def closed(self):
         return self.inner.closed
+
+
+#: A typed topic's schema with ``not null`` fields (sym, qty, tags[], p.a), nested too.
+NOT_NULL_SCHEMA = pa.schema([
+    pa.field("sym", pa.string(), False),
+    pa.field("px", pa.float64()),
+    pa.field("qty", pa.int64(), False),
+    pa.field("tags", pa.list_(pa.field("item", pa.string(), False))),
+    pa.field("p", pa.struct([pa.field("a", pa.int32(), False), pa.field("b", pa.string())])),
+])

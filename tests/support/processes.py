@@ -91,3 +91,12 @@ def serve_until_interrupted(what: str) -> None:
             time.sleep(3600)
     except KeyboardInterrupt:
         pass
+
+
+def rss_bytes(pid) -> int:
+    """Resident memory of process ``pid`` in bytes (0 when /proc does not say)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0

@@ -7,7 +7,7 @@ manifest's Class-Path names the other jars it needs, plus an SLF4J binding) as
 by pid. When java or the jars are missing, :func:`zookeeper_unavailable` says why and the
 fixtures skip with that reason (``scripts/ci-deps.sh`` installs them on CI).
 
-Fixtures (import them into a test module: ``from zkserver import zookeeper``):
+Fixtures (registered for every test by ``tests/conftest.py``'s ``pytest_plugins``):
 
 * ``zookeeper_server`` (module scope): one server per test module.
 * ``zookeeper``: a :class:`ZkEndpoint` on that server with a fresh chroot per test
@@ -274,10 +274,9 @@ class TcpProxy:
 
 @pytest.fixture(scope="module")
 def zookeeper_server(tmp_path_factory):
-    """One real ZooKeeper server per test module that imports the fixture (skips with
-    the reason when it cannot start here). Module scope: a fixture imported into
-    several modules is a separate definition in each, so a wider scope would keep one
-    JVM per module alive until the end of the run."""
+    """One real ZooKeeper server per test module that uses it (skips with the reason
+    when it cannot start here); it stops when the module's tests are done, so no JVM
+    waits idle for the end of the run."""
     reason = zookeeper_unavailable()
     if reason:
         pytest.skip(reason)
