@@ -298,7 +298,7 @@ class IncrementalJob:
 
     def read(self, batch: JobBatch):
         """The DataFrame of the batch's ranges (Kafka-shaped, or the typed columns)."""
-        from ...spark import register
+        from ..spark import register
         from ..spark.stream import offsets_to_json
 
         register(self.spark)

@@ -374,7 +374,7 @@ class Producer:
         table = table.append_column(pa.field(TIMESTAMP_COLUMN, TIMESTAMP_TYPE, False), ts)
         if partition is not None:
             validate_partition(partition, info.num_partitions, topic)
-            groups = [(partition, table)]
+            groups: list[tuple[int | None, pa.Table]] = [(partition, table)]
         elif info.schema is None and info.num_partitions > 1 and \
                 table.column("key").null_count < table.num_rows:
             groups = self._split_by_key(topic, table, info.num_partitions)
