@@ -1,6 +1,7 @@
 """Python API habits of kafka-python users work: NewTopic's third positional argument is
 the replication factor, send(timestamp_ms=...), auto_offset_reset's old names
-smallest/largest, and the package root lists its lazily loaded exports."""
+smallest/largest, and the package root lists its lazily loaded exports (and shows type
+checkers the same ones)."""
 
 from __future__ import annotations
 
@@ -79,6 +80,25 @@ def test_dir_of_the_package_lists_the_lazy_exports():
                          check=True).stdout.split()
     for name in ("Producer", "Consumer", "Admin", "NewTopic", "connect", "TopicPartition"):
         assert name in out
+
+
+def test_type_checkers_see_every_lazy_export_as_the_object_loaded():
+    """What the root's TYPE_CHECKING block shows type checkers and IDEs is what
+    ``sparklog.X`` loads at run time: the same names, from the same modules."""
+    import ast
+    import importlib
+
+    import sparklog
+
+    tree = ast.parse(open(sparklog.__file__).read())
+    block = next(n for n in tree.body if isinstance(n, ast.If)
+                 and getattr(n.test, "id", None) == "TYPE_CHECKING")
+    seen = {alias.asname or alias.name: (node.module, alias.name)
+            for node in block.body if isinstance(node, ast.ImportFrom)
+            for alias in node.names}
+    assert seen == sparklog._EXPORTS
+    for name, (module, attr) in seen.items():
+        assert hasattr(importlib.import_module(module), attr), f"{module}.{attr} ({name})"
 
 
 # --- replication.factor: the HDFS replication of a topic's files ---------------------------
