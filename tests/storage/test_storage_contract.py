@@ -432,8 +432,11 @@ def test_recover_lease_fences_live_writer_in_other_process(backend):
     data = fs.read_all(path)
     assert data.endswith(b"NEW|END")
     old = data[:fenced_at]
-    assert len(old) % 512 == 0 and len(old) // 512 == msg["flushed"]
-    assert old == b"".join((b"o%06d|" % i).ljust(512, b".") for i in range(msg["flushed"]))
+    # every acknowledged flush is kept; the one the fencing interrupted may have reached
+    # the DataNodes before its acknowledgement failed (then it is kept too, whole)
+    kept = len(old) // 512
+    assert len(old) % 512 == 0 and msg["flushed"] <= kept <= msg["flushed"] + 1, (kept, msg)
+    assert old == b"".join((b"o%06d|" % i).ljust(512, b".") for i in range(kept))
 
 
 def test_close_of_fenced_writer_fails_if_bytes_were_pushed_since_the_last_sync(backend):

@@ -18,6 +18,7 @@ import pytest
 from sparklog.errors import StorageError
 from sparklog.storage import open_fileio
 from tests.support.hdfscluster import free_port, write_site
+from tests.support.waiting import wait_until
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -222,6 +223,9 @@ def test_three_datanodes_replicate_and_a_writer_outlives_one_of_them(tmp_path):
             out.sync()
         assert fs.read_all(url + "/open") == first + second
         stopped = cluster.datanodes[0].xfer_address
+        # the NameNode learns the recovered pipeline's replicas from the DataNodes' reports
+        wait_until(lambda: len(cluster.block_locations("/r/open")[-1][2]) == 2, timeout=60,
+                   what="the NameNode listing the open file's last block on two DataNodes")
         hosts = set(cluster.block_locations("/r/open")[-1][2])
         assert stopped not in hosts and len(hosts) == 2 and hosts < everyone
         started = _time.monotonic()
