@@ -49,13 +49,12 @@ from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
-from brokerproc import BrokerProcess  # noqa: E402  (the tests' broker process helper)
 from sparklog.format.frame import encode_frame, raw_batch  # noqa: E402
+from sparklog.protocol import ApiKey, Connection, raise_for_error  # noqa: E402
 from sparklog.storage.local import DEFAULT_SYNC_BEHIND_WRITES as SYNC_BEHIND  # noqa: E402
 from sparklog.storage.posix import WriteBehind  # noqa: E402
-from sparklog.protocol import ApiKey, Connection, raise_for_error  # noqa: E402
+from tests.support.brokerproc import BrokerProcess  # noqa: E402  (the tests' broker process helper)
 
 
 def build_requests(records_per_frame: int, frames_per_request: int, distinct: int = 4):

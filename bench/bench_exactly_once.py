@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_spark_scan import fixed_binary  # noqa: E402
+
 from sparklog.format.frame import encode_frame, raw_batch  # noqa: E402
 from sparklog.log.partition import PartitionLog  # noqa: E402
 from sparklog.metadata import TopicStore  # noqa: E402

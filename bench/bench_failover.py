@@ -1,6 +1,6 @@
 """Cluster failover times and produce throughput with 3 brokers vs 1 (same run).
 
-Starts a real ZooKeeper (Debian's, as the tests do: ``tests/zkserver.py``) and broker
+Starts a real ZooKeeper (Debian's, as the tests do: ``tests/support/zkserver.py``) and broker
 processes (``sparklog broker start --zookeeper ... --broker-id N``) on a temporary local
 storage root, then measures:
 
@@ -35,12 +35,10 @@ from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-
-from clusterproc import BrokerCluster  # noqa: E402  (the tests' cluster helper)
-from zkserver import ZooKeeperServer, zookeeper_unavailable  # noqa: E402
 
 from sparklog import Admin, Producer  # noqa: E402
+from tests.support.clusterproc import BrokerCluster  # noqa: E402  (the tests' cluster helper)
+from tests.support.zkserver import ZooKeeperServer, zookeeper_unavailable  # noqa: E402
 
 
 class Probe:

@@ -1,7 +1,7 @@
 """sparklog on real HDFS beside Hadoop's own client and Spark's Parquet reader (same run,
 same cluster): ingest, produce latency, scan.
 
-Starts an Apache Hadoop cluster (tests/hdfscluster.py: a NameNode and ``--datanodes``
+Starts an Apache Hadoop cluster (tests/support/hdfscluster.py: a NameNode and ``--datanodes``
 DataNodes, default 3, replication 3, on this machine's loopback) and measures:
 
 * **ingest**: a broker process (``sparklog broker start --storage hdfs://...``) takes
@@ -40,18 +40,18 @@ from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_broker_ingest import broker_ingest, build_requests  # noqa: E402
 from bench_latency import percentiles  # noqa: E402
 from bench_spark_scan import TOPIC, best_time, generate  # noqa: E402
-from brokerproc import BrokerProcess  # noqa: E402  (the tests' broker process helper)
-from hdfscluster import HdfsCluster  # noqa: E402  (the tests' HDFS cluster)
+
 from sparklog.admin import Admin  # noqa: E402
 from sparklog.protocol import Connection  # noqa: E402
 from sparklog.storage import jvm  # noqa: E402
 from sparklog.writer.producer import Producer  # noqa: E402
+from tests.support.brokerproc import BrokerProcess  # noqa: E402  (the tests' broker process helper)
+from tests.support.hdfscluster import HdfsCluster  # noqa: E402  (the tests' HDFS cluster)
 
 
 class HadoopWriter:

@@ -12,7 +12,7 @@ is compared. Prints both rates and their ratio (target >= 0.8).
         [--mb 64] [--chunk 1048576] [--rounds 3] [--sync]
 
 Without ``--uri`` it starts a one-DataNode cluster of Apache Hadoop's daemons
-(tests/hdfscluster.py) for the run.
+(tests/support/hdfscluster.py) for the run.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.dirname(HERE), os.path.join(os.path.dirname(HERE), "tests")]
+sys.path.insert(0, os.path.dirname(HERE))
 
 
 def java_baseline(fs, path: str, total: int, chunk: int, sync: bool) -> float:
@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     cluster = None
     if args.uri is None:
-        from hdfscluster import HdfsCluster
+        from tests.support.hdfscluster import HdfsCluster
 
         print("starting a one-DataNode HDFS cluster...", file=sys.stderr, flush=True)
         cluster = HdfsCluster(tempfile.mkdtemp(prefix="sparklog-bench-hdfs-")).start()

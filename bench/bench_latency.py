@@ -27,15 +27,14 @@ from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
-from brokerproc import BrokerProcess  # noqa: E402  (the tests' broker process helper)
 from sparklog.admin import Admin  # noqa: E402
 from sparklog.client.types import TopicPartition  # noqa: E402
 from sparklog.format.frame import encode_frame, raw_batch  # noqa: E402
 from sparklog.protocol import ApiKey, Connection  # noqa: E402
 from sparklog.reader.consumer import Consumer  # noqa: E402
 from sparklog.writer.producer import Producer  # noqa: E402
+from tests.support.brokerproc import BrokerProcess  # noqa: E402  (the tests' broker process helper)
 
 STAMP = struct.Struct(">q")
 

@@ -6,12 +6,12 @@
 #
 #   - zookeeper (Debian's package: /usr/share/java/zookeeper.jar and the jars it depends
 #     on) and a Java runtime: the cluster-mode tests start a real ZooKeeper server
-#     (tests/zkserver.py);
+#     (tests/support/zkserver.py);
 #   - a JDK (javac): the Spark tests build and use the JVM reader's jar
 #     (sparklog/reader/jvm);
 #   - Maven (mvn): the Java artifact sets of sparklog/maven come from Maven Central on
-#     first use: Apache Hadoop's jars (the HDFS daemons of tests/hdfscluster.py and the
-#     hdfs:// client), Apache Kafka's broker (tests/kafkaserver.py), Spark's Kafka source
+#     first use: Apache Hadoop's jars (the HDFS daemons of tests/support/hdfscluster.py and the
+#     hdfs:// client), Apache Kafka's broker (tests/support/kafkaserver.py), Spark's Kafka source
 #     and delta-spark.
 set -euo pipefail
 

@@ -12,11 +12,15 @@ from typing import TYPE_CHECKING
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what IDEs and type checkers see; at run time loaded on first use
-    from sparklog.admin import Admin, NewTopic
-    from sparklog.client.types import OffsetAndMetadata, TopicPartition
-    from sparklog.connect import Session, connect
-    from sparklog.reader.consumer import Consumer
-    from sparklog.writer.producer import Producer
+    # "X as X": re-exported names (PEP 484), not unused imports
+    from sparklog.admin import Admin as Admin
+    from sparklog.admin import NewTopic as NewTopic
+    from sparklog.client.types import OffsetAndMetadata as OffsetAndMetadata
+    from sparklog.client.types import TopicPartition as TopicPartition
+    from sparklog.connect import Session as Session
+    from sparklog.connect import connect as connect
+    from sparklog.reader.consumer import Consumer as Consumer
+    from sparklog.writer.producer import Producer as Producer
 
 _EXPORTS = {
     "connect": ("sparklog.connect", "connect"),

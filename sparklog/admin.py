@@ -127,7 +127,9 @@ def parse_schema(spec) -> pa.Schema:
 
 def _split_top(text: str, sep: str) -> list[str]:
     """Split at ``sep`` outside of <>, () and []."""
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch in "<([":
             depth += 1

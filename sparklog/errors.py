@@ -377,6 +377,6 @@ def _all_subclasses(cls):
         yield from _all_subclasses(sub)
 
 
-_BY_CODE = {}
+_BY_CODE: dict[int, type[SparklogError]] = {}
 for _cls in _all_subclasses(SparklogError):
     _BY_CODE.setdefault(_cls.code, _cls)

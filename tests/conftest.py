@@ -1,5 +1,5 @@
 """Shared fixtures: one local Spark session per test run, one HDFS cluster per test run
-(``hdfs_cluster``, tests/hdfscluster.py), loopback ports, tmp roots, a broker process
+(``hdfs_cluster``, tests/support/hdfscluster.py), loopback ports, tmp roots, a broker process
 per test module.
 
 Spark workers must run the driver's interpreter (PYSPARK_PYTHON), or they would import
@@ -9,12 +9,14 @@ another environment's packages.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 
 import pytest
 
-from hdfscluster import hdfs_cluster  # noqa: F401  (one HDFS cluster per run, on demand)
+#: The fixture modules of tests/support/, registered once for every test: ``hdfs_cluster``
+#: (one HDFS cluster per run, on demand), ``zookeeper_server`` and ``zookeeper``,
+#: ``kafka_broker``.
+pytest_plugins = ["tests.support.hdfscluster", "tests.support.zkserver", "tests.support.kafkaserver"]
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -22,7 +24,7 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """When a test failed, name the logs of the HDFS daemons the run started."""
-    import hdfscluster
+    from tests.support import hdfscluster
 
     if not hdfscluster.STARTED or not (terminalreporter.stats.get("failed")
                                        or terminalreporter.stats.get("error")):
@@ -44,13 +46,6 @@ def spark_scratch(tmp_path_factory):
     opts = os.environ.get("SPARK_SUBMIT_OPTS", "")
     os.environ["SPARK_SUBMIT_OPTS"] = f"{opts} -Djava.io.tmpdir={scratch}".strip()
     return scratch
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 #: Java artifact sets of ``sparklog/maven/`` whose jars the run's Spark session loads
@@ -113,7 +108,7 @@ def storage_root(tmp_path):
 def broker(tmp_path_factory, request):
     """A broker process (:class:`brokerproc.BrokerProcess`) on a fresh storage root,
     shared by the tests of one module; its log is ``broker.log`` beside the root."""
-    from brokerproc import BrokerProcess
+    from tests.support.brokerproc import BrokerProcess
 
     root = tmp_path_factory.mktemp(request.module.__name__.rpartition(".")[2])
     with BrokerProcess((root / "log").as_uri(), log_path=root / "broker.log") as proc:
@@ -155,3 +150,22 @@ def pytest_unconfigure(config):
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(getattr(config, "sparklog_exitstatus", 0))
+
+
+@pytest.fixture(scope="module")
+def metered_broker(tmp_path_factory):
+    """A broker process of the test module serving its Prometheus metrics
+    (``.metrics_port``), with its storage root path (``.root``) and an Admin (``.admin``)."""
+    from sparklog.admin import Admin
+    from tests.support.brokerproc import BrokerProcess
+    from tests.support.processes import free_port
+
+    root = tmp_path_factory.mktemp("limits")
+    port = free_port()
+    with BrokerProcess((root / "log").as_uri(), ["--metrics-port", str(port)],
+                       log_path=root / "broker.log") as proc:
+        proc.metrics_port = port
+        proc.root = root / "log"
+        with Admin(proc.address) as admin:
+            proc.admin = admin
+            yield proc

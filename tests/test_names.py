@@ -17,13 +17,20 @@ import pytest
 from sparklog.admin import Admin, NewTopic
 from sparklog.coordination import CommittedOffset, LocalCoordinationStore
 from sparklog.errors import (
-    CoordinationError, InvalidArgumentError, InvalidGroupIdError, InvalidTopicError,
+    CoordinationError,
+    InvalidArgumentError,
+    InvalidGroupIdError,
+    InvalidTopicError,
     StorageError,
 )
 from sparklog.metadata import TopicStore
 from sparklog.names import (
-    name_from_storage, storage_name, validate_app_id, validate_client_id,
-    validate_group_id, validate_topic_name,
+    name_from_storage,
+    storage_name,
+    validate_app_id,
+    validate_client_id,
+    validate_group_id,
+    validate_topic_name,
 )
 from sparklog.reader.consumer import Consumer
 from sparklog.storage import open_fileio

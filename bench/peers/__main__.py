@@ -34,6 +34,7 @@ from pathlib import Path
 
 from .systems import Systems, say  # sets sys.path for the tests' helpers first
 
+# isort: split
 from . import clients, failover, ingest, spark_jobs  # noqa: E402
 
 SECTIONS = ("producer", "consumer", "ingest", "latency", "spark", "failover")

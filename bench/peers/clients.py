@@ -248,6 +248,7 @@ def sparklog_latency(address: str, topic: str, rate: int, seconds: float,
                      linger_ms: float) -> list[float]:
     """The same load with sparklog's Producer and Consumer."""
     from bench_latency import consume_latencies
+
     from sparklog import Producer
 
     total = int(rate * seconds)

@@ -12,9 +12,10 @@ import time
 from pathlib import Path
 
 from bench_failover import Probe, failover  # noqa: E402  (sparklog's side)
-from kafkaserver import KafkaCluster
+
 from sparklog.coordination.zkclient import DEFAULT_SESSION_TIMEOUT_MS
-from zkserver import ZooKeeperServer
+from tests.support.kafkaserver import KafkaCluster
+from tests.support.zkserver import ZooKeeperServer
 
 
 class KafkaProbe(Probe):

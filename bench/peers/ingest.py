@@ -15,6 +15,7 @@ import re
 import subprocess
 
 from bench_broker_ingest import broker_ingest, build_requests  # noqa: E402
+
 from sparklog.protocol import Connection
 
 RECORDS_PER_REQUEST = 8000

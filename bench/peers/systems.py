@@ -1,5 +1,5 @@
 """The two systems under test, side by side on one machine: a sparklog broker process
-(tests/brokerproc.py) and a one-node Apache Kafka (tests/kafkaserver.py), both with
+(tests/support/brokerproc.py) and a one-node Apache Kafka (tests/support/kafkaserver.py), both with
 their data under one temporary directory (the same disk), both on loopback."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-for path in (ROOT, ROOT / "tests", ROOT / "bench"):
+for path in (ROOT, ROOT / "bench"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from brokerproc import BrokerProcess  # noqa: E402  (the tests' broker process helper)
-from kafkaserver import KafkaCluster  # noqa: E402  (the tests' Kafka helper)
 from sparklog import Admin, NewTopic  # noqa: E402
+from tests.support.brokerproc import BrokerProcess  # noqa: E402  (the tests' broker process helper)
+from tests.support.kafkaserver import KafkaCluster  # noqa: E402  (the tests' Kafka helper)
 
 
 def say(message: str) -> None:

@@ -22,7 +22,12 @@ import time
 from ..client.types import TopicPartition
 from ..errors import InvalidArgumentError, UnknownTopicOrPartitionError
 from .clientargs import (
-    add_console_args, bool_property, client_configs, console_properties, session, topic_of,
+    add_console_args,
+    bool_property,
+    client_configs,
+    console_properties,
+    session,
+    topic_of,
     unescape,
 )
 

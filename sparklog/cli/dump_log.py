@@ -23,7 +23,10 @@ import sys
 import pyarrow as pa
 
 from ..errors import (
-    CorruptRecordError, InvalidArgumentError, SparklogError, StorageError,
+    CorruptRecordError,
+    InvalidArgumentError,
+    SparklogError,
+    StorageError,
     StorageFileNotFoundError,
 )
 from ..format.frame import RESERVED_COLUMNS, TIMESTAMP_COLUMN, Frame

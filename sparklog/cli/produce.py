@@ -18,7 +18,12 @@ import sys
 
 from ..errors import InvalidArgumentError, SchemaMismatchError
 from .clientargs import (
-    add_console_args, bool_property, client_configs, console_properties, session, topic_of,
+    add_console_args,
+    bool_property,
+    client_configs,
+    console_properties,
+    session,
+    topic_of,
     unescape,
 )
 

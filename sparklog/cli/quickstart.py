@@ -99,6 +99,8 @@ def run(args) -> int:
     import sparklog
     from deltalake import DeltaTable
 
+    import sparklog
+
     from ..errors import InvalidArgumentError
     from ..reader.job import run_incremental
     from ..spark import local_session

@@ -7,7 +7,11 @@ value types (:mod:`.types`)."""
 from .future import Future
 from .network import NetworkClient, parse_bootstrap_servers
 from .types import (
-    ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, PartitionInfo, RecordMetadata,
+    ConsumerRecord,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    PartitionInfo,
+    RecordMetadata,
     TopicPartition,
 )
 

@@ -26,8 +26,7 @@ import weakref
 
 from ..errors import BrokerNotAvailableError, RequestTimedOutError, SparklogError
 from ..protocol.apis import ApiKey, api_name
-from ..protocol.codec import decode_response, encode_request_parts
-from ..protocol.codec import SIZE
+from ..protocol.codec import SIZE, decode_response, encode_request_parts
 from ..protocol.stream import recv_exact, send_parts
 from .future import Future
 

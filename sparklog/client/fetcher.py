@@ -26,8 +26,12 @@ import time
 import pyarrow as pa
 
 from ..errors import (
-    BrokerNotAvailableError, CorruptRecordError, FencedLeaderEpochError, NotLeaderError,
-    SparklogError, UnknownTopicOrPartitionError,
+    BrokerNotAvailableError,
+    CorruptRecordError,
+    FencedLeaderEpochError,
+    NotLeaderError,
+    SparklogError,
+    UnknownTopicOrPartitionError,
 )
 from ..format.frame import RESERVED_COLUMNS, TIMESTAMP_COLUMN, iter_frames
 from ..format.header import HEADER_SIZE, unpack_header

@@ -19,7 +19,10 @@ import threading
 import time
 
 from ..errors import (
-    IllegalGenerationError, InvalidArgumentError, RebalanceInProgressError, SparklogError,
+    IllegalGenerationError,
+    InvalidArgumentError,
+    RebalanceInProgressError,
+    SparklogError,
     UnknownMemberIdError,
 )
 from ..protocol.apis import ApiKey

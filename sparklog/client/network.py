@@ -21,12 +21,15 @@ import threading
 import time
 
 from ..errors import (
-    BrokerNotAvailableError, InvalidArgumentError, SparklogError, UnsupportedVersionError,
+    BrokerNotAvailableError,
+    InvalidArgumentError,
+    SparklogError,
+    UnsupportedVersionError,
 )
+from ..names import validate_client_id
 from ..protocol.apis import SUPPORTED_VERSIONS, ApiKey, api_name
 from ..protocol.codec import raise_for_error
 from ..protocol.connection import parse_address
-from ..names import validate_client_id
 from .connection import BrokerConnection
 from .metadata import ClusterMetadata, TopicInfo
 

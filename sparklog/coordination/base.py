@@ -26,8 +26,9 @@ from dataclasses import dataclass
 
 from ..errors import CoordinationError, InvalidArgumentError
 from ..names import MAX_GROUP_ID_LENGTH, validate_group_id  # noqa: F401 (re-exported)
-from ..storage.versioned import MAX_CAS_ATTEMPTS, cas_attempts as _cas_attempts  # noqa: F401
 from ..protocol.types import BrokerInfo
+from ..storage.versioned import MAX_CAS_ATTEMPTS  # noqa: F401
+from ..storage.versioned import cas_attempts as _cas_attempts
 
 NO_LEADER = -1
 

@@ -34,10 +34,25 @@ from .assignment import elect_leaders, preferred_replicas
 from .base import NO_LEADER, LeaderAndEpoch, cas_attempts
 from .zkclient import EventWorker
 from .zkpaths import (
-    ADMIN_CONTROLLED_SHUTDOWN, ADMIN_DELETE_TOPICS, BROKERS_IDS, BROKERS_TOPICS, CONTROLLER,
-    CONTROLLER_EPOCH, controlled_shutdown_path, decode_assignment, decode_state,
-    delete_topic_path, dumps, encode_assignment, encode_state, loads, now_ms,
-    partition_state_path, partitions_path, topic_config_path, topic_path,
+    ADMIN_CONTROLLED_SHUTDOWN,
+    ADMIN_DELETE_TOPICS,
+    BROKERS_IDS,
+    BROKERS_TOPICS,
+    CONTROLLER,
+    CONTROLLER_EPOCH,
+    controlled_shutdown_path,
+    decode_assignment,
+    decode_state,
+    delete_topic_path,
+    dumps,
+    encode_assignment,
+    encode_state,
+    loads,
+    now_ms,
+    partition_state_path,
+    partitions_path,
+    topic_config_path,
+    topic_path,
 )
 
 log = logging.getLogger(__name__)
@@ -259,7 +274,7 @@ class Controller:
 
     def _write_states(self, changes: dict, states: dict) -> None:
         """Write the new leaders, each with leader_epoch + 1, in epoch-fenced batches."""
-        from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
         items = sorted(changes.items())
         for tp, _ in items:

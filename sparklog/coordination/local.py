@@ -21,15 +21,22 @@ import uuid
 
 from ..errors import CoordinationError, FileAlreadyExistsError, InvalidArgumentError
 from ..metadata.topic import validate_partition, validate_topic_name
+from ..names import name_from_storage, storage_name
 from ..storage import FileIO, open_fileio
 from ..storage.paths import storage_root
 from ..storage.versioned import VersionedFile
 from .base import (
+    NO_LEADER,
+    BrokerInfo,
+    CoordinationStore,
+    OffsetAndMetadata,
+    PartitionState,
+    cas_attempts,
+    validate_group_id,
     validate_offsets,
     NO_LEADER, BrokerInfo, CoordinationStore, CommittedOffset, LeaderAndEpoch,
     cas_attempts, validate_group_id,
 )
-from ..names import name_from_storage, storage_name
 
 COORDINATION_DIR = "coordination"
 

@@ -22,13 +22,20 @@ import time
 import zlib
 
 from ..errors import (
-    InvalidArgumentError, RequestTimedOutError, TopicExistsError, UnknownTopicOrPartitionError,
+    InvalidArgumentError,
+    RequestTimedOutError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
 )
 from ..names import validate_topic_name
 from .assignment import preferred_replicas
 from .base import NO_LEADER, cas_attempts
 from .zkpaths import (
-    decode_assignment, delete_topic_path, dumps, encode_assignment, topic_config_path,
+    decode_assignment,
+    delete_topic_path,
+    dumps,
+    encode_assignment,
+    topic_config_path,
     topic_path,
 )
 

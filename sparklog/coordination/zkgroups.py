@@ -38,7 +38,13 @@ from .assignment import range_assign
 from .base import cas_attempts
 from .zkclient import DEFAULT_SESSION_TIMEOUT_MS, EventWorker, close_zk, connect_zk
 from .zkpaths import (
-    decode_assignment, dumps, group_ids_path, group_owners_path, group_path, loads, now_ms,
+    decode_assignment,
+    dumps,
+    group_ids_path,
+    group_owners_path,
+    group_path,
+    loads,
+    now_ms,
     topic_path,
 )
 

@@ -36,12 +36,22 @@ from .base import (
     validate_offsets,
     BrokerInfo, CommittedOffset, CoordinationStore, LeaderAndEpoch, cas_attempts,
     validate_group_id,
+    validate_offsets,
 )
 from .controller import Controller
 from .zkclient import DEFAULT_SESSION_TIMEOUT_MS, close_zk, connect_zk
 from .zkpaths import (
-    CLUSTER_ID, CONSUMERS, PRODUCER_ID_BLOCK, broker_path, check_broker_id,
-    controlled_shutdown_path, dumps, encode_broker, group_offsets_path, group_path, loads,
+    CLUSTER_ID,
+    CONSUMERS,
+    PRODUCER_ID_BLOCK,
+    broker_path,
+    check_broker_id,
+    controlled_shutdown_path,
+    dumps,
+    encode_broker,
+    group_offsets_path,
+    group_path,
+    loads,
 )
 from .zkview import ClusterView
 

@@ -26,8 +26,16 @@ import threading
 from .base import NO_LEADER, BrokerInfo, LeaderAndEpoch
 from .zkclient import EventWorker
 from .zkpaths import (
-    BROKERS_IDS, BROKERS_TOPICS, CONFIG_TOPICS, CONTROLLER, decode_assignment, decode_broker,
-    decode_state, loads, partition_state_path, topic_path,
+    BROKERS_IDS,
+    BROKERS_TOPICS,
+    CONFIG_TOPICS,
+    CONTROLLER,
+    decode_assignment,
+    decode_broker,
+    decode_state,
+    loads,
+    partition_state_path,
+    topic_path,
 )
 
 log = logging.getLogger(__name__)

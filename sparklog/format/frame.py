@@ -10,6 +10,7 @@ topics) followed by :data:`TIMESTAMP_COLUMN` and, for compacted data only,
 from __future__ import annotations
 
 import array
+import struct
 import time
 from dataclasses import dataclass
 from typing import Iterator
@@ -20,14 +21,32 @@ import pyarrow.ipc as ipc
 
 from ..errors import CorruptRecordError, DataLossError, InvalidArgumentError, RecordTooLargeError
 from .header import (
-    ATTRIBUTES, BASE_OFFSET, BASE_OFFSET_POS, CODEC_IDS, CODEC_MASK, CONTROL_BIT, CRC,
-    CRC_START, EXPLICIT_OFFSETS_BIT, HEADER_SIZE, LEADER_EPOCH, LEADER_EPOCH_POS,
-    LOG_OVERHEAD, MAGIC, MAX_TIMESTAMP, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
-    PRODUCER_FIELDS, PRODUCER_ID, TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, FrameHeader,
+    ATTRIBUTES,
+    BASE_OFFSET,
+    BASE_OFFSET_POS,
+    CODEC_IDS,
+    CODEC_MASK,
+    CONTROL_BIT,
+    CRC,
+    CRC_START,
+    EXPLICIT_OFFSETS_BIT,
+    HEADER_SIZE,
+    LEADER_EPOCH,
+    LEADER_EPOCH_POS,
+    LOG_OVERHEAD,
+    MAGIC,
+    MAX_TIMESTAMP,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    PRODUCER_FIELDS,
+    PRODUCER_ID,
+    TIMESTAMP_TYPE_BIT,
+    TRANSACTIONAL_BIT,
+    FrameHeader,
     unpack_header,
 )
 from .ipc import check_ipc_body
-import struct
 
 TIMESTAMP_COLUMN = "__timestamp"
 OFFSET_DELTA_COLUMN = "__offset_delta"

@@ -24,9 +24,14 @@ from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 from ..errors import (
-    CorruptRecordError, DataLossError, InvalidArgumentError, OffsetOutOfRangeError,
+    CorruptRecordError,
+    DataLossError,
+    InvalidArgumentError,
+    OffsetOutOfRangeError,
     RecordBatchTooLargeError,
-    RecordTooLargeError, StorageError, StorageFileNotFoundError,
+    RecordTooLargeError,
+    StorageError,
+    StorageFileNotFoundError,
 )
 from ..format.frame import set_log_append_time, stamp_run, validate_frame
 from ..format.header import FrameHeader

@@ -23,11 +23,19 @@ from typing import Iterator
 import pyarrow as pa
 
 from ..errors import (
-    CorruptRecordError, DataLossError, InvalidArgumentError, OffsetOutOfRangeError,
-    SparklogError, StorageFileNotFoundError,
+    CorruptRecordError,
+    DataLossError,
+    InvalidArgumentError,
+    OffsetOutOfRangeError,
+    SparklogError,
+    StorageFileNotFoundError,
 )
 from ..format.frame import (
-    OFFSET_DELTA_COLUMN, TIMESTAMP_COLUMN, TIMESTAMP_TYPE, Frame, offset_range,
+    OFFSET_DELTA_COLUMN,
+    TIMESTAMP_COLUMN,
+    TIMESTAMP_TYPE,
+    Frame,
+    offset_range,
 )
 from ..storage.base import FileIO
 from .checkpoint import JsonCheckpoint

@@ -17,7 +17,10 @@ import time
 import pyarrow as pa
 
 from ..errors import (
-    CorruptRecordError, DataLossError, FileAlreadyExistsError, StorageFileNotFoundError,
+    CorruptRecordError,
+    DataLossError,
+    FileAlreadyExistsError,
+    StorageFileNotFoundError,
 )
 from ..format.frame import TIMESTAMP_COLUMN, Frame
 from ..storage.base import FileIO

@@ -22,13 +22,16 @@ import uuid
 import pyarrow as pa
 
 from ..errors import (
-    FileAlreadyExistsError, InvalidArgumentError, InvalidTopicError, TopicExistsError,
+    FileAlreadyExistsError,
+    InvalidArgumentError,
+    InvalidTopicError,
+    TopicExistsError,
     UnknownTopicOrPartitionError,
 )
+from ..names import topic_collision_key, validate_topic_name
 from ..storage import FileIO, open_fileio
 from ..storage.paths import storage_root
 from ..storage.versioned import VersionedFile, cas_attempts
-from ..names import topic_collision_key, validate_topic_name
 from .topic import TopicConfig
 
 TOPICS_DIR = "topics"

@@ -20,6 +20,7 @@ from ..log.cleaner import KEY_COLUMN as COMPACTION_KEY
 from ..log.config import LOG_CONFIGS, parse_log_config_value
 from ..names import MAX_TOPIC_NAME_LENGTH, validate_topic_name  # noqa: F401 (re-exported)
 
+
 def validate_partition(partition, num_partitions: int | None = None, topic: str = "") -> int:
     """Check a partition number's type (and range if ``num_partitions`` is given)."""
     from ..errors import UnknownTopicOrPartitionError

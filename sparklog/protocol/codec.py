@@ -19,9 +19,7 @@ from dataclasses import dataclass
 
 import msgpack
 
-from ..errors import (
-    InvalidArgumentError, SparklogError, UnsupportedVersionError, error_for_code,
-)
+from ..errors import InvalidArgumentError, SparklogError, UnsupportedVersionError, error_for_code
 from .apis import REQUESTS, RESPONSES, SUPPORTED_VERSIONS, api_name
 from .schema import Opt, check
 from .unpack import unpack_views

@@ -15,11 +15,8 @@ import socket
 from ..errors import BrokerNotAvailableError, InvalidArgumentError
 from ..names import validate_client_id
 from .apis import ACKS_NONE, ApiKey
-from .codec import (
-    DEFAULT_MAX_REQUEST_BYTES, decode_response, encode_request_parts, raise_for_error,
-)
+from .codec import DEFAULT_MAX_REQUEST_BYTES, decode_response, encode_request_parts, raise_for_error
 from .stream import recv_message, send_parts
-
 
 _HOST = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.?|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*(%\w+)?")
 

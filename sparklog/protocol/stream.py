@@ -14,7 +14,7 @@ import socket
 import ssl
 
 from ..errors import InvalidArgumentError, RecordTooLargeError
-from .codec import SIZE, DEFAULT_MAX_REQUEST_BYTES
+from .codec import DEFAULT_MAX_REQUEST_BYTES, SIZE
 
 
 def check_size(size: int, max_size: int) -> int:

@@ -32,16 +32,20 @@ import time
 
 from ..client.fetcher import Fetcher, TopicPartitionState
 from ..client.future import Future
-from ..client.group import (
-    BrokerMembership, GroupMembership, StaticMembership, ZooKeeperMembership,
-)
+from ..client.group import BrokerMembership, GroupMembership, StaticMembership, ZooKeeperMembership
 from ..client.network import NetworkClient
 from ..client.offsets import commit_request, fetch_committed, list_offsets
 from ..client.settings import client_config
 from ..client.types import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from ..errors import (
-    IllegalGenerationError, InvalidArgumentError, InvalidConfigError, OffsetOutOfRangeError,
-    RebalanceInProgressError, SparklogError, UnknownMemberIdError, UnknownTopicOrPartitionError,
+    IllegalGenerationError,
+    InvalidArgumentError,
+    InvalidConfigError,
+    OffsetOutOfRangeError,
+    RebalanceInProgressError,
+    SparklogError,
+    UnknownMemberIdError,
+    UnknownTopicOrPartitionError,
 )
 from ..metadata.topic import validate_partition
 from ..names import validate_group_id, validate_topic_name
@@ -202,15 +206,16 @@ class Consumer:
         """Match the subscribed pattern against every topic (as Kafka's consumer does on
         each metadata refresh, every ``metadata_max_age_ms``); join with the topics
         matched when they changed, so topics created later are picked up."""
-        if not force and time.monotonic() < self._next_match:
+        pattern = self._pattern
+        if pattern is None or not force and time.monotonic() < self._next_match:
             return
         meta = self._client.refresh_metadata()
         self._next_match = time.monotonic() + self.config["metadata_max_age_ms"] / 1000
-        topics = sorted(t for t in meta.topics if self._pattern.fullmatch(t))
+        topics = sorted(t for t in meta.topics if pattern.fullmatch(t))
         if not force and topics == self._subscription:
             return
         if self._subscription is not None:
-            log.info("pattern %r now matches %s", self._pattern.pattern, topics)
+            log.info("pattern %r now matches %s", pattern.pattern, topics)
             self._commit_before_rebalance()
         self._subscription = topics
         self._set_assignment(self._membership.join(self.group_id, topics))
@@ -299,6 +304,7 @@ class Consumer:
         st = self._state(tp)
         if st.position is None:
             self._update_positions()
+        assert st.position is not None, "_update_positions() sets every position or raises"
         return st.position
 
     def seek(self, tp, offset: int) -> None:
@@ -466,6 +472,7 @@ class Consumer:
         while True:
             try:
                 if forgotten is not None:
+                    assert self._subscription is not None  # only a subscribed member rejoins
                     self._set_assignment(
                         self._membership.join(self.group_id, self._subscription))
                     if offsets is not None and not \

@@ -45,9 +45,9 @@ from sparklog.errors import (
     StorageError,
     StorageFileNotFoundError,
 )
+from sparklog.names import validate_user
 from sparklog.storage import jvm
 from sparklog.storage.base import FileInfo, FileIO
-from sparklog.names import validate_user
 from sparklog.storage.paths import check_int, check_normal, check_path, strip_scheme
 from sparklog.storage.stream import BufferedOutputStream, LeaseLost
 

@@ -46,11 +46,15 @@ from sparklog.errors import (
     StorageFileNotFoundError,
 )
 from sparklog.storage.base import FileInfo, FileIO
-from sparklog.storage.paths import (
-    check_int, check_normal, check_path, is_lease_file, strip_scheme,
-)
+from sparklog.storage.paths import check_int, check_normal, check_path, is_lease_file, strip_scheme
 from sparklog.storage.posix import (
-    DirLock, WriteBehind, acquire_lease, fsync_dir, lease_path, owner_alive, read_lease,
+    DirLock,
+    WriteBehind,
+    acquire_lease,
+    fsync_dir,
+    lease_path,
+    owner_alive,
+    read_lease,
     rename_noreplace,
 )
 from sparklog.storage.stream import BufferedOutputStream, LeaseLost

@@ -21,7 +21,6 @@ from sparklog.errors import LeaseExpiredError, StorageError, StorageFileNotFound
 from sparklog.storage.base import OutputStream
 from sparklog.storage.paths import check_bytes
 
-
 #: borrowed views held before a push is forced (well below IOV_MAX = 1024)
 MAX_HELD_PARTS = 512
 #: borrowed bytes held before a push is forced

@@ -39,10 +39,15 @@ from sparklog.errors import (
     StorageError,
     StorageFileNotFoundError,
 )
-from sparklog.storage.base import FileInfo, FileIO
 from sparklog.names import validate_user
+from sparklog.storage.base import FileInfo, FileIO
 from sparklog.storage.paths import (
-    check_int, check_normal, check_path, is_lease_file, lease_name, strip_scheme,
+    check_int,
+    check_normal,
+    check_path,
+    is_lease_file,
+    lease_name,
+    strip_scheme,
 )
 from sparklog.storage.stream import BufferedOutputStream, LeaseLost
 
@@ -183,8 +188,8 @@ class WebHdfsFileIO(FileIO):
 
     def _call(self, op: str, display: str, fn, *args, **kwargs):
         """Run one client call, mapping HdfsError / connection errors to StorageErrors."""
-        from hdfs.util import HdfsError
         import requests
+        from hdfs.util import HdfsError
 
         try:
             return fn(*args, **kwargs)

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pytest
 
 from sparklog.format.frame import iter_frames
-from sparklog.format.header import HEADER_FIELDS, HEADER_SIZE, CRC_START, LOG_OVERHEAD, MAGIC
+from sparklog.format.header import CRC_START, HEADER_FIELDS, HEADER_SIZE, LOG_OVERHEAD, MAGIC
 from sparklog.log.index import OffsetIndex, SegmentSummary, TimeIndex
 from sparklog.metadata import TopicStore
 from sparklog.storage import open_fileio

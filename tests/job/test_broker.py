@@ -9,14 +9,12 @@ import pytest
 pytest.importorskip("pyspark", reason="pyspark is not installed")
 pytest.importorskip("deltalake", reason="deltalake is not installed")
 
-from brokerproc import BrokerProcess
 from sparklog.admin import Admin
 from sparklog.cli.main import main
-from sparklog.writer.producer import Producer
-
 from sparklog.reader.job import describe_application, run_incremental
-
-from .helpers import SQL, assert_exactly_once
+from sparklog.writer.producer import Producer
+from tests.support.brokerproc import BrokerProcess
+from tests.support.jobs import SQL, assert_exactly_once
 
 pytestmark = pytest.mark.spark
 

@@ -11,8 +11,7 @@ pytest.importorskip("pyspark", reason="pyspark is not installed")
 pytest.importorskip("deltalake", reason="deltalake is not installed")
 
 from sparklog.cli.main import main
-
-from .helpers import SQL, add_records, assert_exactly_once, make_topic
+from tests.support.jobs import SQL, add_records, assert_exactly_once, make_topic
 
 pytestmark = pytest.mark.spark
 

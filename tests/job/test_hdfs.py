@@ -1,4 +1,4 @@
-"""Exactly-once jobs on real HDFS (tests/hdfscluster.py): ``sparklog etl run`` reads a
+"""Exactly-once jobs on real HDFS (tests/support/hdfscluster.py): ``sparklog etl run`` reads a
 topic in HDFS and writes a Delta table or a Parquet output in HDFS; a run SIGKILLed
 while Spark writes leaves its files behind, the rerun gives every offset exactly once
 and removes them. delta-spark reads the HDFS table and sees the job's application
@@ -15,10 +15,17 @@ pytest.importorskip("deltalake", reason="deltalake is not installed")
 
 from sparklog.reader.job import run_incremental  # noqa: E402
 from sparklog.storage import open_fileio  # noqa: E402
-
-from .helpers import SQL, add_records, assert_exactly_once, commit_docs, make_topic  # noqa: E402
-from .test_kill import cli, run_killed  # noqa: E402
-from .test_sinks import _delta_spark_available, delta_spark_transactions  # noqa: E402
+from tests.support.jobs import (  # noqa: E402
+    SQL,
+    add_records,
+    assert_exactly_once,
+    cli,
+    commit_docs,
+    delta_spark_available,
+    delta_spark_transactions,
+    make_topic,
+    run_killed,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -50,7 +57,7 @@ def test_etl_on_hdfs_killed_mid_write_then_rerun_exactly_once(spark, hdfs_env, f
     assert_exactly_once(out, fmt, "app", {("events", 0): 24, ("events", 1): 19})
     winner = f"0000000001-{commit_docs(out, fmt, 'app')[1]['attempt']}"
     assert attempts(out, fmt, 1) in ([], [winner])  # the killed attempt's files are gone
-    if fmt == "delta" and _delta_spark_available(spark):
+    if fmt == "delta" and delta_spark_available(spark):
         table = spark.read.format("delta").load(out)
         assert sorted((r.partition, r.offset) for r in table.collect()) == \
             [(0, o) for o in range(24)] + [(1, o) for o in range(19)]

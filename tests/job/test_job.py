@@ -14,16 +14,28 @@ pytest.importorskip("pyspark", reason="pyspark is not installed")
 pytest.importorskip("deltalake", reason="deltalake is not installed")
 
 from sparklog.errors import (
-    ConcurrentTransactionsError, InvalidArgumentError, OffsetOutOfRangeError,
+    ConcurrentTransactionsError,
+    InvalidArgumentError,
+    OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
 from sparklog.reader.job import (
-    IncrementalJob, describe_application, list_applications, open_sink, run_incremental,
+    IncrementalJob,
+    describe_application,
+    list_applications,
+    open_sink,
+    run_incremental,
 )
 from sparklog.reader.job.faults import ENV_VAR, STEPS, InjectedFault
-
-from .helpers import SQL, add_records, assert_exactly_once, commit_docs, local, make_topic, \
-    output_rows
+from tests.support.jobs import (
+    SQL,
+    add_records,
+    assert_exactly_once,
+    commit_docs,
+    local,
+    make_topic,
+    output_rows,
+)
 
 pytestmark = pytest.mark.spark
 

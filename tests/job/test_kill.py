@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
-import time
 
 import pytest
 
@@ -17,49 +15,21 @@ pytest.importorskip("pyspark", reason="pyspark is not installed")
 pytest.importorskip("deltalake", reason="deltalake is not installed")
 
 from sparklog.reader.job import run_incremental
-from sparklog.reader.job.faults import ENV_VAR
-
-from .helpers import SQL, add_records, assert_exactly_once, commit_docs, local, make_topic
+from tests.support.jobs import (
+    SQL,
+    add_records,
+    assert_exactly_once,
+    cli,
+    commit_docs,
+    local,
+    make_topic,
+    run_killed,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SUBMIT_SCRIPT = os.path.join(REPO, "deploy", "spark-submit", "sparklog_etl.py")
-
-
-def _group_gone(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
-def run_killed(cmd: list, fault: str) -> subprocess.CompletedProcess:
-    """Run ``cmd`` in its own session with the fault injected; make sure every process
-    it started (the Spark JVM too) is gone afterwards."""
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               SPARK_LOCAL_IP="127.0.0.1", **{ENV_VAR: fault})
-    env["PYSPARK_SUBMIT_ARGS"] = "--conf spark.ui.enabled=false pyspark-shell"
-    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True, text=True)
-    try:
-        out, err = proc.communicate(timeout=240)
-    finally:
-        deadline = time.monotonic() + 20
-        while not _group_gone(proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        leftover = not _group_gone(proc.pid)
-        if leftover:
-            os.killpg(proc.pid, signal.SIGKILL)  # our own child's process group
-    assert not leftover, "the killed job left processes behind"
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-
-
-def cli(root, out, fmt):
-    return [sys.executable, "-m", "sparklog.cli.main", "etl", "run", "--subscribe", "events",
-            "--app-id", "app", "--path", root, "--output", out, "--format", fmt,
-            "--sql", SQL, "--master", "local[1]", "--quiet"]
 
 
 def submit(root, out, fmt):

@@ -13,16 +13,27 @@ import pytest
 pytest.importorskip("pyspark", reason="pyspark is not installed")
 pytest.importorskip("deltalake", reason="deltalake is not installed")
 
-from sparklog.errors import (
-    ConcurrentTransactionsError, InvalidArgumentError, SchemaMismatchError,
-)
+from sparklog.errors import ConcurrentTransactionsError, InvalidArgumentError, SchemaMismatchError
 from sparklog.reader.job import (
-    CommitRecord, DeltaSink, OffsetRange, ParquetSink, committed_files, list_applications,
-    open_sink, read_committed,
+    CommitRecord,
+    DeltaSink,
+    OffsetRange,
+    ParquetSink,
+    committed_files,
+    list_applications,
+    open_sink,
+    read_committed,
 )
-
-from .helpers import delta_commits, delta_rows, delta_txn_version, local, manifest_docs, \
-    parquet_rows
+from tests.support.jobs import (
+    delta_commits,
+    delta_rows,
+    delta_spark_available,
+    delta_spark_transactions,
+    delta_txn_version,
+    local,
+    manifest_docs,
+    parquet_rows,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -214,32 +225,8 @@ def test_commit_record_round_trip_and_errors(tmp_path):
         open_sink(tmp_path.as_uri(), "orc")
 
 
-def _delta_spark_available(spark) -> bool:
-    jvm = spark._jvm
-    try:  # spark.jars are on the context class loader, not on py4j's own
-        jvm.java.lang.Class.forName("io.delta.sql.DeltaSparkSessionExtension", False,
-                                    jvm.java.lang.Thread.currentThread()
-                                    .getContextClassLoader())
-    except Exception:
-        return False
-    return True
-
-
-def delta_spark_transactions(spark, uri: str) -> dict:
-    """{appId: version} of the table's application transactions as delta-spark's own
-    snapshot of the table holds them (``Snapshot.transactions``)."""
-    jvm = spark._jvm
-    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, uri)
-    it = log.unsafeVolatileSnapshot().transactions().iterator()
-    out = {}
-    while it.hasNext():
-        pair = it.next()
-        out[pair._1()] = pair._2()
-    return out
-
-
 def test_delta_spark_reads_the_table_and_its_app_transaction(spark, tmp_path):
-    if not _delta_spark_available(spark):
+    if not delta_spark_available(spark):
         pytest.skip("delta-spark's jars are not on the Spark classpath (the 'delta' Java "
                     "artifact set could not be resolved with mvn), so "
                     "spark.read.format('delta') cannot run")

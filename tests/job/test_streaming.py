@@ -13,8 +13,7 @@ pytest.importorskip("deltalake", reason="deltalake is not installed")
 import sparklog.spark
 from sparklog.reader.job import exactly_once_batch_writer, open_sink
 from sparklog.reader.job.faults import ENV_VAR
-
-from .helpers import SQL, add_records, assert_exactly_once, commit_docs, make_topic
+from tests.support.jobs import SQL, add_records, assert_exactly_once, commit_docs, make_topic
 
 pytestmark = pytest.mark.spark
 

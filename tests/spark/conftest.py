@@ -1,10 +1,13 @@
-"""Fixtures of the Spark source tests: the shared session with ``sparklog`` registered."""
+"""Fixtures of the Spark source tests: the shared session with ``sparklog`` registered,
+and that session when the JVM reader's jar is on its classpath."""
 
 from __future__ import annotations
 
 import sys
 
 import pytest
+
+from sparklog.reader.jvm import jar_path
 
 
 @pytest.fixture(scope="session")
@@ -20,8 +23,6 @@ def sl_spark(spark):
 def jspark(sl_spark):
     """The shared session, when the JVM reader's jar (the JVM provider of
     ``format("sparklog")``) is on its classpath; skips, saying why, otherwise."""
-    from sparklog.reader.jvm import jar_path
-
     jar = jar_path(build=False)
     if jar is None:
         reason = "the JVM reader jar cannot be built here (no javac): nothing to test"
@@ -30,11 +31,3 @@ def jspark(sl_spark):
     if jar not in (sl_spark.sparkContext.getConf().get("spark.jars") or ""):
         pytest.skip("the test Spark session was started without the JVM reader jar")
     return sl_spark
-
-
-def load(spark, root, **options):
-    """spark.read.format("sparklog") over the storage root ``root``."""
-    reader = spark.read.format("sparklog").option("path", root)
-    for k, v in options.items():
-        reader = reader.option(k, v)
-    return reader.load()

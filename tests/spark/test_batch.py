@@ -13,28 +13,14 @@ pytest.importorskip("pyspark", reason="pyspark is not installed")
 chispa = pytest.importorskip("chispa", reason="chispa is not installed")
 
 from pyspark.sql import functions as F
-from pyspark.sql.types import (
-    ArrayType, BinaryType, DoubleType, IntegerType, LongType, StringType, StructField,
-    StructType, TimestampType,
-)
+from pyspark.sql.types import ArrayType, DoubleType, LongType, StringType, StructField, StructType
 
 from sparklog.metadata import TopicStore
 from sparklog.storage import open_fileio
-
-from .conftest import load
-from .logdata import BASE_TS, append_frames, expected_rows, make_topic, ts
+from tests.support.logdata import BASE_TS, append_frames, expected_rows, make_topic, ts
+from tests.support.sparkread import KAFKA_SCHEMA, KAFKA_SCHEMA_HEADERS, assert_same, load
 
 pytestmark = pytest.mark.spark
-
-#: Spark's Kafka source schema, spelt out independently of the implementation.
-KAFKA_SCHEMA = StructType([
-    StructField("key", BinaryType()), StructField("value", BinaryType()),
-    StructField("topic", StringType()), StructField("partition", IntegerType()),
-    StructField("offset", LongType()), StructField("timestamp", TimestampType()),
-    StructField("timestampType", IntegerType()),
-])
-KAFKA_SCHEMA_HEADERS = StructType(KAFKA_SCHEMA.fields + [StructField("headers", ArrayType(
-    StructType([StructField("key", StringType()), StructField("value", BinaryType())])))])
 
 
 def tagged(spark, cases: dict, schema=KAFKA_SCHEMA):
@@ -48,10 +34,6 @@ def tagged(spark, cases: dict, schema=KAFKA_SCHEMA):
     want = spark.createDataFrame(expected, StructType(schema.fields + [
         StructField("case", StringType(), False)]))
     return got, want
-
-
-def assert_same(got, want):
-    chispa.assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
 
 
 def test_offset_specs_and_empty_ranges(sl_spark, storage_root):

@@ -11,17 +11,27 @@ pytest.importorskip("pyspark", reason="pyspark is not installed")
 chispa = pytest.importorskip("chispa", reason="chispa is not installed")
 
 from pyspark.sql.types import (
-    ArrayType, BinaryType, DoubleType, IntegerType, LongType, StringType, StructField,
+    ArrayType,
+    BinaryType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
     StructType,
 )
 
-from brokerproc import BrokerProcess
 from sparklog.admin import Admin
 from sparklog.errors import SchemaMismatchError
-
-from .logdata import BASE_TS, expected_rows, make_topic
-from .test_batch import KAFKA_SCHEMA, KAFKA_SCHEMA_HEADERS, assert_same
-from .test_stream import output, run_available_now
+from tests.support.brokerproc import BrokerProcess
+from tests.support.logdata import BASE_TS, expected_rows, make_topic
+from tests.support.sparkread import (
+    KAFKA_SCHEMA,
+    KAFKA_SCHEMA_HEADERS,
+    assert_same,
+    output,
+    run_available_now,
+)
 
 pytestmark = pytest.mark.spark
 

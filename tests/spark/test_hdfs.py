@@ -1,4 +1,4 @@
-"""format("sparklog") on a storage root in real HDFS (tests/hdfscluster.py): batch scans on
+"""format("sparklog") on a storage root in real HDFS (tests/support/hdfscluster.py): batch scans on
 the JVM reader (Hadoop's FileSystem) and on the Python reader, a stream whose checkpoint
 and output are in HDFS, and data locality: the planned ranges report the hosts of their
 segment blocks, checked against the NameNode's block locations."""
@@ -14,15 +14,20 @@ import pytest
 pytest.importorskip("pyspark", reason="pyspark is not installed")
 chispa = pytest.importorskip("chispa", reason="chispa is not installed")
 
-from hdfscluster import HdfsCluster, hadoop_unavailable  # noqa: E402
 from sparklog.log.reader import LogReader  # noqa: E402
 from sparklog.metadata import TopicStore  # noqa: E402
 from sparklog.reader.jvm import JVM_READER_OPTION  # noqa: E402
-
-from .conftest import load  # noqa: E402
-from .logdata import expected_rows, make_topic  # noqa: E402
-from .test_jvm_reader import JVM, jspark, jvm_and_python, scan_of  # noqa: E402,F401
-from .test_stream import append_more, output, run_available_now, stream  # noqa: E402
+from tests.support.hdfscluster import HdfsCluster, hadoop_unavailable  # noqa: E402
+from tests.support.logdata import append_more, expected_rows, make_topic  # noqa: E402
+from tests.support.sparkread import (  # noqa: E402
+    JVM,
+    jvm_and_python,
+    load,
+    output,
+    run_available_now,
+    scan_of,
+    stream,
+)
 
 pytestmark = pytest.mark.spark
 

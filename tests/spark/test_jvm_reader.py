@@ -16,39 +16,37 @@ chispa = pytest.importorskip("chispa", reason="chispa is not installed")
 
 from sparklog.format.frame import encode_frame, raw_batch
 from sparklog.format.header import (
-    ATTRIBUTES, BASE_OFFSET, BASE_SEQUENCE, CRC, FIRST_TIMESTAMP, HEADER_SIZE,
-    LAST_OFFSET_DELTA, LENGTH, LOG_OVERHEAD, MAGIC_FIELD, MAX_TIMESTAMP, PRODUCER_ID,
+    ATTRIBUTES,
+    BASE_OFFSET,
+    BASE_SEQUENCE,
+    CRC,
+    FIRST_TIMESTAMP,
+    HEADER_SIZE,
+    LAST_OFFSET_DELTA,
+    LENGTH,
+    LOG_OVERHEAD,
+    MAGIC_FIELD,
+    MAX_TIMESTAMP,
+    PRODUCER_ID,
     RECORD_COUNT,
 )
 from sparklog.log.partition import PartitionLog
 from sparklog.metadata import TopicStore
 from sparklog.reader.jvm import JVM_READER_OPTION, jar_path
 from sparklog.storage import open_fileio
-
-from .conftest import load
-from .logdata import BASE_TS, expected_rows, make_topic, record, ts
+from tests.support.logdata import BASE_TS, append_more, expected_rows, make_topic, record, ts
+from tests.support.sparkread import (
+    JVM,
+    assert_same,
+    jvm_and_python,
+    load,
+    output,
+    run_available_now,
+    scan_of,
+    stream,
+)
 
 pytestmark = pytest.mark.spark
-
-JVM = "JVM columnar reader"
-
-
-def scan_of(df) -> str:
-    """The physical plan (planning the scan) of ``df``, as text."""
-    return df._jdf.queryExecution().executedPlan().toString()
-
-
-def jvm_and_python(spark, root, **options):
-    """The same read on the JVM reader (checked in the plan) and on the Python reader."""
-    jvm = load(spark, root, **options)
-    python = load(spark, root, **{JVM_READER_OPTION: "false", **options})
-    assert JVM in scan_of(jvm), scan_of(jvm)
-    assert JVM not in scan_of(python)
-    return jvm, python
-
-
-def assert_same(got, want):
-    chispa.assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
 
 
 def append(store, topic, partition, frames, config=None, log_append_time_ms=None):
@@ -400,7 +398,7 @@ def test_each_scan_plans_its_own_offsets(jspark, storage_root, jvm):
     scan of it; the JVM provider pins each scan's own plan, on either reader: a filtered
     count leaves the unfiltered one whole, a later action sees records appended since,
     and one query may scan the DataFrame with and without pushed filters."""
-    from .logdata import append_records
+    from tests.support.logdata import append_records
 
     store = make_topic(storage_root, "pin", partitions=1, count=10)
     df = load(jspark, storage_root, subscribe="pin", **{JVM_READER_OPTION: str(jvm).lower()})
@@ -456,7 +454,6 @@ def test_streams_read_their_micro_batches_on_the_jvm(jspark, storage_root, tmp_p
     """Micro-batches of a raw topic run on the JVM reader (its task metrics count them),
     with the opt-out on the Python reader; a restart from the checkpoint reads exactly
     the new records either way."""
-    from .test_stream import append_more, output, run_available_now, stream
 
     store = make_topic(storage_root, "st", partitions=2, count=40, per_frame=10)
     out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")

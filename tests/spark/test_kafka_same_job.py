@@ -1,7 +1,7 @@
 """The same Spark job on Apache Kafka and on sparklog: code written for
 ``format("kafka")`` (a batch with JSON offsets, timestamps and headers; a stream with
 ``Trigger.AvailableNow`` and ``maxOffsetsPerTrigger``) runs unchanged against a live Kafka
-broker (tests/kafkaserver.py) and a sparklog broker process, only the format and the
+broker (tests/support/kafkaserver.py) and a sparklog broker process, only the format and the
 server address swapped, over the same records; chispa compares the results.
 
 The remaining differences between the two sources are listed in docs/spark.md ("Beside
@@ -21,11 +21,9 @@ confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka
 
 from pyspark.sql import functions as F
 
-from kafkaserver import kafka_broker  # noqa: F401  (the run's Kafka broker)
 from sparklog import Admin, NewTopic, Producer
 from sparklog.reader.jvm import class_loaded
-
-from .test_batch import assert_same
+from tests.support.sparkread import assert_same
 
 pytestmark = [pytest.mark.spark, pytest.mark.peers]
 

@@ -10,13 +10,18 @@ import pytest
 pytest.importorskip("pyspark", reason="pyspark is not installed")
 
 from pyspark.sql.types import (
-    ArrayType, DoubleType, IntegerType, LongType, StringType, StructField, StructType,
+    ArrayType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
 )
 
 import sparklog
-from test_typed_not_null import SCHEMA  # sym, qty, tags[], p.a declared not null
-
-from .conftest import load
+from tests.support.logfiles import NOT_NULL_SCHEMA
+from tests.support.sparkread import load
 
 pytestmark = pytest.mark.spark
 
@@ -25,7 +30,7 @@ def test_spark_schema_nullability_is_the_declared_one(sl_spark, storage_root):
     rows = [{"sym": "A", "px": 1.5, "qty": 1, "tags": ["x", "y"], "p": {"a": 1, "b": None}},
             {"sym": "B", "px": None, "qty": 2, "tags": None, "p": None}]
     with sparklog.connect(storage_root) as s:
-        s.admin().create_topic("declared", 1, schema=SCHEMA)
+        s.admin().create_topic("declared", 1, schema=NOT_NULL_SCHEMA)
         with s.producer() as producer:
             producer.send_batch("declared", pa.Table.from_pylist(rows)).get(30)
     df = load(sl_spark, storage_root, subscribe="declared")

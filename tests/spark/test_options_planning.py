@@ -14,7 +14,10 @@ pytest.importorskip("pyspark", reason="pyspark is not installed")
 from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan
 
 from sparklog.errors import (
-    InvalidArgumentError, InvalidTopicError, OffsetOutOfRangeError, UnknownTopicOrPartitionError,
+    InvalidArgumentError,
+    InvalidTopicError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
 )
 from sparklog.log.partition import PartitionLog
 from sparklog.reader.spark.catalog import StorageCatalog
@@ -24,8 +27,7 @@ from sparklog.reader.spark.planning import OffsetRange, plan_batch, split_ranges
 from sparklog.reader.spark.scan import read_range
 from sparklog.reader.spark.schema import arrow_schema, spark_schema
 from sparklog.reader.spark.stream import rate_limit
-
-from .logdata import BASE_TS, make_topic
+from tests.support.logdata import BASE_TS, make_topic
 
 
 def opts(root, **kw):
@@ -190,8 +192,7 @@ def test_running_stream_sees_new_partitions_and_caps_batches(topic_t):
 
     from sparklog.metadata import TopicStore
     from sparklog.reader.spark.stream import SparklogStreamReader
-
-    from .logdata import append_records, record
+    from tests.support.logdata import append_records, record
 
     options = {"path": topic_t, "subscribe": "t", "startingOffsets": "earliest",
                "maxOffsetsPerTrigger": "40"}

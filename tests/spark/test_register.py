@@ -1,6 +1,6 @@
 """``pyspark_sparklog``, the module through which Spark 4 registers ``format("sparklog")``
 by itself, and ``register``; no Spark session is started here (the end-to-end check,
-in a fresh JVM, is tests/test_deploy.py)."""
+in a fresh JVM, is tests/deploy/test_deploy.py)."""
 
 from __future__ import annotations
 

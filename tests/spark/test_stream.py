@@ -12,36 +12,10 @@ pytest.importorskip("pyspark", reason="pyspark is not installed")
 chispa = pytest.importorskip("chispa", reason="chispa is not installed")
 
 from sparklog.log.partition import PartitionLog
-
-from .logdata import append_records, expected_rows, make_topic, record
-from .test_batch import KAFKA_SCHEMA, assert_same
+from tests.support.logdata import append_more, expected_rows, make_topic
+from tests.support.sparkread import KAFKA_SCHEMA, assert_same, output, run_available_now, stream
 
 pytestmark = pytest.mark.spark
-
-
-def stream(spark, root, **options):
-    reader = spark.readStream.format("sparklog").option("path", root)
-    for k, v in options.items():
-        reader = reader.option(k, v)
-    return reader.load()
-
-
-def run_available_now(df, out, checkpoint):
-    query = (df.writeStream.format("parquet").option("path", out)
-             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
-    try:
-        query.awaitTermination(120)
-    except Exception:  # StreamingQueryException: the test inspects query.exception()
-        pass
-    return query
-
-
-def output(spark, out):
-    return spark.read.schema(KAFKA_SCHEMA).parquet(out)
-
-
-def append_more(store, topic, partition, offsets):
-    append_records(store, topic, partition, [record(topic, partition, o) for o in offsets])
 
 
 def test_restart_from_checkpoint_available_now(sl_spark, storage_root, tmp_path):

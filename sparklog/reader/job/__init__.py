@@ -21,7 +21,11 @@ per application), :mod:`.faults` (fault injection for crash tests).
 from __future__ import annotations
 
 from .apps import (
-    ApplicationDescription, PartitionLag, describe_application, list_applications, open_sink,
+    ApplicationDescription,
+    PartitionLag,
+    describe_application,
+    list_applications,
+    open_sink,
 )
 from .delta_sink import DeltaSink
 from .job import IncrementalJob, JobBatch, JobResult, apply_transform

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...errors import InvalidArgumentError
-from ...storage import open_fileio
 from ...names import validate_app_id
+from ...storage import open_fileio
 from .sink import Sink, normalize_uri
 
 FORMATS = ("delta", "parquet")

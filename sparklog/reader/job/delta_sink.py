@@ -26,7 +26,10 @@ from __future__ import annotations
 import json
 
 from ...errors import (
-    ConcurrentTransactionsError, InvalidArgumentError, SchemaMismatchError, StorageError,
+    ConcurrentTransactionsError,
+    InvalidArgumentError,
+    SchemaMismatchError,
+    StorageError,
 )
 from ...names import validate_app_id
 from .records import CommitRecord, StagedFiles

@@ -30,7 +30,9 @@ import uuid
 from dataclasses import dataclass, field
 
 from ...errors import (
-    ConcurrentTransactionsError, InvalidArgumentError, OffsetOutOfRangeError,
+    ConcurrentTransactionsError,
+    InvalidArgumentError,
+    OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
 from .faults import fault_point
@@ -233,7 +235,10 @@ class IncrementalJob:
         log end (topic recreated), unless ``fail_on_data_loss`` is False."""
         from ..spark.catalogs import open_catalog
         from ..spark.planning import (
-            partition_states, report_data_loss, resolve_offsets, subscribed_partitions,
+            partition_states,
+            report_data_loss,
+            resolve_offsets,
+            subscribed_partitions,
         )
         from ..spark.stream import rate_limit
 
@@ -293,7 +298,7 @@ class IncrementalJob:
 
     def read(self, batch: JobBatch):
         """The DataFrame of the batch's ranges (Kafka-shaped, or the typed columns)."""
-        from ...spark import register
+        from ..spark import register
         from ..spark.stream import offsets_to_json
 
         register(self.spark)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from ...errors import InvalidArgumentError
 from ...names import MAX_APP_ID_LENGTH, validate_app_id, validate_topic_name  # noqa: F401
 
+
 @dataclass(frozen=True, order=True)
 class OffsetRange:
     """Offsets ``[from_offset, until_offset)`` of one topic partition."""

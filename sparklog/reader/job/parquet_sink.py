@@ -27,7 +27,10 @@ from __future__ import annotations
 import json
 
 from ...errors import (
-    ConcurrentTransactionsError, FileAlreadyExistsError, InvalidArgumentError, StorageError,
+    ConcurrentTransactionsError,
+    FileAlreadyExistsError,
+    InvalidArgumentError,
+    StorageError,
     StorageFileNotFoundError,
 )
 from ...metadata.topic import schema_from_text, schema_to_text

@@ -70,6 +70,28 @@ def _progress(message: str, quiet: bool) -> None:
         print(f"sparklog: {message}", file=sys.stderr, flush=True)
 
 
+#: javac's options of the project's check (scripts/check.sh): every warning about these
+#: sources is an error. Left out: ``path`` and ``classfile``, which warn about pyspark's
+#: jars themselves (Class-Path entries of their manifests naming jars pyspark does not
+#: ship; annotations in Arrow's classes whose jar Spark leaves out).
+STRICT_OPTIONS = ["-Xlint:all,-path,-classfile", "-Werror"]
+
+
+def javac_command(javac: str, jars: Path, classes: Path, *, strict: bool = False) -> list[str]:
+    """The javac command that compiles the Java sources against pyspark's ``jars``
+    directory into ``classes``: warnings off when building the jar for users, every
+    warning an error (:data:`STRICT_OPTIONS`) when ``strict``."""
+    java = [str(p) for p in _sources() if p.suffix == ".java"]
+    return [javac, "--release", "17", *(STRICT_OPTIONS if strict else ["-nowarn"]),
+            "-encoding", "UTF-8", "-cp", str(jars / "*"), "-d", str(classes), *java]
+
+
+def pyspark_jars() -> Path | None:
+    """The ``jars`` directory of the installed pyspark (None without pyspark)."""
+    pyspark = _pyspark()
+    return None if pyspark is None else Path(pyspark.__file__).resolve().parent / "jars"
+
+
 def jar_path(build: bool = True, *, quiet: bool = False) -> str | None:
     """Path of the JVM reader's jar for the installed pyspark, built (``build``) into the
     cache if missing; None, with the reason logged, when it is not there and cannot be
@@ -78,7 +100,7 @@ def jar_path(build: bool = True, *, quiet: bool = False) -> str | None:
     if pyspark is None:
         log.warning("sparklog JVM reader: pyspark is not installed")
         return None
-    jars = Path(pyspark.__file__).resolve().parent / "jars"
+    jars = Path(pyspark.__file__).resolve().parent / "jars"  # as pyspark_jars()
     target = cache_dir() / f"sparklog-spark-{source_hash(pyspark.__version__)}.jar"
     if target.is_file():
         return str(target)
@@ -99,10 +121,8 @@ def jar_path(build: bool = True, *, quiet: bool = False) -> str | None:
     with tempfile.TemporaryDirectory(prefix=".build-", dir=target.parent) as tmp:
         classes = Path(tmp) / "classes"
         classes.mkdir()
-        java = [str(p) for p in _sources() if p.suffix == ".java"]
-        cmd = [javac, "--release", "17", "-nowarn", "-encoding", "UTF-8",
-               "-cp", str(jars / "*"), "-d", str(classes), *java]
-        done = subprocess.run(cmd, capture_output=True, text=True)
+        done = subprocess.run(javac_command(javac, jars, classes), capture_output=True,
+                              text=True)
         if done.returncode != 0:
             log.warning("sparklog JVM reader: javac failed:\n%s", done.stderr.strip())
             return None

@@ -16,7 +16,13 @@ from __future__ import annotations
 import datetime as _dt
 
 from pyspark.sql.datasource import (
-    EqualNullSafe, EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan, LessThanOrEqual,
+    EqualNullSafe,
+    EqualTo,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    LessThan,
+    LessThanOrEqual,
 )
 
 _EQ = (EqualTo, EqualNullSafe)

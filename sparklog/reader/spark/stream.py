@@ -38,7 +38,11 @@ from pyspark.sql.datasource import DataSourceStreamReader
 
 from .catalogs import open_catalog
 from .planning import (
-    OffsetRange, partition_states, report_data_loss, resolve_offsets, split_ranges,
+    OffsetRange,
+    partition_states,
+    report_data_loss,
+    resolve_offsets,
+    split_ranges,
     subscribed_partitions,
 )
 from .scan import read_range

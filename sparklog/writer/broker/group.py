@@ -23,11 +23,13 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from ...names import validate_group_id
 from ...errors import (
-    IllegalGenerationError, InvalidArgumentError, RebalanceInProgressError,
+    IllegalGenerationError,
+    InvalidArgumentError,
+    RebalanceInProgressError,
     UnknownMemberIdError,
 )
+from ...names import validate_group_id
 
 log = logging.getLogger(__name__)
 

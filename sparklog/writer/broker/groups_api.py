@@ -12,6 +12,7 @@ from ...coordination.base import CommittedOffset
 from ...names import validate_group_id
 from ...errors import GroupIdNotFoundError, NonEmptyGroupError, SparklogError
 from ...metadata import validate_partition
+from ...names import validate_group_id
 from ...protocol.apis import NO_OFFSET, ApiKey
 from ...protocol.codec import error_fields
 from .group import EMPTY, GroupCoordinator

@@ -28,9 +28,9 @@ from ...errors import (
     StorageError,
 )
 from ...format.frame import TIMESTAMP_COLUMN, body_schema, iter_frames, validate_frame
-from ...format.nullability import check_not_null, constrained_fields
 from ...format.header import HEADER_SIZE, NO_PRODUCER_ID, FrameHeader
 from ...log.cleaner import KEY_COLUMN
+from ...format.nullability import check_not_null, constrained_fields
 from ...log.config import LogConfig
 from ...log.partition import PartitionLog
 from ...metadata.topic import TopicConfig

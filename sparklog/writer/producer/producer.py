@@ -26,11 +26,21 @@ import pyarrow as pa
 from ...client.network import NetworkClient
 from ...client.settings import client_config
 from ...errors import (
-    BrokerNotAvailableError, InvalidArgumentError, InvalidConfigError, RecordTooLargeError,
-    RequestTimedOutError, SchemaMismatchError, SparklogError,
+    BrokerNotAvailableError,
+    InvalidArgumentError,
+    InvalidConfigError,
+    RecordTooLargeError,
+    RequestTimedOutError,
+    SchemaMismatchError,
+    SparklogError,
 )
 from ...format.frame import (
-    HEADER_TYPE, RAW_SCHEMA, TIMESTAMP_COLUMN, TIMESTAMP_TYPE, encode_frame, raw_batch,
+    HEADER_TYPE,
+    RAW_SCHEMA,
+    TIMESTAMP_COLUMN,
+    TIMESTAMP_TYPE,
+    encode_frame,
+    raw_batch,
     to_record_batch,
 )
 from ...format.nullability import check_not_null, constrained_fields, row_violation
@@ -368,7 +378,7 @@ class Producer:
         table = table.append_column(pa.field(TIMESTAMP_COLUMN, TIMESTAMP_TYPE, False), ts)
         if partition is not None:
             validate_partition(partition, info.num_partitions, topic)
-            groups = [(partition, table)]
+            groups: list[tuple[int | None, pa.Table]] = [(partition, table)]
         elif info.schema is None and info.num_partitions > 1 and \
                 table.column("key").null_count < table.num_rows:
             groups = self._split_by_key(topic, table, info.num_partitions)

@@ -41,12 +41,15 @@ import pyarrow as pa
 
 from ...client.network import NetworkClient
 from ...errors import (
-    BrokerNotAvailableError, FencedLeaderEpochError, NotLeaderError, OutOfOrderSequenceError,
-    RecordTooLargeError, SparklogError, UnknownTopicOrPartitionError,
+    BrokerNotAvailableError,
+    FencedLeaderEpochError,
+    NotLeaderError,
+    OutOfOrderSequenceError,
+    RecordTooLargeError,
+    SparklogError,
+    UnknownTopicOrPartitionError,
 )
-from ...format.frame import (
-    decode_frame, encode_frame, raw_batch, restamp_producer, to_record_batch,
-)
+from ...format.frame import decode_frame, encode_frame, raw_batch, restamp_producer, to_record_batch
 from ...format.nullability import check_not_null
 from ...protocol.apis import ACKS_NONE, ApiKey
 from ...protocol.codec import error_from, raise_for_error

@@ -1,7 +1,6 @@
 package io.sparklog.spark;
 
 import java.util.HashMap;
-import java.util.Iterator;
 import java.util.Map;
 import java.util.function.Supplier;
 
@@ -135,11 +134,9 @@ public class JvmMicroBatchStream
    *  {@code start} offset, or is left out when the run did not start with it. */
   static ObjectNode clamp(JsonNode latest, JsonNode start, JsonNode target) {
     ObjectNode out = JSON.createObjectNode();
-    for (Iterator<Map.Entry<String, JsonNode>> topics = latest.fields(); topics.hasNext(); ) {
-      Map.Entry<String, JsonNode> topic = topics.next();
+    for (Map.Entry<String, JsonNode> topic : latest.properties()) {
       ObjectNode parts = JSON.createObjectNode();
-      for (Iterator<Map.Entry<String, JsonNode>> it = topic.getValue().fields(); it.hasNext(); ) {
-        Map.Entry<String, JsonNode> p = it.next();
+      for (Map.Entry<String, JsonNode> p : topic.getValue().properties()) {
         JsonNode cap = target.path(topic.getKey()).path(p.getKey());
         JsonNode from = start == null ? null : start.path(topic.getKey()).path(p.getKey());
         if (cap.isNumber()) {

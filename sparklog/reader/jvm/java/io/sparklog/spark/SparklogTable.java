@@ -43,6 +43,9 @@ public class SparklogTable implements Table, SupportsRead, SupportsWrite {
     return delegate.name();
   }
 
+  /** The Python source's schema. Spark 4.1 deprecates {@code Table.schema()} for
+   *  {@code columns()}, but the Python source's table defines its schema as a StructType
+   *  (its columns derive from it) and the scan and {@code getTable} take one. */
   @Override
   @SuppressWarnings("deprecation")
   public StructType schema() {
@@ -80,7 +83,7 @@ public class SparklogTable implements Table, SupportsRead, SupportsWrite {
   @Override
   public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
     return new SparklogScanBuilder(((SupportsRead) delegate).newScanBuilder(options), options,
-        delegate.schema(), new PinnedReadInfo(provider, options, delegate.schema()),
+        schema(), new PinnedReadInfo(provider, options, schema()),
         uncappedScan(options));
   }
 
@@ -105,7 +108,7 @@ public class SparklogTable implements Table, SupportsRead, SupportsWrite {
     return () -> {
       PythonDataSourceV2 source = new PythonDataSourceV2();
       source.setShortName(SparklogProvider.SHORT_NAME);
-      Table table = source.getTable(delegate.schema(), delegate.partitioning(), rest);
+      Table table = source.getTable(schema(), delegate.partitioning(), rest);
       return ((SupportsRead) table).newScanBuilder(uncapped).build();
     };
   }

@@ -1,0 +1,241 @@
+"""Cluster mode with real broker processes and a real ZooKeeper: metadata across brokers,
+produce and consume through any bootstrap broker, duplicate broker ids, controlled
+shutdown, and a broker cut off from ZooKeeper that stops acknowledging."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.support.zkserver import TcpProxy
+
+pytest.importorskip("kazoo", reason="kazoo is not installed (pip install sparklog[cluster])")
+
+from sparklog import Admin, Consumer, Producer  # noqa: E402
+from sparklog.client.types import TopicPartition  # noqa: E402
+from sparklog.errors import NotLeaderError, SparklogError  # noqa: E402
+from sparklog.protocol import ApiKey, Connection  # noqa: E402
+from tests.support.brokerproc import ROOT, BrokerProcess  # noqa: E402
+from tests.support.clusterproc import BrokerCluster, produce_accepted, produce_one  # noqa: E402
+
+pytestmark = pytest.mark.zookeeper
+
+
+@pytest.fixture
+def cluster(zookeeper, storage_root, tmp_path):
+    with BrokerCluster(storage_root, zookeeper.connect, 3, log_dir=tmp_path) as c:
+        yield c
+
+
+def test_metadata_names_every_broker_and_spread_leaders(cluster):
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic("t", 6)
+        desc = admin.describe_topics(["t"])[0]
+    leaders = {p.leader for p in desc.partitions}
+    assert leaders == {1, 2, 3}, desc.partitions
+    for b in cluster.brokers.values():  # every broker answers the same metadata
+        with Connection(b.address) as conn:
+            meta = conn.request(ApiKey.METADATA, {"topics": ["t"]})
+        assert sorted(x["node_id"] for x in meta["brokers"]) == [1, 2, 3]
+        assert meta["controller_id"] in (1, 2, 3)
+        got = {p["partition"]: p["leader"] for p in meta["topics"][0]["partitions"]}
+        assert got == {p.partition: p.leader for p in desc.partitions}
+
+
+def test_produce_and_consume_through_any_bootstrap_broker(cluster):
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic("t", 3)
+    with Producer(cluster.brokers[2].address, acks="all", enable_idempotence=True) as producer:
+        futures = [producer.send("t", f"v{i}".encode(), partition=i % 3) for i in range(90)]
+        offsets = [f.get(30) for f in futures]
+    assert {m.partition for m in offsets} == {0, 1, 2}
+    consumer = Consumer(bootstrap_servers=cluster.brokers[3].address,
+                        auto_offset_reset="earliest")
+    try:
+        consumer.assign([TopicPartition("t", p) for p in range(3)])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 90 and time.monotonic() < deadline:
+            for records in consumer.poll(500).values():
+                got += [r.value for r in records]
+    finally:
+        consumer.close()
+    assert sorted(got) == sorted(f"v{i}".encode() for i in range(90))
+
+
+def test_a_non_leader_refuses_writes_with_not_leader(cluster):
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic("t", 1)
+    cluster.wait(lambda: cluster.leader_of("t", 0) > 0, 10, "a leader")
+    leader = cluster.leader_of("t", 0)
+    with Connection(cluster.brokers[leader].address) as conn:
+        produce_accepted(conn, "t", 0, b"x")
+    other = next(i for i in cluster.brokers if i != leader)
+    with Connection(cluster.brokers[other].address) as conn:
+        item = produce_one(conn, "t", 0, b"x")
+    assert item["error_code"] == NotLeaderError.code, item
+    assert f"leader: broker {leader}" in item["error_message"]
+
+
+def test_duplicate_broker_id_process_exits_with_a_clear_error(cluster, storage_root, zookeeper):
+    cmd = [sys.executable, "-m", "sparklog.cli.main", "broker", "start", "--storage",
+           storage_root, "--listen", "127.0.0.1:0", "--zookeeper", zookeeper.connect,
+           "--broker-id", "2", "--override", "zookeeper.session.timeout.ms=1000"]
+    proc = subprocess.run(cmd, cwd=str(ROOT), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "broker.id 2 is already registered" in proc.stderr
+
+
+def test_sigterm_moves_leadership_before_exit(cluster):
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic("t", 3)
+    cluster.wait(lambda: cluster.leader_of("t", 0) > 0, 10, "a leader")
+    leader = cluster.leader_of("t", 0)
+    before = cluster.state("t", 0)
+    t0 = time.monotonic()
+    assert cluster.brokers[leader].stop() == 0
+    elapsed = time.monotonic() - t0
+    after = cluster.state("t", 0)
+    # the controller moved the partition while the broker was still shutting down
+    assert after.leader not in (-1, leader) and after.leader_epoch == before.leader_epoch + 1
+    assert "controlled shutdown" not in cluster.brokers[leader].log_text() or elapsed < 30
+    with Connection(cluster.brokers[after.leader].address) as conn:
+        produce_accepted(conn, "t", 0, b"after")
+
+
+def test_broker_cut_off_from_zookeeper_stops_acknowledging(zookeeper, storage_root, tmp_path):
+    proxy = TcpProxy(("127.0.0.1", zookeeper.server.port))
+    cut_off = BrokerProcess(storage_root, [
+        "--zookeeper", proxy.address + zookeeper.chroot, "--broker-id", "1",
+        "--override", "zookeeper.session.timeout.ms=2000"], log_path=tmp_path / "b1.log")
+    try:
+        with BrokerCluster(storage_root, zookeeper.connect, 0, session_ms=2000) as cluster:
+            cut_off.start()
+            cluster.wait(lambda: 1 in cluster.view.live_brokers(), 20, "broker 1 registered")
+            with Admin(cut_off.address) as admin:
+                admin.create_topic("t", 1)
+            cluster.wait(lambda: cluster.leader_of("t", 0) == 1, 10, "broker 1 leads t-0")
+            with Connection(cut_off.address) as conn:
+                produce_accepted(conn, "t", 0, b"before")
+                proxy.cut()
+                deadline = time.monotonic() + 5
+                while True:  # within the session timeout it refuses to acknowledge
+                    item = produce_one(conn, "t", 0, b"during")
+                    if item["error_code"] == NotLeaderError.code:
+                        break
+                    assert time.monotonic() < deadline, item
+                    time.sleep(0.05)
+                assert "cannot prove" in item["error_message"]
+                assert "ZooKeeper session" in cut_off.log_text()
+                proxy.restore()  # it comes back: new session, leads again, acknowledges
+                deadline = time.monotonic() + 20
+                while produce_one(conn, "t", 0, b"after")["error_code"] != 0:
+                    assert time.monotonic() < deadline, cut_off.log_text()[-3000:]
+                    time.sleep(0.1)
+    finally:
+        try:
+            cut_off.stop(timeout=30)
+        except (RuntimeError, SparklogError):
+            pass
+        proxy.close()
+
+
+def test_zookeeper_consumer_group_splits_partitions_and_groups_describe(cluster, zookeeper):
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic("t", 4)
+    consumers = [Consumer("t", bootstrap_servers=cluster.bootstrap, group_id="g",
+                          group_membership="zookeeper", zookeeper_connect=zookeeper.connect,
+                          auto_offset_reset="earliest", enable_auto_commit=False,
+                          session_timeout_ms=2000) for _ in range(2)]
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # the group settles: each member owns two partitions
+            for c in consumers:
+                c.poll(50)
+            mine = [set(c.assignment()) for c in consumers]
+            if len(mine[0]) == 2 and len(mine[1]) == 2 and not mine[0] & mine[1]:
+                break
+            assert time.monotonic() < deadline, mine
+        with Producer(cluster.bootstrap, acks="all") as producer:
+            for f in [producer.send("t", b"r%d" % i, partition=i % 4) for i in range(200)]:
+                f.get(30)
+        got = {0: [], 1: []}
+        deadline = time.monotonic() + 60
+        while sum(map(len, got.values())) < 200 and time.monotonic() < deadline:
+            for i, c in enumerate(consumers):
+                for records in c.poll(200).values():
+                    got[i] += [r.value for r in records]
+        assert len(got[0]) == 100 and len(got[1]) == 100
+        assert sorted(got[0] + got[1]) == sorted(b"r%d" % i for i in range(200))
+        for c in consumers:
+            c.commit()
+        out = subprocess.run(
+            [sys.executable, "-m", "sparklog.cli.main", "groups", "describe", "g",
+             "--bootstrap-server", cluster.brokers[1].address],
+            cwd=str(ROOT), capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        rows = [line.split() for line in out.stdout.splitlines() if line.startswith("g ")]
+        assert len(rows) == 4, out.stdout
+        assert all(r[3] == "50" and r[5] == "0" for r in rows), out.stdout  # offset 50, lag 0
+        owners = {r[6] for r in rows}
+        assert len(owners) == 2, out.stdout  # each partition names its ZooKeeper owner
+    finally:
+        for c in consumers:
+            c.close()
+
+
+def test_config_altered_on_one_broker_applies_on_the_leader(cluster, storage_root):
+    from sparklog.metadata import TopicStore
+
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic("t", 1)
+    cluster.wait(lambda: cluster.leader_of("t", 0) > 0, 10, "a leader")
+    leader = cluster.leader_of("t", 0)
+    other = next(i for i in cluster.brokers if i != leader)
+    with Connection(cluster.brokers[leader].address) as conn:
+        produce_accepted(conn, "t", 0, b"x")
+    with Admin(cluster.brokers[other].address) as admin:  # not the leader
+        admin.alter_configs({"t": {"segment.bytes": "1500"}})
+    store = TopicStore(storage_root)
+    seg_dir = store.partition_dir("t", 0)
+    deadline = time.monotonic() + 15
+    with Connection(cluster.brokers[leader].address) as conn:
+        while True:  # the leader rolls at the new segment.bytes once it heard of it
+            assert produce_one(conn, "t", 0, b"y")["error_code"] == 0
+            logs = [i.name for i in store.fileio.list(seg_dir) if i.name.endswith(".log")]
+            if len(logs) >= 3:
+                break
+            assert time.monotonic() < deadline, logs
+            time.sleep(0.1)
+    assert "config version 2 applied" in cluster.brokers[leader].log_text()
+
+
+def test_zookeeper_down_stops_acks_until_it_returns(storage_root, tmp_path):
+    from tests.support.zkserver import ZooKeeperServer
+
+    zk = ZooKeeperServer(str(tmp_path / "zk")).start()
+    try:
+        with BrokerCluster(storage_root, zk.hosts + "/c", 2, log_dir=tmp_path,
+                           session_ms=4000) as cluster:
+            with Admin(cluster.bootstrap) as admin:
+                admin.create_topic("t", 1)
+            cluster.wait(lambda: cluster.leader_of("t", 0) > 0, 10, "a leader")
+            leader = cluster.brokers[cluster.leader_of("t", 0)]
+            with Connection(leader.address) as conn:
+                produce_accepted(conn, "t", 0, b"before")
+                zk.stop()  # the whole ensemble is gone
+                deadline = time.monotonic() + 10
+                while (item := produce_one(conn, "t", 0, b"during"))["error_code"] == 0:
+                    assert time.monotonic() < deadline, "still acknowledging without ZooKeeper"
+                    time.sleep(0.05)
+                assert item["error_code"] == NotLeaderError.code, item
+                zk.start()  # same port and data: sessions resume, leadership is re-proved
+                deadline = time.monotonic() + 30
+                while produce_one(conn, "t", 0, b"after")["error_code"] != 0:
+                    assert time.monotonic() < deadline, leader.log_text()[-3000:]
+                    time.sleep(0.1)
+    finally:
+        zk.stop()

@@ -1,0 +1,460 @@
+"""deploy/hadoop-ha: the config checker on the shipped and on broken files, the scripts
+(syntax, bring-up order over a fake ssh, spark-submit command, a real venv pack), the
+systemd unit, Spark's automatic registration through the shipped module, and the
+failover checker (ack-check.py) against a real broker and Spark."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import os
+import re
+import shlex
+import shutil
+import stat
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy" / "hadoop-ha"
+BIN = DEPLOY / "bin"
+SCRIPTS = sorted(BIN.glob("*.sh"))
+
+
+def _load_script(name: str, filename: str):
+    spec = importlib.util.spec_from_file_location(name, BIN / filename)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_config(root: Path) -> subprocess.CompletedProcess:
+    """check-config.py run in-process (the same main() as the command line)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = _load_script("check_config", "check-config.py").main([str(root)])
+    return subprocess.CompletedProcess([], code, out.getvalue(), err.getvalue())
+
+
+def test_shipped_files_pass_check_config():
+    result = subprocess.run([sys.executable, str(BIN / "check-config.py"), str(DEPLOY)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("check-config: OK")
+    assert check_config(DEPLOY).returncode == 0
+
+
+def _replace(old: str, new: str):
+    def edit(text: str) -> str:
+        assert old in text, f"the shipped file no longer contains {old!r}"
+        return text.replace(old, new)
+    return edit
+
+
+def _drop_property(name: str):
+    def edit(text: str) -> str:
+        pattern = re.compile(r"\s*<property>\s*<name>" + re.escape(name) +
+                             r"</name>.*?</property>", re.S)
+        assert pattern.search(text), f"no property {name}"
+        return pattern.sub("", text, count=1)
+    return edit
+
+
+HDFS, CORE, YARN = "etc/hadoop/hdfs-site.xml", "etc/hadoop/core-site.xml", "etc/hadoop/yarn-site.xml"
+ZOO, BROKER, UNIT = "etc/zookeeper/zoo.cfg", "sparklog/broker.properties", \
+    "systemd/sparklog-broker@.service"
+ENV, SPARK, CLUSTER = "sparklog/sparklog.env", "sparklog/spark-defaults.conf", "cluster.env"
+QJ = "qjournal://nn1.example.com:8485;nn2.example.com:8485;dn1.example.com:8485/ns1"
+ZKQ = "zk1.example.com:2181,zk2.example.com:2181,zk3.example.com:2181"
+
+BROKEN = {  # name: (file, edit, expected message, number of problems)
+    "nameservice mismatch": (CORE, _replace("hdfs://ns1", "hdfs://other"),
+                             "fs.defaultFS is 'hdfs://other', expected hdfs://ns1", 1),
+    "NN without http address": (HDFS, _drop_property("dfs.namenode.http-address.ns1.nn2"),
+                                "NameNode nn2 has no dfs.namenode.http-address.ns1.nn2", 1),
+    "NN without rpc address": (HDFS, _drop_property("dfs.namenode.rpc-address.ns1.nn1"),
+                               "NameNode nn1 has no dfs.namenode.rpc-address.ns1.nn1", 2),
+    "one NameNode": (HDFS, _replace("<value>nn1,nn2</value>", "<value>nn1</value>"),
+                     "must list at least two NameNode ids", 2),
+    "even JournalNodes": (HDFS, _replace(QJ, QJ.replace("/ns1", ";dn2.example.com:8485/ns1")),
+                          "lists 4 JournalNode(s): use an odd number of at least 3", 2),
+    "single JournalNode": (HDFS, _replace(QJ, "qjournal://nn1.example.com:8485/ns1"),
+                           "lists 1 JournalNode(s)", 2),
+    "not qjournal": (HDFS, _replace(QJ, "file:///mnt/nfs/edits"),
+                     "is not qjournal://host:port;.../journalId", 1),
+    "automatic failover off": (HDFS, _drop_property("dfs.ha.automatic-failover.enabled.ns1"),
+                               "automatic failover is off", 1),
+    "no ZK quorum for ZKFC": (CORE, _drop_property("ha.zookeeper.quorum"),
+                              "automatic failover is on but ha.zookeeper.quorum is not set", 1),
+    "no fencing": (HDFS, _drop_property("dfs.ha.fencing.methods"),
+                   "dfs.ha.fencing.methods is not set", 1),
+    "sshfence without key": (HDFS, _drop_property("dfs.ha.fencing.ssh.private-key-files"),
+                             "sshfence needs dfs.ha.fencing.ssh.private-key-files", 1),
+    "no failover proxy": (HDFS, _drop_property("dfs.client.failover.proxy.provider.ns1"),
+                          "dfs.client.failover.proxy.provider.ns1 is not set", 1),
+    "no synconclose": (HDFS, _drop_property("dfs.datanode.synconclose"),
+                       "dfs.datanode.synconclose must be true", 1),
+    "append off": (HDFS, _replace("<name>dfs.support.append</name>\n    <value>true",
+                                  "<name>dfs.support.append</name>\n    <value>false"),
+                   "dfs.support.append is false", 1),
+    "no datanode replacement": (HDFS, _replace("<value>DEFAULT</value>", "<value>NEVER</value>"),
+                                "replace-datanode-on-failure is disabled", 1),
+    "duplicate property": (HDFS, _replace("</configuration>", "<property><name>dfs.replication"
+                                          "</name><value>2</value></property></configuration>"),
+                           "dfs.replication is set twice", 1),
+    "bad XML": (YARN, _replace("</configuration>", "</configuratio>"),
+                "is not well-formed XML", None),
+    "RM without hostname": (YARN, _drop_property("yarn.resourcemanager.hostname.rm2"),
+                            "ResourceManager rm2 has no yarn.resourcemanager.hostname.rm2", 2),
+    "RM HA off": (YARN, _drop_property("yarn.resourcemanager.ha.enabled"),
+                  "yarn.resourcemanager.ha.enabled is not true", 1),
+    "RM state not in ZK": (YARN, _replace("recovery.ZKRMStateStore",
+                                          "recovery.FileSystemRMStateStore"),
+                           "expected ...recovery.ZKRMStateStore", 1),
+    "even ZK ensemble": (ZOO, _replace("server.3=zk3.example.com:2888:3888\n",
+                                       "server.3=zk3.example.com:2888:3888\n"
+                                       "server.4=zk4.example.com:2888:3888\n"),
+                         "the ensemble has 4 server(s)", None),
+    "unknown broker key": (BROKER, _replace("log.segment.bytes=", "log.segment.byte="),
+                           "unknown key 'log.segment.byte': not a sparklog/Kafka broker config "
+                           "(did you mean 'log.segment.bytes'?)", 1),
+    "invalid broker value": (BROKER, _replace("num.partitions=6", "num.partitions=six"),
+                             "num.partitions='six' is not an integer", 1),
+    "no chroot": (BROKER, _replace(f"{ZKQ}/sparklog", ZKQ), "has no chroot", 1),
+    "chroot of the ZKFC": (BROKER, _replace(f"{ZKQ}/sparklog", f"{ZKQ}/hadoop-ha/sparklog"),
+                           "zookeeper.connect chroot /hadoop-ha/sparklog overlaps "
+                           "ha.zookeeper.parent-znode=/hadoop-ha", 1),
+    "no zookeeper.connect": (BROKER, _replace("zookeeper.connect=", "#zookeeper.connect="),
+                             "zookeeper.connect is not set", 1),
+    "broker on another ensemble": (BROKER, _replace(f"{ZKQ}/sparklog",
+                                                    "zk9.example.com:2181/sparklog"),
+                                   "zookeeper.connect names ['zk9.example.com:2181'] but "
+                                   "zoo.cfg's ensemble is", 1),
+    "session timeout out of range": (BROKER, _replace("zookeeper.session.timeout.ms=18000",
+                                                      "zookeeper.session.timeout.ms=60000"),
+                                     "zookeeper.session.timeout.ms=60000 is outside "
+                                     "ZooKeeper's session range 4000..40000 ms", 1),
+    "stop timeout too short": (UNIT, _replace("TimeoutStopSec=60", "TimeoutStopSec=20s"),
+                               "TimeoutStopSec=20s is not longer than broker "
+                               "controlled.shutdown.timeout.ms=30000", 1),
+    "SIGKILL stop": (UNIT, _replace("KillSignal=SIGTERM", "KillSignal=SIGKILL"),
+                     "KillSignal=SIGKILL", 1),
+    "storage on one NameNode": (ENV, _replace("hdfs://ns1/sparklog",
+                                              "hdfs://nn1.example.com:8020/sparklog"),
+                                "should be on hdfs://ns1/ (the HA nameservice)", 1),
+    "storage on WebHDFS": (ENV, _replace("hdfs://ns1/sparklog",
+                                         "webhdfs://nn1.example.com:9870/sparklog"),
+                           "WebHDFS has no failover", 1),
+    "executors on the node's python": (SPARK, _replace("spark.executorEnv.PYSPARK_PYTHON",
+                                                       "#spark.executorEnv.PYSPARK_PYTHON"),
+                                       "spark.executorEnv.PYSPARK_PYTHON is not set", 1),
+    "python outside the archive": (SPARK, _replace("spark.yarn.appMasterEnv.PYSPARK_PYTHON"
+                                                   "       ./venv/bin/python",
+                                                   "spark.yarn.appMasterEnv.PYSPARK_PYTHON"
+                                                   " ./env/bin/python"),
+                                   "is not inside the shipped archive (venv)", 1),
+    "bring-up hosts differ": (CLUSTER, _replace('JN_HOSTS="nn1.example.com nn2.example.com '
+                                                'dn1.example.com"',
+                                                'JN_HOSTS="nn1.example.com nn2.example.com '
+                                                'dn2.example.com"'),
+                              "JN_HOSTS is ['dn2.example.com', 'nn1.example.com', "
+                              "'nn2.example.com'] but qjournal's JournalNodes are", 1),
+    "duplicate broker id": (CLUSTER, _replace("3:dn3.example.com", "2:dn3.example.com"),
+                            "BROKERS must list unique id:host pairs", 1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_check_config_detects(case, tmp_path):
+    name, edit, message, count = BROKEN[case]
+    root = tmp_path / "hadoop-ha"
+    shutil.copytree(DEPLOY, root)
+    target = root / name
+    target.write_text(edit(target.read_text()))
+    result = check_config(root)
+    lines = result.stdout.splitlines()
+    assert result.returncode == 1, result.stdout
+    assert all(line.startswith("check-config: ") for line in lines), lines
+    assert any(line.startswith(f"check-config: {name}: ") and message in line
+               for line in lines), lines
+    if count is not None:
+        assert len(lines) == count, lines
+    assert f"{len(lines)} problem(s)" in result.stderr
+
+
+def test_check_config_reports_a_missing_file(tmp_path):
+    root = tmp_path / "hadoop-ha"
+    shutil.copytree(DEPLOY, root)
+    (root / UNIT).unlink()
+    result = subprocess.run([sys.executable, str(BIN / "check-config.py"), str(root)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert f"check-config: {UNIT}: cannot be read" in result.stdout
+
+
+# --- shell scripts ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_shell_script_syntax(script):
+    result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert os.access(script, os.X_OK), f"{script.name} is not executable"
+
+
+def test_start_cluster_dry_run_prints_the_seed_order():
+    result = subprocess.run(["bash", str(BIN / "start-cluster.sh"), "--dry-run", "--init"],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    order = ["[zk3.example.com as zookeeper] /opt/zookeeper/bin/zkServer.sh start",
+             "[dn1.example.com as hdfs] /opt/hadoop/bin/hdfs --config /etc/hadoop/conf "
+             "--daemon start journalnode",
+             "[nn1.example.com as hdfs] /opt/hadoop/bin/hdfs --config /etc/hadoop/conf "
+             "namenode -format", "zkfc -formatZK",
+             "[nn1.example.com as hdfs] /opt/hadoop/bin/hdfs --config /etc/hadoop/conf "
+             "--daemon start namenode", "namenode -bootstrapStandby",
+             "[nn2.example.com as hdfs] /opt/hadoop/bin/hdfs --config /etc/hadoop/conf "
+             "--daemon start namenode", "start zkfc", "start datanode",
+             "dfsadmin -safemode wait", "start resourcemanager", "start nodemanager",
+             "dfs -mkdir -p /sparklog", "systemctl start sparklog-broker@1.service"]
+    position = 0
+    for item in order:  # each step after the one before
+        assert item in out[position:], f"{item!r} missing or out of order:\n{out}"
+        position = out.index(item, position)
+    plain = subprocess.run(["bash", str(BIN / "start-cluster.sh"), "--dry-run"],
+                           capture_output=True, text=True, timeout=30).stdout
+    assert "-format" not in plain and "bootstrapStandby" not in plain
+    assert "start namenode" in plain
+
+
+def _fake_tools(tmp_path: Path) -> tuple[Path, Path]:
+    """ssh, sudo, systemctl, hdfs, yarn and zkServer.sh that log what they are asked."""
+    log = tmp_path / "calls.log"
+    fake = tmp_path / "fakebin"
+    home = tmp_path / "hadoop"
+    zk = tmp_path / "zookeeper"
+    for d in (fake, home / "bin", zk / "bin"):
+        d.mkdir(parents=True)
+    tools = {
+        fake / "ssh": 'while [ "$1" = -o ]; do shift 2; done\n'
+                      'export FAKE_HOST="${1#*@}"; shift\nexec bash -c "$*"\n',
+        fake / "sudo": '[ "$1" = -n ] && shift\nexport FAKE_USER="$2"; shift 2\nexec "$@"\n',
+        fake / "systemctl": f'echo "$FAKE_HOST $FAKE_USER systemctl $*" >> {log}\n',
+        zk / "bin" / "zkServer.sh": f'echo "$FAKE_HOST $FAKE_USER zkServer.sh $*" >> {log}\n',
+        home / "bin" / "hdfs": f'echo "$FAKE_HOST $FAKE_USER hdfs $*" >> {log}\n'
+                               'case "$*" in *haadmin*)\n'
+                               f'  if grep -q "start zkfc" {log}; then echo "nn1:8020 active"\n'
+                               '  else echo "nn1:8020 standby"; fi ;; esac\n',
+        home / "bin" / "yarn": f'echo "$FAKE_HOST $FAKE_USER yarn $*" >> {log}\n'
+                               'case "$*" in *rmadmin*) echo "rm1 active" ;; esac\n',
+    }
+    for path, body in tools.items():
+        path.write_text("#!/usr/bin/env bash\n" + body)
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    env_text = (DEPLOY / "cluster.env").read_text()
+    env_text = env_text.replace("HADOOP_HOME=/opt/hadoop", f"HADOOP_HOME={home}")
+    env_text = env_text.replace("ZOOKEEPER_HOME=/opt/zookeeper", f"ZOOKEEPER_HOME={zk}")
+    (tmp_path / "cluster.env").write_text(env_text)
+    return fake, log
+
+
+def test_start_cluster_runs_each_step_on_its_host_as_its_user(tmp_path):
+    fake, log = _fake_tools(tmp_path)
+    env = dict(os.environ, PATH=f"{fake}{os.pathsep}{os.environ['PATH']}")
+    result = subprocess.run(["bash", str(BIN / "start-cluster.sh"), "--init", "--env",
+                             str(tmp_path / "cluster.env")],
+                            capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    calls = log.read_text().splitlines()
+
+    def first(pattern: str) -> int:
+        return next(i for i, c in enumerate(calls) if re.search(pattern, c))
+
+    def last(pattern: str) -> int:
+        return max(i for i, c in enumerate(calls) if re.search(pattern, c))
+
+    steps = [(r"^zk\d.* zookeeper zkServer.sh start", 3),
+             (r"^(nn1|nn2|dn1)\S* hdfs hdfs --config \S+ --daemon start journalnode", 3),
+             (r"^nn1\S* hdfs hdfs .*namenode -format -nonInteractive", 1),
+             (r"^nn1\S* hdfs hdfs .*zkfc -formatZK", 1),
+             (r"^nn1\S* hdfs hdfs .*--daemon start namenode", 1),
+             (r"^nn1\S* hdfs hdfs .*haadmin -getAllServiceState", None),  # waits (sh -c)
+             (r"^nn2\S* hdfs hdfs .*namenode -bootstrapStandby", 1),
+             (r"^nn2\S* hdfs hdfs .*--daemon start namenode", 1),
+             (r"^nn\d\S* hdfs hdfs .*--daemon start zkfc", 2),
+             (r"^dn\d\S* hdfs hdfs .*--daemon start datanode", 4),
+             (r"hdfs dfsadmin -safemode wait|hdfs .*dfsadmin -safemode wait", 1),
+             (r"^nn\d\S* yarn yarn .*--daemon start resourcemanager", 2),
+             (r"^dn\d\S* yarn yarn .*--daemon start nodemanager", 4),
+             (r"^nn1\S* hdfs hdfs .*dfs -chmod 750 /sparklog", 1),
+             (r"^dn\d\S* root systemctl start sparklog-broker@\d.service", 3)]
+    previous_end = -1
+    for pattern, count in steps:
+        matches = [i for i, c in enumerate(calls) if re.search(pattern, c)]
+        assert matches, f"no call matches {pattern}: {calls}"
+        if count is not None:
+            assert len(matches) == count, (pattern, matches)
+        assert first(pattern) > previous_end, f"{pattern} ran too early: {calls}"
+        previous_end = last(pattern) if count is not None else first(pattern)
+    assert "dn1.example.com root systemctl start sparklog-broker@1.service" in calls
+
+
+def test_submit_etl_builds_a_cluster_mode_spark_submit():
+    args = ["--app-id", "clicks", "--subscribe", "clicks", "--path", "hdfs://ns1/sparklog",
+            "--output", "hdfs://ns1/warehouse/clicks", "--sql", "SELECT key FROM input"]
+    result = subprocess.run(["bash", str(BIN / "submit-etl.sh"), "--dry-run", "--queue", "etl",
+                             "--", *args], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    argv = shlex.split(result.stdout)
+    assert argv[0].endswith("spark-submit")
+    assert argv[argv.index("--master") + 1] == "yarn"
+    assert argv[argv.index("--deploy-mode") + 1] == "cluster"
+    assert argv[argv.index("--name") + 1] == "sparklog-etl-clicks"
+    assert argv[argv.index("--properties-file") + 1] == str(DEPLOY / "sparklog" /
+                                                             "spark-defaults.conf")
+    assert argv[argv.index("--queue") + 1] == "etl"
+    driver = argv.index(str(DEPLOY / "sparklog" / "etl_driver.py"))
+    assert argv[driver + 1:] == args  # the ETL arguments, unchanged and last
+    confs = [argv[i + 1] for i, a in enumerate(argv) if a == "--conf"]
+    assert any(c.startswith("spark.executorEnv.CLASSPATH=") for c in confs)
+    assert argv[argv.index("--jars") + 1] == "$(sparklog spark-jar)"  # the JVM reader
+
+    missing = subprocess.run(["bash", str(BIN / "submit-etl.sh"), "--dry-run", "--",
+                              "--subscribe", "x"], capture_output=True, text=True, timeout=30)
+    assert missing.returncode == 2 and "need --app-id" in missing.stderr
+
+
+def test_etl_driver_hands_its_arguments_to_sparklog_etl_run(tmp_path):
+    result = subprocess.run([sys.executable, str(DEPLOY / "sparklog" / "etl_driver.py"),
+                             "--help"], capture_output=True, text=True, timeout=60,
+                            cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "--app-id" in result.stdout and "--subscribe" in result.stdout
+    bad = subprocess.run([sys.executable, str(DEPLOY / "sparklog" / "etl_driver.py"),
+                          "--subscribe", "t"], capture_output=True, text=True, timeout=60,
+                         cwd=tmp_path)
+    assert bad.returncode == 2 and "--app-id" in bad.stderr
+
+
+def test_pack_venv_makes_a_relocatable_archive(tmp_path):
+    out = tmp_path / "venv.tar.gz"
+    result = subprocess.run(
+        ["bash", str(BIN / "pack-venv.sh"), "--python", sys.executable, "--output", str(out),
+         "--pip-args", "--no-deps"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    if result.returncode != 0 and "Could not find a version" in result.stderr:
+        pytest.skip("pip could not fetch the build backend (no package index reachable)")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "NodeManagers need Python" in result.stdout
+    unpacked = tmp_path / "container" / "venv"  # as YARN unpacks spark.archives ...#venv
+    unpacked.mkdir(parents=True)
+    with tarfile.open(out) as tar:
+        names = tar.getnames()
+        tar.extractall(unpacked)
+    assert "./bin/python" in names
+    assert any(n.endswith("site-packages/pyspark_sparklog.py") for n in names)
+    probe = subprocess.run(
+        ["./venv/bin/python", "-I", "-c",
+         "import sparklog, importlib.util as u; print(sparklog.__file__); "
+         "print(u.find_spec('pyspark_sparklog').origin)"],
+        capture_output=True, text=True, timeout=60, cwd=unpacked.parent)
+    assert probe.returncode == 0, probe.stderr
+    assert all(line.startswith(str(unpacked)) for line in probe.stdout.splitlines())
+
+
+@pytest.fixture
+def unit_instance(tmp_path):
+    path = tmp_path / "sparklog-broker@1.service"
+    shutil.copy(DEPLOY / UNIT, path)
+    return path
+
+
+def test_systemd_unit_has_no_unknown_keys(unit_instance):
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed")
+    result = subprocess.run([analyze, "verify", str(unit_instance)], capture_output=True,
+                            text=True, timeout=60)
+    # the only complaint allowed: the broker binary is not installed on this machine
+    lines = [line for line in (result.stdout + result.stderr).splitlines()
+             if line.strip() and "is not executable" not in line]
+    assert lines == [], lines
+
+
+# --- Spark registration and the failover checker --------------------------------------
+
+
+@pytest.mark.spark
+def test_spark_registers_the_source_through_pyspark_sparklog(tmp_path, storage_root):
+    pytest.importorskip("pyspark", reason="pyspark is not installed")
+    import sparklog
+
+    log = sparklog.connect(storage_root)
+    try:
+        log.admin().create_topics([sparklog.NewTopic("auto", num_partitions=2)])
+        producer = log.producer(acks="all")
+        for i in range(7):
+            producer.send("auto", b"v%d" % i, key=b"k%d" % i)
+        producer.flush()
+    finally:
+        log.close()
+    # a fresh JVM: Spark looks installed pyspark_* modules up once per process
+    code = ("from pyspark.sql import SparkSession\n"
+            "s = SparkSession.builder.master('local[1]')"
+            ".config('spark.ui.enabled', 'false').getOrCreate()\n"
+            f"df = s.read.format('sparklog').option('path', {storage_root!r})"
+            ".option('subscribe', 'auto').load()\n"
+            "print('COUNT', df.count())\n")
+    # the source tree on the path: an editable install's modules are not files that
+    # Spark's scan of sys.path finds
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYSPARK_PYTHON=sys.executable)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=240, env=env, cwd=tmp_path)
+    assert "COUNT 7" in result.stdout, result.stderr[-3000:]
+
+
+@pytest.mark.spark
+def test_ack_check_finds_every_acknowledged_record_once(tmp_path, storage_root, spark):
+    from sparklog.admin import Admin, NewTopic
+    from sparklog.writer.broker import EmbeddedBroker
+
+    ack_check = _load_script("ack_check", "ack-check.py")
+    ack_log = tmp_path / "acks.log"
+    with EmbeddedBroker(storage_root) as broker:
+        admin = Admin(broker.bootstrap_servers)
+        admin.create_topics([NewTopic("acks", num_partitions=3)])
+        admin.close()
+        assert ack_check.main(["produce", "--bootstrap-server", broker.bootstrap_servers,
+                               "--topic", "acks", "--ack-log", str(ack_log), "--records",
+                               "300", "--size", "100", "--run-id", "r1"]) == 0
+    lines = ack_log.read_text().splitlines()
+    assert len(lines) == 300 and not any("FAILED" in line for line in lines)
+    verify = ["verify", "--path", storage_root, "--topic", "acks", "--ack-log", str(ack_log)]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert ack_check.main(verify) == 0
+    assert "300 acknowledged, 0 failed sends" in out.getvalue()
+    assert "longest pause between acknowledgements" in out.getvalue()
+
+    # the same log with a record the topic lacks, one acknowledged elsewhere, one whose
+    # checksum differs: each is reported
+    key, partition, offset, digest, _ = lines[0].split()
+    doctored = lines + [f"r1-9999999999 0 0 {digest} 1"]
+    fields = doctored[1].split()
+    doctored[1] = " ".join(fields[:2] + ["999999"] + fields[3:])
+    fields = doctored[2].split()
+    doctored[2] = " ".join(fields[:3] + ["0" * 64] + fields[4:])
+    ack_log.write_text("\n".join(doctored) + "\n")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert ack_check.main(verify) == 1
+    text = out.getvalue()
+    assert "missing: r1-9999999999" in text
+    assert f"moved: {doctored[1].split()[0]} acknowledged at" in text
+    assert f"corrupt: {doctored[2].split()[0]}: value checksum differs" in text
+    assert "ack-check: FAILED" in text

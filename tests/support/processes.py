@@ -1,0 +1,102 @@
+"""Server processes started by test helpers (ZooKeeper, Kafka, the HDFS daemons): free
+loopback ports, and stopping or killing exactly the process a helper started (by its
+Popen, never by name)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A free TCP port on ``host``."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def file_tail(path, n: int) -> str:
+    """The last ``n`` characters of a server's log file ("" when it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()[-n:].decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def stop_process(proc: subprocess.Popen | None, timeout: float) -> None:
+    """SIGCONT (in case a test paused it) and SIGTERM ``proc``, SIGKILL after ``timeout``
+    seconds, and reap it; nothing when it is None or already gone."""
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.terminate()
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def kill_process(proc: subprocess.Popen | None) -> None:
+    """SIGKILL ``proc`` (a crash) and reap it; nothing when it is None or already gone."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.kill()
+    proc.wait()
+
+
+class ManagedProcess:
+    """Owner of one server subprocess (``self.proc``, None while stopped)."""
+
+    proc: subprocess.Popen | None = None
+    #: seconds :meth:`stop` waits after SIGTERM before it SIGKILLs
+    stop_timeout = 10.0
+
+    @property
+    def pid(self) -> int | None:
+        """Process id while running."""
+        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
+
+    def stop(self, timeout: float | None = None) -> None:
+        """SIGTERM the process (resumed first, in case a test paused it), SIGKILL it
+        after ``timeout`` seconds (default ``stop_timeout``), and reap it."""
+        proc, self.proc = self.proc, None
+        stop_process(proc, self.stop_timeout if timeout is None else timeout)
+
+    def kill(self) -> None:
+        """SIGKILL the process (a crash: no shutdown hook) and reap it."""
+        proc, self.proc = self.proc, None
+        kill_process(proc)
+
+    def pause(self) -> None:
+        """SIGSTOP the process (its clients see no answer until it resumes)."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT a paused process."""
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+
+def serve_until_interrupted(what: str) -> None:
+    """Manual use of a fixture module (``python -m tests.support.zkserver``): say what runs, then
+    wait until Ctrl-C."""
+    print(f"{what}; Ctrl-C stops it", file=sys.stderr)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+
+
+def rss_bytes(pid) -> int:
+    """Resident memory of process ``pid`` in bytes (0 when /proc does not say)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0

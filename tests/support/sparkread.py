@@ -1,0 +1,89 @@
+"""Reading storage roots through Spark in the tests: ``format("sparklog")`` batch loads and
+streams, the Kafka source's schema spelt out independently of the implementation,
+DataFrame comparison (chispa), and the check that a scan ran on the JVM reader.
+
+Needs pyspark and chispa: test modules import it after ``pytest.importorskip``."""
+
+from __future__ import annotations
+
+import chispa
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from sparklog.reader.jvm import JVM_READER_OPTION
+
+#: Spark's Kafka source schema, spelt out independently of the implementation.
+KAFKA_SCHEMA = StructType([
+    StructField("key", BinaryType()), StructField("value", BinaryType()),
+    StructField("topic", StringType()), StructField("partition", IntegerType()),
+    StructField("offset", LongType()), StructField("timestamp", TimestampType()),
+    StructField("timestampType", IntegerType()),
+])
+
+
+KAFKA_SCHEMA_HEADERS = StructType(KAFKA_SCHEMA.fields + [StructField("headers", ArrayType(
+    StructType([StructField("key", StringType()), StructField("value", BinaryType())])))])
+
+
+def assert_same(got, want):
+    """The two DataFrames hold the same rows, in any order (nullability aside)."""
+    chispa.assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
+
+
+def load(spark, root, **options):
+    """spark.read.format("sparklog") over the storage root ``root``."""
+    reader = spark.read.format("sparklog").option("path", root)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def stream(spark, root, **options):
+    """spark.readStream.format("sparklog") over the storage root ``root``."""
+    reader = spark.readStream.format("sparklog").option("path", root)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def run_available_now(df, out, checkpoint):
+    """Run the stream ``df`` into parquet at ``out`` with Trigger.AvailableNow; the query
+    (the test inspects ``query.exception()``)."""
+    query = (df.writeStream.format("parquet").option("path", out)
+             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    try:
+        query.awaitTermination(120)
+    except Exception:  # StreamingQueryException: the test inspects query.exception()
+        pass
+    return query
+
+
+def output(spark, out):
+    """What a stream wrote into ``out``, in the Kafka source's schema."""
+    return spark.read.schema(KAFKA_SCHEMA).parquet(out)
+
+
+#: What the plan of a scan on the JVM reader names.
+JVM = "JVM columnar reader"
+
+
+def scan_of(df) -> str:
+    """The physical plan (planning the scan) of ``df``, as text."""
+    return df._jdf.queryExecution().executedPlan().toString()
+
+
+def jvm_and_python(spark, root, **options):
+    """The same read on the JVM reader (checked in the plan) and on the Python reader."""
+    jvm = load(spark, root, **options)
+    python = load(spark, root, **{JVM_READER_OPTION: "false", **options})
+    assert JVM in scan_of(jvm), scan_of(jvm)
+    assert JVM not in scan_of(python)
+    return jvm, python

@@ -1,0 +1,60 @@
+"""Requests over the broker's wire protocol, as a test writes them by hand: create a
+topic, produce one frame, fetch from an offset, read a partition's values back."""
+
+from __future__ import annotations
+
+from sparklog.format.frame import encode_frame, iter_frames, raw_batch
+from sparklog.protocol import ApiKey
+
+
+def create(conn, name, partitions=1, **extra):
+    """CreateTopics of one topic; its result (``error_code``...)."""
+    res = conn.request(ApiKey.CREATE_TOPICS, {"topics": [
+        {"name": name, "num_partitions": partitions, **extra}]})
+    return res["topics"][0]
+
+
+def produce(conn, topic, partition, records, acks=1):
+    """Produce to one partition; ``records`` is a frame's bytes, or values (str or bytes)
+    sent as one frame. The partition's result (``error_code``, ``base_offset``...)."""
+    if not isinstance(records, (bytes, bytearray, memoryview)):
+        records = frame_of(records)
+    res = conn.request(ApiKey.PRODUCE, {"acks": acks, "topics": [
+        {"name": topic, "partitions": [{"partition": partition, "records": records}]}]})
+    return res["topics"][0]["partitions"][0]
+
+
+def fetch_body(topic, partition, offset, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20):
+    """The body of a Fetch request of one partition from ``offset``."""
+    return {"max_wait_ms": max_wait_ms, "min_bytes": min_bytes, "topics": [
+        {"name": topic, "partitions": [{"partition": partition, "fetch_offset": offset,
+                                        "partition_max_bytes": max_bytes}]}]}
+
+
+def fetch(conn, topic, partition, offset, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20):
+    """Fetch one partition from ``offset``; the partition's result (``records``...)."""
+    res = conn.request(ApiKey.FETCH, fetch_body(topic, partition, offset, max_wait_ms,
+                                                min_bytes, max_bytes))
+    return res["topics"][0]["partitions"][0]
+
+
+def read_values(conn, topic, partition, start=0):
+    """Every value from ``start`` to the high watermark, in offset order."""
+    values, offset = [], start
+    while True:
+        item = fetch(conn, topic, partition, offset)
+        assert item["error_code"] == 0, item
+        if not item["records"]:
+            return values
+        for frame in iter_frames(item["records"]):
+            batch = frame.batch()
+            for i, v in enumerate(batch.column("value").to_pylist()):
+                if frame.header.base_offset + i >= offset:
+                    values.append(v)
+            offset = frame.header.next_offset
+
+
+def frame_of(values, **kw):
+    """One raw frame of ``values`` (str values encoded as UTF-8)."""
+    return encode_frame(raw_batch([v if isinstance(v, bytes) else v.encode() for v in values]),
+                        **kw)
