@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_broker_ingest import broker_ingest, build_requests  # noqa: E402
 from brokerproc import BrokerProcess  # noqa: E402  (the tests' broker process helper)
+
 from sparklog.format.frame import encode_frame, raw_batch  # noqa: E402
 from sparklog.log import PartitionLog  # noqa: E402
 from sparklog.log.cleaner import clean  # noqa: E402

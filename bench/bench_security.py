@@ -27,11 +27,12 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from bench_latency import percentiles  # noqa: E402
 from brokerproc import BrokerProcess  # noqa: E402  (the tests' broker process helper)
+from tlscerts import make_pki  # noqa: E402  (the tests' certificate helper)
+from waiting import wait_until  # noqa: E402
+
 from sparklog.admin import Admin  # noqa: E402
 from sparklog.security.acl import AclBinding  # noqa: E402
 from sparklog.writer.producer import Producer  # noqa: E402
-from tlscerts import make_pki  # noqa: E402  (the tests' certificate helper)
-from waiting import wait_until  # noqa: E402
 
 VALUE = b"v" * 100
 

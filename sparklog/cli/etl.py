@@ -124,7 +124,7 @@ def spark_session(app_name: str, master: str | None = None):
 
 def run(args) -> int:
     """``etl run``: one incremental job; prints its summary (or JSON)."""
-    from ..reader.job import run_incremental
+    from ..job import run_incremental
 
     transform = args.sql if args.sql is not None else load_transform(args.transform)
     partition_by = [c.strip() for c in args.partition_by.split(",") if c.strip()] \
@@ -191,7 +191,7 @@ def submit_main(argv=None) -> int:
 def format_descriptions(descriptions) -> list[str]:
     """Kafka-style table lines (GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG,
     then the application's committed TXN-VERSION and its OUTPUT) for
-    :class:`~sparklog.reader.job.ApplicationDescription` objects."""
+    :class:`~sparklog.job.ApplicationDescription` objects."""
     rows = [("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
              "TXN-VERSION", "OUTPUT")]
     for d in descriptions:
@@ -208,7 +208,7 @@ def format_descriptions(descriptions) -> list[str]:
 
 def describe(args) -> int:
     """``etl describe``: committed offsets and lag of the output's applications."""
-    from ..reader.job import describe_application, list_applications
+    from ..job import describe_application, list_applications
 
     apps = [args.app_id] if args.app_id else list_applications(args.output)
     descriptions = [describe_application(args.output, a, path=args.path,

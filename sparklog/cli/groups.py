@@ -280,7 +280,7 @@ def application_rows(admin, output_uri: str) -> list:
     """Rows of ``_COLUMNS`` for the exactly-once applications committed to
     ``output_uri`` (their offsets live in the output, not in a group; CLIENT-ID shows
     the output format and committed transaction version)."""
-    from ..reader.job import describe_application, list_applications
+    from ..job import describe_application, list_applications
 
     def ends(tps):
         return {tuple(tp): o.offset

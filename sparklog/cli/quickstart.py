@@ -96,13 +96,12 @@ def _check_extra() -> None:
 def run(args) -> int:
     """Run the quickstart; returns 0 when every check passed."""
     _check_extra()
-    import sparklog
     from deltalake import DeltaTable
 
     import sparklog
 
     from ..errors import InvalidArgumentError
-    from ..reader.job import run_incremental
+    from ..job import run_incremental
     from ..spark import local_session
 
     if args.records < 1 or args.second_batch < 1 or args.partitions < 1:

@@ -6,7 +6,11 @@ the ZooKeeper store (``zk*.py``) serves cluster mode. Both implement
 """
 
 from .base import (
-    NO_LEADER, BrokerInfo, CommittedOffset, CoordinationStore, LeaderAndEpoch,
+    NO_LEADER,
+    BrokerInfo,
+    CommittedOffset,
+    CoordinationStore,
+    LeaderAndEpoch,
     validate_group_id,
 )
 from .local import LocalCoordinationStore

@@ -28,14 +28,12 @@ from ..storage.versioned import VersionedFile
 from .base import (
     NO_LEADER,
     BrokerInfo,
+    CommittedOffset,
     CoordinationStore,
-    OffsetAndMetadata,
-    PartitionState,
+    LeaderAndEpoch,
     cas_attempts,
     validate_group_id,
     validate_offsets,
-    NO_LEADER, BrokerInfo, CoordinationStore, CommittedOffset, LeaderAndEpoch,
-    cas_attempts, validate_group_id,
 )
 
 COORDINATION_DIR = "coordination"

@@ -33,8 +33,11 @@ from ..errors import CoordinationError, InvalidArgumentError, InvalidConfigError
 from ..metadata.topic import validate_partition, validate_topic_name
 from ..names import name_from_storage, znode_name
 from .base import (
-    validate_offsets,
-    BrokerInfo, CommittedOffset, CoordinationStore, LeaderAndEpoch, cas_attempts,
+    BrokerInfo,
+    CommittedOffset,
+    CoordinationStore,
+    LeaderAndEpoch,
+    cas_attempts,
     validate_group_id,
     validate_offsets,
 )

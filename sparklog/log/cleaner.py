@@ -43,10 +43,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InvalidConfigError
-from ..format.frame import OFFSET_DELTA_COLUMN, TIMESTAMP_COLUMN, encode_frame
-from ..format.frame import reseal
+from ..format.frame import OFFSET_DELTA_COLUMN, TIMESTAMP_COLUMN, encode_frame, reseal
 from ..format.header import (
-    CODEC_MASK, CODEC_NAMES, LAST_OFFSET_DELTA, MAX_TIMESTAMP, RECORD_COUNT, TRANSACTIONAL_BIT,
+    CODEC_MASK,
+    CODEC_NAMES,
+    LAST_OFFSET_DELTA,
+    MAX_TIMESTAMP,
+    RECORD_COUNT,
+    TRANSACTIONAL_BIT,
 )
 from .checkpoint import JsonCheckpoint
 from .index import fits_relative

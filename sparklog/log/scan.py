@@ -14,9 +14,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from ..errors import CorruptRecordError, DataLossError
-from ..format.frame import (
-    Frame, check_follows, counts_consistent, decode_frame, validate_header,
-)
+from ..format.frame import Frame, check_follows, counts_consistent, decode_frame, validate_header
 from ..format.header import HEADER_SIZE, LOG_OVERHEAD, unpack_header
 from ..storage.base import FileIO
 

@@ -26,7 +26,12 @@ from ..format.frame import TIMESTAMP_COLUMN, Frame
 from ..storage.base import FileIO
 from .index import INDEX_HEADER_SIZE, OffsetIndex, SegmentSummary, TimeIndex, parse_index_header
 from .layout import (
-    INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, SegmentFiles, cleaned_stem, segment_file_name,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    SegmentFiles,
+    cleaned_stem,
+    segment_file_name,
 )
 from .scan import FrameScan
 

@@ -22,8 +22,6 @@ InvalidConfigError. Not thread-safe (as Kafka's consumer): one thread polls.
 
 from __future__ import annotations
 
-from ..security.client import CLIENT_SECURITY_DEFAULTS, ClientSecurity
-
 import itertools
 import logging
 import re
@@ -51,6 +49,7 @@ from ..metadata.topic import validate_partition
 from ..names import validate_group_id, validate_topic_name
 from ..protocol.apis import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ApiKey
 from ..protocol.codec import error_from
+from ..security.client import CLIENT_SECURITY_DEFAULTS, ClientSecurity
 
 log = logging.getLogger(__name__)
 _CLIENT_IDS = itertools.count(1)

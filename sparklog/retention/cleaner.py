@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 
 from ..errors import SparklogError
-from ..log.cleaner import Throttle, cleanable_state, clean, needs_cleaning
+from ..log.cleaner import Throttle, clean, cleanable_state, needs_cleaning
 
 log = logging.getLogger(__name__)
 

@@ -31,9 +31,7 @@ import socket
 import ssl
 from dataclasses import dataclass
 
-from ..errors import (
-    BrokerNotAvailableError, InvalidConfigError, SaslAuthenticationFailedError,
-)
+from ..errors import BrokerNotAvailableError, InvalidConfigError, SaslAuthenticationFailedError
 from .listeners import PROTOCOLS
 
 #: the client configs (kafka-python's names) and their defaults

@@ -46,7 +46,8 @@ ApiVersions, Sasl*     nothing (before authentication)
 from __future__ import annotations
 
 from ..errors import (
-    ClusterAuthorizationFailedError, GroupAuthorizationFailedError,
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
     TopicAuthorizationFailedError,
 )
 from ..protocol.apis import ApiKey

@@ -18,7 +18,9 @@ Any failure raises an error the connection answers with and then closes (after
 from __future__ import annotations
 
 from ..errors import (
-    IllegalSaslStateError, InvalidArgumentError, SaslAuthenticationFailedError,
+    IllegalSaslStateError,
+    InvalidArgumentError,
+    SaslAuthenticationFailedError,
     UnsupportedSaslMechanismError,
 )
 from ..protocol.apis import ApiKey

@@ -48,9 +48,8 @@ class SparklogCommitMessage(WriterCommitMessage):
 def producer_configs(options: dict) -> dict:
     """Producer keyword arguments from ``kafka.<kafka.name>`` options (unknown Kafka
     settings are ignored, as they configure Kafka's client, not this one)."""
-    from .producer.producer import DEFAULT_CONFIG
-
     from ..security.client import security_properties
+    from .producer.producer import DEFAULT_CONFIG
 
     out = {"enable_idempotence": True, "acks": "all"}
     # TLS and SASL: Kafka's Java names (kafka.ssl.truststore.location,
@@ -146,7 +145,6 @@ class SparklogWriter(DataSourceArrowWriter):
         if not self.topic:
             return {}
         from ..admin import Admin
-
         from ..security.client import CLIENT_SECURITY_DEFAULTS
 
         security = {k: v for k, v in self.configs.items() if k in CLIENT_SECURITY_DEFAULTS}

@@ -7,7 +7,10 @@ import threading
 import pytest
 
 from sparklog.coordination import (
-    BrokerInfo, CommittedOffset, LocalCoordinationStore, validate_group_id,
+    BrokerInfo,
+    CommittedOffset,
+    LocalCoordinationStore,
+    validate_group_id,
 )
 from sparklog.errors import InvalidArgumentError, InvalidTopicError
 

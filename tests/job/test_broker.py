@@ -11,7 +11,7 @@ pytest.importorskip("deltalake", reason="deltalake is not installed")
 
 from sparklog.admin import Admin
 from sparklog.cli.main import main
-from sparklog.reader.job import describe_application, run_incremental
+from sparklog.job import describe_application, run_incremental
 from sparklog.writer.producer import Producer
 from tests.support.brokerproc import BrokerProcess
 from tests.support.jobs import SQL, assert_exactly_once

@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("pyspark", reason="pyspark is not installed")
 pytest.importorskip("deltalake", reason="deltalake is not installed")
 
-from sparklog.reader.job import run_incremental  # noqa: E402
+from sparklog.job import run_incremental  # noqa: E402
 from sparklog.storage import open_fileio  # noqa: E402
 from tests.support.jobs import (  # noqa: E402
     SQL,

@@ -19,14 +19,14 @@ from sparklog.errors import (
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
-from sparklog.reader.job import (
+from sparklog.job import (
     IncrementalJob,
     describe_application,
     list_applications,
     open_sink,
     run_incremental,
 )
-from sparklog.reader.job.faults import ENV_VAR, STEPS, InjectedFault
+from sparklog.job.faults import ENV_VAR, STEPS, InjectedFault
 from tests.support.jobs import (
     SQL,
     add_records,

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("pyspark", reason="pyspark is not installed")
 pytest.importorskip("deltalake", reason="deltalake is not installed")
 
-from sparklog.reader.job import run_incremental
+from sparklog.job import run_incremental
 from tests.support.jobs import (
     SQL,
     add_records,

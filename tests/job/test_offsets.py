@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparklog.errors import InvalidArgumentError, InvalidTopicError
-from sparklog.reader.job import JobResult, OffsetRange, validate_app_id
-from sparklog.reader.job.faults import ENV_VAR, InjectedFault, configured, fault_point
-from sparklog.reader.job.offsets import advance, parse_offsets
-from sparklog.reader.job.sink import normalize_uri, nullable_schema, parse_attempt_dir_name
+from sparklog.job import JobResult, OffsetRange, validate_app_id
+from sparklog.job.faults import ENV_VAR, InjectedFault, configured, fault_point
+from sparklog.job.offsets import advance, parse_offsets
+from sparklog.job.sink import normalize_uri, nullable_schema, parse_attempt_dir_name
 
 
 @pytest.mark.parametrize("bad", ["", ".", "..", "_x", ".x", "a/b", "a b", "é", "x" * 201, 7])

@@ -14,7 +14,7 @@ pytest.importorskip("pyspark", reason="pyspark is not installed")
 pytest.importorskip("deltalake", reason="deltalake is not installed")
 
 from sparklog.errors import ConcurrentTransactionsError, InvalidArgumentError, SchemaMismatchError
-from sparklog.reader.job import (
+from sparklog.job import (
     CommitRecord,
     DeltaSink,
     OffsetRange,
@@ -254,7 +254,7 @@ def test_delta_spark_reads_the_table_and_its_app_transaction(spark, tmp_path):
 
 
 def test_delta_cleanup_reads_a_bounded_history(spark, tmp_path, monkeypatch):
-    from sparklog.reader.job import delta_sink
+    from sparklog.job import delta_sink
 
     monkeypatch.setattr(delta_sink, "CLEANUP_WINDOW", 2)
     uri = (tmp_path / "table").as_uri()

@@ -11,8 +11,8 @@ pytest.importorskip("pyspark", reason="pyspark is not installed")
 pytest.importorskip("deltalake", reason="deltalake is not installed")
 
 import sparklog.spark
-from sparklog.reader.job import exactly_once_batch_writer, open_sink
-from sparklog.reader.job.faults import ENV_VAR
+from sparklog.job import exactly_once_batch_writer, open_sink
+from sparklog.job.faults import ENV_VAR
 from tests.support.jobs import SQL, add_records, assert_exactly_once, commit_docs, make_topic
 
 pytestmark = pytest.mark.spark

@@ -13,7 +13,7 @@ from pyspark.sql.types import BinaryType, StringType, StructField, StructType  #
 from sparklog.admin import Admin  # noqa: E402
 from sparklog.security.acl import AclBinding  # noqa: E402
 from sparklog.writer.broker.embedded import EmbeddedBroker  # noqa: E402
-from tlscerts import make_pki  # noqa: E402
+from tests.support.tlscerts import make_pki  # noqa: E402
 
 pytestmark = pytest.mark.spark
 

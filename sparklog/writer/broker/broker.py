@@ -39,11 +39,11 @@ from ...protocol.apis import SUPPORTED_VERSIONS, ApiKey, api_name
 from ...protocol.codec import RequestHeader, decode_request_body, error_fields
 from ...retention.cleaner import LogCleanerManager
 from ...retention.manager import RetentionManager
+from ...security.api import SecurityApis
+from ...security.enforce import authorize
 from ...storage import FileIO, open_fileio
 from ...storage.paths import storage_root, url_scheme
 from . import server
-from ...security.api import SecurityApis
-from ...security.enforce import authorize
 from .acceptor import Acceptor
 from .config import BrokerConfig
 from .context import RequestContext

@@ -9,7 +9,6 @@ collaborators; each handler is ``async (body, ctx) -> response dict``.
 from __future__ import annotations
 
 from ...coordination.base import CommittedOffset
-from ...names import validate_group_id
 from ...errors import GroupIdNotFoundError, NonEmptyGroupError, SparklogError
 from ...metadata import validate_partition
 from ...names import validate_group_id

@@ -23,14 +23,18 @@ from typing import NamedTuple
 import pyarrow as pa
 
 from ...errors import (
+    CorruptRecordError,
+    DataLossError,
     InvalidRecordError,
-    CorruptRecordError, DataLossError, RecordTooLargeError, SchemaMismatchError, SparklogError,
+    RecordTooLargeError,
+    SchemaMismatchError,
+    SparklogError,
     StorageError,
 )
 from ...format.frame import TIMESTAMP_COLUMN, body_schema, iter_frames, validate_frame
 from ...format.header import HEADER_SIZE, NO_PRODUCER_ID, FrameHeader
-from ...log.cleaner import KEY_COLUMN
 from ...format.nullability import check_not_null, constrained_fields
+from ...log.cleaner import KEY_COLUMN
 from ...log.config import LogConfig
 from ...log.partition import PartitionLog
 from ...metadata.topic import TopicConfig

@@ -15,7 +15,10 @@ import logging
 
 from ...coordination.base import CoordinationStore
 from ...errors import (
-    InvalidPartitionsError, LeaseHeldError, PolicyViolationError, SparklogError,
+    InvalidPartitionsError,
+    LeaseHeldError,
+    PolicyViolationError,
+    SparklogError,
     UnknownTopicOrPartitionError,
 )
 from ...log.config import LogConfig

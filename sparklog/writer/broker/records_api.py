@@ -11,10 +11,20 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ...errors import InvalidArgumentError, OffsetOutOfRangeError, RequestTimedOutError, \
-    SparklogError
+from ...errors import (
+    InvalidArgumentError,
+    OffsetOutOfRangeError,
+    RequestTimedOutError,
+    SparklogError,
+)
 from ...protocol.apis import (
-    ACKS_ALL, ACKS_LEADER, ACKS_NONE, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, NO_OFFSET, ApiKey,
+    ACKS_ALL,
+    ACKS_LEADER,
+    ACKS_NONE,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    NO_OFFSET,
+    ApiKey,
 )
 from ...protocol.codec import FileRegion, error_fields
 from .config import BrokerConfig

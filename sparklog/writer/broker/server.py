@@ -33,9 +33,7 @@ import struct
 
 from ...errors import InvalidArgumentError, RecordTooLargeError, SparklogError
 from ...protocol.apis import ApiKey
-from ...protocol.codec import (
-    FileRegion, decode_request_header, encode_response_parts, error_fields,
-)
+from ...protocol.codec import FileRegion, decode_request_header, encode_response_parts, error_fields
 from .context import IO_SLOTS_PER_CONNECTION, RequestContext
 from .receiver import ReadTimeout, RequestReceiver
 

@@ -13,8 +13,6 @@ InvalidConfigError.
 
 from __future__ import annotations
 
-from ...security.client import CLIENT_SECURITY_DEFAULTS, ClientSecurity
-
 import itertools
 import logging
 import time
@@ -47,6 +45,7 @@ from ...format.nullability import check_not_null, constrained_fields, row_violat
 from ...metadata.topic import validate_partition, validate_topic_name
 from ...protocol.apis import ACKS_ALL, ApiKey
 from ...protocol.codec import raise_for_error
+from ...security.client import CLIENT_SECURITY_DEFAULTS, ClientSecurity
 from .accumulator import HEADER_OVERHEAD, RECORD_OVERHEAD, RecordAccumulator
 from .partitioner import DefaultPartitioner
 from .sender import IdempotenceState, Sender

@@ -26,15 +26,15 @@ from __future__ import annotations
 
 import json
 
-from ...errors import (
+from ..errors import (
     ConcurrentTransactionsError,
     FileAlreadyExistsError,
     InvalidArgumentError,
     StorageError,
     StorageFileNotFoundError,
 )
-from ...metadata.topic import schema_from_text, schema_to_text
-from ...names import validate_app_id
+from ..metadata.topic import schema_from_text, schema_to_text
+from ..names import validate_app_id
 from .records import CommitRecord, DataFile, StagedFiles
 from .sink import Sink, attempt_dir_name, normalize_uri, parse_attempt_dir_name
 

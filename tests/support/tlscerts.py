@@ -4,7 +4,7 @@ trusts.
 
 ::
 
-    from tlscerts import make_pki
+    from tests.support.tlscerts import make_pki
 
     pki = make_pki(tmp_path)          # pki.ca, pki.server (key + chain in one PEM),
     pki.client("alice")               # (certfile, keyfile) of CN=alice,O=sparklog

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import json
 
-from ...errors import (
+from ..errors import (
     ConcurrentTransactionsError,
     InvalidArgumentError,
     SchemaMismatchError,
     StorageError,
 )
-from ...names import validate_app_id
+from ..names import validate_app_id
 from .records import CommitRecord, StagedFiles
 from .sink import Sink, attempt_dir_name, parse_attempt_dir_name
 

@@ -24,9 +24,9 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
-from ...errors import ConcurrentTransactionsError, InvalidArgumentError
-from ...storage import open_fileio
-from ...storage.paths import check_path, url_scheme
+from ..errors import ConcurrentTransactionsError, InvalidArgumentError
+from ..storage import open_fileio
+from ..storage.paths import check_path, url_scheme
 from .records import CommitRecord, DataFile, StagedFiles
 
 log = logging.getLogger(__name__)

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from ...errors import InvalidArgumentError
-from ..spark.stream import offsets_to_json
+from ..errors import InvalidArgumentError
+from ..reader.spark.stream import offsets_to_json
 from .offsets import OffsetRange, parse_offsets
 
 #: Version of the commit record document.

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import uuid
 
-from ...errors import ConcurrentTransactionsError
+from ..errors import ConcurrentTransactionsError
 from .faults import fault_point
 from .job import apply_transform
 from .offsets import OffsetRange, advance, validate_app_id

@@ -29,7 +29,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from ...errors import (
+from ..errors import (
     ConcurrentTransactionsError,
     InvalidArgumentError,
     OffsetOutOfRangeError,
@@ -122,7 +122,7 @@ class JobResult:
 
     def to_dict(self) -> dict:
         """JSON-able form."""
-        from ..spark.stream import offsets_to_json
+        from ..reader.spark.stream import offsets_to_json
 
         return {"appId": self.app_id, "output": self.output, "format": self.format,
                 "committed": self.committed, "version": self.version,
@@ -208,7 +208,7 @@ class IncrementalJob:
         self.options["failOnDataLoss"] = str(self.fail_on_data_loss).lower()
         if isinstance(starting_offsets, dict):  # Kafka's JSON form, or {(t, p): offset}
             if starting_offsets and all(isinstance(k, tuple) for k in starting_offsets):
-                from ..spark.stream import offsets_to_json
+                from ..reader.spark.stream import offsets_to_json
 
                 starting_offsets = offsets_to_json(starting_offsets)
             starting_offsets = json.dumps(starting_offsets)
@@ -223,7 +223,7 @@ class IncrementalJob:
             self.progress(text)
 
     def _parse(self, more: dict):
-        from ..spark.options import parse_options
+        from ..reader.spark.options import parse_options
 
         return parse_options({**self.options, **more}, streaming=None)
 
@@ -233,14 +233,14 @@ class IncrementalJob:
         job runs). UnknownTopicOrPartitionError if a subscribed topic does not exist;
         OffsetOutOfRangeError when committed offsets are gone (retention) or beyond the
         log end (topic recreated), unless ``fail_on_data_loss`` is False."""
-        from ..spark.catalogs import open_catalog
-        from ..spark.planning import (
+        from ..reader.spark.catalogs import open_catalog
+        from ..reader.spark.planning import (
             partition_states,
             report_data_loss,
             resolve_offsets,
             subscribed_partitions,
         )
-        from ..spark.stream import rate_limit
+        from ..reader.spark.stream import rate_limit
 
         previous = self.sink.last_commit(self.app_id)
         committed = dict(previous.offsets) if previous is not None else {}
@@ -298,8 +298,8 @@ class IncrementalJob:
 
     def read(self, batch: JobBatch):
         """The DataFrame of the batch's ranges (Kafka-shaped, or the typed columns)."""
+        from ..reader.spark.stream import offsets_to_json
         from ..spark import register
-        from ..spark.stream import offsets_to_json
 
         register(self.spark)
         reader = self.spark.read.format("sparklog").options(**self.options)

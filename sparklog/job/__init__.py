@@ -3,7 +3,7 @@ directory out, the consumed offsets committed atomically with the output.
 
 Typical use (a ``spark-submit`` ETL job or a notebook cell)::
 
-    from sparklog.reader.job import run_incremental
+    from sparklog.job import run_incremental
 
     result = run_incremental(spark, app_id="events-daily", subscribe="events",
                              path="hdfs://nn/sparklog", output="hdfs://nn/tables/events",

@@ -7,9 +7,8 @@ ratio."""
 from __future__ import annotations
 
 import pytest
+from test_cli import ok, sparklog
 
-from brokerproc import BrokerProcess
-from conftest import free_port
 from sparklog.admin import Admin
 from sparklog.client.types import TopicPartition
 from sparklog.errors import SchemaMismatchError
@@ -17,9 +16,10 @@ from sparklog.log.layout import PartitionListing
 from sparklog.reader.consumer import Consumer
 from sparklog.storage import open_fileio
 from sparklog.writer.producer import Producer
-from test_broker_metrics import sample, scrape
-from test_cli import ok, sparklog
-from waiting import wait_until
+from tests.support.brokerproc import BrokerProcess
+from tests.support.metrics import sample, scrape
+from tests.support.processes import free_port
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def test_idempotent_producer_state_survives_cleaning_and_a_kill(tmp_path):
     offset the snapshot covers."""
     from sparklog.format.frame import encode_frame, raw_batch
     from sparklog.protocol import ApiKey, Connection
-    from test_broker import produce
+    from tests.support.wire import produce
 
     root = tmp_path / "log"
     args = ["--override", "log.cleaner.backoff.ms=100",

@@ -21,8 +21,12 @@ import pytest
 from sparklog.admin import Admin
 from sparklog.client.types import TopicPartition
 from sparklog.errors import (
-    BrokerNotAvailableError, ClusterAuthorizationFailedError, GroupAuthorizationFailedError,
-    InvalidConfigError, SaslAuthenticationFailedError, TopicAuthorizationFailedError,
+    BrokerNotAvailableError,
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    InvalidConfigError,
+    SaslAuthenticationFailedError,
+    TopicAuthorizationFailedError,
 )
 from sparklog.protocol import ApiKey, Connection
 from sparklog.protocol.codec import encode_request
@@ -31,8 +35,8 @@ from sparklog.security.acl import AclBinding, AclFilter
 from sparklog.security.scram import ScramClient
 from sparklog.writer.broker.embedded import EmbeddedBroker
 from sparklog.writer.producer.producer import Producer
-from tlscerts import make_pki
-from waiting import wait_until
+from tests.support.tlscerts import make_pki
+from tests.support.waiting import wait_until
 
 AUTH_TIMEOUT_MS = 1500
 MAX_RECEIVE = 4096
@@ -556,7 +560,6 @@ def test_zookeeper_acls_refuse_an_unauthenticated_writer(zookeeper, storage_root
         broker.store.close()
 
 
-from zkserver import zookeeper, zookeeper_server  # noqa: E402,F401 (fixtures)
 
 
 # --- a connection flood -------------------------------------------------------------------
@@ -567,7 +570,7 @@ PER_CONNECTION_BOUND = 96 * 1024
 
 
 def _rss(pid: int) -> int:
-    from test_broker_limits import rss_bytes
+    from tests.support.processes import rss_bytes
 
     return rss_bytes(pid)
 
@@ -587,7 +590,7 @@ def test_a_connection_flood_is_bounded_and_others_are_served(tmp_path):
     max.connections.per.ip of them are kept, the broker's memory grows by at most that
     many times the per-connection bound, and a client from another address is served
     meanwhile; max.connections.per.ip.overrides gives one address its own limit."""
-    from brokerproc import BrokerProcess
+    from tests.support.brokerproc import BrokerProcess
 
     per_ip = 400
     with BrokerProcess((tmp_path / "log").as_uri(), [

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...errors import InvalidArgumentError
-from ...names import validate_app_id
-from ...storage import open_fileio
+from ..errors import InvalidArgumentError
+from ..names import validate_app_id
+from ..storage import open_fileio
 from .sink import Sink, normalize_uri
 
 FORMATS = ("delta", "parquet")
@@ -114,9 +114,9 @@ def describe_application(output_uri, app_id: str, *, path: str | None = None,
 
 def _log_end_offsets(topics: list, path, bootstrap_servers) -> dict:
     """{(topic, partition): high watermark} of the existing ``topics``."""
-    from ..spark.catalogs import open_catalog
-    from ..spark.options import parse_options
-    from ..spark.planning import partition_states, subscribed_partitions
+    from ..reader.spark.catalogs import open_catalog
+    from ..reader.spark.options import parse_options
+    from ..reader.spark.planning import partition_states, subscribed_partitions
 
     where = {"path": path} if path else {"bootstrap.servers": bootstrap_servers}
     opts = parse_options({**where, "subscribe": ",".join(topics)}, streaming=None)

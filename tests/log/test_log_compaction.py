@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from sparklog.errors import InvalidConfigError
 from sparklog.format.frame import encode_frame, raw_batch
 from sparklog.log import LogReader, PartitionLog
-from sparklog.log.cleaner import cleanable_state, clean
+from sparklog.log.cleaner import clean, cleanable_state
 from sparklog.log.layout import PartitionListing
 from sparklog.storage import open_fileio
-from test_log_support import RecordingFileIO, SimulatedCrash
+from tests.support.logfiles import RecordingFileIO, SimulatedCrash
 
 
 class Clock:

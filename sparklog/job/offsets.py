@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ...errors import InvalidArgumentError
-from ...names import MAX_APP_ID_LENGTH, validate_app_id, validate_topic_name  # noqa: F401
+from ..errors import InvalidArgumentError
+from ..names import MAX_APP_ID_LENGTH, validate_app_id, validate_topic_name  # noqa: F401
 
 
 @dataclass(frozen=True, order=True)
@@ -67,7 +67,7 @@ def parse_offsets(value, what: str = "offsets") -> dict:
     """Parse offsets in Kafka's JSON form (a string, or the decoded dict) into
     ``{(topic, partition): offset}`` with every offset >= 0; InvalidArgumentError
     naming the bad entry (the Spark source's option parser does the parsing)."""
-    from ..spark.options import parse_partition_json
+    from ..reader.spark.options import parse_partition_json
 
     text = value if isinstance(value, str) else json.dumps(value)
     out = parse_partition_json(what, text)
