@@ -7,7 +7,6 @@ ratio."""
 from __future__ import annotations
 
 import pytest
-from test_cli import ok, sparklog
 
 from sparklog.admin import Admin
 from sparklog.client.types import TopicPartition
@@ -19,6 +18,7 @@ from sparklog.writer.producer import Producer
 from tests.support.brokerproc import BrokerProcess
 from tests.support.metrics import sample, scrape
 from tests.support.processes import free_port
+from tests.support.shell import ok, sparklog
 from tests.support.waiting import wait_until
 
 

@@ -475,7 +475,7 @@ def test_bad_security_settings_name_the_problem(storage_root, props, words):
 
 
 def test_cli_manages_users_and_acls_and_clients_use_command_config(secure, pki, tmp_path):
-    from test_cli import ok, sparklog
+    from tests.support.shell import ok, sparklog
 
     _, addresses = secure
     local = addresses["LOCAL"]
