@@ -74,7 +74,8 @@ async def metadata(broker, body, ctx) -> dict:
         except SparklogError as exc:
             item.update(error_fields(exc))
         topics.append(item)
-    brokers = [{"node_id": broker.broker_id, "host": broker.host, "port": broker.port}]
+    host, port = broker.advertised
+    brokers = [{"node_id": broker.broker_id, "host": host, "port": port or broker.port}]
     return {**_OK, "cluster_id": await broker.run_io(broker.store.cluster_id),
             "controller_id": cluster["controller_id"] if cluster else broker.broker_id,
             "brokers": cluster["brokers"] if cluster else brokers,

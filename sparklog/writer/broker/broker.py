@@ -125,6 +125,9 @@ class Broker:
                 f"storage URI must be a non-empty string, got {storage_uri!r}")
         self.storage_uri = storage_root(storage_uri)
         self.config = config or BrokerConfig()
+        #: (host, port) registered and returned in Metadata (port 0: the bound port);
+        #: checked before anything is opened (a wildcard is refused)
+        self.advertised = self.config.advertised_host_port
         self.fileio = fileio or open_fileio(self.storage_uri, **self._storage_options())
         self.topics = TopicStore(self.storage_uri, self.fileio)
         if store is None and self.config.zookeeper_connect:  # cluster mode
@@ -256,14 +259,16 @@ class Broker:
         self.retention = RetentionManager(lambda: self.partitions.values(), self.run_io,
                                           self.config.retention_check_interval_ms)
         self.retention.start()
-        await self.run_io(self.store.register_broker,
-                          BrokerInfo(self.broker_id, self.host, self.port))
+        if self.advertised[1] == 0:
+            self.advertised = (self.advertised[0], self.port)
+        await self.run_io(self.store.register_broker, BrokerInfo(self.broker_id, *self.advertised))
         if self.metrics is not None and self.config.metrics_port >= 0:
             port = self.metrics.serve(self.config.metrics_port, self.host)
             log.info("metrics on http://%s:%d/metrics", self.host, port)
-        log.info("broker %d listening on %s (storage %s): %d partition(s) of %d topic(s) "
-                 "recovered in %.2fs", self.broker_id, self.address, self.storage_uri, opened,
-                 len(names), time.monotonic() - started)
+        log.info("broker %d listening on %s, advertised as %s:%d (storage %s): %d "
+                 "partition(s) of %d topic(s) recovered in %.2fs", self.broker_id,
+                 self.address, *self.advertised, self.storage_uri, opened, len(names),
+                 time.monotonic() - started)
         return self.address
 
     async def _recover_existing(self, topics: list[TopicConfig]) -> int:
