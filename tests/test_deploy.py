@@ -303,7 +303,8 @@ def _fake_tools(tmp_path: Path) -> tuple[Path, Path]:
                                f'  if grep -q "start zkfc" {log}; then echo "nn1:8020 active"\n'
                                '  else echo "nn1:8020 standby"; fi ;; esac\n',
         home / "bin" / "yarn": f'echo "$FAKE_HOST $FAKE_USER yarn $*" >> {log}\n'
-                               'case "$*" in *rmadmin*) echo "rm1 active" ;; esac\n',
+                               'case "$*" in *rmadmin*) echo "rm1 active" ;;\n'
+                               '  *"node -list"*) echo "Total Nodes:4" ;; esac\n',
     }
     for path, body in tools.items():
         path.write_text("#!/usr/bin/env bash\n" + body)
@@ -343,6 +344,7 @@ def test_start_cluster_runs_each_step_on_its_host_as_its_user(tmp_path):
              (r"hdfs dfsadmin -safemode wait|hdfs .*dfsadmin -safemode wait", 1),
              (r"^nn\d\S* yarn yarn .*--daemon start resourcemanager", 2),
              (r"^dn\d\S* yarn yarn .*--daemon start nodemanager", 4),
+             (r"^nn1\S* yarn yarn .*node -list", None),  # waits for the NodeManagers
              (r"^nn1\S* hdfs hdfs .*dfs -chmod 750 /sparklog", 1),
              (r"^dn\d\S* root systemctl start sparklog-broker@\d.service", 3)]
     previous_end = -1
