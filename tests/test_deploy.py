@@ -134,6 +134,10 @@ BROKEN = {  # name: (file, edit, expected message, number of problems)
                                                      "advertised.listeners=0.0.0.0:9092"),
                                       "broker config advertised.listeners='0.0.0.0:9092': "
                                       "0.0.0.0 is a wildcard address and is never advertised", 1),
+    "client failover too short": (HDFS, _drop_property("dfs.client.failover.max.attempts"),
+                                  "dfs.client.failover.max.attempts=3 with sleeps of "
+                                  "200..2000 ms fails over for 1.4 s, shorter than a NameNode "
+                                  "failover after a host loss", 1),
     "single JournalNode": (HDFS, _replace(QJ, "qjournal://nn1.example.com:8485/ns1"),
                            "lists 1 JournalNode(s)", 2),
     "not qjournal": (HDFS, _replace(QJ, "file:///mnt/nfs/edits"),

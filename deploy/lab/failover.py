@@ -124,15 +124,23 @@ def inject(mode: str, host: str) -> None:
 
 
 def restore(mode: str, host: str) -> None:
-    """Bring the failed NameNode back as the standby."""
+    """Bring the failed NameNode back as the standby. A NameNode cut off from the
+    JournalNodes' majority exits by itself ("flush failed for required journal": QJM's
+    fencing), so after a host loss it is restarted too, as an operator would."""
     if mode == "host":
         lab.sh("ip", "link", "set", f"slab-{host}", "up")
-    else:
-        proc = run_tool(host, "hdfs", "hdfs", "--daemon", "start", "namenode")
-        if proc.returncode != 0:
-            raise RuntimeError(f"restarting the NameNode on {host}: {proc.stdout}{proc.stderr}")
-    wait(lambda: sorted(nn_state(h) for h in NAMENODES.values()) == ["active", "standby"],
-         120, f"the NameNode on {host} back as standby")
+    pid_file = lab.lab_dir() / "hosts" / host / "run" / "hdfs-namenode.pid"
+
+    def back() -> bool:
+        # the cut-off NameNode may still be waiting for its journal writes to time out
+        if not (pid_file.exists() and alive(int(pid_file.read_text()))):
+            proc = run_tool(host, "hdfs", "hdfs", "--daemon", "start", "namenode")
+            if proc.returncode != 0:
+                raise RuntimeError(f"restarting the NameNode on {host}: "
+                                   f"{proc.stdout}{proc.stderr}")
+        return sorted(nn_state(h) for h in NAMENODES.values()) == ["active", "standby"]
+
+    wait(back, 180, f"the NameNode on {host} back as standby")
 
 
 def outage(ack_log: Path, run_id: str, started_ms: int) -> tuple[float, int, int]:
@@ -154,12 +162,12 @@ def outage(ack_log: Path, run_id: str, started_ms: int) -> tuple[float, int, int
 
 def one_run(mode: str, client: str, rep: int, args, ack_log: Path) -> dict:
     """One repetition of one combination; its figures."""
-    active = next((h for h in NAMENODES.values() if nn_state(h) == "active"), None)
-    if active is None:
-        raise RuntimeError("no active NameNode before the run")
+    wait(lambda: sorted(nn_state(h) for h in NAMENODES.values()) == ["active", "standby"],
+         180, "one active and one standby NameNode before the run")
+    active = next(h for h in NAMENODES.values() if nn_state(h) == "active")
     other = next(h for h in NAMENODES.values() if h != active)
-    topic = f"fo-{mode}-{client}-{rep}"
-    run_id = f"{topic}-{int(time.time())}"
+    topic = f"fo{args.stamp}-{mode}-{client}-{rep}"
+    run_id = topic
     records = int(args.rate * args.seconds)
     brokers = broker_pids()
     producer = None
@@ -172,14 +180,18 @@ def one_run(mode: str, client: str, rep: int, args, ack_log: Path) -> dict:
         time.sleep(1.0)
     t0 = time.monotonic()
     inject(mode, active)
-    if client == "opening":
-        create_topic(topic)
-        started_ms = int(time.time() * 1000)
-        producer = start_producer(topic, ack_log, records, args.rate, run_id)
-    wait(lambda: nn_state(other) == "active", 120, f"the NameNode on {other} active")
-    failover = time.monotonic() - t0
-    out, _ = producer.communicate(timeout=args.seconds * 10 + 120)
-    restore(mode, active)
+    try:
+        if client == "opening":
+            started_ms = int(time.time() * 1000)
+            create_topic(topic)
+            producer = start_producer(topic, ack_log, records, args.rate, run_id)
+        wait(lambda: nn_state(other) == "active", 120, f"the NameNode on {other} active")
+        failover = time.monotonic() - t0
+        out, _ = producer.communicate(timeout=args.seconds * 10 + 120)
+    finally:
+        if producer is not None and producer.poll() is None:
+            producer.kill()  # the transport process we started; its child ends with it
+        restore(mode, active)
     gap, acked, failed = outage(ack_log, run_id, started_ms)
     crashed = [h for h, pid in brokers.items() if not alive(pid)]
     result = {"mode": mode, "client": client, "rep": rep, "topic": topic,
@@ -222,6 +234,7 @@ def main(argv=None) -> int:
     parser.add_argument("--modes", default="process,host")
     parser.add_argument("--clients", default="writing,opening")
     args = parser.parse_args(argv)
+    args.stamp = int(time.time()) % 1000000  # topics of this invocation: fo<stamp>-...
     if not (lab.lab_dir() / "lab.json").exists():
         print("failover: no lab is up (deploy/lab/lab.py up)", file=sys.stderr)
         return 2

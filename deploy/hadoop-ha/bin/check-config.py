@@ -231,6 +231,7 @@ class Checker:
                                  "method, e.g. sshfence)")
         elif "sshfence" in methods and not hdfs.get("dfs.ha.fencing.ssh.private-key-files"):
             self.problem("hdfs", "sshfence needs dfs.ha.fencing.ssh.private-key-files")
+        self.check_client_failover(hdfs, core or {})
         if not hdfs.get(f"dfs.client.failover.proxy.provider.{ns}"):
             self.problem("hdfs", f"dfs.client.failover.proxy.provider.{ns} is not set: clients "
                                  f"cannot find the active NameNode of {ns}")
@@ -254,6 +255,27 @@ class Checker:
         if hdfs.get("dfs.permissions.enabled", "true").lower() == "false":
             self.problem("hdfs", "dfs.permissions.enabled is false: the sparklog root's "
                                  "permissions would not be enforced")
+
+    def check_client_failover(self, hdfs: dict, core: dict) -> None:
+        """HDFS clients keep failing over for longer than a NameNode failover after a
+        host loss (the ZKFC's ZooKeeper session timeout): sparklog's client defaults
+        (3 attempts, 0.2 s doubling to 2 s) give up after about 1.4 s."""
+        settings = {}
+        for key, default in (("dfs.client.failover.max.attempts", 3),
+                             ("dfs.client.failover.sleep.base.millis", 200),
+                             ("dfs.client.failover.sleep.max.millis", 2000)):
+            settings[key] = self._int("hdfs", hdfs, key, default)
+        attempts, base, cap = settings.values()
+        covered = sum(min(base * 2 ** i, cap) for i in range(max(attempts, 0)))
+        session = self._int("core", core, "ha.zookeeper.session-timeout.ms", 10000)
+        if covered < session + 5000:
+            unset = [k for k in settings if k not in hdfs]
+            how = f" ({', '.join(unset)} not set: sparklog's client defaults apply)" \
+                if unset else ""
+            self.problem("hdfs", f"dfs.client.failover.max.attempts={attempts} with sleeps "
+                                 f"of {base}..{cap} ms fails over for {covered / 1000:.1f} s, "
+                                 f"shorter than a NameNode failover after a host loss "
+                                 f"(ha.zookeeper.session-timeout.ms={session} + 5 s){how}")
 
     def check_qjournal(self, hdfs: dict, ns: str) -> None:
         """qjournal://h:p;h:p;h:p/journalId with an odd number >= 3 of JournalNodes."""
