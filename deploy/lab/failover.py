@@ -50,16 +50,28 @@ NAMENODES = {"nn1": "nn1", "nn2": "nn2"}  # NameNode id -> lab host (hdfs-site.x
 BROKER_HOSTS = ("dn1", "dn2", "dn3")
 
 
-def nn_state(host: str) -> str:
-    """``active``/``standby`` from the NameNode's JMX servlet, or ``down``."""
-    url = (f"http://{lab.address(host)}:9870/jmx?qry=Hadoop:service=NameNode,"
-           "name=NameNodeStatus")
+def _jmx(host: str, bean: str, attribute: str):
+    """One attribute of a NameNode's JMX bean (None when it does not answer)."""
+    url = f"http://{lab.address(host)}:9870/jmx?qry=Hadoop:service=NameNode,name={bean}"
     try:
         with urllib.request.urlopen(url, timeout=1) as resp:
             beans = json.load(resp)["beans"]
-        return beans[0]["State"] if beans else "down"
+        return beans[0][attribute] if beans else None
     except (OSError, ValueError, KeyError, IndexError):
-        return "down"
+        return None
+
+
+def nn_state(host: str) -> str:
+    """``active``/``standby`` from the NameNode's JMX servlet, or ``down``."""
+    return _jmx(host, "NameNodeStatus", "State") or "down"
+
+
+def ready() -> bool:
+    """One active and one standby NameNode, neither in safe mode: a standby restarted
+    a moment ago is still in safe mode (until its DataNodes' block reports and the
+    safe-mode extension), and a failover to it would refuse writes until then."""
+    return sorted(nn_state(h) for h in NAMENODES.values()) == ["active", "standby"] and \
+        all(_jmx(h, "NameNodeInfo", "Safemode") == "" for h in NAMENODES.values())
 
 
 def wait(cond, timeout: float, what: str) -> float:
@@ -138,9 +150,9 @@ def restore(mode: str, host: str) -> None:
             if proc.returncode != 0:
                 raise RuntimeError(f"restarting the NameNode on {host}: "
                                    f"{proc.stdout}{proc.stderr}")
-        return sorted(nn_state(h) for h in NAMENODES.values()) == ["active", "standby"]
+        return ready()
 
-    wait(back, 180, f"the NameNode on {host} back as standby")
+    wait(back, 180, f"the NameNode on {host} back as standby, out of safe mode")
 
 
 def outage(ack_log: Path, run_id: str, started_ms: int) -> tuple[float, int, int]:
@@ -162,8 +174,7 @@ def outage(ack_log: Path, run_id: str, started_ms: int) -> tuple[float, int, int
 
 def one_run(mode: str, client: str, rep: int, args, ack_log: Path) -> dict:
     """One repetition of one combination; its figures."""
-    wait(lambda: sorted(nn_state(h) for h in NAMENODES.values()) == ["active", "standby"],
-         180, "one active and one standby NameNode before the run")
+    wait(ready, 180, "one active and one standby NameNode, out of safe mode, before the run")
     active = next(h for h in NAMENODES.values() if nn_state(h) == "active")
     other = next(h for h in NAMENODES.values() if h != active)
     topic = f"fo{args.stamp}-{mode}-{client}-{rep}"
