@@ -85,6 +85,47 @@ def test_config_parsing():
         parse_properties("no separator here")
 
 
+def test_wildcard_listener_advertises_the_configured_name(storage_root):
+    props = {"listeners": "PLAINTEXT://0.0.0.0:0",
+             "advertised.listeners": "PLAINTEXT://localhost:0"}  # port 0: the bound port
+    with EmbeddedBroker(storage_root, props) as broker:
+        port = int(broker.address.rpartition(":")[2])
+        with Connection(f"127.0.0.1:{port}") as c:
+            brokers = c.request(ApiKey.METADATA, {"topics": []})["brokers"]
+        assert brokers == [{"node_id": 0, "host": "localhost", "port": port}]
+        with Connection(f"localhost:{port}") as c:  # the advertised address answers
+            create(c, "adv")
+            assert produce(c, "adv", 0, encode_frame(raw_batch([b"a"])))["error_code"] == 0
+
+
+@pytest.mark.parametrize("props, line", [
+    ({"listeners": "PLAINTEXT://0.0.0.0:9092"}, "listeners='PLAINTEXT://0.0.0.0:9092'"),
+    ({"listeners": "0.0.0.0:0", "advertised.listeners": "PLAINTEXT://0.0.0.0:9092"},
+     "advertised.listeners='PLAINTEXT://0.0.0.0:9092'"),
+    ({"listeners": "[::]:0", "advertised.listeners": "[::]:9092"},
+     "advertised.listeners='[::]:9092'"),
+])
+def test_a_wildcard_is_never_advertised(tmp_path, props, line):
+    """The broker process refuses to start, naming the key and value, before it writes
+    anything to its storage."""
+    import subprocess
+    import sys
+
+    from brokerproc import ROOT
+
+    root = tmp_path / "log"
+    root.mkdir()
+    cmd = [sys.executable, "-m", "sparklog.cli.main", "broker", "start",
+           "--storage", root.as_uri()]
+    for key, value in props.items():
+        cmd += ["--override", f"{key}={value}"]
+    proc = subprocess.run(cmd, cwd=str(ROOT), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert f"sparklog: error: broker config {line}" in proc.stderr
+    assert "wildcard address and is never advertised" in proc.stderr
+    assert list(root.iterdir()) == []
+
+
 def test_partition_reopened_after_its_lease_was_revoked(storage_root):
     from sparklog.storage import open_fileio
 

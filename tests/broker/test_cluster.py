@@ -66,6 +66,27 @@ def test_produce_and_consume_through_any_bootstrap_broker(cluster):
     assert sorted(got) == sorted(f"v{i}".encode() for i in range(90))
 
 
+def test_brokers_on_a_wildcard_listener_register_their_advertised_name(
+        zookeeper, storage_root, tmp_path):
+    """Brokers bound to 0.0.0.0 (as the deploy kit configures them) register the
+    advertised host in ZooKeeper, and a client bootstrapping from one broker reaches
+    every leader through the advertised names."""
+    args = ["--listen", "0.0.0.0:0", "--override", "advertised.listeners=PLAINTEXT://localhost:0"]
+    with BrokerCluster(storage_root, zookeeper.connect, 2, log_dir=tmp_path,
+                       extra_args=args) as c:
+        registered = c.view.live_brokers()
+        assert {b.host for b in registered.values()} == {"localhost"}, registered
+        assert {i: b.port for i, b in registered.items()} == \
+            {i: b.port for i, b in c.brokers.items()}
+        with Admin(c.brokers[1].address) as admin:
+            admin.create_topic("t", 4)
+        c.wait(lambda: {c.leader_of("t", p) for p in range(4)} == {1, 2}, 20,
+               "leaders of t on both brokers")
+        with Producer(c.brokers[1].address, acks="all") as producer:
+            sent = [producer.send("t", b"v", partition=p).get(30) for p in range(4)]
+        assert sorted(m.partition for m in sent) == [0, 1, 2, 3]
+
+
 def test_a_non_leader_refuses_writes_with_not_leader(cluster):
     with Admin(cluster.bootstrap) as admin:
         admin.create_topic("t", 1)

@@ -33,20 +33,64 @@ def _load_script(name: str, filename: str):
     return module
 
 
-def check_config(root: Path) -> subprocess.CompletedProcess:
-    """check-config.py run in-process (the same main() as the command line)."""
+def check_config(root: Path, resolve: bool = False) -> subprocess.CompletedProcess:
+    """check-config.py run in-process (the same main() as the command line); the
+    shipped names are placeholders, so host names are not resolved unless asked."""
     out, err = io.StringIO(), io.StringIO()
+    args = [str(root)] if resolve else ["--no-resolve", str(root)]
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = _load_script("check_config", "check-config.py").main([str(root)])
+        code = _load_script("check_config", "check-config.py").main(args)
     return subprocess.CompletedProcess([], code, out.getvalue(), err.getvalue())
 
 
 def test_shipped_files_pass_check_config():
-    result = subprocess.run([sys.executable, str(BIN / "check-config.py"), str(DEPLOY)],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run([sys.executable, str(BIN / "check-config.py"), "--no-resolve",
+                             str(DEPLOY)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("check-config: OK")
     assert check_config(DEPLOY).returncode == 0
+
+
+def _render(root: Path, names: dict) -> None:
+    """Replace the placeholder host names of every file under ``root``."""
+    for path in root.rglob("*"):
+        if path.is_file() and path.suffix not in (".py", ".sh", ".md"):
+            text = path.read_text()
+            for old, new in names.items():
+                text = text.replace(old, new)
+            path.write_text(text)
+
+
+def test_check_config_names_a_host_that_does_not_resolve(tmp_path):
+    """Every placeholder becomes a loopback address except nn2, whose name is in the
+    reserved .invalid domain: one line names the file, key and value it appears in."""
+    root = tmp_path / "hadoop-ha"
+    shutil.copytree(DEPLOY, root)
+    hosts = ["nn1", "nn2", "dn1", "dn2", "dn3", "dn4", "zk1", "zk2", "zk3"]
+    names = {f"{h}.example.com": f"127.0.1.{i}" for i, h in enumerate(hosts, 1)}
+    names["nn2.example.com"] = "nn2.invalid"
+    _render(root, names)
+    result = check_config(root, resolve=True)
+    lines = result.stdout.splitlines()
+    assert result.returncode == 1 and len(lines) == 1, lines
+    assert lines[0].startswith(f"check-config: {HDFS}: dfs.namenode.rpc-address.ns1.nn2="
+                               "nn2.invalid:8020: host 'nn2.invalid' does not resolve"), lines
+    assert check_config(root).returncode == 0  # --no-resolve: the files agree
+
+
+def test_check_config_refuses_a_wildcard_listener_without_advertised_name(tmp_path):
+    root = tmp_path / "hadoop-ha"
+    shutil.copytree(DEPLOY, root)
+    unit = root / UNIT
+    text = unit.read_text()
+    assert " \\\n    --override advertised.listeners=%H:9092" in text
+    unit.write_text(text.replace(" \\\n    --override advertised.listeners=%H:9092", ""))
+    lines = check_config(root).stdout.splitlines()
+    assert lines == [f"check-config: {BROKER}: broker config listeners="
+                     "'PLAINTEXT://0.0.0.0:9092': 0.0.0.0 is a wildcard address and is never "
+                     "advertised to clients (listeners binds every interface: set "
+                     "advertised.listeners to this host's name, e.g. "
+                     "PLAINTEXT://broker1.example.com:9092)"], lines
 
 
 def _replace(old: str, new: str):
@@ -83,6 +127,17 @@ BROKEN = {  # name: (file, edit, expected message, number of problems)
                      "must list at least two NameNode ids", 2),
     "even JournalNodes": (HDFS, _replace(QJ, QJ.replace("/ns1", ";dn2.example.com:8485/ns1")),
                           "lists 4 JournalNode(s): use an odd number of at least 3", 2),
+    "two JournalNodes": (HDFS, _replace(QJ, "qjournal://nn1.example.com:8485;"
+                                            "nn2.example.com:8485/ns1"),
+                         "lists 2 JournalNode(s): use an odd number of at least 3", 2),
+    "broker advertising a wildcard": (UNIT, _replace("advertised.listeners=%H:9092",
+                                                     "advertised.listeners=0.0.0.0:9092"),
+                                      "broker config advertised.listeners='0.0.0.0:9092': "
+                                      "0.0.0.0 is a wildcard address and is never advertised", 1),
+    "client failover too short": (HDFS, _drop_property("dfs.client.failover.max.attempts"),
+                                  "dfs.client.failover.max.attempts=3 with sleeps of "
+                                  "200..2000 ms fails over for 1.4 s, shorter than a NameNode "
+                                  "failover after a host loss", 1),
     "single JournalNode": (HDFS, _replace(QJ, "qjournal://nn1.example.com:8485/ns1"),
                            "lists 1 JournalNode(s)", 2),
     "not qjournal": (HDFS, _replace(QJ, "file:///mnt/nfs/edits"),
@@ -252,7 +307,8 @@ def _fake_tools(tmp_path: Path) -> tuple[Path, Path]:
                                f'  if grep -q "start zkfc" {log}; then echo "nn1:8020 active"\n'
                                '  else echo "nn1:8020 standby"; fi ;; esac\n',
         home / "bin" / "yarn": f'echo "$FAKE_HOST $FAKE_USER yarn $*" >> {log}\n'
-                               'case "$*" in *rmadmin*) echo "rm1 active" ;; esac\n',
+                               'case "$*" in *rmadmin*) echo "rm1 active" ;;\n'
+                               '  *"node -list"*) echo "Total Nodes:4" ;; esac\n',
     }
     for path, body in tools.items():
         path.write_text("#!/usr/bin/env bash\n" + body)
@@ -292,6 +348,7 @@ def test_start_cluster_runs_each_step_on_its_host_as_its_user(tmp_path):
              (r"hdfs dfsadmin -safemode wait|hdfs .*dfsadmin -safemode wait", 1),
              (r"^nn\d\S* yarn yarn .*--daemon start resourcemanager", 2),
              (r"^dn\d\S* yarn yarn .*--daemon start nodemanager", 4),
+             (r"^nn1\S* yarn yarn .*node -list", None),  # waits for the NodeManagers
              (r"^nn1\S* hdfs hdfs .*dfs -chmod 750 /sparklog", 1),
              (r"^dn\d\S* root systemctl start sparklog-broker@\d.service", 3)]
     previous_end = -1

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Check that the files of a sparklog HA deployment agree with each other.
 
-    check-config.py [DEPLOY_DIR]     (default: the directory above this script)
+    check-config.py [--no-resolve] [DEPLOY_DIR]   (default: the directory above this script)
 
 Reads ``etc/hadoop/{core,hdfs,yarn}-site.xml``, ``etc/zookeeper/zoo.cfg``,
 ``sparklog/{broker.properties,sparklog.env,spark-defaults.conf}``,
@@ -9,6 +9,11 @@ Reads ``etc/hadoop/{core,hdfs,yarn}-site.xml``, ``etc/zookeeper/zoo.cfg``,
 line per problem (``check-config: <file>: <problem>``) and exits 1 if there is any,
 else prints ``check-config: OK`` and exits 0. Run it with the sparklog venv's Python:
 broker properties are checked with sparklog's own parser and key list.
+
+Every host name the files give (NameNodes, JournalNodes, ResourceManagers, the
+ZooKeeper ensemble and its clients, the host lists of ``cluster.env``) must resolve on
+the host running the check (run it on a cluster host); ``--no-resolve`` skips that, to
+check a template whose names are placeholders.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import difflib
 import os
 import re
 import shlex
+import socket
 import sys
 import xml.etree.ElementTree as ET
 from urllib.parse import urlsplit
@@ -60,8 +66,9 @@ ZK_DEFAULT_PATHS = {  # key -> (file, Hadoop's default)
 class Checker:
     """Loads the deployment files of ``root`` and collects problems as text lines."""
 
-    def __init__(self, root: str):
+    def __init__(self, root: str, resolve: bool = True):
         self.root = root
+        self.resolve = resolve
         self.problems: list[str] = []
         self.conf: dict[str, dict | None] = {}
         self.journal_hosts: set | None = None  # set by check_qjournal
@@ -224,6 +231,7 @@ class Checker:
                                  "method, e.g. sshfence)")
         elif "sshfence" in methods and not hdfs.get("dfs.ha.fencing.ssh.private-key-files"):
             self.problem("hdfs", "sshfence needs dfs.ha.fencing.ssh.private-key-files")
+        self.check_client_failover(hdfs, core or {})
         if not hdfs.get(f"dfs.client.failover.proxy.provider.{ns}"):
             self.problem("hdfs", f"dfs.client.failover.proxy.provider.{ns} is not set: clients "
                                  f"cannot find the active NameNode of {ns}")
@@ -247,6 +255,27 @@ class Checker:
         if hdfs.get("dfs.permissions.enabled", "true").lower() == "false":
             self.problem("hdfs", "dfs.permissions.enabled is false: the sparklog root's "
                                  "permissions would not be enforced")
+
+    def check_client_failover(self, hdfs: dict, core: dict) -> None:
+        """HDFS clients keep failing over for longer than a NameNode failover after a
+        host loss (the ZKFC's ZooKeeper session timeout): sparklog's client defaults
+        (3 attempts, 0.2 s doubling to 2 s) give up after about 1.4 s."""
+        settings = {}
+        for key, default in (("dfs.client.failover.max.attempts", 3),
+                             ("dfs.client.failover.sleep.base.millis", 200),
+                             ("dfs.client.failover.sleep.max.millis", 2000)):
+            settings[key] = self._int("hdfs", hdfs, key, default)
+        attempts, base, cap = settings.values()
+        covered = sum(min(base * 2 ** i, cap) for i in range(max(attempts, 0)))
+        session = self._int("core", core, "ha.zookeeper.session-timeout.ms", 10000)
+        if covered < session + 5000:
+            unset = [k for k in settings if k not in hdfs]
+            how = f" ({', '.join(unset)} not set: sparklog's client defaults apply)" \
+                if unset else ""
+            self.problem("hdfs", f"dfs.client.failover.max.attempts={attempts} with sleeps "
+                                 f"of {base}..{cap} ms fails over for {covered / 1000:.1f} s, "
+                                 f"shorter than a NameNode failover after a host loss "
+                                 f"(ha.zookeeper.session-timeout.ms={session} + 5 s){how}")
 
     def check_qjournal(self, hdfs: dict, ns: str) -> None:
         """qjournal://h:p;h:p;h:p/journalId with an odd number >= 3 of JournalNodes."""
@@ -383,6 +412,72 @@ class Checker:
                 self.problem("broker", f"zookeeper.connect chroot {chroot} overlaps {key}="
                                        f"{other}")
 
+    def check_advertised(self) -> None:
+        """The address each broker advertises is never a wildcard: the unit's
+        ``--override advertised.listeners=...`` when it sets one, else the properties'."""
+        broker, unit = self.conf["broker"] or {}, self.conf["unit"] or {}
+        props = {k: broker[k] for k in ("listeners", "advertised.listeners") if k in broker}
+        kind = "broker"
+        match = re.search(r"--override\s+advertised\.listeners=(\S+)", unit.get("ExecStart", ""))
+        if match:  # %H: the host's name, filled in by systemd
+            props["advertised.listeners"] = match.group(1).replace("%H", "host.invalid")
+            kind = "unit"
+        try:
+            BrokerConfig.from_props(props).advertised_host_port
+        except InvalidConfigError as exc:
+            self.problem(kind, str(exc))
+
+    def check_hosts_resolve(self) -> None:
+        """Every host name of the files resolves here (one line per name, at its first
+        mention: file, key and value)."""
+        core, hdfs = self.conf["core"] or {}, self.conf["hdfs"] or {}
+        yarn, zoo = self.conf["yarn"] or {}, self.conf["zoo"] or {}
+        broker, env = self.conf["broker"] or {}, self.conf["cluster"] or {}
+        mentions = []  # (kind, key, value, host)
+
+        def addresses(kind, key, value):
+            for item in value.split(","):
+                host = item.strip().rpartition(":")[0] if ":" in item else item.strip()
+                if host:
+                    mentions.append((kind, key, value, host))
+
+        for key, value in hdfs.items():
+            if key.startswith(("dfs.namenode.rpc-address.", "dfs.namenode.http-address.")):
+                addresses("hdfs", key, value)
+        journals = re.fullmatch(r"qjournal://([^/]+)/.*",
+                                hdfs.get("dfs.namenode.shared.edits.dir", ""))
+        if journals:
+            for item in journals.group(1).split(";"):
+                mentions.append(("hdfs", "dfs.namenode.shared.edits.dir",
+                                 hdfs["dfs.namenode.shared.edits.dir"],
+                                 item.strip().rpartition(":")[0]))
+        for key, value in yarn.items():
+            if key.startswith("yarn.resourcemanager.hostname."):
+                mentions.append(("yarn", key, value, value.strip()))
+        for key in ("ha.zookeeper.quorum", "hadoop.zk.address"):
+            if core.get(key):
+                addresses("core", key, core[key])
+        for key, value in zoo.items():
+            if re.fullmatch(r"server\.\d+", key):
+                mentions.append(("zoo", key, value, value.split(":")[0].strip()))
+        if broker.get("zookeeper.connect"):
+            addresses("broker", "zookeeper.connect", broker["zookeeper.connect"].split("/")[0])
+        for var in ("ZK_HOSTS", "JN_HOSTS", "NN1", "NN2", "DN_HOSTS", "RM_HOSTS", "NM_HOSTS"):
+            for host in env.get(var, "").split():
+                mentions.append(("cluster", var, env[var], host))
+        for pair in env.get("BROKERS", "").split():
+            mentions.append(("cluster", "BROKERS", env["BROKERS"], pair.partition(":")[2]))
+        seen = set()
+        for kind, key, value, host in mentions:
+            if host in seen:
+                continue
+            seen.add(host)
+            try:
+                socket.getaddrinfo(host, None)
+            except (socket.gaierror, UnicodeError) as exc:
+                self.problem(kind, f"{key}={value}: host {host!r} does not resolve on this "
+                                   f"host ({exc.args[-1] if exc.args else exc})")
+
     def check_unit(self) -> None:
         """SIGTERM stop with a timeout longer than the broker's own shutdown timeout."""
         unit, broker = self.conf["unit"], self.conf["broker"] or {}
@@ -479,19 +574,24 @@ class Checker:
         self.load()
         for check in (self.check_hdfs, self.check_yarn, self.check_zookeeper,
                       self.check_broker, self.check_unit, self.check_storage_urls,
-                      self.check_spark, self.check_cluster_env):  # journal/zk hosts first
+                      self.check_spark, self.check_cluster_env,  # journal/zk hosts first
+                      self.check_advertised):
             check()
+        if self.resolve:
+            self.check_hosts_resolve()
         return self.problems
 
 
 def main(argv=None) -> int:
     """Entry point: print one line per problem; 1 if any, else 0."""
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) > 1 or (argv and argv[0] in ("-h", "--help")):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    resolve = "--no-resolve" not in argv
+    argv = [a for a in argv if a != "--no-resolve"]
+    if len(argv) > 1 or (argv and argv[0].startswith("-")):
         print(__doc__)
         return 2
     root = argv[0] if argv else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    problems = Checker(root).run()
+    problems = Checker(root, resolve=resolve).run()
     for line in problems:
         print(f"check-config: {line}")
     if problems:

@@ -17,7 +17,9 @@
 #   --init     first start of a new cluster: formats HDFS (destroys an existing namespace)
 #   --dry-run  print the commands instead of running them
 #   --env      host lists (default: ../cluster.env beside this script)
-# Each remote command runs as `ssh $SSH_USER@host sudo -n -u <user> <command>`.
+# Each remote command runs as `ssh $SSH_USER@host sudo -n -u <user> <command>`, or, when
+# the env file sets REMOTE_COMMAND, as `$REMOTE_COMMAND <host> <user> <command>` (another
+# transport: deploy/lab/lab.py runs commands inside a network namespace that way).
 # Run bin/check-config.py first; stop in the reverse order.
 set -euo pipefail
 
@@ -30,7 +32,7 @@ while [ $# -gt 0 ]; do
         --init) INIT=1 ;;
         --dry-run) DRY_RUN=1 ;;
         --env) ENV_FILE="$2"; shift ;;
-        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
         *) echo "start-cluster.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
     shift
@@ -53,7 +55,13 @@ step() { STEP=$((STEP + 1)); echo "== step $STEP: $*"; }
 # remote shell, which ssh hands one string)
 on() {
     local host="$1" user="$2"; shift 2
-    ssh -o BatchMode=yes "$SSH_USER@$host" "sudo -n -u $user $(printf '%q ' "$@")"
+    if [ -n "${REMOTE_COMMAND:-}" ]; then
+        local -a transport
+        read -r -a transport <<< "$REMOTE_COMMAND"
+        "${transport[@]}" "$host" "$user" "$@"
+    else
+        ssh -o BatchMode=yes "$SSH_USER@$host" "sudo -n -u $user $(printf '%q ' "$@")"
+    fi
 }
 
 # remote HOST USER COMMAND...: print and run (only print with --dry-run)
@@ -122,6 +130,9 @@ wait_for "an active ResourceManager" "$first_rm" "$YARN_USER" \
 
 step "NodeManagers"
 for h in $NM_HOSTS; do remote "$h" "$YARN_USER" "${YARN[@]}" --daemon start nodemanager; done
+nm_count=$(wc -w <<< "$NM_HOSTS")
+wait_for "$nm_count NodeManagers registered with the ResourceManager" "$first_rm" "$YARN_USER" \
+    sh -c "${YARN[*]} node -list 2>/dev/null | grep -q 'Total Nodes:$nm_count\$'"
 
 if [ "$INIT" = 1 ]; then
     step "sparklog root $SPARKLOG_ROOT on HDFS (--init)"

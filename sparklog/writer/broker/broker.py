@@ -85,6 +85,9 @@ class Broker:
         self.storage_uri = storage_root(storage_uri)
         self.config = config or BrokerConfig()
         self.broker_id = self.config.broker_id
+        # the address clients are told must be reachable: a wildcard is refused here,
+        # before anything is opened (InvalidConfigError naming the key and value)
+        self.config.advertised_host_port
         self.fileio = fileio or open_fileio(self.storage_uri, **self._storage_options())
         self.topics = TopicStore(self.storage_uri, self.fileio)
         if store is None and self.config.zookeeper_connect:  # cluster mode
@@ -218,16 +221,15 @@ class Broker:
             if self.metrics is not None:
                 self.metrics.registry.register(self.cleaner)
             self.cleaner.start()
-        first = self.security.listeners[0]  # its advertised.listeners entry, if any
-        await self.run_io(self.store.register_broker, BrokerInfo(
-            self.broker_id, first.advertised_host or self.host,
-            first.advertised_port if first.advertised_host else self.port))
+        host, port = self.advertised_address()
+        await self.run_io(self.store.register_broker, BrokerInfo(self.broker_id, host, port))
         if self.metrics is not None and self.config.metrics_port >= 0:
             port = self.metrics.serve(self.config.metrics_port, self.host)
             log.info("metrics on http://%s:%d/metrics", self.host, port)
-        log.info("broker %d listening on %s (storage %s): %d partition(s) of %d topic(s) "
-                 "recovered in %.2fs", self.broker_id, self.address, self.storage_uri, opened,
-                 len(names), time.monotonic() - started)
+        log.info("broker %d listening on %s, advertised as %s:%d (storage %s): %d "
+                 "partition(s) of %d topic(s) recovered in %.2fs", self.broker_id,
+                 self.address, *self.advertised, self.storage_uri, opened, len(names),
+                 time.monotonic() - started)
         return self.address
 
     def _listen(self, listener) -> Acceptor:
@@ -245,14 +247,18 @@ class Broker:
         return acceptor
 
     def advertised_address(self, session=None) -> tuple[str, int]:
-        """(host, port) clients of ``session``'s listener are told to use: the
-        listener's ``advertised.listeners`` entry, else its bound address."""
+        """(host, port) clients of ``session``'s listener (default: the first listener,
+        the one registered) are told to use: the listener's ``advertised.listeners``
+        entry (port 0: the bound port), else its bound address."""
         listener = session.listener if session is not None else None
+        if listener is None and self.security.listeners:
+            listener = self.security.listeners[0]
         if listener is None or listener not in self.security.listeners or not self._servers:
             return self.host, self.port
+        bound = tuple(self._servers[self.security.listeners.index(listener)].address[:2])
         if listener.advertised_host:
-            return listener.advertised_host, listener.advertised_port
-        return tuple(self._servers[self.security.listeners.index(listener)].address[:2])
+            return listener.advertised_host, listener.advertised_port or bound[1]
+        return bound
 
     @property
     def listener_addresses(self) -> dict[str, str]:

@@ -53,6 +53,9 @@ log = logging.getLogger(__name__)
 #: Kafka's "no limit" for int settings (Integer.MAX_VALUE)
 MAX_INT = 2147483647
 
+#: addresses that mean "every interface": a broker may listen on them, never advertise them
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "0:0:0:0:0:0:0:0"})
+
 #: broker property -> topic/log config key it supplies the default of
 LOG_DEFAULT_KEYS = {
     "log.segment.bytes": "segment.bytes",
@@ -248,6 +251,33 @@ class BrokerConfig:
         """(host, port) of the first of ``listeners``."""
         first = self.security.listeners[0]
         return first.host, first.port
+
+    @property
+    def advertised_host_port(self) -> tuple[str, int]:
+        """(host, port) the broker registers and returns in Metadata responses:
+        ``advertised.listeners`` when set, else ``listeners`` (Kafka's rule). Port 0
+        stands for the port the broker bound. A wildcard host (``0.0.0.0``, ``::``) is
+        never advertised: clients on other hosts could not reach it, so
+        InvalidConfigError names the key and value that would have produced it."""
+        from ...protocol.connection import parse_address
+
+        key, value = (("advertised.listeners", self.advertised_listeners)
+                      if self.advertised_listeners else ("listeners", self.listeners))
+        text = value.split(",")[0].strip()
+        if "://" in text:
+            text = text.split("://", 1)[1]
+        try:
+            host, port = parse_address(text)
+        except Exception as exc:
+            raise InvalidConfigError(f"broker config {key}={value!r}: {exc}") from None
+        if host in WILDCARD_HOSTS:
+            hint = (" (listeners binds every interface: set advertised.listeners to this "
+                    "host's name, e.g. PLAINTEXT://broker1.example.com:9092)"
+                    if key == "listeners" else "")
+            raise InvalidConfigError(
+                f"broker config {key}={value!r}: {host} is a wildcard address and is never "
+                f"advertised to clients{hint}")
+        return host, port
 
     def with_(self, **changes) -> "BrokerConfig":
         """A copy with some attributes changed."""

@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""The seed's NameNode HA failover matrix, run in the lab with sparklog as HDFS's client.
+
+::
+
+    deploy/lab/failover.py [--repetitions 10] [--rate 200] [--seconds 25]
+
+Needs a lab that is up (``deploy/lab/lab.py up``). Failure modes: ``process`` (the
+active NameNode's process is killed with SIGKILL; its ZKFC sees it fail its health
+check and gives up the lock) and ``host`` (the active NameNode's host loses its
+network: its link to the bridge is cut, the ZKFC's ZooKeeper session must expire before
+the other ZKFC takes over). Client models: ``writing`` (an idempotent producer with
+acks=all is already writing through the brokers when the failure happens) and
+``opening`` (a topic is created right after the failure, so its leaders open new
+segments on HDFS during the failover, and the producer starts on it). Each combination
+runs ``--repetitions`` times; after each run the failed NameNode comes back (restarted,
+or its link restored) as the standby.
+
+The producer (``deploy/hadoop-ha/bin/ack-check.py produce`` on the edge host,
+bootstrapping from dn1 only) logs every acknowledgement. At the end every acknowledged
+record is read back through Spark from ``hdfs://<nameservice>/sparklog`` (``ack-check.py
+verify``): present exactly once, where it was acknowledged, with its checksum.
+
+Per combination it prints: NameNode failover time (from the fault to the other NameNode
+reporting ``active`` on its JMX servlet), produce outage (the longest gap between two
+acknowledgements, counting from the producer's start), failed sends (records the
+producer gave up on: not acknowledged, at most once in the log), and broker crashes.
+Exits 1 when an acknowledged record is lost or duplicated or a broker died.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import lab  # noqa: E402  (the lab's hosts, run_on, directories)
+
+ACK_CHECK = lab.KIT / "bin" / "ack-check.py"
+NAMENODES = {"nn1": "nn1", "nn2": "nn2"}  # NameNode id -> lab host (hdfs-site.xml)
+BROKER_HOSTS = ("dn1", "dn2", "dn3")
+
+
+def _jmx(host: str, bean: str, attribute: str):
+    """One attribute of a NameNode's JMX bean (None when it does not answer)."""
+    url = f"http://{lab.address(host)}:9870/jmx?qry=Hadoop:service=NameNode,name={bean}"
+    try:
+        with urllib.request.urlopen(url, timeout=1) as resp:
+            beans = json.load(resp)["beans"]
+        return beans[0][attribute] if beans else None
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+
+
+def nn_state(host: str) -> str:
+    """``active``/``standby`` from the NameNode's JMX servlet, or ``down``."""
+    return _jmx(host, "NameNodeStatus", "State") or "down"
+
+
+def ready() -> bool:
+    """One active and one standby NameNode, neither in safe mode: a standby restarted
+    a moment ago is still in safe mode (until its DataNodes' block reports and the
+    safe-mode extension), and a failover to it would refuse writes until then."""
+    return sorted(nn_state(h) for h in NAMENODES.values()) == ["active", "standby"] and \
+        all(_jmx(h, "NameNodeInfo", "Safemode") == "" for h in NAMENODES.values())
+
+
+def wait(cond, timeout: float, what: str) -> float:
+    """Poll ``cond`` every 0.1 s; the seconds it took (RuntimeError naming ``what``)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if cond():
+            return time.monotonic() - t0
+        time.sleep(0.1)
+    raise RuntimeError(f"gave up after {timeout:.0f}s waiting for: {what}")
+
+
+def broker_pids() -> dict[str, int]:
+    """The broker process of each broker host (pid files of the lab's systemctl)."""
+    out = {}
+    for host in BROKER_HOSTS:
+        for pid_file in (lab.lab_dir() / "hosts" / host / "run").glob("sparklog-broker@*.pid"):
+            out[host] = int(pid_file.read_text())
+    return out
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live (non-zombie) process."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def run_tool(host: str, user: str, *cmd: str) -> subprocess.CompletedProcess:
+    """A command on a lab host; its output captured."""
+    return lab.run_on(host, user, list(cmd), capture=True)
+
+
+def start_producer(topic: str, ack_log: Path, records: int, rate: float, run_id: str):
+    """ack-check.py produce on the edge host, in the background."""
+    return subprocess.Popen(
+        [sys.executable, str(Path(lab.__file__).resolve()), "run", "edge", "root",
+         sys.executable, str(ACK_CHECK), "produce", "--bootstrap-server",
+         f"{lab.fqdn('dn1')}:9092", "--topic", topic, "--ack-log", str(ack_log),
+         "--records", str(records), "--rate", str(rate), "--size", "1024",
+         "--run-id", run_id],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def create_topic(topic: str) -> None:
+    """A 3-partition topic with small segments (they roll during the run)."""
+    proc = run_tool("edge", "root", sys.executable, "-m", "sparklog.cli.main", "topics",
+                    "create", topic, "--partitions", "3", "--config", "segment.bytes=1048576",
+                    "--bootstrap-server", f"{lab.fqdn('dn1')}:9092")
+    # a create whose answer was lost in the failover is retried by the client and then
+    # finds the topic it made: that is success
+    if proc.returncode != 0 and "already exists" not in proc.stderr:
+        raise RuntimeError(f"creating {topic} failed: {proc.stdout}{proc.stderr}")
+
+
+def inject(mode: str, host: str) -> None:
+    """The failure: kill the NameNode process, or cut the host's link."""
+    if mode == "process":
+        pid = int((lab.lab_dir() / "hosts" / host / "run" / "hdfs-namenode.pid").read_text())
+        os.kill(pid, signal.SIGKILL)
+    else:
+        lab.sh("ip", "link", "set", f"slab-{host}", "down")
+
+
+def restore(mode: str, host: str) -> None:
+    """Bring the failed NameNode back as the standby. A NameNode cut off from the
+    JournalNodes' majority exits by itself ("flush failed for required journal": QJM's
+    fencing), so after a host loss it is restarted too, as an operator would."""
+    if mode == "host":
+        lab.sh("ip", "link", "set", f"slab-{host}", "up")
+    pid_file = lab.lab_dir() / "hosts" / host / "run" / "hdfs-namenode.pid"
+
+    def back() -> bool:
+        # the cut-off NameNode may still be waiting for its journal writes to time out
+        if not (pid_file.exists() and alive(int(pid_file.read_text()))):
+            proc = run_tool(host, "hdfs", "hdfs", "--daemon", "start", "namenode")
+            if proc.returncode != 0:
+                raise RuntimeError(f"restarting the NameNode on {host}: "
+                                   f"{proc.stdout}{proc.stderr}")
+        return ready()
+
+    wait(back, 180, f"the NameNode on {host} back as standby, out of safe mode")
+
+
+def outage(ack_log: Path, run_id: str, started_ms: int) -> tuple[float, int, int]:
+    """(longest gap between acknowledgements in s, counting from the producer's start;
+    acknowledged; failed) of one run."""
+    times, failed = [started_ms], 0
+    for line in ack_log.read_text().splitlines():
+        parts = line.split()
+        if not parts[0].startswith(run_id + "-"):
+            continue
+        if parts[3] == "FAILED":
+            failed += 1
+        else:
+            times.append(int(parts[4]))
+    times.sort()
+    gap = max((b - a for a, b in zip(times, times[1:])), default=0) / 1000
+    return gap, len(times) - 1, failed
+
+
+def one_run(mode: str, client: str, rep: int, args, ack_log: Path) -> dict:
+    """One repetition of one combination; its figures."""
+    wait(ready, 180, "one active and one standby NameNode, out of safe mode, before the run")
+    active = next(h for h in NAMENODES.values() if nn_state(h) == "active")
+    other = next(h for h in NAMENODES.values() if h != active)
+    topic = f"fo{args.stamp}-{mode}-{client}-{rep}"
+    run_id = topic
+    records = int(args.rate * args.seconds)
+    brokers = broker_pids()
+    producer = None
+    if client == "writing":
+        create_topic(topic)
+        started_ms = int(time.time() * 1000)
+        producer = start_producer(topic, ack_log, records, args.rate, run_id)
+        wait(lambda: ack_log.exists() and run_id in ack_log.read_text(), 60,
+             "the producer's first acknowledgements")
+        time.sleep(1.0)
+    t0 = time.monotonic()
+    inject(mode, active)
+    try:
+        if client == "opening":
+            started_ms = int(time.time() * 1000)
+            create_topic(topic)
+            producer = start_producer(topic, ack_log, records, args.rate, run_id)
+        wait(lambda: nn_state(other) == "active", 120, f"the NameNode on {other} active")
+        failover = time.monotonic() - t0
+        out, _ = producer.communicate(timeout=args.seconds * 10 + 120)
+    finally:
+        if producer is not None and producer.poll() is None:
+            producer.kill()  # the transport process we started; its child ends with it
+        restore(mode, active)
+    gap, acked, failed = outage(ack_log, run_id, started_ms)
+    crashed = [h for h, pid in brokers.items() if not alive(pid)]
+    result = {"mode": mode, "client": client, "rep": rep, "topic": topic,
+              "failover_s": round(failover, 2), "outage_s": round(gap, 2), "acked": acked,
+              "failed": failed, "broker_crashes": crashed, "active_before": active}
+    print(f"  {mode:7} {client:7} #{rep}: failover {failover:5.1f}s, outage {gap:5.1f}s, "
+          f"{acked} acked, {failed} failed, crashed brokers: {crashed or 'none'}", flush=True)
+    if producer.returncode != 0:
+        print(out)
+    return result
+
+
+def table(results: list[dict]) -> str:
+    """Per combination: failover and outage (median / max), failures, crashes."""
+    lines = ["| failure | client | runs | NN failover s (median / max) | produce outage s "
+             "(median / max) | failed sends | acked | broker crashes |",
+             "|---|---|---|---|---|---|---|---|"]
+    for mode in ("process", "host"):
+        for client in ("writing", "opening"):
+            rows = [r for r in results if r["mode"] == mode and r["client"] == client]
+            if not rows:
+                continue
+            f = [r["failover_s"] for r in rows]
+            o = [r["outage_s"] for r in rows]
+            lines.append(
+                f"| {mode} | {client} | {len(rows)} | {statistics.median(f):.1f} / {max(f):.1f} "
+                f"| {statistics.median(o):.1f} / {max(o):.1f} | {sum(r['failed'] for r in rows)} "
+                f"| {sum(r['acked'] for r in rows)} | "
+                f"{sum(len(r['broker_crashes']) for r in rows)} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    """Command line (see the module docstring)."""
+    parser = argparse.ArgumentParser(prog="failover.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--repetitions", type=int, default=10)
+    parser.add_argument("--rate", type=float, default=200, help="records per second")
+    parser.add_argument("--seconds", type=float, default=25,
+                        help="how long each run's producer writes")
+    parser.add_argument("--modes", default="process,host")
+    parser.add_argument("--clients", default="writing,opening")
+    args = parser.parse_args(argv)
+    args.stamp = int(time.time()) % 1000000  # topics of this invocation: fo<stamp>-...
+    if not (lab.lab_dir() / "lab.json").exists():
+        print("failover: no lab is up (deploy/lab/lab.py up)", file=sys.stderr)
+        return 2
+    ack_log = lab.lab_dir() / "hosts" / "edge" / "acks.log"
+    ack_log.unlink(missing_ok=True)
+    results = []
+    for rep in range(1, args.repetitions + 1):
+        for mode in args.modes.split(","):
+            for client in args.clients.split(","):
+                results.append(one_run(mode, client, rep, args, ack_log))
+    print(table(results))
+    topics = ",".join(r["topic"] for r in results)
+    check = run_tool("edge", "sparklog", sys.executable, str(ACK_CHECK), "verify", "--path",
+                     "hdfs://ns1/sparklog", "--topic", topics, "--ack-log", str(ack_log),
+                     "--master", "local[2]")
+    print("\n".join(line for line in check.stdout.splitlines() if line.startswith("ack-check")))
+    crashes = sum(len(r["broker_crashes"]) for r in results)
+    (lab.lab_dir() / "failover.json").write_text(json.dumps(results, indent=1))
+    return 1 if check.returncode != 0 or crashes else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

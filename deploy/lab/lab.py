@@ -1,0 +1,630 @@
+#!/usr/bin/env python3
+"""The deploy kit (deploy/hadoop-ha/) brought up for real on one Linux machine.
+
+::
+
+    sudo .venv/bin/python deploy/lab/lab.py up       # hosts, files, check, bring-up
+    sudo .venv/bin/python deploy/lab/lab.py down     # every process, namespace, file
+    deploy/lab/lab.py run HOST USER COMMAND...       # a command on one lab host
+    deploy/lab/lab.py status
+
+Each host of the kit's topology (nn1, nn2, dn1..dn4, zk1..zk3, plus ``edge``, the
+client host) is a network namespace with an address of its own on a bridge
+(``10.213.7.0/24``), its own host name (``<host>.lab.test``, in every namespace's
+``/etc/netns/<host>/hosts``) and its own ``/var/lib``, ``/var/log`` and ``/data``
+(bind mounts, private to the host's processes). The kit's files are rendered with the
+lab's host names in place of the ``*.example.com`` placeholders (nothing else changes in
+``etc/``); install locations (``/opt/...``, ``/etc/sparklog``) point into the lab
+directory and the heaps are small. Then ``bin/check-config.py`` runs on the edge host
+and ``bin/start-cluster.sh --init`` does the ordered bring-up, with this script's
+``run`` as its transport instead of ssh. Hadoop's and ZooKeeper's daemons run from
+the Maven jars of ``sparklog classpath yarn`` (Apache Hadoop 3.4.2), started by the
+lab's ``hdfs``/``yarn``/``zkServer.sh`` commands as Hadoop's own scripts start them;
+the brokers by a ``systemctl`` that runs the kit's unit file.
+
+``up`` removes whatever it made when a step fails. ``down`` stops every process in the
+lab's namespaces (SIGTERM, then SIGKILL), deletes the namespaces, the bridge, the
+``/etc/netns`` entries, ``/data`` if the lab created it, and the lab directory
+(``$SPARKLOG_LAB_DIR``, default ``~/.cache/sparklog/lab``). Needs root (``ip netns``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+KIT = REPO / "deploy" / "hadoop-ha"
+#: lab host -> last byte of its address; edge is the client host (spark-submit, tools)
+HOSTS = {"edge": 5, "nn1": 11, "nn2": 12, "dn1": 21, "dn2": 22, "dn3": 23, "dn4": 24,
+         "zk1": 31, "zk2": 32, "zk3": 33}
+SUBNET = "10.213.7"
+BRIDGE = "sparklab0"
+DOMAIN = "lab.test"
+#: Java heap of every lab daemon (2 cores and a shared machine) and of client tools
+DAEMON_HEAP = "256m"
+TOOL_HEAP = "128m"
+#: directories each host gets privately (bind mounts inside its namespace)
+PRIVATE_DIRS = ("/var/lib", "/var/log", "/data")
+#: ``hdfs``/``yarn``/``hadoop`` subcommand -> (main class, is a daemon, subcommand kept
+#: as the first argument), as Hadoop's bin scripts map them
+COMMANDS = {
+    "namenode": ("org.apache.hadoop.hdfs.server.namenode.NameNode", True, False),
+    "datanode": ("org.apache.hadoop.hdfs.server.datanode.DataNode", True, False),
+    "journalnode": ("org.apache.hadoop.hdfs.qjournal.server.JournalNode", True, False),
+    "zkfc": ("org.apache.hadoop.hdfs.tools.DFSZKFailoverController", True, False),
+    "haadmin": ("org.apache.hadoop.hdfs.tools.DFSHAAdmin", False, False),
+    "dfsadmin": ("org.apache.hadoop.hdfs.tools.DFSAdmin", False, False),
+    "dfs": ("org.apache.hadoop.fs.FsShell", False, False),
+    "fs": ("org.apache.hadoop.fs.FsShell", False, False),
+    "debug": ("org.apache.hadoop.hdfs.tools.DebugAdmin", False, False),
+    "fsck": ("org.apache.hadoop.hdfs.tools.DFSck", False, False),
+    "getconf": ("org.apache.hadoop.hdfs.tools.GetConf", False, False),
+    "resourcemanager": ("org.apache.hadoop.yarn.server.resourcemanager.ResourceManager",
+                        True, False),
+    "nodemanager": ("org.apache.hadoop.yarn.server.nodemanager.NodeManager", True, False),
+    "rmadmin": ("org.apache.hadoop.yarn.client.cli.RMAdminCLI", False, False),
+    "application": ("org.apache.hadoop.yarn.client.cli.ApplicationCLI", False, True),
+    "node": ("org.apache.hadoop.yarn.client.cli.NodeCLI", False, True),
+    "logs": ("org.apache.hadoop.yarn.client.cli.LogsCLI", False, False),
+}
+ZOOKEEPER_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+#: Java 17 closes JDK internals that Hadoop 3.4 still opens (as Hadoop's scripts do)
+ADD_OPENS = [f"--add-opens=java.base/{pkg}=ALL-UNNAMED"
+             for pkg in ("java.lang", "java.lang.reflect", "java.io", "java.net", "java.nio",
+                         "java.util", "java.util.concurrent", "sun.nio.ch")]
+#: what a Hadoop distribution ships in etc/hadoop beside the site files, and the kit does
+#: not (it is installed over a distribution's etc/hadoop): logging, and the
+#: CapacityScheduler's one queue (without it a ResourceManager does not start)
+LOG4J = """\
+hadoop.root.logger=INFO,console
+log4j.rootLogger=${hadoop.root.logger}
+log4j.appender.console=org.apache.log4j.ConsoleAppender
+log4j.appender.console.target=System.err
+log4j.appender.console.layout=org.apache.log4j.PatternLayout
+log4j.appender.console.layout.ConversionPattern=%d{ISO8601} %p %c{2}: %m%n
+log4j.logger.org.apache.hadoop.hdfs.server.namenode.FSNamesystem.audit=WARN
+log4j.logger.org.apache.hadoop.hdfs.StateChange=WARN
+log4j.logger.BlockStateChange=WARN
+log4j.logger.org.apache.hadoop.util.NativeCodeLoader=ERROR
+"""
+CAPACITY_SCHEDULER = {
+    "yarn.scheduler.capacity.root.queues": "default",
+    "yarn.scheduler.capacity.root.default.capacity": "100",
+    "yarn.scheduler.capacity.root.default.maximum-capacity": "100",
+    "yarn.scheduler.capacity.maximum-am-resource-percent": "0.5",
+}
+
+
+class LabError(Exception):
+    """A lab step failed (the message says which and why)."""
+
+
+def lab_dir() -> Path:
+    """Where the lab keeps its files (``$SPARKLOG_LAB_DIR``)."""
+    override = os.environ.get("SPARKLOG_LAB_DIR")
+    return Path(override) if override else Path.home() / ".cache" / "sparklog" / "lab"
+
+
+def fqdn(host: str) -> str:
+    """A lab host's full name."""
+    return f"{host}.{DOMAIN}"
+
+
+def address(host: str) -> str:
+    """A lab host's address."""
+    return f"{SUBNET}.{HOSTS[host]}"
+
+
+def sh(*cmd: str, check: bool = True, quiet: bool = False) -> subprocess.CompletedProcess:
+    """Run a command of the root namespace (LabError with its output when it fails)."""
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise LabError(f"`{shlex.join(cmd)}` failed ({proc.returncode}): "
+                       f"{(proc.stderr or proc.stdout).strip()}")
+    if not quiet and proc.stdout.strip():
+        print(proc.stdout.rstrip())
+    return proc
+
+
+# --- state: what up made, so that down removes exactly that ----------------------------
+class State:
+    """The lab's record of what it created (``lab.json`` in the lab directory)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.path = root / "lab.json"
+        self.data = json.loads(self.path.read_text()) if self.path.exists() else {
+            "namespaces": [], "links": [], "netns_etc": [], "made_dirs": []}
+
+    def add(self, kind: str, item: str) -> None:
+        """Record ``item`` before it is created (down tolerates it missing)."""
+        self.data[kind].append(item)
+        self.path.write_text(json.dumps(self.data, indent=1))
+
+
+# --- up ----------------------------------------------------------------------------------
+def netns_unavailable() -> str | None:
+    """Why network namespaces cannot be made here (None when they can)."""
+    if shutil.which("ip") is None or shutil.which("unshare") is None:
+        return "iproute2's ip or util-linux's unshare is not installed"
+    probe = f"sparklab-probe-{os.getpid()}"
+    proc = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return f"`ip netns add` is not permitted here: {proc.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return None
+
+
+def make_network(state: State) -> None:
+    """The bridge, one namespace per host with its veth, address and hosts file."""
+    state.add("links", BRIDGE)
+    sh("ip", "link", "add", BRIDGE, "type", "bridge")
+    sh("ip", "addr", "add", f"{SUBNET}.1/24", "dev", BRIDGE)
+    sh("ip", "link", "set", BRIDGE, "up")
+    hosts = "127.0.0.1 localhost\n::1 localhost\n" + "".join(
+        f"{address(h)} {fqdn(h)} {h}\n" for h in HOSTS)
+    if not os.path.exists("/etc/netns"):
+        state.add("made_dirs", "/etc/netns")
+    for host in HOSTS:
+        state.add("namespaces", host)
+        sh("ip", "netns", "add", host)
+        veth = f"slab-{host}"
+        state.add("links", veth)
+        sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", host)
+        sh("ip", "link", "set", veth, "master", BRIDGE, "up")
+        sh("ip", "-n", host, "addr", "add", f"{address(host)}/24", "dev", "eth0")
+        sh("ip", "-n", host, "link", "set", "eth0", "up")
+        sh("ip", "-n", host, "link", "set", "lo", "up")
+        etc = Path("/etc/netns") / host
+        state.add("netns_etc", str(etc))
+        etc.mkdir(parents=True, exist_ok=True)
+        (etc / "hosts").write_text(hosts)
+    for path in PRIVATE_DIRS:
+        if not os.path.exists(path):
+            state.add("made_dirs", path)
+            os.makedirs(path)
+
+
+def render_kit(root: Path, java_home: str) -> Path:
+    """The kit with the lab's host names, install locations and heaps; returns its dir."""
+    kit = root / "kit"
+    shutil.copytree(KIT, kit)
+    venv_bin = Path(sys.executable).parent
+    install = {  # install locations of the kit -> the lab's
+        "/opt/sparklog/venv/bin/": f"{venv_bin}/",
+        "/etc/sparklog/": f"{kit}/sparklog/",
+        "/etc/hadoop/conf": f"{kit}/etc/hadoop",
+        "/opt/hadoop": f"{root}/hadoop",
+        "/usr/lib/jvm/java-17-openjdk-amd64": java_home,
+        "HADOOP_CLIENT_OPTS=-Xmx2g": f"HADOOP_CLIENT_OPTS=-Xmx{DAEMON_HEAP}",
+    }
+    for path in kit.rglob("*"):
+        if not path.is_file() or path.suffix in (".py", ".sh", ".md"):
+            continue
+        text = path.read_text()
+        new = re.sub(r"\b([a-z]+\d)\.example\.com\b", rf"\1.{DOMAIN}", text)
+        if path.parent.name != "hadoop" and path.parent.name != "zookeeper":
+            for old, lab in install.items():
+                new = new.replace(old, lab)
+        if new != text:
+            path.write_text(new)
+    (kit / "etc" / "hadoop" / "log4j.properties").write_text(LOG4J)
+    (kit / "etc" / "hadoop" / "capacity-scheduler.xml").write_text(
+        "<?xml version=\"1.0\"?>\n<configuration>\n" + "".join(
+            f"  <property><name>{k}</name><value>{v}</value></property>\n"
+            for k, v in CAPACITY_SCHEDULER.items()) + "</configuration>\n")
+    cluster = kit / "cluster.env"
+    cluster.write_text(cluster.read_text() + f"""
+# ----- the lab (deploy/lab/lab.py): hosts are network namespaces of this machine -----
+REMOTE_COMMAND="{sys.executable} {Path(__file__).resolve()} run"
+HADOOP_HOME={root}/hadoop
+HADOOP_CONF_DIR={kit}/etc/hadoop
+ZOOKEEPER_HOME={root}/zookeeper
+""")
+    return kit
+
+
+def write_tools(root: Path, classpath: str) -> None:
+    """``hadoop``/``hdfs``/``yarn``, ``zkServer.sh`` and ``systemctl`` of the lab hosts:
+    small scripts that hand over to ``lab.py tool``."""
+    (root / "classpath").write_text(classpath)
+    me = Path(__file__).resolve()
+    for rel in ("hadoop/bin/hadoop", "hadoop/bin/hdfs", "hadoop/bin/yarn",
+                "zookeeper/bin/zkServer.sh", "bin/systemctl"):
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(me))} "
+                        f"tool {path.name} \"$@\"\n")
+        path.chmod(0o755)
+
+
+def prepare_hosts(root: Path, kit: Path) -> None:
+    """Each host's private directories; ZooKeeper's ``myid`` on the ensemble."""
+    zoo = (kit / "etc" / "zookeeper" / "zoo.cfg").read_text()
+    for host in HOSTS:
+        base = root / "hosts" / host
+        for path in PRIVATE_DIRS:
+            (base / path.strip("/")).mkdir(parents=True, exist_ok=True)
+        (base / "run").mkdir(exist_ok=True)
+    for number, name in re.findall(r"^server\.(\d+)=([^:]+):", zoo, re.M):
+        host = name.split(".")[0]
+        data = root / "hosts" / host / "var" / "lib" / "zookeeper"
+        data.mkdir(parents=True, exist_ok=True)
+        (data / "myid").write_text(number + "\n")
+
+
+def up(args) -> int:
+    """Create the hosts, render and check the kit, run its bring-up."""
+    root = lab_dir()
+    if (root / "lab.json").exists():
+        raise LabError(f"a lab is already up ({root}): run `lab.py down` first")
+    why = netns_unavailable()
+    if why:
+        raise LabError(why)
+    java = shutil.which("java")
+    if java is None:
+        raise LabError("java is not installed (Hadoop's daemons need a JDK 17)")
+    java_home = str(Path(os.path.realpath(java)).parent.parent)
+    sys.path.insert(0, str(REPO))
+    from sparklog.maven import classpath
+
+    jars = classpath("yarn")  # before anything is made: a resolution failure leaves nothing
+    root.mkdir(parents=True, exist_ok=True)
+    state = State(root)
+    state.path.write_text(json.dumps(state.data))
+    try:
+        t0 = time.monotonic()
+        make_network(state)
+        kit = render_kit(root, java_home)
+        write_tools(root, os.pathsep.join(jars))
+        prepare_hosts(root, kit)
+        print(f"== lab hosts up ({len(HOSTS)} namespaces on {BRIDGE}, {SUBNET}.0/24); "
+              f"kit rendered in {kit}")
+        check = run_on("edge", "root", [sys.executable, str(kit / "bin" / "check-config.py"),
+                                        str(kit)], capture=True)
+        print(check.stdout.rstrip())
+        if check.returncode != 0:
+            raise LabError("check-config.py found problems in the rendered kit")
+        start = subprocess.run(["bash", str(kit / "bin" / "start-cluster.sh"), "--init",
+                                "--env", str(kit / "cluster.env")])
+        if start.returncode != 0:
+            raise LabError(f"start-cluster.sh failed ({start.returncode}); daemon logs are "
+                           f"in {root}/hosts/<host>/var/log")
+        print(f"== lab up in {time.monotonic() - t0:.0f}s; run commands on a host with "
+              f"`lab.py run edge root hdfs haadmin -getAllServiceState`")
+        return 0
+    except BaseException:
+        print("== lab: start failed, removing what was made", file=sys.stderr)
+        keep = os.environ.get("SPARKLOG_LAB_KEEP_LOGS")
+        if keep:
+            shutil.copytree(root / "hosts", keep, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("data", "lib"))
+        down(None)
+        raise
+
+
+# --- running on a host ---------------------------------------------------------------------
+def host_env(host: str, user: str) -> dict:
+    """The environment of commands on a lab host (as its service user)."""
+    root = lab_dir()
+    env = dict(os.environ)
+    env.update({
+        "PATH": f"{root}/bin:{root}/hadoop/bin:{root}/zookeeper/bin:{env.get('PATH', '')}",
+        "SPARKLOG_LAB_DIR": str(root),
+        "SPARKLOG_LAB_HOST": host,
+        "HADOOP_USER_NAME": user if user != "root" else env.get("HADOOP_USER_NAME", "hdfs"),
+        "HADOOP_CONF_DIR": str(root / "kit" / "etc" / "hadoop"),
+        "HADOOP_HOME": str(root / "hadoop"),
+        "HADOOP_LOG_DIR": "/var/log/hadoop",
+        "HADOOP_PID_DIR": str(root / "hosts" / host / "run"),
+        "ZOOCFGDIR": str(root / "kit" / "etc" / "zookeeper"),
+        # sparklog's venv is installed on every lab host: Spark's Python workers use it
+        "PYSPARK_PYTHON": sys.executable,
+    })
+    return env
+
+
+def run_on(host: str, user: str, cmd: list[str], capture: bool = False):
+    """Run ``cmd`` on lab host ``host`` as ``user`` (HDFS/YARN user name; the process
+    itself runs as root): inside its namespace, with its host name and private dirs."""
+    if host not in HOSTS:
+        host = host.split(".")[0]
+    if host not in HOSTS:
+        raise LabError(f"unknown lab host {host!r} (hosts: {', '.join(HOSTS)})")
+    base = lab_dir() / "hosts" / host
+    mounts = "; ".join(f"mount --bind {shlex.quote(str(base / p.strip('/')))} {p}"
+                       for p in PRIVATE_DIRS)
+    script = f'hostname {fqdn(host)} && {mounts} && exec "$@"'
+    full = ["ip", "netns", "exec", host, "unshare", "--uts", "--", "sh", "-c", script, "sh",
+            *cmd]
+    return subprocess.run(full, env=host_env(host, user), text=True,
+                          capture_output=capture)
+
+
+# --- the lab's Hadoop, ZooKeeper and systemd commands ----------------------------------------
+def _java(main: str, heap: str, log_name: str | None, args: list[str]) -> list[str]:
+    conf = os.environ["HADOOP_CONF_DIR"]
+    jars = (lab_dir() / "classpath").read_text()
+    opts = [f"-Xmx{heap}", "-XX:+UseSerialGC", "-Djava.net.preferIPv4Stack=true", *ADD_OPENS,
+            "-Dhadoop.log.dir=/var/log/hadoop", "-Dyarn.log.dir=/var/log/hadoop",
+            f"-Dhadoop.id.str={os.environ.get('HADOOP_USER_NAME', '')}"]
+    if log_name:
+        opts.append(f"-Dhadoop.log.file={log_name}")
+    else:  # a command-line tool: warnings and its own output only
+        opts.append("-Dhadoop.root.logger=WARN,console")
+    return ["java", *opts, "-cp", f"{conf}:{jars}", main, *args]
+
+
+def _pid_file(name: str) -> Path:
+    return Path(os.environ["HADOOP_PID_DIR"]) / f"{name}.pid"
+
+
+def _daemon(name: str, cmd: list[str], action: str, env: dict | None = None) -> int:
+    """``--daemon start|stop|status`` as Hadoop's scripts do it: a pid file, the output
+    in ``/var/log/hadoop/<name>.out``, started detached."""
+    pid_file = _pid_file(name)
+    pid = int(pid_file.read_text()) if pid_file.exists() else None
+    alive = pid is not None and _alive(pid)
+    if action == "status":
+        print(f"{name} is {'running as process ' + str(pid) if alive else 'not running'}")
+        return 0 if alive else 1
+    if action == "stop":
+        if alive:
+            os.kill(pid, signal.SIGTERM)
+            _wait_gone(pid, 10)
+        pid_file.unlink(missing_ok=True)
+        return 0
+    if alive:
+        print(f"{name} is already running as process {pid}")
+        return 1
+    os.makedirs("/var/log/hadoop", exist_ok=True)
+    out = open(f"/var/log/hadoop/{name}.out", "ab")
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                            start_new_session=True, env=env)
+    pid_file.write_text(str(proc.pid))
+    time.sleep(1.0)  # Hadoop's script also checks the daemon survived its first moment
+    if proc.poll() is not None:
+        print(f"{name} exited at once ({proc.returncode}); see /var/log/hadoop/{name}.out",
+              file=sys.stderr)
+        return 1
+    print(f"started {name} (process {proc.pid})")
+    return 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie of ours does not count
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def tool_hadoop(name: str, argv: list[str]) -> int:
+    """``hadoop``/``hdfs``/``yarn [--config DIR] [--daemon ACTION] SUBCOMMAND ARGS``."""
+    action = None
+    while argv and argv[0] in ("--config", "--daemon"):
+        if argv[0] == "--config":
+            os.environ["HADOOP_CONF_DIR"] = argv[1]
+        else:
+            action = argv[1]
+        argv = argv[2:]
+    if not argv:
+        print(f"usage: {name} [--config DIR] [--daemon start|stop|status] SUBCOMMAND",
+              file=sys.stderr)
+        return 2
+    sub, args = argv[0], argv[1:]
+    if sub == "classpath":
+        print(f"{os.environ['HADOOP_CONF_DIR']}:{(lab_dir() / 'classpath').read_text()}")
+        return 0
+    if sub not in COMMANDS:
+        print(f"{name}: the lab has no subcommand {sub!r} (has: {', '.join(COMMANDS)})",
+              file=sys.stderr)
+        return 2
+    main, daemon, keep = COMMANDS[sub]
+    args = [sub, *args] if keep else args
+    host = os.environ.get("SPARKLOG_LAB_HOST", "")
+    log_name = f"{name}-{sub}-{host}.log"
+    if action:
+        return _daemon(f"{name}-{sub}", _java(main, DAEMON_HEAP, log_name, args), action)
+    cmd = _java(main, DAEMON_HEAP if daemon else TOOL_HEAP, None, args)
+    os.execvp(cmd[0], cmd)
+
+
+def tool_zookeeper(argv: list[str]) -> int:
+    """``zkServer.sh start|stop|status`` of the host's ensemble member (zoo.cfg in
+    ``$ZOOCFGDIR``)."""
+    action = argv[0] if argv else ""
+    cfg = Path(os.environ["ZOOCFGDIR"]) / "zoo.cfg"
+    if action in ("start", "stop"):
+        cmd = _java(ZOOKEEPER_MAIN, DAEMON_HEAP, None, [str(cfg)])
+        return _daemon("zookeeper", cmd, action)
+    if action == "status":
+        port = int(re.search(r"^clientPort=(\d+)", cfg.read_text(), re.M).group(1))
+        import socket
+
+        try:
+            with socket.create_connection((fqdn(os.environ["SPARKLOG_LAB_HOST"]), port), 2) as s:
+                s.sendall(b"srvr")
+                reply = s.makefile().read()
+        except OSError as exc:
+            print(f"zookeeper not serving: {exc}")
+            return 1
+        mode = re.search(r"^Mode: (\w+)", reply, re.M)
+        print(f"Mode: {mode.group(1)}" if mode else reply.strip())
+        return 0 if mode and mode.group(1) in ("leader", "follower", "standalone") else 1
+    print("usage: zkServer.sh start|stop|status", file=sys.stderr)
+    return 2
+
+
+def _unit(name: str) -> dict:
+    """The [Service] section of a unit of the kit (continuations joined)."""
+    template = re.sub(r"@[^.]*\.service$", "@.service", name)
+    text = (lab_dir() / "kit" / "systemd" / template).read_text()
+    out, section = {}, None
+    for line in text.replace("\\\n", " ").splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            section = line.strip("[]")
+        elif section == "Service" and "=" in line and line[0] not in "#;":
+            key, value = line.split("=", 1)
+            out[key] = " ".join(value.split())
+    return out
+
+
+def tool_systemctl(argv: list[str]) -> int:
+    """``systemctl start|stop|status NAME@ID.service`` for the kit's unit: its
+    EnvironmentFile and ExecStart (``%i``, ``%H``, ``${VAR}``), its user as the HDFS user,
+    KillSignal on stop."""
+    if len(argv) != 2 or argv[0] not in ("start", "stop", "status"):
+        print("usage: systemctl start|stop|status UNIT", file=sys.stderr)
+        return 2
+    action, name = argv
+    if not name.endswith(".service"):
+        name += ".service"
+    unit = _unit(name)
+    instance = name.split("@", 1)[1].rsplit(".", 1)[0]
+    env = dict(os.environ)
+    env_file = unit.get("EnvironmentFile", "").lstrip("-")
+    for line in Path(env_file).read_text().splitlines() if env_file else []:
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, value = line.split("=", 1)
+            env[key.strip()] = value.strip().strip('"')
+    env["HADOOP_USER_NAME"] = unit.get("User", "root")
+    exec_start = unit["ExecStart"].replace("%i", instance).replace(
+        "%H", fqdn(os.environ["SPARKLOG_LAB_HOST"]))
+    exec_start = re.sub(r"\$\{(\w+)\}", lambda m: env.get(m.group(1), ""), exec_start)
+    if action == "stop":  # KillSignal to the main process, then wait TimeoutStopSec
+        pid_file = _pid_file(name)
+        if pid_file.exists():
+            pid = int(pid_file.read_text())
+            if _alive(pid):
+                os.kill(pid, getattr(signal, unit.get("KillSignal", "SIGTERM")))
+                if not _wait_gone(pid, float(unit.get("TimeoutStopSec", "90"))):
+                    os.kill(pid, signal.SIGKILL)
+            pid_file.unlink()
+        return 0
+    return _daemon(name, shlex.split(exec_start), action, env)
+
+
+def tool(argv: list[str]) -> int:
+    """Entry of the lab's commands on a host (see write_tools)."""
+    name, args = argv[0], argv[1:]
+    if name in ("hadoop", "hdfs", "yarn"):
+        return tool_hadoop(name, args)
+    if name == "zkServer.sh":
+        return tool_zookeeper(args)
+    if name == "systemctl":
+        return tool_systemctl(args)
+    raise LabError(f"unknown lab tool {name!r}")
+
+
+# --- down and status -------------------------------------------------------------------------
+def namespace_pids(host: str) -> list[int]:
+    """Processes living in a lab namespace (all of them started by the lab)."""
+    proc = subprocess.run(["ip", "netns", "pids", host], capture_output=True, text=True)
+    return [int(p) for p in proc.stdout.split()] if proc.returncode == 0 else []
+
+
+def down(args) -> int:
+    """Stop every lab process and remove everything the lab made."""
+    root = lab_dir()
+    state = State(root)
+    hosts = [h for h in state.data["namespaces"] if h in HOSTS]
+    pids = {p for h in hosts for p in namespace_pids(h)}
+    for sig, wait in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 10.0)):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.2)
+        pids = {p for p in pids if _alive(p)}
+        if not pids:
+            break
+    if pids:
+        print(f"lab down: processes {sorted(pids)} did not exit", file=sys.stderr)
+    for host in hosts:
+        sh("ip", "netns", "del", host, check=False, quiet=True)
+    for link in reversed(state.data["links"]):
+        sh("ip", "link", "del", link, check=False, quiet=True)
+    for etc in state.data["netns_etc"]:
+        if Path(etc).parent == Path("/etc/netns"):
+            shutil.rmtree(etc, ignore_errors=True)
+    for path in reversed(state.data["made_dirs"]):
+        try:
+            os.rmdir(path)
+        except OSError as exc:
+            print(f"lab down: {path} left in place: {exc}", file=sys.stderr)
+    shutil.rmtree(root, ignore_errors=True)
+    left = [h for h in HOSTS if Path(f"/run/netns/{h}").exists()]
+    print("== lab down" + (f" (namespaces still present: {left})" if left else ""))
+    return 1 if pids or left else 0
+
+
+def status(args) -> int:
+    """Which lab hosts exist and the processes in each."""
+    root = lab_dir()
+    if not (root / "lab.json").exists():
+        print("no lab is up")
+        return 1
+    for host in State(root).data["namespaces"]:
+        names = []
+        for pid in namespace_pids(host):
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            main = [a.decode() for a in cmdline if a.startswith(b"org.apache.")]
+            names.append(main[0].rsplit(".", 1)[1] if main else
+                         " ".join(a.decode() for a in cmdline[:4]))
+        print(f"{fqdn(host):16} {address(host):12} {', '.join(names) or '-'}")
+    return 0
+
+
+def main(argv=None) -> int:
+    """Command line (see the module docstring)."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        if argv[:1] == ["up"]:
+            return up(argv[1:])
+        if argv[:1] == ["down"]:
+            return down(argv[1:])
+        if argv[:1] == ["status"]:
+            return status(argv[1:])
+        if argv[:1] == ["run"] and len(argv) >= 4:
+            return run_on(argv[1], argv[2], argv[3:]).returncode
+        if argv[:1] == ["tool"] and len(argv) >= 2:
+            return tool(argv[1:])
+    except LabError as exc:
+        print(f"lab: error: {exc}", file=sys.stderr)
+        return 1
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
