@@ -111,7 +111,7 @@ def test_a_wildcard_is_never_advertised(tmp_path, props, line):
     import subprocess
     import sys
 
-    from brokerproc import ROOT
+    from tests.support.brokerproc import ROOT
 
     root = tmp_path / "log"
     root.mkdir()

@@ -221,14 +221,14 @@ class Broker:
             if self.metrics is not None:
                 self.metrics.registry.register(self.cleaner)
             self.cleaner.start()
-        host, port = self.advertised_address()
-        await self.run_io(self.store.register_broker, BrokerInfo(self.broker_id, host, port))
+        advertised = self.advertised_address()
+        await self.run_io(self.store.register_broker, BrokerInfo(self.broker_id, *advertised))
         if self.metrics is not None and self.config.metrics_port >= 0:
             port = self.metrics.serve(self.config.metrics_port, self.host)
             log.info("metrics on http://%s:%d/metrics", self.host, port)
         log.info("broker %d listening on %s, advertised as %s:%d (storage %s): %d "
                  "partition(s) of %d topic(s) recovered in %.2fs", self.broker_id,
-                 self.address, *self.advertised, self.storage_uri, opened, len(names),
+                 self.address, *advertised, self.storage_uri, opened, len(names),
                  time.monotonic() - started)
         return self.address
 
