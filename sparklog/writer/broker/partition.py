@@ -117,6 +117,20 @@ class SchemaChecker:
             self._accepted.add(key)
 
 
+def _decode_columns(buf, pos: int, header: FrameHeader, partition: str,
+                    options: pa.ipc.IpcReadOptions) -> pa.RecordBatch:
+    """The columns ``options`` selects of the frame at byte ``pos`` of a request to
+    ``partition`` (only those are decoded and decompressed); CorruptRecordError naming
+    the frame when its body is not a valid Arrow IPC batch."""
+    body = pa.py_buffer(memoryview(buf)[pos + HEADER_SIZE:pos + header.size])
+    try:
+        return pa.ipc.open_stream(body, options=options).read_next_batch()
+    except (pa.ArrowInvalid, StopIteration, OSError) as exc:
+        raise CorruptRecordError(
+            f"partition {partition}, frame at byte {pos} of the request: body is not a "
+            f"valid Arrow IPC batch: {exc}") from None
+
+
 class NotNullChecker:
     """Refuses frames of a typed topic whose body has a null in a field the topic's
     schema declares not null (SchemaMismatchError naming the field and the record).
@@ -131,13 +145,7 @@ class NotNullChecker:
     def check(self, buf, pos: int, header: FrameHeader, partition: str) -> None:
         """Check the frame at byte ``pos`` of a request to ``partition`` (whose columns
         SchemaChecker already found to be the topic's)."""
-        body = pa.py_buffer(memoryview(buf)[pos + HEADER_SIZE:pos + header.size])
-        try:
-            batch = pa.ipc.open_stream(body, options=self.options).read_next_batch()
-        except (pa.ArrowInvalid, StopIteration, OSError) as exc:
-            raise CorruptRecordError(
-                f"partition {partition}, frame at byte {pos} of the request: body is not a "
-                f"valid Arrow IPC batch: {exc}") from None
+        batch = _decode_columns(buf, pos, header, partition, self.options)
         check_not_null(batch, self.fields,
                        f"partition {partition}, frame at byte {pos} of the request")
 
@@ -160,13 +168,7 @@ class KeyChecker:
             raise InvalidRecordError(
                 f"Compacted topic cannot accept message without key in topic partition "
                 f"{partition} (the topic's schema has no '{KEY_COLUMN}' column)")
-        body = pa.py_buffer(memoryview(buf)[pos + HEADER_SIZE:pos + header.size])
-        try:
-            batch = pa.ipc.open_stream(body, options=self.options).read_next_batch()
-        except (pa.ArrowInvalid, StopIteration, OSError) as exc:
-            raise CorruptRecordError(
-                f"partition {partition}, frame at byte {pos} of the request: body is not a "
-                f"valid Arrow IPC batch: {exc}") from None
+        batch = _decode_columns(buf, pos, header, partition, self.options)
         if batch.column(0).null_count:
             raise InvalidRecordError(
                 f"Compacted topic cannot accept message without key in topic partition "
