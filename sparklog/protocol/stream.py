@@ -67,7 +67,7 @@ def send_parts(sock: socket.socket, parts: list) -> None:
     joined and written with one call, which releases the GIL once for the whole
     message (a write per part would wait for the GIL again after each one, behind
     the threads of the application)."""
-    if isinstance(sock, ssl.SSLSocket):
+    if isinstance(sock, ssl.SSLSocket) or not hasattr(sock, "sendmsg"):
         sock.sendall(b"".join(parts))
         return
     pending = [memoryview(p) for p in parts if len(p)]

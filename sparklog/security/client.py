@@ -27,8 +27,11 @@ failure (an untrusted certificate, a plaintext port) BrokerNotAvailableError nam
 from __future__ import annotations
 
 import itertools
+import select
 import socket
 import ssl
+import threading
+import time
 from dataclasses import dataclass
 
 from ..errors import BrokerNotAvailableError, InvalidConfigError, SaslAuthenticationFailedError
@@ -113,7 +116,7 @@ class ClientSecurity:
         except BaseException:
             sock.close()
             raise
-        return sock
+        return SerializedTLSSocket(sock) if isinstance(sock, ssl.SSLSocket) else sock
 
     def _authenticate(self, sock, address: str, client_id: str) -> None:
         from ..protocol.apis import ApiKey
@@ -199,3 +202,64 @@ def security_properties(props: dict, *, what: str = "client properties",
 
 
 __all__ = ["CLIENT_SECURITY_DEFAULTS", "ClientSecurity", "security_properties"]
+
+
+class SerializedTLSSocket:
+    """A TLS socket shared by a connection's reader thread and the threads sending its
+    requests. OpenSSL's connection objects are not safe for a read and a write at the
+    same time (a client whose reader took in the broker's TLS alert while a request was
+    being written crashed with SIGSEGV), so every TLS operation here holds one lock.
+    The reader waits for the socket to become readable outside the lock and then reads
+    without blocking, so a record that carries no application data (a TLS 1.3 session
+    ticket) never holds the lock while it waits for more."""
+
+    def __init__(self, sock: ssl.SSLSocket):
+        self._sock = sock
+        self._lock = threading.Lock()
+        self._timeout = sock.gettimeout()
+
+    def recv_into(self, buffer, nbytes: int = 0) -> int:
+        """Read up to ``nbytes`` decrypted bytes, waiting until some arrive (at most
+        the socket's timeout, then TimeoutError as a socket's read raises)."""
+        deadline = None if self._timeout is None else time.monotonic() + self._timeout
+        while True:
+            with self._lock:
+                self._sock.settimeout(0.0)
+                try:
+                    return self._sock.recv_into(buffer, nbytes)
+                except (ssl.SSLWantReadError, BlockingIOError):
+                    pass
+                finally:
+                    self._sock.settimeout(self._timeout)
+            wait = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
+            if wait <= 0:
+                raise TimeoutError("timed out")
+            select.select([self._sock], [], [], wait)
+
+    def sendall(self, data) -> None:
+        """Write all of ``data``."""
+        with self._lock:
+            self._sock.sendall(data)
+
+    def settimeout(self, timeout) -> None:
+        """The timeout of writes (reads wait for data as long as it takes)."""
+        with self._lock:
+            self._timeout = timeout
+            self._sock.settimeout(timeout)
+
+    def setsockopt(self, *args) -> None:
+        """``socket.setsockopt`` of the underlying socket."""
+        self._sock.setsockopt(*args)
+
+    def fileno(self) -> int:
+        """The socket's file descriptor (-1 once closed)."""
+        return self._sock.fileno()
+
+    def shutdown(self, how) -> None:
+        """Shut the connection down without the lock: wakes a blocked write."""
+        self._sock.shutdown(how)
+
+    def close(self) -> None:
+        """Close the socket once no TLS operation is running."""
+        with self._lock:
+            self._sock.close()
