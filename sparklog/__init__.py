@@ -17,14 +17,14 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time loaded on firs
     from sparklog.admin import NewTopic as NewTopic
     from sparklog.client.types import OffsetAndMetadata as OffsetAndMetadata
     from sparklog.client.types import TopicPartition as TopicPartition
-    from sparklog.connect import Session as Session
-    from sparklog.connect import connect as connect
     from sparklog.reader.consumer import Consumer as Consumer
+    from sparklog.session import Session as Session
+    from sparklog.session import connect as connect
     from sparklog.writer.producer import Producer as Producer
 
 _EXPORTS = {
-    "connect": ("sparklog.connect", "connect"),
-    "Session": ("sparklog.connect", "Session"),
+    "connect": ("sparklog.session", "connect"),
+    "Session": ("sparklog.session", "Session"),
     "Producer": ("sparklog.writer.producer", "Producer"),
     "Consumer": ("sparklog.reader.consumer", "Consumer"),
     "Admin": ("sparklog.admin", "Admin"),

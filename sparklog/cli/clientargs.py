@@ -139,8 +139,8 @@ def command_config(args) -> dict:
 
 
 def session(args):
-    """A :class:`sparklog.connect.Session` for ``--bootstrap-server`` (and
+    """A :class:`sparklog.session.Session` for ``--bootstrap-server`` (and
     ``--command-config``)."""
-    from ..connect import connect
+    from ..session import connect
 
     return connect(args.bootstrap_server, client_configs=command_config(args))

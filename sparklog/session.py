@@ -1,4 +1,4 @@
-"""``sparklog.connect``: one call from a notebook to a working log.
+"""``sparklog.connect()``: one call from a notebook to a working log.
 
 ``connect("file:///data/log")`` (or any storage URI: ``hdfs://``, ``webhdfs://``)
 starts an in-process :class:`~sparklog.writer.broker.EmbeddedBroker` on that storage,
@@ -13,9 +13,7 @@ storage has one writer per partition); it stops when the last session closes.
 
 from __future__ import annotations
 
-import sys
 import threading
-import types
 
 from .admin import Admin
 from .errors import InvalidArgumentError
@@ -133,14 +131,3 @@ def connect(target: str, *, broker_config: dict | None = None,
             entry = _EMBEDDED[uri] = [broker, 0]
         entry[1] += 1
     return Session(entry[0].bootstrap_servers, uri, client_configs)
-
-
-class _CallableModule(types.ModuleType):
-    """Importing the submodule ``sparklog.connect`` makes Python bind the *module* to
-    the package attribute ``sparklog.connect``; calling it still works this way."""
-
-    def __call__(self, *args, **kwargs) -> Session:
-        return connect(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
