@@ -285,6 +285,8 @@ class HdfsCluster:
             "hadoop.security.authentication": "kerberos",
             "hadoop.security.authorization": "true",
             "hadoop.rpc.protection": "authentication",
+            # the tests' tickets live seconds: logging in again is allowed every second
+            "hadoop.kerberos.min.seconds.before.relogin": "1",
             # the NameNode's groups of the test's principals (no OS accounts for them)
             "hadoop.user.group.static.mapping.overrides":
                 ";".join([f"{u}=supergroup" for u in ("hdfs", *supergroup)]),

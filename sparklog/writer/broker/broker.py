@@ -156,8 +156,14 @@ class Broker:
 
     def _storage_options(self) -> dict:
         """The FileIO options the broker's settings give its storage's backend."""
-        if url_scheme(self.storage_uri) in ("", "file"):
+        scheme = url_scheme(self.storage_uri)
+        if scheme in ("", "file"):
             return {"sync_behind_writes": self.config.sync_behind_writes_bytes}
+        if scheme == "hdfs" and (self.config.storage_kerberos_principal
+                                 or self.config.storage_kerberos_keytab):
+            return {"principal": self.config.storage_kerberos_principal or None,
+                    "keytab": self.config.storage_kerberos_keytab or None,
+                    "renew_interval": self.config.storage_kerberos_renew_period_ms / 1000}
         return {}
 
     async def run_io(self, fn, *args):

@@ -1,0 +1,107 @@
+"""A Kerberized HDFS: the broker logs in from its keytab, renews its ticket, and a process
+without a ticket is refused with the cause named.
+
+One KDC (tests/support/kdc.py: Hadoop's MiniKdc) and one secure HDFS cluster
+(``HdfsCluster(kdc=...)``: NameNode and DataNode logging in from their keytab, block
+tokens, SASL data transfer) per module. Tickets live ``TICKET_LIFETIME`` seconds, so a
+broker that did not renew its ticket would lose HDFS within the test. The broker and the
+refused client are processes of their own: Hadoop's security settings are JVM-wide, and
+the test process's JVM talks to the insecure cluster of the other tests.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from sparklog.protocol import Connection
+from tests.support.brokerproc import ROOT, BrokerProcess
+from tests.support.hdfscluster import HdfsCluster, hadoop_unavailable
+from tests.support.kdc import Kdc, kdc_unavailable
+from tests.support.waiting import wait_until
+from tests.support.wire import create, produce, read_values
+
+#: Seconds a ticket of this module's KDC lives (the HDFS daemons' too).
+TICKET_LIFETIME = 15
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory):
+    """The KDC, the secure HDFS cluster, the broker's keytab (principal ``sparklog``,
+    an HDFS superuser through the cluster's static group mapping) and the environment
+    of a client process (HADOOP_CONF_DIR, the KDC's krb5.conf)."""
+    reason = hadoop_unavailable() or kdc_unavailable()
+    if reason:
+        pytest.skip(reason)
+    base = tmp_path_factory.mktemp("kerberos")
+    kdc = Kdc(str(base / "kdc"), ticket_lifetime=TICKET_LIFETIME).start()
+    cluster = None
+    try:
+        keytab = kdc.keytab("sparklog.keytab", "sparklog")
+        cluster = HdfsCluster(str(base / "hdfs"), kdc=kdc, supergroup=("sparklog",))
+        cluster.start()
+        env = {"HADOOP_CONF_DIR": cluster.conf_dir,
+               "HADOOP_CLIENT_OPTS": " ".join(kdc.jvm_options()),
+               "HADOOP_USER_NAME": None}
+        yield SimpleNamespace(kdc=kdc, cluster=cluster, keytab=keytab, env=env,
+                              principal=kdc.principal("sparklog"))
+    finally:
+        if cluster is not None:
+            cluster.stop()
+        kdc.stop()
+
+
+def _valid_until(log: str) -> list[float]:
+    """End times (epoch seconds) of the tickets the broker's log reports, in order."""
+    return [datetime.datetime.fromisoformat(t).timestamp()
+            for t in re.findall(r"valid until (\S+)", log)]
+
+
+def test_broker_logs_in_from_its_keytab_and_renews_its_ticket(secure, tmp_path):
+    overrides = [f"storage.kerberos.principal={secure.principal}",
+                 f"storage.kerberos.keytab={secure.keytab}",
+                 "storage.kerberos.ticket.renew.period.ms=500"]
+    broker = BrokerProcess(f"{secure.cluster.hdfs_uri}/kerberized",
+                           [a for o in overrides for a in ("--override", o)],
+                           log_path=tmp_path / "broker.log", env=secure.env,
+                           start_timeout=120)
+    with broker:
+        with Connection(broker.address, timeout=30) as conn:
+            assert create(conn, "secured")["error_code"] == 0
+            assert produce(conn, "secured", 0, ["a", "b"], acks=-1)["error_code"] == 0
+            assert read_values(conn, "secured", 0) == [b"a", b"b"]
+        log = broker.log_text()
+        assert f"logged in as {secure.principal} from keytab {secure.keytab}" in log, log
+        first_end = _valid_until(log)[0]
+        # renewed before the first ticket ends, then still writing after it ended
+        wait_until(lambda: f"ticket of {secure.principal} renewed" in broker.log_text(),
+                   timeout=TICKET_LIFETIME * 3, what="the broker's ticket renewed")
+        renewed = broker.log_text()
+        assert _valid_until(renewed)[1] > first_end, renewed
+        wait_until(lambda: time.time() > first_end + 1, timeout=TICKET_LIFETIME * 2,
+                   what="the broker's first ticket expired")
+        with Connection(broker.address, timeout=30) as conn:
+            assert produce(conn, "secured", 0, ["c"], acks=-1)["error_code"] == 0
+            assert read_values(conn, "secured", 0) == [b"a", b"b", b"c"]
+        assert broker.stop() == 0
+
+
+def test_a_broker_without_a_ticket_is_refused_naming_kerberos(secure):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("HADOOP_USER_NAME", None)
+    env.update({k: v for k, v in secure.env.items() if v is not None})
+    proc = subprocess.run(
+        [sys.executable, "-m", "sparklog.cli.main", "broker", "start",
+         "--storage", f"{secure.cluster.hdfs_uri}/no-ticket", "--listen", "127.0.0.1:0"],
+        env=env, cwd=str(ROOT), capture_output=True, text=True, timeout=120,
+        stdin=subprocess.DEVNULL)
+    assert proc.returncode != 0, proc.stdout
+    assert "Kerberos authentication refused" in proc.stderr, proc.stderr[-3000:]
+    assert "storage.kerberos.principal" in proc.stderr
