@@ -40,6 +40,13 @@ log = logging.getLogger(__name__)
 #: lives more than five minutes in time).
 DEFAULT_RENEW_INTERVAL = 60.0
 
+#: The names under which the broker's properties and the Spark source's options give
+#: a keytab login (the broker's ``storage.*`` prefix; Spark's own ``spark.kerberos.*``
+#: configure Spark's JVM, not sparklog's storage client).
+PRINCIPAL_KEY = "storage.kerberos.principal"
+KEYTAB_KEY = "storage.kerberos.keytab"
+RENEW_PERIOD_KEY = "storage.kerberos.ticket.renew.period.ms"
+
 _LOCK = threading.Lock()
 _LOGINS: dict[tuple[int, str, str], "KeytabLogin"] = {}
 
@@ -172,3 +179,30 @@ def keytab_login(conf, principal: str, keytab: str,
                 ugi_cls.setConfiguration(conf)
             login = _LOGINS[key] = KeytabLogin(principal, keytab, renew_interval)
         return login
+
+
+def kerberos_options(principal, keytab, renew_period_ms=None) -> dict:
+    """The ``open_fileio`` options (``principal``, ``keytab``, ``renew_interval``) of the
+    settings :data:`PRINCIPAL_KEY`, :data:`KEYTAB_KEY` and :data:`RENEW_PERIOD_KEY`
+    (empty or None: not set); {} when neither a principal nor a keytab is set.
+    InvalidArgumentError naming the setting when one comes without the other or the
+    period is not a positive number of milliseconds. No JVM is started."""
+    principal = str(principal).strip() if principal else ""
+    keytab = str(keytab).strip() if keytab else ""
+    if not principal and not keytab:
+        return {}
+    if not principal or not keytab:
+        missing = PRINCIPAL_KEY if not principal else KEYTAB_KEY
+        raise InvalidArgumentError(
+            f"{PRINCIPAL_KEY} and {KEYTAB_KEY} go together: {missing} is not set")
+    options = {"principal": principal, "keytab": keytab}
+    if renew_period_ms not in (None, ""):
+        try:
+            period = int(str(renew_period_ms).strip())
+        except ValueError:
+            period = 0
+        if period <= 0:
+            raise InvalidArgumentError(f"{RENEW_PERIOD_KEY}={renew_period_ms!r} must be a "
+                                       "positive number of milliseconds")
+        options["renew_interval"] = period / 1000
+    return options

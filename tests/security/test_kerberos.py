@@ -1,5 +1,6 @@
-"""A Kerberized HDFS: the broker logs in from its keytab, renews its ticket, and a process
-without a ticket is refused with the cause named.
+"""A Kerberized HDFS: the broker logs in from its keytab, renews its ticket, a Spark job
+reads what it wrote with its own keytab login, and a process without a ticket is refused
+with the cause named.
 
 One KDC (tests/support/kdc.py: Hadoop's MiniKdc) and one secure HDFS cluster
 (``HdfsCluster(kdc=...)``: NameNode and DataNode logging in from their keytab, block
@@ -30,6 +31,23 @@ from tests.support.wire import create, produce, read_values
 
 #: Seconds a ticket of this module's KDC lives (the HDFS daemons' too).
 TICKET_LIFETIME = 15
+
+#: A Spark job (its own process, local[1], the Python reader: the tasks open the storage
+#: through sparklog's hdfs:// client, HADOOP_CLIENT_OPTS naming the KDC's krb5.conf) reading a topic of a Kerberized storage root with
+#: the source's storage.kerberos.* options; prints the values.
+SPARK_READ = """
+import os, sys
+from sparklog.spark import local_session
+root, topic, principal, keytab = sys.argv[1:5]
+# Spark's JVM reads HADOOP_CONF_DIR too (Kerberos on): it needs the KDC's krb5.conf
+spark = local_session("kerberos-read", cores=1, shuffle_partitions=1, jvm_reader=False,
+                      conf={"spark.driver.extraJavaOptions": os.environ["HADOOP_CLIENT_OPTS"]})
+rows = (spark.read.format("sparklog").option("path", root).option("subscribe", topic)
+        .option("storage.kerberos.principal", principal)
+        .option("storage.kerberos.keytab", keytab).load().orderBy("offset").collect())
+print("VALUES " + ",".join(bytes(r.value).decode() for r in rows))
+spark.stop()
+"""
 
 
 @pytest.fixture(scope="module")
@@ -93,10 +111,29 @@ def test_broker_logs_in_from_its_keytab_and_renews_its_ticket(secure, tmp_path):
         assert broker.stop() == 0
 
 
-def test_a_broker_without_a_ticket_is_refused_naming_kerberos(secure):
+def _client_env(secure) -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("HADOOP_USER_NAME", None)
     env.update({k: v for k, v in secure.env.items() if v is not None})
+    return env
+
+
+def test_a_spark_job_reads_with_its_keytab(secure, tmp_path):
+    """A Spark job of another principal (an ordinary HDFS user, not a superuser) reads
+    a topic the broker wrote, its tasks logging in from the job's keytab."""
+    pytest.importorskip("pyspark", reason="pyspark is not installed")
+    keytab = secure.kdc.keytab("job.keytab", "etl")
+    root = f"{secure.cluster.hdfs_uri}/kerberized"
+    proc = subprocess.run([sys.executable, "-c", SPARK_READ, root, "secured",
+                           secure.kdc.principal("etl"), keytab],
+                          env=_client_env(secure), cwd=str(ROOT), capture_output=True,
+                          text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "VALUES a,b,c" in proc.stdout, (proc.stdout, proc.stderr[-3000:])
+
+
+def test_a_broker_without_a_ticket_is_refused_naming_kerberos(secure):
+    env = _client_env(secure)
     proc = subprocess.run(
         [sys.executable, "-m", "sparklog.cli.main", "broker", "start",
          "--storage", f"{secure.cluster.hdfs_uri}/no-ticket", "--listen", "127.0.0.1:0"],

@@ -159,11 +159,12 @@ class Broker:
         scheme = url_scheme(self.storage_uri)
         if scheme in ("", "file"):
             return {"sync_behind_writes": self.config.sync_behind_writes_bytes}
-        if scheme == "hdfs" and (self.config.storage_kerberos_principal
-                                 or self.config.storage_kerberos_keytab):
-            return {"principal": self.config.storage_kerberos_principal or None,
-                    "keytab": self.config.storage_kerberos_keytab or None,
-                    "renew_interval": self.config.storage_kerberos_renew_period_ms / 1000}
+        if scheme == "hdfs":
+            from ...storage.kerberos import kerberos_options
+
+            return kerberos_options(self.config.storage_kerberos_principal,
+                                    self.config.storage_kerberos_keytab,
+                                    self.config.storage_kerberos_renew_period_ms)
         return {}
 
     async def run_io(self, fn, *args):
