@@ -1,6 +1,7 @@
 """A Kerberized HDFS: the broker logs in from its keytab, renews its ticket, a Spark job
 reads what it wrote with its own keytab login, and a process without a ticket is refused
-with the cause named.
+with the cause named. And SASL GSSAPI on a broker listener: a client logged in from its
+keytab is ``User:<primary>`` to the ACLs; a forged token is refused.
 
 One KDC (tests/support/kdc.py: Hadoop's MiniKdc) and one secure HDFS cluster
 (``HdfsCluster(kdc=...)``: NameNode and DataNode logging in from their keytab, block
@@ -109,6 +110,83 @@ def test_broker_logs_in_from_its_keytab_and_renews_its_ticket(secure, tmp_path):
             assert produce(conn, "secured", 0, ["c"], acks=-1)["error_code"] == 0
             assert read_values(conn, "secured", 0) == [b"a", b"b", b"c"]
         assert broker.stop() == 0
+
+
+#: A broker with a SASL_PLAINTEXT listener enabling GSSAPI (its keytab login from
+#: Kafka's per-listener JAAS key) and ACLs, and sparklog's clients logging in from their
+#: keytabs: one process (the JVM carries both logins), run by the test below.
+GSSAPI_SCRIPT = """
+import sys, tempfile
+from sparklog.admin import Admin
+from sparklog.errors import TopicAuthorizationFailedError
+from sparklog.reader.consumer import Consumer
+from sparklog.security.acl import AclBinding
+from sparklog.writer.broker.embedded import EmbeddedBroker
+from sparklog.writer.producer.producer import Producer
+from sparklog.protocol import ApiKey, Connection
+broker_principal, broker_keytab, client_principal, client_keytab = sys.argv[1:5]
+jaas = ('com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true '
+        f'storeKey=true keyTab="{broker_keytab}" principal="{broker_principal}";')
+props = {"listeners": "LOCAL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+         "listener.security.protocol.map": "LOCAL:PLAINTEXT",
+         "sasl.enabled.mechanisms": "GSSAPI", "sasl.kerberos.service.name": "kafka",
+         "listener.name.sasl_plaintext.gssapi.sasl.jaas.config": jaas,
+         "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+         "super.users": "User:ANONYMOUS"}
+with EmbeddedBroker("file://" + tempfile.mkdtemp(), props) as broker:
+    addresses = broker.broker.listener_addresses
+    with Admin(addresses["LOCAL"]) as admin:
+        admin.create_topic("kerb", 1)
+        admin.create_topic("other", 1)
+        admin.create_acls([AclBinding("User:etl", "*", op, "Allow", "Topic", "kerb")
+                           for op in ("Read", "Write")] +
+                          [AclBinding("User:etl", "*", "Read", "Allow", "Group", "etl")])
+    cfg = dict(security_protocol="SASL_PLAINTEXT", sasl_mechanism="GSSAPI",
+               sasl_kerberos_service_name="kafka", sasl_kerberos_principal=client_principal,
+               sasl_kerberos_keytab=client_keytab)
+    address = addresses["SASL_PLAINTEXT"]
+    with Producer(bootstrap_servers=address, **cfg) as producer:
+        producer.send("kerb", b"over-gssapi").get(30)
+        try:
+            producer.send("other", b"no").get(30)
+            print("OTHER ALLOWED")
+        except TopicAuthorizationFailedError as e:
+            print("OTHER DENIED", e)
+    consumer = Consumer("kerb", bootstrap_servers=address, group_id="etl",
+                        auto_offset_reset="earliest", consumer_timeout_ms=5000, **cfg)
+    try:
+        print("CONSUMED", [r.value.decode() for r in consumer])
+    finally:
+        consumer.close()
+    # a made-up Kerberos token: refused with SASL_AUTHENTICATION_FAILED, then closed
+    with Connection(address, timeout=10) as conn:
+        conn.request(ApiKey.SASL_HANDSHAKE, {"mechanism": "GSSAPI"})
+        conn.send(ApiKey.SASL_AUTHENTICATE,
+                  {"auth_bytes": bytes([0x60, 0x82]) + b"not kerberos" * 20})
+        answer = conn.receive()
+        print("FORGED", answer["error_code"], answer.get("error_message"))
+    with Admin(addresses["LOCAL"]) as admin:
+        print("STILL SERVING", "kerb" in admin.list_topics())
+"""
+
+
+def test_gssapi_listener_authenticates_keytab_clients_as_acl_principals(secure):
+    """GSSAPI on a listener: the client ``etl@REALM`` is ``User:etl`` (allowed one topic,
+    denied another); a forged Kerberos token is refused and the broker serves on."""
+    kdc = secure.kdc
+    broker_keytab = kdc.keytab("kafka.keytab", "kafka/127.0.0.1")
+    client_keytab = kdc.keytab("etl.keytab", "etl")
+    proc = subprocess.run(
+        [sys.executable, "-c", GSSAPI_SCRIPT, kdc.principal("kafka/127.0.0.1"),
+         broker_keytab, kdc.principal("etl"), client_keytab],
+        env=dict(_client_env(secure), HADOOP_CONF_DIR=""), cwd=str(ROOT),
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    out = proc.stdout
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "CONSUMED ['over-gssapi']" in out, (out, proc.stderr[-3000:])
+    assert "OTHER DENIED" in out, out
+    assert "FORGED 58 " in out, (out, proc.stderr[-3000:])  # SASL_AUTHENTICATION_FAILED
+    assert "STILL SERVING True" in out, out
 
 
 def _client_env(secure) -> dict:
