@@ -52,29 +52,41 @@ spark.stop()
 
 
 @pytest.fixture(scope="module")
-def secure(tmp_path_factory):
+def kdc(tmp_path_factory):
+    """The module's KDC (tickets live TICKET_LIFETIME seconds)."""
+    reason = kdc_unavailable()
+    if reason:
+        pytest.skip(reason)
+    kdc = Kdc(str(tmp_path_factory.mktemp("kdc")), ticket_lifetime=TICKET_LIFETIME).start()
+    yield kdc
+    kdc.stop()
+
+
+@pytest.fixture(scope="module")
+def secure(kdc, tmp_path_factory):
     """The KDC, the secure HDFS cluster, the broker's keytab (principal ``sparklog``,
     an HDFS superuser through the cluster's static group mapping) and the environment
     of a client process (HADOOP_CONF_DIR, the KDC's krb5.conf)."""
-    reason = hadoop_unavailable() or kdc_unavailable()
+    reason = hadoop_unavailable()
     if reason:
         pytest.skip(reason)
-    base = tmp_path_factory.mktemp("kerberos")
-    kdc = Kdc(str(base / "kdc"), ticket_lifetime=TICKET_LIFETIME).start()
-    cluster = None
+    keytab = kdc.keytab("sparklog.keytab", "sparklog")
+    cluster = HdfsCluster(str(tmp_path_factory.mktemp("hdfs")), kdc=kdc,
+                          supergroup=("sparklog",))
+    cluster.start()
     try:
-        keytab = kdc.keytab("sparklog.keytab", "sparklog")
-        cluster = HdfsCluster(str(base / "hdfs"), kdc=kdc, supergroup=("sparklog",))
-        cluster.start()
-        env = {"HADOOP_CONF_DIR": cluster.conf_dir,
-               "HADOOP_CLIENT_OPTS": " ".join(kdc.jvm_options()),
-               "HADOOP_USER_NAME": None}
-        yield SimpleNamespace(kdc=kdc, cluster=cluster, keytab=keytab, env=env,
+        yield SimpleNamespace(kdc=kdc, cluster=cluster, keytab=keytab,
+                              env=_kerberos_env(kdc, cluster.conf_dir),
                               principal=kdc.principal("sparklog"))
     finally:
-        if cluster is not None:
-            cluster.stop()
-        kdc.stop()
+        cluster.stop()
+
+
+def _kerberos_env(kdc, conf_dir: str) -> dict:
+    """Environment changes of a client process: the cluster's HADOOP_CONF_DIR (empty:
+    none), the KDC's krb5.conf for its JVM, no HADOOP_USER_NAME."""
+    return {"HADOOP_CONF_DIR": conf_dir, "HADOOP_CLIENT_OPTS": " ".join(kdc.jvm_options()),
+            "HADOOP_USER_NAME": None}
 
 
 def _valid_until(log: str) -> list[float]:
@@ -170,16 +182,15 @@ with EmbeddedBroker("file://" + tempfile.mkdtemp(), props) as broker:
 """
 
 
-def test_gssapi_listener_authenticates_keytab_clients_as_acl_principals(secure):
+def test_gssapi_listener_authenticates_keytab_clients_as_acl_principals(kdc):
     """GSSAPI on a listener: the client ``etl@REALM`` is ``User:etl`` (allowed one topic,
     denied another); a forged Kerberos token is refused and the broker serves on."""
-    kdc = secure.kdc
     broker_keytab = kdc.keytab("kafka.keytab", "kafka/127.0.0.1")
     client_keytab = kdc.keytab("etl.keytab", "etl")
     proc = subprocess.run(
         [sys.executable, "-c", GSSAPI_SCRIPT, kdc.principal("kafka/127.0.0.1"),
          broker_keytab, kdc.principal("etl"), client_keytab],
-        env=dict(_client_env(secure), HADOOP_CONF_DIR=""), cwd=str(ROOT),
+        env=_client_env(_kerberos_env(kdc, "")), cwd=str(ROOT),
         capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     out = proc.stdout
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -189,10 +200,14 @@ def test_gssapi_listener_authenticates_keytab_clients_as_acl_principals(secure):
     assert "STILL SERVING True" in out, out
 
 
-def _client_env(secure) -> dict:
+def _client_env(changes: dict) -> dict:
+    """os.environ with ``changes`` (None: removed) and this repository on PYTHONPATH."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    env.pop("HADOOP_USER_NAME", None)
-    env.update({k: v for k, v in secure.env.items() if v is not None})
+    for key, value in changes.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
     return env
 
 
@@ -204,14 +219,14 @@ def test_a_spark_job_reads_with_its_keytab(secure, tmp_path):
     root = f"{secure.cluster.hdfs_uri}/kerberized"
     proc = subprocess.run([sys.executable, "-c", SPARK_READ, root, "secured",
                            secure.kdc.principal("etl"), keytab],
-                          env=_client_env(secure), cwd=str(ROOT), capture_output=True,
+                          env=_client_env(secure.env), cwd=str(ROOT), capture_output=True,
                           text=True, timeout=300, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "VALUES a,b,c" in proc.stdout, (proc.stdout, proc.stderr[-3000:])
 
 
 def test_a_broker_without_a_ticket_is_refused_naming_kerberos(secure):
-    env = _client_env(secure)
+    env = _client_env(secure.env)
     proc = subprocess.run(
         [sys.executable, "-m", "sparklog.cli.main", "broker", "start",
          "--storage", f"{secure.cluster.hdfs_uri}/no-ticket", "--listen", "127.0.0.1:0"],
@@ -220,3 +235,27 @@ def test_a_broker_without_a_ticket_is_refused_naming_kerberos(secure):
     assert proc.returncode != 0, proc.stdout
     assert "Kerberos authentication refused" in proc.stderr, proc.stderr[-3000:]
     assert "storage.kerberos.principal" in proc.stderr
+
+
+def test_gssapi_client_settings_from_kafka_names_and_kafka_python_names():
+    """Kafka's ``sasl.jaas.config`` with Krb5LoginModule gives the keytab login; a
+    GSSAPI client without one is refused naming what is missing (no JVM involved)."""
+    from sparklog.errors import InvalidConfigError
+    from sparklog.security.client import ClientSecurity, security_properties
+
+    cfg = security_properties({
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "GSSAPI",
+        "sasl.kerberos.service.name": "sparklog",
+        "sasl.jaas.config": 'com.sun.security.auth.module.Krb5LoginModule required '
+                            'useKeyTab=true storeKey=true keyTab="/keytabs/etl.keytab" '
+                            'principal="etl@EXAMPLE.COM";'})
+    assert ClientSecurity.from_configs(cfg).kerberos == (
+        "sparklog", None, "etl@EXAMPLE.COM", "/keytabs/etl.keytab")
+    with pytest.raises(InvalidConfigError, match="sasl_kerberos_keytab"):
+        ClientSecurity.from_configs({"security_protocol": "SASL_PLAINTEXT",
+                                     "sasl_mechanism": "GSSAPI",
+                                     "sasl_kerberos_principal": "etl@EXAMPLE.COM"})
+    with pytest.raises(InvalidConfigError, match="keyTab"):
+        security_properties({"sasl.jaas.config":
+                             "com.sun.security.auth.module.Krb5LoginModule required "
+                             "useTicketCache=true;"})
