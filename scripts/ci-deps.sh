@@ -11,8 +11,9 @@
 #     (sparklog/reader/jvm);
 #   - Maven (mvn): the Java artifact sets of sparklog/maven come from Maven Central on
 #     first use: Apache Hadoop's jars (the HDFS daemons of tests/support/hdfscluster.py and the
-#     hdfs:// client), Apache Kafka's broker (tests/support/kafkaserver.py), Spark's Kafka source
-#     and delta-spark.
+#     hdfs:// client), Apache Kafka's broker (tests/support/kafkaserver.py), Spark's Kafka source,
+#     delta-spark and Hadoop's MiniKdc (the Kerberos KDC of tests/support/kdc.py: no
+#     system Kerberos package is needed).
 set -euo pipefail
 
 missing=()

@@ -13,10 +13,20 @@ ssl_password             None          the private key's password
 ssl_check_hostname       True          the broker's certificate must name the host
 ssl_context              None          a ready :class:`ssl.SSLContext` (the ssl_*
                                        settings are then ignored)
-sasl_mechanism           PLAIN         PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
-sasl_plain_username      None          the user (all mechanisms)
+sasl_mechanism           PLAIN         PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or GSSAPI
+sasl_plain_username      None          the user (PLAIN and SCRAM)
 sasl_plain_password      None          its password
+sasl_kerberos_service_name  kafka      GSSAPI: the broker's service name
+sasl_kerberos_domain_name   None       GSSAPI: the broker's host in its principal
+                                       (None: the host connected to)
+sasl_kerberos_principal  None          GSSAPI: the client's principal and its keytab
+sasl_kerberos_keytab     None          (sparklog's; Kafka's ``sasl.jaas.config`` with
+                                       ``Krb5LoginModule`` gives the same)
 =======================  ============  ==============================================
+
+GSSAPI runs the JDK's Kerberos in this process's JVM (:mod:`.gssapi`: needs JPype and
+a Java runtime, as ``hdfs://`` does; the KDC from ``/etc/krb5.conf`` or
+``-Djava.security.krb5.conf`` in ``HADOOP_CLIENT_OPTS``).
 
 :meth:`ClientSecurity.connect` opens a socket, wraps it in TLS and authenticates
 (SaslHandshake, SaslAuthenticate) before any other request; a refused authentication
@@ -42,9 +52,11 @@ CLIENT_SECURITY_DEFAULTS = {
     "security_protocol": "PLAINTEXT", "ssl_cafile": None, "ssl_certfile": None,
     "ssl_keyfile": None, "ssl_password": None, "ssl_check_hostname": True,
     "ssl_context": None, "sasl_mechanism": "PLAIN", "sasl_plain_username": None,
-    "sasl_plain_password": None,
+    "sasl_plain_password": None, "sasl_kerberos_service_name": "kafka",
+    "sasl_kerberos_domain_name": None, "sasl_kerberos_principal": None,
+    "sasl_kerberos_keytab": None,
 }
-_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI")
 
 
 @dataclass(frozen=True)
@@ -56,6 +68,8 @@ class ClientSecurity:
     mechanism: str = "PLAIN"
     username: str | None = None
     password: str | None = None
+    #: GSSAPI: (service name, broker host override, principal, keytab)
+    kerberos: tuple | None = None
 
     @classmethod
     def from_configs(cls, configs: dict | None = None) -> "ClientSecurity":
@@ -76,7 +90,13 @@ class ClientSecurity:
             if mechanism not in _MECHANISMS:
                 raise InvalidConfigError(f"sasl_mechanism={mechanism!r} must be one of "
                                          f"{', '.join(_MECHANISMS)}")
-            if not cfg["sasl_plain_username"] or not cfg["sasl_plain_password"]:
+            if mechanism == "GSSAPI":
+                if not cfg["sasl_kerberos_principal"] or not cfg["sasl_kerberos_keytab"]:
+                    raise InvalidConfigError(
+                        "sasl_mechanism=GSSAPI needs sasl_kerberos_principal and "
+                        "sasl_kerberos_keytab (a keytab login; or sasl.jaas.config with "
+                        "Krb5LoginModule keyTab and principal)")
+            elif not cfg["sasl_plain_username"] or not cfg["sasl_plain_password"]:
                 raise InvalidConfigError(f"security_protocol={protocol} needs "
                                          "sasl_plain_username and sasl_plain_password")
         check = cfg["ssl_check_hostname"]
@@ -89,8 +109,13 @@ class ClientSecurity:
             context = cfg["ssl_context"] or client_context(
                 cfg["ssl_cafile"], cfg["ssl_certfile"], cfg["ssl_keyfile"],
                 cfg["ssl_password"], bool(check))
+        kerberos = None
+        if mechanism == "GSSAPI":
+            kerberos = (str(cfg["sasl_kerberos_service_name"] or "kafka"),
+                        cfg["sasl_kerberos_domain_name"], str(cfg["sasl_kerberos_principal"]),
+                        str(cfg["sasl_kerberos_keytab"]))
         return cls(protocol, context, mechanism, cfg["sasl_plain_username"],
-                   cfg["sasl_plain_password"])
+                   cfg["sasl_plain_password"], kerberos)
 
     def connect(self, host: str, port: int, timeout: float, client_id: str = ""
                 ) -> socket.socket:
@@ -141,6 +166,19 @@ class ClientSecurity:
             return response
 
         call(ApiKey.SASL_HANDSHAKE, {"mechanism": self.mechanism})
+        if self.mechanism == "GSSAPI" and self.kerberos is not None:
+            from .gssapi import GssapiInitiator
+
+            service, domain, principal, keytab = self.kerberos
+            gss = GssapiInitiator(principal, keytab, service,
+                                  domain or address.rpartition(":")[0])
+            token = gss.step(b"")
+            while True:
+                answer = bytes(call(ApiKey.SASL_AUTHENTICATE, {"auth_bytes": token})
+                               ["auth_bytes"])
+                if gss.complete:
+                    return
+                token = gss.step(answer)
         if self.mechanism == "PLAIN":
             token = b"\0" + self.username.encode() + b"\0" + self.password.encode()
             call(ApiKey.SASL_AUTHENTICATE, {"auth_bytes": token})
@@ -179,7 +217,11 @@ def security_properties(props: dict, *, what: str = "client properties",
     out = {}
     for key, value in props.items():
         value = str(value)
-        if key == "sasl.jaas.config":
+        if key == "sasl.jaas.config" and "Krb5LoginModule" in value:
+            from .gssapi import parse_jaas
+
+            out["sasl_kerberos_principal"], out["sasl_kerberos_keytab"] = parse_jaas(value)
+        elif key == "sasl.jaas.config":
             found = dict(re.findall(r'(username|password)\s*=\s*"([^"]*)"', value))
             if "username" not in found or "password" not in found:
                 raise InvalidConfigError(f'{what}: sasl.jaas.config needs username="..." '

@@ -18,7 +18,7 @@ AUTHORIZER_CLASSES = ("kafka.security.authorizer.AclAuthorizer",
                       "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                       "sparklog.security.acl.AclAuthorizer")
 #: SASL mechanisms the broker implements
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI")
 
 #: security key -> default (strings, as in a properties file)
 SECURITY_KEYS = {
@@ -37,6 +37,13 @@ SECURITY_KEYS = {
     "ssl.cipher.suites": "",
     "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
     "sasl.server.max.receive.size": "524288",
+    # GSSAPI (Kerberos): the broker's keytab login, Kafka's per-mechanism JAAS key
+    # (listener.name.<l>.gssapi.sasl.jaas.config), the service name clients ask for
+    # (default: the principal's first component) and the principal -> User:name rules
+    # (DEFAULT only: the principal's first component)
+    "gssapi.sasl.jaas.config": "",
+    "sasl.kerberos.service.name": "",
+    "sasl.kerberos.principal.to.local.rules": "DEFAULT",
     "connection.failed.authentication.delay.ms": "100",
     # sparklog's own: a client has this long to finish the TLS and SASL handshakes
     "authentication.timeout.ms": "10000",
@@ -45,7 +52,7 @@ SECURITY_KEYS = {
     "allow.everyone.if.no.acl.found": "false",
     "max.connections.per.ip.overrides": "",
 }
-_PREFIXES = ("ssl.", "sasl.", "listener.", "authorizer.", "super.users",
+_PREFIXES = ("ssl.", "sasl.", "gssapi.sasl.", "listener.", "authorizer.", "super.users",
              "allow.everyone.", "connection.failed.authentication.",
              "authentication.timeout.", "max.connections.per.ip.overrides")
 
@@ -145,7 +152,22 @@ class SecurityConfig:
                 if m not in MECHANISMS:
                     raise InvalidConfigError(
                         f"sasl.enabled.mechanisms: {m!r} is not supported; sparklog has "
-                        f"{', '.join(MECHANISMS)} (GSSAPI/Kerberos is not implemented)")
+                        f"{', '.join(MECHANISMS)}")
+            if listener is not None and listener.sasl \
+                    and "GSSAPI" in self.mechanisms(listener):
+                from .gssapi import parse_jaas
+
+                if not self.get("gssapi.sasl.jaas.config", listener):
+                    raise InvalidConfigError(
+                        f"GSSAPI is enabled on listener {listener.name} but gssapi.sasl.jaas.config (or "
+                        "listener.name.<listener>.gssapi.sasl.jaas.config) does not give "
+                        "the broker's keytab and principal")
+                parse_jaas(self.get("gssapi.sasl.jaas.config", listener))
+            rules = self.get("sasl.kerberos.principal.to.local.rules", listener).strip()
+            if rules.upper() != "DEFAULT":
+                raise InvalidConfigError(
+                    f"sasl.kerberos.principal.to.local.rules={rules!r}: only DEFAULT (the "
+                    "principal's first component) is implemented")
             if listener is not None and listener.sasl and not self.mechanisms(listener):
                 raise InvalidConfigError(f"listener {listener.name} is {listener.protocol} "
                                          "but sasl.enabled.mechanisms is empty")

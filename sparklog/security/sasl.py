@@ -10,6 +10,8 @@ allowed before). Mechanisms:
 * ``PLAIN``: ``authzid NUL user NUL password``, checked against the same stored SCRAM
   credentials (the password is hashed with the stored salt and compared): one set of
   users for both. PLAIN sends the password itself: enable it on SASL_SSL listeners only.
+* ``GSSAPI``: Kerberos, the JDK's mechanism under the broker's keytab login
+  (:mod:`~sparklog.security.gssapi`); ``name[/instance]@REALM`` is ``User:name``.
 
 Any failure raises an error the connection answers with and then closes (after
 ``connection.failed.authentication.delay.ms``); the audit log gets one line.
@@ -34,7 +36,7 @@ class SaslAuthenticator:
     is called through ``run_io``)."""
 
     def __init__(self, mechanisms: list[str], lookup, run_io, *, secret: bytes,
-                 host: str, listener: str):
+                 host: str, listener: str, gssapi=None):
         self.mechanisms = mechanisms
         self.lookup = lookup
         self.run_io = run_io
@@ -44,6 +46,9 @@ class SaslAuthenticator:
         self.mechanism: str | None = None
         self.principal: str | None = None
         self._scram: ScramServer | None = None
+        #: the listener's GssapiAcceptor (GSSAPI enabled) and this connection's exchange
+        self._gssapi = gssapi
+        self._gss = None
 
     def _fail(self, reason: str, user: str | None = None, error=SaslAuthenticationFailedError):
         audit.authentication_failed(self.host, self.listener, self.mechanism, user, reason)
@@ -71,6 +76,8 @@ class SaslAuthenticator:
         token = bytes(body["auth_bytes"])
         if self.mechanism == "PLAIN":
             return await self._plain(token)
+        if self.mechanism == "GSSAPI":
+            return await self._gssapi_step(token)
         return await self._scram_step(token)
 
     async def _plain(self, token: bytes) -> dict:
@@ -106,6 +113,20 @@ class SaslAuthenticator:
             raise self._fail(str(exc), self._scram.user) from None
         if self._scram.complete:
             self._done(self._scram.user)
+        return {"error_code": 0, "error_message": "", "auth_bytes": answer,
+                "session_lifetime_ms": 0}
+
+    async def _gssapi_step(self, token: bytes) -> dict:
+        from .gssapi import short_name
+
+        try:  # Kerberos' calls block (the keytab's keys, the replay cache)
+            if self._gss is None:
+                self._gss = await self.run_io(self._gssapi.exchange)
+            answer = await self.run_io(self._gss.step, token)
+        except SaslAuthenticationFailedError as exc:
+            raise self._fail(f"GSSAPI: {exc}") from None
+        if self._gss.complete:
+            return self._done(short_name(self._gss.principal)) | {"auth_bytes": answer}
         return {"error_code": 0, "error_message": "", "auth_bytes": answer,
                 "session_lifetime_ms": 0}
 

@@ -96,6 +96,21 @@ class BrokerSecurity:
             self.authorizer.acls()
         self._contexts = {lst.name: server_context(config, lst)
                           for lst in config.listeners if lst.tls}
+        #: the broker's Kerberos login per SASL listener with GSSAPI (logged in now:
+        #: a keytab the KDC refuses fails the start)
+        self._gssapi = {lst.name: self._acceptor(lst) for lst in config.listeners
+                        if lst.sasl and "GSSAPI" in config.mechanisms(lst)}
+
+    def _acceptor(self, listener: Listener):
+        from .gssapi import GssapiAcceptor, parse_jaas
+
+        principal, keytab = parse_jaas(self.config.get("gssapi.sasl.jaas.config", listener))
+        acceptor = GssapiAcceptor(principal, keytab,
+                                  self.config.get("sasl.kerberos.service.name", listener)
+                                  or None)
+        log.info("listener %s: GSSAPI as %s (service name %s) from keytab %s",
+                 listener.name, principal, acceptor.service, keytab)
+        return acceptor
 
     @property
     def listeners(self) -> tuple[Listener, ...]:
@@ -124,7 +139,8 @@ class BrokerSecurity:
             return Session(listener, host, principal or ANONYMOUS)
         authenticator = SaslAuthenticator(
             self.config.mechanisms(listener), self.store.credential, run_io,
-            secret=self._secret, host=host, listener=listener.name)
+            secret=self._secret, host=host, listener=listener.name,
+            gssapi=self._gssapi.get(listener.name))
         return Session(listener, host, None, authenticator,
                        self.config.int("sasl.server.max.receive.size", listener))
 

@@ -26,7 +26,7 @@ def open_fileio(url_or_path, **options) -> FileIO:
     """Return a FileIO for ``url_or_path``, chosen by its scheme.
 
     ``options`` go to the backend's constructor (e.g. ``buffer_size`` for local,
-    ``user`` / ``kerb_ticket`` for hdfs, ``user`` / ``kerberos`` for webhdfs).
+    ``user`` / ``kerb_ticket`` / ``principal`` + ``keytab`` for hdfs, ``user`` / ``kerberos`` for webhdfs).
     Raises InvalidArgumentError for an unsupported scheme and StorageError when the
     backend's client library cannot be loaded (the message names what is missing).
     """

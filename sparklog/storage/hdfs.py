@@ -332,7 +332,10 @@ class HadoopFileIO(FileIO):
     contract, through Hadoop's Java client (see the module docstring).
 
     Options: ``user`` (HDFS user name; default: ``HADOOP_USER_NAME`` or the OS user, as
-    for Hadoop's tools), ``kerb_ticket`` (Kerberos ticket cache path), ``conf_dir``
+    for Hadoop's tools), ``kerb_ticket`` (Kerberos ticket cache path), ``principal`` and
+    ``keytab`` (a Kerberized HDFS: log in as ``principal`` from its keytab, the ticket
+    renewed before it expires, checked every ``renew_interval`` seconds:
+    :mod:`sparklog.storage.kerberos`; not with ``user``), ``conf_dir``
     (Hadoop configuration directory; default ``HADOOP_CONF_DIR``, else
     ``$HADOOP_HOME/etc/hadoop``), ``extra_conf`` (dict of Hadoop settings, applied last),
     ``replication`` and ``block_size`` of new files (0: the cluster's defaults),
@@ -347,7 +350,8 @@ class HadoopFileIO(FileIO):
                  conf_dir: str | None = None, extra_conf: dict | None = None,
                  replication: int = 0, block_size: int = 0,
                  buffer_size: int = DEFAULT_BUFFER_SIZE, recover_lease_timeout: float = 60.0,
-                 sync_update_length: bool = False):
+                 sync_update_length: bool = False, principal: str | None = None,
+                 keytab: str | None = None, renew_interval: float | None = None):
         self.root = check_path(url, "url")
         parts = urlsplit(self.root)
         if parts.scheme != "hdfs" or not parts.hostname:
@@ -358,6 +362,20 @@ class HadoopFileIO(FileIO):
             raise InvalidArgumentError(f"user must be a str, got {type(user).__name__}")
         self.user = None if user is None else validate_user(user)
         self.kerb_ticket = kerb_ticket
+        if principal is not None and self.user is not None:
+            raise InvalidArgumentError(
+                f"{url}: give either a Kerberos principal ({principal}) or a user "
+                f"({self.user}), not both: with Kerberos the principal is the HDFS user")
+        if principal is not None and not keytab:
+            raise InvalidArgumentError(f"{url}: Kerberos principal {principal} needs its "
+                                       "keytab (the keytab option)")
+        if keytab and principal is None:
+            raise InvalidArgumentError(f"{url}: a keytab ({keytab}) needs the principal "
+                                       "to log in as (the principal option)")
+        self.principal = principal
+        self.keytab = keytab
+        self.renew_interval = renew_interval
+        self._login = None
         self.conf_dir = conf_dir if conf_dir is not None else default_conf_dir()
         self.extra_conf = dict(extra_conf or {})
         self.replication = check_int(replication, "replication")
@@ -389,11 +407,25 @@ class HadoopFileIO(FileIO):
             conf = jvm.configuration(self.conf_dir, self.extra_conf)
             if self.kerb_ticket:
                 conf.set("hadoop.security.kerberos.ticket.cache.path", self.kerb_ticket)
+            if self.principal is not None:
+                from sparklog.storage.kerberos import DEFAULT_RENEW_INTERVAL, keytab_login
+
+                self._login = keytab_login(conf, self.principal, self.keytab or "",
+                                           self.renew_interval or DEFAULT_RENEW_INTERVAL)
+            elif str(conf.get("hadoop.security.authentication", "simple")) == "kerberos":
+                # a Kerberized cluster without a keytab: the ticket cache's login (kinit)
+                ugi_cls = jvm.jclass("org.apache.hadoop.security.UserGroupInformation")
+                if not ugi_cls.isSecurityEnabled():
+                    ugi_cls.setConfiguration(conf)
             self._conf = conf
         uri = jvm.jclass("java.net.URI")(f"hdfs://{self.authority}")
         fs_cls = jvm.jclass("org.apache.hadoop.fs.FileSystem")
-        client = self._java_call("connect", self.root, fs_cls.newInstance, uri,
-                                 self._conf, self.user)
+        if self._login is not None:
+            client = self._java_call("connect", self.root, self._login.run_as,
+                                     fs_cls.newInstance, uri, self._conf)
+        else:
+            client = self._java_call("connect", self.root, fs_cls.newInstance, uri,
+                                     self._conf, self.user)
         if not isinstance(client, jvm.jclass("org.apache.hadoop.hdfs.DistributedFileSystem")):
             client.close()
             raise StorageError(f"{self.url('/')}: fs.hdfs.impl is {client.getClass()}, "

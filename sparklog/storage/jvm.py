@@ -236,6 +236,11 @@ def exception_chain(exc) -> list[tuple[str, str]]:
     return out
 
 
+#: words of Hadoop's refusal of a client without Kerberos credentials
+_NO_KERBEROS_WORDS = ("Failed to find any Kerberos tgt", "SIMPLE authentication is not enabled",
+                      "Client cannot authenticate via:[TOKEN, KERBEROS]")
+
+
 def _first_line(msg: str, limit: int = 300) -> str:
     line = msg.strip().splitlines()[0] if msg.strip() else ""
     return line if len(line) <= limit else line[:limit] + "..."
@@ -245,6 +250,13 @@ def storage_error(exc, op: str, display: str) -> StorageError:
     """The sparklog StorageError (subclass) for Java exception ``exc`` raised by ``op``
     on ``display`` (a URL): names the URL, the operation and the cause, in one line."""
     chain = exception_chain(exc)
+    for name, msg in chain:
+        if any(w in msg for w in _NO_KERBEROS_WORDS):
+            return StorageError(
+                f"{display}: {op} failed: Kerberos authentication refused: this client "
+                "has no valid Kerberos ticket for the Kerberized cluster (give the "
+                "principal and keytab options - the broker's storage.kerberos.principal "
+                f"and storage.kerberos.keytab - or kinit) ({name}: {_first_line(msg)})")
     for name, msg in reversed(chain):  # the innermost known cause says it plainest
         if name == "FileNotFoundException" and "not a file" in msg:
             return StorageError(f"{display}: {op} failed: is a directory, not a file "

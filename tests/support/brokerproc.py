@@ -13,7 +13,8 @@
 
 The first start listens on a free port chosen by the OS (no race: the port is read
 from the broker's "listening on" line); restarts reuse it. ``extra_args`` are added to
-the command line (``["--override", "log.segment.bytes=4096"]``). The broker's log
+the command line (``["--override", "log.segment.bytes=4096"]``); ``env`` adds to (or, a
+None value, removes from) the process's environment (``HADOOP_CONF_DIR``...). The broker's log
 (stderr) goes to ``log_path`` (a temporary file if not given): :meth:`log_text` reads it.
 Only the process this object started is ever signalled.
 """
@@ -37,13 +38,15 @@ class BrokerProcess:
     """One broker subprocess (see the module docstring)."""
 
     def __init__(self, storage_uri: str, extra_args=(), *, log_path=None, port: int = 0,
-                 start_timeout: float = 60.0, log_level: str = "INFO"):
+                 start_timeout: float = 60.0, log_level: str = "INFO",
+                 env: dict | None = None):
         self.storage_uri = storage_uri
         self.extra_args = list(extra_args)
         self.host = "127.0.0.1"
         self.port = port
         self.start_timeout = start_timeout
         self.log_level = log_level
+        self.env = dict(env or {})
         if log_path is None:
             fd, log_path = tempfile.mkstemp(prefix="sparklog-broker-", suffix=".log")
             os.close(fd)
@@ -73,6 +76,11 @@ class BrokerProcess:
             raise RuntimeError(f"broker pid {self.proc.pid} is already running")
         log_file = open(self.log_path, "ab")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        for key, value in self.env.items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=log_file,
                                      cwd=str(ROOT), env=env, text=True)

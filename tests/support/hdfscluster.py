@@ -117,9 +117,9 @@ ADD_OPENS = [f"--add-opens=java.base/{pkg}=ALL-UNNAMED"
 
 
 def _java_command(heap: str, conf_dir: str, classpath: list[str], log_dir: str,
-                  main: str, *args: str) -> list[str]:
+                  main: str, *args: str, jvm_options: tuple = ()) -> list[str]:
     return ["java", f"-Xmx{heap}", "-XX:+UseSerialGC", "-Djava.net.preferIPv4Stack=true",
-            *ADD_OPENS,
+            *ADD_OPENS, *jvm_options,
             f"-Dhadoop.log.dir={log_dir}", "-Dhadoop.security.logger=WARN,console",
             "-cp", os.pathsep.join([conf_dir, *classpath]), main, *args]
 
@@ -174,13 +174,23 @@ class HdfsCluster:
     """A NameNode and ``datanodes`` DataNodes under ``base_dir`` (see the module docstring).
 
     ``replication`` defaults to min(3, datanodes); ``conf`` adds or overrides
-    hdfs-site.xml settings of every daemon and client. The directories survive
+    hdfs-site.xml settings of every daemon and client. ``kdc`` (a started
+    :class:`tests.support.kdc.Kdc`) makes it a secure cluster as a Kerberized production
+    one runs: ``hadoop.security.authentication=kerberos`` and service-level
+    authorization, the daemons logging in from a keytab (``hdfs/localhost`` and
+    ``HTTP/localhost``: :attr:`service_keytab`), block access tokens, SASL on the data
+    transfer protocol (``dfs.data.transfer.protection=authentication``; unprivileged
+    DataNode ports through ``ignore.secure.ports.for.testing``), WebHDFS off;
+    ``supergroup`` names the short user names the NameNode counts as superusers (its
+    static group mapping: there is no ``kinit`` here to run Hadoop's tools as
+    ``hdfs``). The directories survive
     :meth:`stop`, so :meth:`start` again restarts the same cluster (same ports, same data).
     """
 
     def __init__(self, base_dir: str, *, datanodes: int = DEFAULT_DATANODES,
                  replication: int | None = None, heap: str = DEFAULT_HEAP,
-                 conf: dict | None = None, host: str = "127.0.0.1"):
+                 conf: dict | None = None, host: str = "127.0.0.1", kdc=None,
+                 supergroup: tuple = ()):
         from sparklog.maven import classpath
 
         if datanodes < 1:
@@ -196,13 +206,23 @@ class HdfsCluster:
         self.conf_dir = os.path.join(self.base_dir, "conf")
         self.log_dir = os.path.join(self.base_dir, "logs")
         self.name_dir = os.path.join(self.base_dir, "name")
-        self._site = self._site_conf(conf or {})
         for d in (self.conf_dir, self.log_dir):
             os.makedirs(d, exist_ok=True)
+        self.kdc = kdc
+        self.service_keytab: str | None = None
+        self.jvm_options: tuple = ()
+        self._core: dict = {}
+        secure: dict = {}
+        if kdc is not None:
+            self.jvm_options = tuple(kdc.jvm_options())
+            self.service_keytab = kdc.keytab("hdfs-service.keytab", "hdfs/localhost",
+                                             "HTTP/localhost")
+            self._core, secure = self._secure_conf(kdc, supergroup)
+        self._site = self._site_conf({**secure, **(conf or {})})
         self._write_conf(self.conf_dir, self._site)
         self.namenode = DaemonProcess(
             "namenode", _java_command(heap, self.conf_dir, self.classpath, self.log_dir,
-                                      NAMENODE_CLASS),
+                                      NAMENODE_CLASS, jvm_options=self.jvm_options),
             self.conf_dir, os.path.join(self.log_dir, "namenode.log"), self._daemon_env())
         self.datanodes = [self._datanode(i) for i in range(datanodes)]
 
@@ -258,11 +278,39 @@ class HdfsCluster:
         site.update(extra)
         return site
 
+    def _secure_conf(self, kdc, supergroup: tuple) -> tuple[dict, dict]:
+        """(core-site, hdfs-site) settings of a Kerberized cluster."""
+        service, http = kdc.principal("hdfs/localhost"), kdc.principal("HTTP/localhost")
+        core = {
+            "hadoop.security.authentication": "kerberos",
+            "hadoop.security.authorization": "true",
+            "hadoop.rpc.protection": "authentication",
+            # the tests' tickets live seconds: logging in again is allowed every second
+            "hadoop.kerberos.min.seconds.before.relogin": "1",
+            # the NameNode's groups of the test's principals (no OS accounts for them)
+            "hadoop.user.group.static.mapping.overrides":
+                ";".join([f"{u}=supergroup" for u in ("hdfs", *supergroup)]),
+        }
+        keytab = self.service_keytab
+        site = {
+            "dfs.namenode.kerberos.principal": service,
+            "dfs.namenode.keytab.file": keytab,
+            "dfs.datanode.kerberos.principal": service,
+            "dfs.datanode.keytab.file": keytab,
+            "dfs.web.authentication.kerberos.principal": http,
+            "dfs.web.authentication.kerberos.keytab": keytab,
+            "dfs.block.access.token.enable": "true",
+            "dfs.data.transfer.protection": "authentication",
+            "ignore.secure.ports.for.testing": "true",
+            "dfs.webhdfs.enabled": "false",
+        }
+        return core, site
+
     def _write_conf(self, conf_dir: str, site: dict) -> None:
         os.makedirs(conf_dir, exist_ok=True)
         write_site(os.path.join(conf_dir, "core-site.xml"),
                    {"fs.defaultFS": self.hdfs_uri,
-                    "hadoop.tmp.dir": os.path.join(self.base_dir, "tmp")})
+                    "hadoop.tmp.dir": os.path.join(self.base_dir, "tmp"), **self._core})
         write_site(os.path.join(conf_dir, "hdfs-site.xml"), site)
         with open(os.path.join(conf_dir, "log4j.properties"), "w") as f:
             f.write(_LOG4J)
@@ -285,7 +333,7 @@ class HdfsCluster:
                                     "dfs.datanode.data.dir": f"file://{root}/data"})
         dn = DaemonProcess(f"datanode-{i}",
                            _java_command(self.heap, conf_dir, self.classpath, self.log_dir,
-                                         DATANODE_CLASS),
+                                         DATANODE_CLASS, jvm_options=self.jvm_options),
                            conf_dir, os.path.join(self.log_dir, f"datanode-{i}.log"),
                            self._daemon_env())
         dn.addresses = addresses
@@ -305,7 +353,8 @@ class HdfsCluster:
         if os.path.isdir(os.path.join(self.name_dir, "current")):
             return
         cmd = _java_command(self.heap, self.conf_dir, self.classpath, self.log_dir,
-                            NAMENODE_CLASS, "-format", "-nonInteractive", "-force")
+                            NAMENODE_CLASS, "-format", "-nonInteractive", "-force",
+                            jvm_options=self.jvm_options)
         with open(os.path.join(self.log_dir, "format.log"), "ab") as log:
             rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=self._daemon_env(),

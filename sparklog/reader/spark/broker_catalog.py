@@ -24,10 +24,11 @@ _ATTEMPTS = 3
 class BrokerCatalog(Catalog):
     """A catalog asking the broker(s) at ``bootstrap_servers``; ``storage_root``
     overrides the root the broker reports; ``security`` holds TLS and SASL client
-    configs (kafka-python's names)."""
+    configs (kafka-python's names); ``storage_options`` go to ``open_fileio`` in the
+    tasks (a Kerberos keytab login)."""
 
     def __init__(self, bootstrap_servers: str, storage_root: str | None = None, *,
-                 security: dict | None = None):
+                 security: dict | None = None, storage_options: dict | None = None):
         from ...admin import Admin
         from ...client.network import NetworkClient
         from ...security.client import ClientSecurity
@@ -35,7 +36,7 @@ class BrokerCatalog(Catalog):
         self.admin = Admin(bootstrap_servers, client_id=_CLIENT_ID, **(security or {}))
         self.client = NetworkClient(bootstrap_servers, client_id=_CLIENT_ID,
                                     security=ClientSecurity.from_configs(security))
-        self.storage_options = {}
+        self.storage_options = dict(storage_options or {})
         self._root = storage_root
         self._configs: dict = {}
 

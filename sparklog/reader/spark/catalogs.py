@@ -14,5 +14,6 @@ def open_catalog(opts) -> Catalog:
     """The catalog for parsed source options: broker when ``bootstrap.servers`` is set,
     else the storage root ``path``."""
     if opts.bootstrap_servers:
-        return BrokerCatalog(opts.bootstrap_servers, opts.path, security=opts.security)
-    return StorageCatalog(opts.path)
+        return BrokerCatalog(opts.bootstrap_servers, opts.path, security=opts.security,
+                             storage_options=opts.storage_options)
+    return StorageCatalog(opts.path, opts.storage_options)

@@ -33,6 +33,11 @@ maxOffsetsPerTrigger           streams: at most this many records per micro-batc
 maxBytesPerTrigger             streams: about this many bytes of log per micro-batch
 kafka.group.id / groupIdPrefix streams: publish processed offsets to this consumer group
                                (lag monitoring only; the checkpoint stays the truth)
+storage.kerberos.principal     a Kerberized HDFS: the tasks (and the driver, without a
+storage.kerberos.keytab        broker) log in as this principal from this keytab (a path
+                               every executor can read), the ticket renewed before it
+                               expires; the broker's property names
+storage.kerberos.ticket.renew.period.ms  how often the ticket is checked (default 60000)
 =============================  ==========================================================
 
 Bad values raise :class:`~sparklog.errors.InvalidArgumentError` naming the option.
@@ -126,6 +131,9 @@ class SourceOptions:
     #: ``kafka.ssl.truststore.location``, ``kafka.sasl.jaas.config`` ... (kafka-python's
     #: names: :mod:`sparklog.security.client`)
     security: dict = field(default_factory=dict, repr=False)
+    #: ``open_fileio`` options of the tasks' storage reads: a Kerberos keytab login
+    #: (:func:`sparklog.storage.kerberos.kerberos_options`)
+    storage_options: dict = field(default_factory=dict, repr=False)
 
 
 # --- small parsers --------------------------------------------------------------------
@@ -307,6 +315,14 @@ def _security(options) -> dict:
                                what="sparklog source options", strict=False)
 
 
+def _storage_options(opts: dict) -> dict:
+    """The storage client options among the (lower-cased) source options."""
+    from ...storage.kerberos import KEYTAB_KEY, PRINCIPAL_KEY, RENEW_PERIOD_KEY, kerberos_options
+
+    return kerberos_options(opts.get(PRINCIPAL_KEY), opts.get(KEYTAB_KEY),
+                            opts.get(RENEW_PERIOD_KEY))
+
+
 def parse_options(options, *, streaming: bool | None = False) -> SourceOptions:
     """Check and parse the options of a read: ``streaming`` True for readStream, False
     for read, None to skip the checks that depend on the mode (schema inference)."""
@@ -358,4 +374,5 @@ def parse_options(options, *, streaming: bool | None = False) -> SourceOptions:
         max_bytes_per_trigger=_positive(opts, "maxBytesPerTrigger"),
         group_id=str(group) if group else None,
         security=_security(options),
+        storage_options=_storage_options(opts),
     )

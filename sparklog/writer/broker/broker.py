@@ -156,8 +156,15 @@ class Broker:
 
     def _storage_options(self) -> dict:
         """The FileIO options the broker's settings give its storage's backend."""
-        if url_scheme(self.storage_uri) in ("", "file"):
+        scheme = url_scheme(self.storage_uri)
+        if scheme in ("", "file"):
             return {"sync_behind_writes": self.config.sync_behind_writes_bytes}
+        if scheme == "hdfs":
+            from ...storage.kerberos import kerberos_options
+
+            return kerberos_options(self.config.storage_kerberos_principal,
+                                    self.config.storage_kerberos_keytab,
+                                    self.config.storage_kerberos_renew_period_ms)
         return {}
 
     async def run_io(self, fn, *args):

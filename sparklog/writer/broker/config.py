@@ -27,7 +27,11 @@ often retention runs, :mod:`sparklog.retention.manager`), Kafka's ``log.cleaner.
 ``log.cleaner.dedupe.buffer.size`` and ``log.cleaner.backoff.ms`` (compaction,
 :mod:`sparklog.retention.cleaner`) and, for local storage,
 ``storage.sync.behind.writes.bytes`` (default 8 MiB, 0 = off: writeback is started
-behind each segment's writer, see :class:`~sparklog.storage.local.LocalFileIO`).
+behind each segment's writer, see :class:`~sparklog.storage.local.LocalFileIO`). On a
+Kerberized HDFS, ``storage.kerberos.principal`` and ``storage.kerberos.keytab`` are the
+broker's identity (logged in from the keytab, the ticket checked every
+``storage.kerberos.ticket.renew.period.ms``, default 60000, and renewed before it
+expires: :mod:`sparklog.storage.kerberos`).
 
 Resource limits (``max.connections``, ``max.connections.per.ip``,
 ``connections.max.idle.ms``, ``request.read.timeout.ms``, ``max.topic.partitions``,
@@ -109,6 +113,12 @@ BROKER_SETTINGS = {
     # local storage only (HDFS DataNodes have dfs.datanode.sync.behind.writes)
     "storage.sync.behind.writes.bytes": ("sync_behind_writes_bytes", int,
                                          DEFAULT_SYNC_BEHIND_WRITES, 0),
+    # a Kerberized HDFS (hdfs:// storage): the broker's principal, its keytab, and how
+    # often the ticket is checked and renewed from the keytab (sparklog.storage.kerberos)
+    "storage.kerberos.principal": ("storage_kerberos_principal", str, "", None),
+    "storage.kerberos.keytab": ("storage_kerberos_keytab", str, "", None),
+    "storage.kerberos.ticket.renew.period.ms": ("storage_kerberos_renew_period_ms", int,
+                                                60000, 1),
     # cluster mode (sparklog.coordination.zkstore); empty zookeeper.connect = embedded
     "zookeeper.connect": ("zookeeper_connect", str, "", None),
     "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", int, 6000, 1),
@@ -196,6 +206,9 @@ class BrokerConfig:
     log_cleaner_dedupe_buffer_size: int = 128 << 20
     log_cleaner_backoff_ms: int = 15000
     sync_behind_writes_bytes: int = DEFAULT_SYNC_BEHIND_WRITES
+    storage_kerberos_principal: str = ""
+    storage_kerberos_keytab: str = ""
+    storage_kerberos_renew_period_ms: int = 60000
     zookeeper_connect: str = ""
     zookeeper_session_timeout_ms: int = 6000
     zookeeper_connection_timeout_ms: int = 0
