@@ -19,6 +19,12 @@ answers those), within ``authentication.timeout.ms`` and with requests of at mos
 ``sasl.server.max.receive.size`` bytes; anything else, or a failed authentication, is
 answered and the connection closed.
 
+Client quotas (:mod:`sparklog.security.quotas`) are enforced here: a Produce request's
+bytes, a Fetch response's bytes and every request's handling time are taken from the
+user's or client id's buckets; a debt mutes the connection (no request is read) for as
+long as it takes to repay, and Produce and Fetch responses say so in
+``throttle_time_ms``.
+
 Input that cannot be answered (a negative size, a header too short to hold a
 correlation id, a connection closed mid-request) closes the connection with a logged
 reason; the broker keeps serving everyone else.
