@@ -5,7 +5,10 @@ and get a correlation id; the broker answers in order, and a reader thread match
 response to the oldest in-flight request (checking the correlation id) and completes
 its :class:`~sparklog.client.future.Future` with the decoded body. At most
 ``max_in_flight`` requests wait for answers: a further :meth:`send` blocks until one
-completes (back-pressure instead of growth).
+completes (back-pressure instead of growth). A response saying a quota throttled the
+client (``throttle_time_ms`` > 0) holds back the connection's next blocking
+:meth:`send` until that time has passed (Kafka's clients back off the same way instead
+of queueing requests on a muted channel).
 
 When the connection breaks (the broker died, a response is malformed, a request timed
 out) every waiting request fails with a retriable
@@ -81,6 +84,7 @@ class BrokerConnection:
         self._in_flight: collections.deque = collections.deque()
         self._closed = False
         self._announced = 0  # size of a response being received
+        self._throttled_until = 0.0  # a quota's throttle_time_ms: no blocking send before
         self._error: SparklogError | None = None
         if security is not None:  # TLS and SASL before the reader starts
             self._sock = security.connect(host, self.port, connect_timeout_ms / 1000.0,
@@ -133,6 +137,9 @@ class BrokerConnection:
                     return future.failure(RequestTimedOutError(
                         f"{self.max_in_flight} requests already in flight to {self.address}"))
                 self._state.wait(0.5)
+            while block and not self._closed \
+                    and (wait := self._throttled_until - time.monotonic()) > 0:
+                self._state.wait(wait)  # backing off while a quota throttles us
             if self._closed:
                 return future.failure(self._broken(f"{api_name(api_key)} request"))
             correlation_id = next(self._ids)
@@ -225,6 +232,7 @@ class BrokerConnection:
                     raise _Protocol(
                         f"broker {self.address} answered correlation id {got_id}, "
                         f"expected {correlation_id}")
+                self._note_throttle(body)
                 future.success(body)
         except _Protocol as exc:
             self._fail(BrokerNotAvailableError(str(exc)))
@@ -232,6 +240,19 @@ class BrokerConnection:
             if not self._closed:
                 self._fail(BrokerNotAvailableError(
                     f"connection to broker {self.address} broke: {exc}"))
+
+    @property
+    def throttled_for(self) -> float:
+        """Seconds until the throttling the broker last reported ends (0: none)."""
+        return max(0.0, self._throttled_until - time.monotonic())
+
+    def _note_throttle(self, body) -> None:
+        ms = body.get("throttle_time_ms", 0) if isinstance(body, dict) else 0
+        if ms and ms > 0:
+            until = time.monotonic() + ms / 1000.0
+            with self._state:
+                self._throttled_until = max(self._throttled_until, until)
+            log.debug("broker %s throttled this client for %d ms", self.address, ms)
 
     def _fail(self, error: SparklogError) -> None:
         with self._state:

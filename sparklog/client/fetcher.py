@@ -162,6 +162,8 @@ class Fetcher:
 
     def _on_response(self, node: int, parts: list, body: dict) -> None:
         request_error = error_from(body, "Fetch")
+        # a quota's throttle: these partitions are not fetched again before it ends
+        throttled = time.monotonic() + body.get("throttle_time_ms", 0) / 1000.0
         answers = {}
         for topic in body.get("topics", ()):
             for p in topic["partitions"]:
@@ -172,6 +174,7 @@ class Fetcher:
                 st = self.states.get(tp)
                 if st is None or st.epoch != epoch or st.fetch_offset != offset:
                     continue  # unassigned or sought meanwhile
+                st.retry_at = max(st.retry_at, throttled)
                 answer = answers.get(tuple(tp))
                 error = request_error or (error_from(answer, f"{tp.topic}-{tp.partition}")
                                           if answer is not None else None)

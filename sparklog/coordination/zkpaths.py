@@ -178,16 +178,36 @@ def now_ms() -> int:
 
 
 def encode_broker(broker: BrokerInfo) -> bytes:
-    """Kafka 0.8's broker registration JSON of ``broker``."""
-    return dumps({"version": 1, "host": broker.host, "port": broker.port,
-                  "jmx_port": -1, "timestamp": str(now_ms())})
+    """Kafka's broker registration JSON of ``broker``: ``host``/``port`` (the first
+    listener's) and, with listeners, ``endpoints`` as ``NAME://host:port`` (version 4's
+    field)."""
+    node = {"version": 1, "host": broker.host, "port": broker.port, "jmx_port": -1,
+            "timestamp": str(now_ms())}
+    if broker.endpoints:
+        node["version"] = 4
+        node["endpoints"] = [f"{name}://{_bracketed(host)}:{port}"
+                             for name, host, port in broker.endpoints]
+    return dumps(node)
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _endpoint(text: str) -> tuple[str, str, int]:
+    name, sep, address = text.partition("://")
+    host, _, port = address.rpartition(":")
+    if not sep or not name or not host:
+        raise ValueError(text)
+    return name, host.strip("[]"), int(port)
 
 
 def decode_broker(broker_id: int, data: bytes) -> BrokerInfo:
     """Decode ``/brokers/ids/<id>`` (CoordinationError when malformed)."""
     return decode_node(
         data, broker_path(broker_id), "a broker registration",
-        lambda value: BrokerInfo(broker_id, str(value["host"]), int(value["port"])))
+        lambda value: BrokerInfo(broker_id, str(value["host"]), int(value["port"]),
+                                 tuple(_endpoint(e) for e in value.get("endpoints", ()))))
 
 
 def encode_state(state: LeaderAndEpoch, controller_epoch: int) -> bytes:

@@ -12,6 +12,11 @@ replaced by '_' is refused (as Kafka does). Deleting renames the topic directory
 readers; the derived name is the topic's own, so every valid name fits the file
 system's 255-byte limit), then removes it. Both the broker and the Spark
 source's ``path`` mode read topics from here, so storage alone describes the log.
+
+With ``dir_mode``/``dir_owner``/``dir_group`` a new topic's directory gets that mode,
+owner and group before its first file is written (the broker's
+``storage.topic.dir.*``): on HDFS, the permissions that govern who may read the topic
+without the broker.
 """
 
 from __future__ import annotations
@@ -43,11 +48,13 @@ log = logging.getLogger(__name__)
 class TopicStore:
     """Create, describe, alter, list and delete topics under a storage root URL."""
 
-    def __init__(self, root, fileio: FileIO | None = None):
+    def __init__(self, root, fileio: FileIO | None = None, *, dir_mode: int | None = None,
+                 dir_owner: str | None = None, dir_group: str | None = None):
         if not isinstance(root, str):
             raise InvalidArgumentError(f"storage root must be a string URL, got {type(root).__name__}")
         self.root = storage_root(root)
         self.fileio = fileio or open_fileio(self.root)
+        self.dir_permission = (dir_mode, dir_owner, dir_group)
 
     # --- paths -------------------------------------------------------------------------
     def topic_dir(self, topic: str) -> str:
@@ -68,6 +75,11 @@ class TopicStore:
         creation that won)."""
         config = TopicConfig(name, partitions, schema, configs or {})
         self._check_collisions(name)
+        if any(v is not None for v in self.dir_permission):
+            # the directory's permissions hold before the topic exists (its config)
+            directory = self.topic_dir(name)
+            self.fileio.mkdirs(directory)
+            self.fileio.set_permission(directory, *self.dir_permission)
         try:
             self._config_file(name).write(1, config.to_json())
         except FileAlreadyExistsError:

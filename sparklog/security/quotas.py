@@ -1,5 +1,5 @@
-"""Client quotas: ``producer_byte_rate`` and ``consumer_byte_rate`` per user or client id
-(Kafka's names), enforced by throttling as Kafka does.
+"""Client quotas: ``producer_byte_rate``, ``consumer_byte_rate`` and ``request_percentage``
+per user or client id (Kafka's names), enforced by throttling as Kafka does.
 
 Quotas are set with ``sparklog configs --alter --entity-type users|clients
 --entity-name NAME --add-config producer_byte_rate=1048576`` (``<default>`` names the
@@ -9,10 +9,13 @@ default user's, else the default client id's.
 
 Each (user, client id) has a token bucket per quota holding at most
 :data:`BURST_SECONDS` of its rate. A Produce request's bytes (a Fetch response's, for
-consumers) are taken from it; when the bucket is in debt the broker stops reading the
-connection for as long as the debt takes to repay (Kafka mutes the channel) and says so
-in the response's ``throttle_time_ms``. A client sending flat out thus gets the quota,
-plus at most one burst.
+consumers) are taken from it; ``request_percentage`` is a percentage of one thread's
+time: every request's handling time (from its handler's start to its answer, less a
+Fetch's long-poll wait) is taken from a bucket filling at ``request_percentage / 100``
+seconds per second. When a bucket is in debt the broker stops reading the connection
+for as long as the debt takes to repay (Kafka mutes the channel) and says so in the
+response's ``throttle_time_ms`` (the larger delay when several quotas are in debt).
+A client sending flat out thus gets the quota, plus at most one burst.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ import time
 
 from ..errors import InvalidConfigError
 
-KINDS = ("producer_byte_rate", "consumer_byte_rate")
+KINDS = ("producer_byte_rate", "consumer_byte_rate", "request_percentage")
+#: a quota's value -> the bucket's rate (per second) of what is taken from it
+_RATE = {"request_percentage": lambda percent: percent / 100.0}
 ENTITY_TYPES = ("users", "clients")
 DEFAULT = "<default>"
 #: the largest burst a bucket holds, in seconds of its rate
@@ -34,8 +39,7 @@ REFRESH_SECONDS = 1.0
 def check_quota(name: str, value) -> float:
     """A quota value as a positive number (InvalidConfigError naming it otherwise)."""
     if name not in KINDS:
-        raise InvalidConfigError(f"unknown quota {name!r}; known: {', '.join(KINDS)} "
-                                 "(request_percentage is not implemented)")
+        raise InvalidConfigError(f"unknown quota {name!r}; known: {', '.join(KINDS)}")
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -91,19 +95,22 @@ class QuotaManager:
                 return float(value)
         return None
 
-    def record(self, kind: str, principal: str | None, client_id: str, nbytes: int) -> float:
-        """Take ``nbytes`` from the bucket; return the seconds to throttle (0: none)."""
+    def record(self, kind: str, principal: str | None, client_id: str, amount: float
+               ) -> float:
+        """Take ``amount`` (bytes; seconds of handling for ``request_percentage``) from
+        the bucket; return the seconds to throttle (0: none)."""
         user = (principal or "User:ANONYMOUS").partition(":")[2]
         rate = self.limit(kind, user, client_id)
         if rate is None:
             return 0.0
+        rate = _RATE.get(kind, float)(rate)
         now = time.monotonic()
         with self._lock:
             bucket = self._buckets.setdefault((kind, user, client_id),
                                               [rate * BURST_SECONDS, now])
             bucket[0] = min(rate * BURST_SECONDS, bucket[0] + (now - bucket[1]) * rate)
             bucket[1] = now
-            bucket[0] -= nbytes
+            bucket[0] -= amount
             return -bucket[0] / rate if bucket[0] < 0 else 0.0
 
 

@@ -109,16 +109,18 @@ def server_context(config: SecurityConfig, listener: Listener) -> ssl.SSLContext
 def client_context(cafile: str | None = None, certfile: str | None = None,
                    keyfile: str | None = None, password: str | None = None,
                    check_hostname: bool = True) -> ssl.SSLContext:
-    """A client's TLS context: the broker's certificate must chain to ``cafile`` (the
-    system's CAs when None) and, with ``check_hostname``, name the host connected to;
+    """A client's TLS context: the broker's certificate must chain to ``cafile`` (only
+    to it; the system's CAs when None) and, with ``check_hostname``, name the host connected to;
     ``certfile``/``keyfile`` are the client's own certificate (ssl.client.auth)."""
     from ..errors import InvalidArgumentError
 
-    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies the peer, checks its name
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
-        if cafile:
+        if cafile:  # only that CA (kafka-python's ssl_cafile): the system's are not read
             ctx.load_verify_locations(cafile=cafile)
+        else:
+            ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
         if certfile:
             ctx.load_cert_chain(certfile, keyfile or None, password=password or None)
     except (OSError, ssl.SSLError) as exc:

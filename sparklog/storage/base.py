@@ -188,6 +188,20 @@ class FileIO(abc.ABC):
         doing nothing, where the storage has no replication (the local disk)."""
         return False
 
+    def set_permission(self, path: str, mode: int | None = None, owner: str | None = None,
+                       group: str | None = None) -> bool:
+        """Set the permission bits (``0o750``) and/or the owner and group of ``path``
+        (HDFS setPermission/setOwner; chmod/chown on the local disk). None leaves that
+        part as it is. Refusals (not the owner, chown without privilege, an unknown
+        user or group) raise StorageError naming them. Returns False, doing nothing,
+        where the storage has no permissions."""
+        return False
+
+    def permission(self, path: str) -> tuple[int, str, str] | None:
+        """(permission bits, owner, group) of ``path``; None where the storage has no
+        permissions. StorageFileNotFoundError if absent."""
+        return None
+
     # --- path helpers (pure string work) -------------------------------------------------
     def join(self, *parts: str) -> str:
         """Join path components with '/', keeping the scheme/authority of the first.

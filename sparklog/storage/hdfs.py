@@ -663,6 +663,29 @@ class HadoopFileIO(FileIO):
                         self._path(p), check_int(replication, "replication", 1))
         return True
 
+    def set_permission(self, path: str, mode: int | None = None, owner: str | None = None,
+                       group: str | None = None) -> bool:
+        """``FileSystem.setOwner`` and ``setPermission`` (AccessControlException ->
+        StorageError: only the owner may change the mode and group, only the
+        superuser the owner)."""
+        path, p = self._p(path)
+        if owner or group:
+            self._java_call("setOwner", self.url(p), self._fs.setOwner, self._path(p),
+                            owner or None, group or None)
+        if mode is not None:
+            perm = jvm.jclass("org.apache.hadoop.fs.permission.FsPermission")(
+                jvm.jclass("java.lang.Short")(int(mode) & 0o7777))
+            self._java_call("setPermission", self.url(p), self._fs.setPermission,
+                            self._path(p), perm)
+        return True
+
+    def permission(self, path: str) -> tuple[int, str, str]:
+        """(permission bits, owner, group) from ``getFileStatus``."""
+        path, p = self._p(path)
+        st = self._java_call("getFileStatus", self.url(p), self._fs.getFileStatus,
+                             self._path(p))
+        return int(st.getPermission().toShort()), str(st.getOwner()), str(st.getGroup())
+
     def mkdirs(self, path: str) -> None:
         """Create the directory and its parents (FileAlreadyExistsError if a file is in
         the way)."""

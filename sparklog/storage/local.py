@@ -486,6 +486,54 @@ class LocalFileIO(FileIO):
             raise FileAlreadyExistsError(
                 f"{display}: a file is in the way of directory {p!r}") from None
 
+    def set_permission(self, path: str, mode: int | None = None, owner: str | None = None,
+                       group: str | None = None) -> bool:
+        """chmod and chown (by user and group name) of ``path``."""
+        import grp
+        import pwd
+
+        path, p = self._os(path)
+        try:
+            uid = pwd.getpwnam(owner).pw_uid if owner else -1
+        except KeyError:
+            raise StorageError(f"{path}: chown to {owner!r}: no such user") from None
+        try:
+            gid = grp.getgrnam(group).gr_gid if group else -1
+        except KeyError:
+            raise StorageError(f"{path}: chown to group {group!r}: no such group") from None
+        try:
+            if uid != -1 or gid != -1:
+                os.chown(p, uid, gid)
+            if mode is not None:
+                os.chmod(p, mode)
+        except FileNotFoundError:
+            raise StorageFileNotFoundError(f"{path}: does not exist") from None
+        except PermissionError as exc:
+            raise StorageError(
+                f"{path}: cannot set owner {owner or '-'}, group {group or '-'}, mode "
+                f"{'-' if mode is None else oct(mode)}: {exc.strerror} (changing the owner "
+                "needs root; the group, membership of it)") from None
+        return True
+
+    def permission(self, path: str) -> tuple[int, str, str]:
+        """(mode bits, owner name, group name) from stat."""
+        import grp
+        import pwd
+
+        path, p = self._os(path)
+        try:
+            st = os.stat(p)
+        except FileNotFoundError:
+            raise StorageFileNotFoundError(f"{path}: does not exist") from None
+
+        def name(lookup, ident):
+            try:
+                return lookup(ident)[0]
+            except KeyError:
+                return str(ident)
+        return (stat_mod.S_IMODE(st.st_mode), name(pwd.getpwuid, st.st_uid),
+                name(grp.getgrgid, st.st_gid))
+
     def __repr__(self):
         return f"LocalFileIO(root={self.root!r})"
 

@@ -380,6 +380,26 @@ class WebHdfsFileIO(FileIO):
         out.sort(key=lambda f: f.name)
         return out
 
+    def set_permission(self, path: str, mode: int | None = None, owner: str | None = None,
+                       group: str | None = None) -> bool:
+        """op=SETOWNER and op=SETPERMISSION."""
+        path, hp = self._p(path)
+        if owner or group:
+            self._call("setowner", path, self.client.set_owner, hp, owner=owner or None,
+                       group=group or None)
+        if mode is not None:
+            self._call("setpermission", path, self.client.set_permission, hp,
+                       format(int(mode) & 0o7777, "o"))
+        return True
+
+    def permission(self, path: str) -> tuple[int, str, str]:
+        """(permission bits, owner, group) from op=GETFILESTATUS."""
+        path, hp = self._p(path)
+        st = self._status(hp, path)
+        if st is None:
+            raise StorageFileNotFoundError(f"{path}: does not exist")
+        return int(st["permission"], 8), str(st["owner"]), str(st["group"])
+
     def mkdirs(self, path: str) -> None:
         """op=MKDIRS (parents included)."""
         path, p = self._p(path)

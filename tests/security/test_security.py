@@ -10,6 +10,7 @@ allow.everyone.if.no.acl.found=false.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import socket
 import ssl
@@ -465,6 +466,7 @@ def test_non_loopback_listener_without_authentication_is_warned(storage_root, ca
     ({"authorizer.class.name": "com.example.Nope"}, "authorizer.class.name"),
     ({"ssl.keystore.type": "JKS", "listeners": "SSL://127.0.0.1:0",
       "ssl.keystore.location": "x"}, "PEM"),
+    ({"storage.topic.dir.permission": "rwx"}, "storage.topic.dir.permission"),
 ])
 def test_bad_security_settings_name_the_problem(storage_root, props, words):
     from sparklog.writer.broker.broker import Broker
@@ -678,6 +680,108 @@ def test_a_producer_quota_holds_within_ten_percent(secure):
             other.send("quota-topic", value)
         other.flush(60)
         assert 3_000_000 / (time.monotonic() - started) > 1.5 * quota
+
+
+def _produce_body(topic: str, values: list) -> dict:
+    from sparklog.format.frame import encode_frame, raw_batch
+
+    return {"acks": 1, "topics": [{"name": topic, "partitions": [
+        {"partition": 0, "records": encode_frame(raw_batch(values))}]}]}
+
+
+def test_request_percentage_throttles_and_the_client_backs_off(secure):
+    """request_percentage: a client id whose requests take more than its share of a
+    thread's time is throttled (the responses say for how long, the metric adds it
+    up), and its connection sends nothing until the throttle time has passed."""
+    from sparklog.client.connection import BrokerConnection
+
+    broker, addresses = secure
+    with Admin(addresses["LOCAL"]) as admin:
+        admin.create_topic("busy-topic", 1)
+        admin.alter_client_quotas("clients", "busy", {"request_percentage": 0.5})
+        assert admin.describe_client_quotas("clients", "busy") == {
+            ("clients", "busy"): {"request_percentage": 0.5}}
+    host, port = addresses["LOCAL"].rsplit(":", 1)
+    conn = BrokerConnection(host, int(port), client_id="busy")
+    try:
+        body = _produce_body("busy-topic", [b"r" * 100] * 10)
+        throttle_ms = 0
+        for _ in range(200):  # each Produce takes some time: 0.5% of a second is 5 ms
+            throttle_ms = conn.request(ApiKey.PRODUCE, body).get("throttle_time_ms", 0)
+            if throttle_ms:
+                break
+        assert throttle_ms > 0, "200 Produce requests were never throttled"
+        assert conn.throttled_for > 0
+        started = time.monotonic()
+        conn.send(ApiKey.PRODUCE, body).get(30)  # backs off before it is written
+        assert time.monotonic() - started >= 0.9 * throttle_ms / 1000
+    finally:
+        conn.close()
+    assert broker.broker.metrics.registry.get_sample_value(
+        "sparklog_quota_throttle_time_seconds_total", {"quota": "request_percentage"}) > 0
+
+
+def test_fetch_responses_carry_the_consumer_throttle(secure):
+    """consumer_byte_rate: the Fetch response that takes a consumer over its quota says
+    how long the consumer is throttled (Kafka's throttle_time_ms), computed from its
+    own size before it is sent."""
+    _, addresses = secure
+    quota = 200_000
+    with Admin(addresses["LOCAL"]) as admin:
+        admin.create_topic("fetch-quota", 1)
+        admin.alter_client_quotas("clients", "reader", {"consumer_byte_rate": quota})
+    with Connection(addresses["LOCAL"], timeout=30) as conn:
+        conn.request(ApiKey.PRODUCE, _produce_body("fetch-quota", [b"f" * 1000] * 300))
+    with Connection(addresses["LOCAL"], client_id="reader", timeout=30) as conn:
+        response = conn.request(ApiKey.FETCH, {
+            "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "topics": [{
+                "name": "fetch-quota", "partitions": [{
+                    "partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]})
+    size = len(response["topics"][0]["partitions"][0]["records"])
+    assert size > 300_000
+    # the bucket held 0.2 s of the quota: the rest is debt repaid at the quota's rate
+    want = (size - 0.2 * quota) / quota * 1000
+    assert 0.9 * want <= response["throttle_time_ms"] <= 1.1 * want
+
+
+def test_topic_directories_get_the_configured_owner_group_and_mode(storage_root):
+    """storage.topic.dir.*: a topic created through the broker has its directory made
+    with that owner, group and mode before its first file (what governs the Spark
+    source's broker-less reads; on HDFS the contract test sets them through HDFS)."""
+    import grp
+    import pwd
+
+    from sparklog.storage import open_fileio
+
+    owner, group = pwd.getpwuid(os.getuid())[0], grp.getgrgid(os.getgid())[0]
+    props = {"listeners": "127.0.0.1:0", "storage.topic.dir.permission": "750",
+             "storage.topic.dir.owner": owner, "storage.topic.dir.group": group}
+    with EmbeddedBroker(storage_root, props) as broker:
+        with Admin(broker.address) as admin:
+            admin.create_topic("guarded", 2)
+        topic_dir = broker.broker.topics.topic_dir("guarded")
+    assert open_fileio(storage_root).permission(topic_dir) == (0o750, owner, group)
+
+
+def test_cluster_mode_registers_every_listener(zookeeper, storage_root):
+    """In cluster mode a broker registers each listener's advertised address, and
+    Metadata names every broker by its address on the listener the client used."""
+    props = {"listeners": "PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+             "listener.security.protocol.map": "INTERNAL:PLAINTEXT",
+             "advertised.listeners": "PLAINTEXT://localhost:0",
+             "zookeeper.connect": zookeeper.connect}
+    with EmbeddedBroker(storage_root, props) as broker:
+        addresses = broker.broker.listener_addresses
+        want = {"PLAINTEXT": "localhost:" + addresses["PLAINTEXT"].rsplit(":", 1)[1],
+                "INTERNAL": addresses["INTERNAL"]}
+        for name, address in want.items():
+            with Connection(addresses[name], timeout=10) as conn:
+                told = wait_until(
+                    lambda conn=conn: conn.request(ApiKey.METADATA, {"topics": []})["brokers"],
+                    30, "the broker in the cluster's Metadata")
+                assert [f"{b['host']}:{b['port']}" for b in told] == [address]
+        registered = broker.broker.store.view.brokers()[broker.broker.broker_id]
+        assert {n: f"{h}:{p}" for n, h, p in registered.endpoints} == want
 
 
 def test_advertised_listeners_are_what_metadata_names(storage_root):

@@ -126,6 +126,30 @@ def _race(procs, go) -> tuple[list, list[dict]]:
 # --- visibility and durability ----------------------------------------------------------
 
 
+def test_permission_mode_owner_and_group_are_set(backend):
+    """set_permission gives a directory its mode, owner and group (HDFS setPermission
+    and setOwner; chmod and chown locally), as permission() then reports; a local
+    chown to an unknown user is refused naming it."""
+    import grp
+    import pwd
+
+    fs, root, name = backend
+    directory = fs.join(root, "topic")
+    fs.mkdirs(directory)
+    _mode, owner, group = fs.permission(directory)
+    if name == "local":  # chown needs root: to the owner and the group we are
+        owner, group = pwd.getpwuid(os.getuid())[0], grp.getgrgid(os.getgid())[0]
+    else:  # the tests' HDFS runs as its superuser: any group
+        group = "sparklog-readers"
+    assert fs.set_permission(directory, 0o750, owner, group)
+    assert fs.permission(directory) == (0o750, owner, group)
+    fs.set_permission(directory, 0o700)
+    assert fs.permission(directory) == (0o700, owner, group)
+    if name == "local":
+        with pytest.raises(StorageError, match="no-such-user-here"):
+            fs.set_permission(directory, owner="no-such-user-here")
+
+
 def test_flush_makes_bytes_visible_before_close(backend):
     fs, root, _ = backend
     path = fs.join(root, "a.log")

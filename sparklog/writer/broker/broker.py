@@ -89,7 +89,10 @@ class Broker:
         # before anything is opened (InvalidConfigError naming the key and value)
         self.config.advertised_host_port
         self.fileio = fileio or open_fileio(self.storage_uri, **self._storage_options())
-        self.topics = TopicStore(self.storage_uri, self.fileio)
+        self.topics = TopicStore(self.storage_uri, self.fileio,
+                                 dir_mode=self.config.topic_dir_mode,
+                                 dir_owner=self.config.topic_dir_owner or None,
+                                 dir_group=self.config.topic_dir_group or None)
         if store is None and self.config.zookeeper_connect:  # cluster mode
             from ...coordination.zkstore import ZkCoordinationStore
 
@@ -229,7 +232,9 @@ class Broker:
                 self.metrics.registry.register(self.cleaner)
             self.cleaner.start()
         advertised = self.advertised_address()
-        await self.run_io(self.store.register_broker, BrokerInfo(self.broker_id, *advertised))
+        endpoints = tuple((lst.name, *self._advertised(lst)) for lst in self.security.listeners)
+        await self.run_io(self.store.register_broker,
+                          BrokerInfo(self.broker_id, *advertised, endpoints))
         if self.metrics is not None and self.config.metrics_port >= 0:
             port = self.metrics.serve(self.config.metrics_port, self.host)
             log.info("metrics on http://%s:%d/metrics", self.host, port)
@@ -255,11 +260,16 @@ class Broker:
 
     def advertised_address(self, session=None) -> tuple[str, int]:
         """(host, port) clients of ``session``'s listener (default: the first listener,
-        the one registered) are told to use: the listener's ``advertised.listeners``
-        entry (port 0: the bound port), else its bound address."""
+        the registration's ``host``/``port``) are told to use: the listener's
+        ``advertised.listeners`` entry (port 0: the bound port), else its bound address.
+        Every listener's is registered too (``endpoints``), so in cluster mode
+        Metadata names each broker by its address on the client's listener."""
         listener = session.listener if session is not None else None
         if listener is None and self.security.listeners:
             listener = self.security.listeners[0]
+        return self._advertised(listener)
+
+    def _advertised(self, listener) -> tuple[str, int]:
         if listener is None or listener not in self.security.listeners or not self._servers:
             return self.host, self.port
         bound = tuple(self._servers[self.security.listeners.index(listener)].address[:2])

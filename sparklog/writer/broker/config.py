@@ -119,6 +119,11 @@ BROKER_SETTINGS = {
     "storage.kerberos.keytab": ("storage_kerberos_keytab", str, "", None),
     "storage.kerberos.ticket.renew.period.ms": ("storage_kerberos_renew_period_ms", int,
                                                 60000, 1),
+    # topic directories made with this mode (octal), owner and group (empty: as the
+    # storage makes them): HDFS permissions govern the Spark source's broker-less reads
+    "storage.topic.dir.permission": ("topic_dir_permission", str, "", None),
+    "storage.topic.dir.owner": ("topic_dir_owner", str, "", None),
+    "storage.topic.dir.group": ("topic_dir_group", str, "", None),
     # cluster mode (sparklog.coordination.zkstore); empty zookeeper.connect = embedded
     "zookeeper.connect": ("zookeeper_connect", str, "", None),
     "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", int, 6000, 1),
@@ -209,6 +214,9 @@ class BrokerConfig:
     storage_kerberos_principal: str = ""
     storage_kerberos_keytab: str = ""
     storage_kerberos_renew_period_ms: int = 60000
+    topic_dir_permission: str = ""
+    topic_dir_owner: str = ""
+    topic_dir_group: str = ""
     zookeeper_connect: str = ""
     zookeeper_session_timeout_ms: int = 6000
     zookeeper_connection_timeout_ms: int = 0
@@ -258,6 +266,22 @@ class BrokerConfig:
 
         return SecurityConfig.from_props(self.listeners, self.advertised_listeners,
                                          self.security_props)
+
+    @property
+    def topic_dir_mode(self) -> int | None:
+        """``storage.topic.dir.permission`` as permission bits (None when unset);
+        InvalidConfigError unless it is an octal mode such as 750."""
+        text = self.topic_dir_permission.strip()
+        if not text:
+            return None
+        try:
+            mode = int(text, 8)
+        except ValueError:
+            mode = -1
+        if not 0 <= mode <= 0o7777:
+            raise InvalidConfigError(f"broker config storage.topic.dir.permission={text!r} "
+                                     "is not an octal permission such as 750")
+        return mode
 
     @property
     def listen_host_port(self) -> tuple[str, int]:

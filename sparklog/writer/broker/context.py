@@ -22,9 +22,12 @@ class RequestContext:
     once the connection is gone (a long poll of a closed connection ends at once),
     ``io_slots``, the connection's share of the I/O threads for fetch reads, and
     ``session``, the connection's :class:`~sparklog.security.session.Session` (its
-    listener and principal; None in-process: User:ANONYMOUS)."""
+    listener and principal; None in-process: User:ANONYMOUS). ``parked`` adds up the
+    seconds the handler waited without working (a Fetch's long poll): they do not
+    count against the ``request_percentage`` quota."""
 
-    __slots__ = ("client_id", "client_host", "order", "closed", "io_slots", "session")
+    __slots__ = ("client_id", "client_host", "order", "closed", "io_slots", "session",
+                 "parked")
 
     def __init__(self, client_id: str, client_host: str, order: asyncio.Lock | None = None,
                  closed: asyncio.Future | None = None,
@@ -35,3 +38,4 @@ class RequestContext:
         self.order = order or asyncio.Lock()
         self.closed = closed
         self.io_slots = io_slots or asyncio.Semaphore(IO_SLOTS_PER_CONNECTION)
+        self.parked = 0.0

@@ -183,13 +183,16 @@ class BrokerLeadership:
                 f"partition {writer.name}: broker {self.broker_id} was fenced (another "
                 "broker took over the storage lease); waiting for ZooKeeper's leader")
 
-    def metadata(self) -> dict:
-        """What a Metadata response needs: ``brokers`` [{node_id, host, port}],
-        ``controller_id`` and ``leaders`` {(topic, p): (leader, leader_epoch)}."""
+    def metadata(self, listener: str | None = None) -> dict:
+        """What a Metadata response needs: ``brokers`` [{node_id, host, port}] (each
+        broker's address on the listener named ``listener``, the one the client
+        connected to), ``controller_id`` and ``leaders`` {(topic, p): (leader,
+        leader_epoch)}."""
         view = self.store.view
+        brokers = sorted(view.brokers().values(), key=lambda b: b.node_id)
         return {
-            "brokers": [{"node_id": b.node_id, "host": b.host, "port": b.port}
-                        for b in sorted(view.brokers().values(), key=lambda b: b.node_id)],
+            "brokers": [dict(zip(("node_id", "host", "port"),
+                                 (b.node_id, *b.endpoint(listener)))) for b in brokers],
             "controller_id": view.controller_id(),
             "leaders": {tp: (s.leader, s.leader_epoch) for tp, s in view.states().items()},
         }

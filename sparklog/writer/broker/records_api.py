@@ -154,10 +154,12 @@ class RecordApis:
                 futures.append(ctx.closed)
             if self.metrics is not None:
                 self.metrics.purgatory.inc()
+            parked = self.loop.time()
             try:
                 await asyncio.wait(futures, timeout=remaining,
                                    return_when=asyncio.FIRST_COMPLETED)
             finally:
+                ctx.parked += self.loop.time() - parked
                 for w, fut in waiters:
                     w.forget_waiter(fut)
                 if self.metrics is not None:

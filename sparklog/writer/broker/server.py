@@ -19,6 +19,12 @@ answers those), within ``authentication.timeout.ms`` and with requests of at mos
 ``sasl.server.max.receive.size`` bytes; anything else, or a failed authentication, is
 answered and the connection closed.
 
+Client quotas (:mod:`sparklog.security.quotas`) are enforced here: a Produce request's
+bytes, a Fetch response's bytes and every request's handling time are taken from the
+user's or client id's buckets; a debt mutes the connection (no request is read) for as
+long as it takes to repay, and Produce and Fetch responses say so in
+``throttle_time_ms``.
+
 Input that cannot be answered (a negative size, a header too short to hold a
 correlation id, a connection closed mid-request) closes the connection with a logged
 reason; the broker keeps serving everyone else.
@@ -40,6 +46,18 @@ from .receiver import ReadTimeout, RequestReceiver
 log = logging.getLogger(__name__)
 
 _HEAD = struct.Struct(">hhi")  # api key, version, correlation id
+#: the responses that carry ``throttle_time_ms`` (the others' throttling is the mute)
+_THROTTLE_REPORTED = (ApiKey.PRODUCE, ApiKey.FETCH)
+
+
+def _records_size(response: dict) -> int:
+    """Bytes of record data in a Fetch response (what ``consumer_byte_rate`` counts)."""
+    total = 0
+    for topic in response.get("topics", ()):
+        for p in topic.get("partitions", ()):
+            records = p.get("records", b"")
+            total += records.size if isinstance(records, FileRegion) else len(records)
+    return total
 
 
 class ByteBudget:
@@ -111,7 +129,8 @@ class ClientConnection:
         #: responses of throttled requests carry the delay (correlation id -> ms)
         self.muted_until = 0.0
         self.throttled: dict[int, int] = {}
-        self.fetches: dict[int, str] = {}  # Fetch requests in flight: their client ids
+        #: requests handled: correlation id -> (api key, client id, seconds of handling)
+        self.work: dict[int, tuple] = {}
         receiver.read_timeout = broker.config.request_read_timeout_ms / 1000
         self.session = broker.security.session(listener, receiver.transport,
                                                self.client_host, broker.run_io)
@@ -190,15 +209,14 @@ class ClientConnection:
                 ctx = RequestContext(header.client_id, self.client_host, self.order, io.lost,
                                      self.io_slots, session)
                 task = asyncio.get_running_loop().create_task(
-                    broker.handle(header, payload, position, ctx))
+                    self._handle(header, payload, position, ctx))
                 task.add_done_callback(
                     lambda _t, n=size, o=owner: broker.budget.release(n, o))
                 del payload
                 if header.api_key == ApiKey.PRODUCE:
-                    self._throttle("producer_byte_rate", header.client_id,
-                                   header.correlation_id, size)
-                elif header.api_key == ApiKey.FETCH:
-                    self.fetches[header.correlation_id] = header.client_id
+                    delay = self._throttle("producer_byte_rate", header.client_id, size)
+                    if delay:
+                        self.throttled[header.correlation_id] = delay
                 self.pending += 1
                 await self.queue.put((header.correlation_id, task))
                 if io.buffered:  # more requests already here: let other connections
@@ -206,17 +224,31 @@ class ClientConnection:
         except (InvalidArgumentError, ConnectionError) as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
 
-    def _throttle(self, kind: str, client_id: str, correlation_id: int, nbytes: int) -> None:
-        """Count ``nbytes`` against the connection's quota; mute the connection for
-        the time the quota's debt takes to repay (Kafka's throttling)."""
+    async def _handle(self, header, payload, position: int, ctx: RequestContext):
+        """The broker's answer to one request; the time it took (less a long poll's
+        wait) is kept for the ``request_percentage`` quota."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            return await self.broker.handle(header, payload, position, ctx)
+        finally:
+            self.work[header.correlation_id] = (
+                header.api_key, header.client_id,
+                max(0.0, loop.time() - started - ctx.parked))
+
+    def _throttle(self, kind: str, client_id: str, amount: float) -> int:
+        """Count ``amount`` against the connection's quota ``kind``; mute the
+        connection for the time the quota's debt takes to repay (Kafka's throttling)
+        and return that time in milliseconds (0: no throttling)."""
         delay = self.broker.security.quotas.record(kind, self.session.principal,
-                                                   client_id, nbytes)
-        if delay > 0:
-            now = asyncio.get_running_loop().time()
-            self.muted_until = max(self.muted_until, now + delay)
-            self.throttled[correlation_id] = int(delay * 1000)
-            if self.broker.metrics is not None:
-                self.broker.metrics.throttled(kind, delay)
+                                                   client_id, amount)
+        if delay <= 0:
+            return 0
+        now = asyncio.get_running_loop().time()
+        self.muted_until = max(self.muted_until, now + delay)
+        if self.broker.metrics is not None:
+            self.broker.metrics.throttled(kind, delay)
+        return max(1, int(delay * 1000))
 
     async def _authenticate(self, header, payload, position: int) -> bool:
         """Let the session answer a SASL request (or one sent before authentication);
@@ -278,17 +310,22 @@ class ClientConnection:
                 response = error_fields(exc)
             finally:
                 self.pending -= 1
-            fetched_by = self.fetches.pop(correlation_id, None)
             throttle_ms = self.throttled.pop(correlation_id, 0)
+            work = self.work.pop(correlation_id, None)
+            if work is not None and not broken:
+                api_key, client_id, seconds = work
+                throttle_ms = max(throttle_ms, self._throttle("request_percentage",
+                                                              client_id, seconds))
+                if api_key == ApiKey.FETCH and response is not None:
+                    # a consumer's quota counts the response it is about to get
+                    throttle_ms = max(throttle_ms, self._throttle(
+                        "consumer_byte_rate", client_id, _records_size(response)))
             if response is None or broken:
                 continue
-            if throttle_ms and "topics" in response:
+            if throttle_ms and work is not None and work[0] in _THROTTLE_REPORTED:
                 response["throttle_time_ms"] = throttle_ms
             try:
-                total = await self._write(loop, correlation_id, response)
-                if fetched_by is not None:  # consumers: muted after the response
-                    self._throttle("consumer_byte_rate", fetched_by, correlation_id, total)
-                    self.throttled.pop(correlation_id, None)
+                await self._write(loop, correlation_id, response)
             except (OSError, ConnectionError, SparklogError) as exc:
                 log.warning("connection from %s: cannot send response %d: %s", self.peer,
                             correlation_id, exc)

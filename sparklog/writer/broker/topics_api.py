@@ -99,7 +99,9 @@ class TopicApis:
         if names is None:
             names = await self.run_io(self.topics.list_topics)
         auto = body["allow_auto_topic_creation"] and self.config.auto_create_topics_enable
-        cluster = self.leadership.metadata() if self.leadership is not None else None
+        listener = getattr(getattr(getattr(ctx, "session", None), "listener", None), "name",
+                           None)
+        cluster = self.leadership.metadata(listener) if self.leadership is not None else None
         topics = []
         for name in names:
             item = {"name": name, "typed": False, "partitions": []}
