@@ -486,14 +486,14 @@ def _cleaned_frame(frame, latest, cleanings, horizon, result, name, *, gap: bool
     """The bytes of ``frame`` after cleaning: unchanged when every record stays (and
     it follows the previous frame kept, ``gap`` False, or has explicit offsets already),
     None when none does, else re-encoded with explicit offsets: only a frame with the
-    explicit-offsets bit may start after the previous frame's end (docs/format.md)."""
+    explicit-offsets bit may start after the previous frame's end (docs/format.md). A
+    control frame (a transaction marker) always stays, re-encoded the same way when
+    records before it were removed."""
     h = frame.header
     if h.is_control:
-        if gap and not h.explicit_offsets:
-            raise InvalidConfigError(
-                f"partition {name}: a control frame at offset {h.base_offset} follows "
-                f"records removed by compaction; transactional topics cannot be compacted")
-        return _frame_bytes(frame)
+        if not gap or h.explicit_offsets:
+            return _frame_bytes(frame)
+        return _reencoded(frame, frame.batch(), frame.offsets(), None)
     batch = frame.batch()
     keys = batch.column(key_column(batch.schema, name))
     record_offsets = frame.offsets()
@@ -514,14 +514,22 @@ def _cleaned_frame(frame, latest, cleanings, horizon, result, name, *, gap: bool
                     result.records_removed -= 1  # counted below
         mask = pa.array(keep, pa.bool_())
     result.records_removed += len(keys) - stays
-    keep = mask
     if stays == len(keys) and (not gap or h.explicit_offsets):
         return _frame_bytes(frame)
     if stays == 0:
         return None
-    kept = batch.filter(mask)
-    deltas = pc.subtract(record_offsets.filter(mask), pa.scalar(h.base_offset, pa.int64())
-                         ).cast(pa.int32())
+    return _reencoded(frame, batch, record_offsets, mask)
+
+
+def _reencoded(frame, batch: pa.RecordBatch, record_offsets: pa.Array, mask) -> bytes:
+    """``frame`` re-encoded with explicit offsets, holding the records of ``batch``
+    that ``mask`` keeps (all of them when None); it keeps its header fields, offset
+    span and max timestamp, so producer sequences and the LogAppendTime of its records
+    stay as they were."""
+    h = frame.header
+    kept = batch if mask is None else batch.filter(mask)
+    kept_offsets = record_offsets if mask is None else record_offsets.filter(mask)
+    deltas = pc.subtract(kept_offsets, pa.scalar(h.base_offset, pa.int64())).cast(pa.int32())
     if OFFSET_DELTA_COLUMN in kept.schema.names:
         kept = kept.drop_columns([OFFSET_DELTA_COLUMN])
     timestamps = kept.column(kept.schema.get_field_index(TIMESTAMP_COLUMN))
@@ -530,10 +538,8 @@ def _cleaned_frame(frame, latest, cleanings, horizon, result, name, *, gap: bool
         columns, timestamps=timestamps, compression=CODEC_NAMES[h.attributes & CODEC_MASK],
         base_offset=h.base_offset, leader_epoch=h.leader_epoch, producer_id=h.producer_id,
         producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
-        log_append_time=h.log_append_time, offset_deltas=deltas,
+        log_append_time=h.log_append_time, offset_deltas=deltas, control=h.is_control,
         transactional=bool(h.attributes & TRANSACTIONAL_BIT)))
-    # the frame keeps its offset span and max timestamp: producer sequences and the
-    # LogAppendTime of its records stay as they were
     LAST_OFFSET_DELTA.write(data, 0, h.last_offset_delta)
     MAX_TIMESTAMP.write(data, 0, h.max_timestamp)
     reseal(data)

@@ -418,6 +418,23 @@ def test_producer_fields_survive_cleaning_and_dump_log_reads_the_live_set(fio, t
     assert out.count("| offset:") == 5
 
 
+def test_transaction_marker_after_removed_records_is_kept(fio, tmp_path):
+    clock = Clock()
+    d = str(tmp_path / "t" / "0")
+    txn = {"producer_id": 5, "producer_epoch": 0, "transactional": True}
+    with PartitionLog.open(fio, d, config(segment_bytes=1 << 20), clock=clock) as plog:
+        plog.append(keyed_frame([("a", "1"), ("b", "1")], clock.now, base_sequence=0, **txn))
+        plog.append(keyed_frame([("ctl", "commit")], clock.now, control=True, **txn))
+        write(plog, clock, [("a", "2"), ("b", "2")])
+        plog.roll()
+        assert clean(plog, clock.now).records_removed == 2
+        headers = [f.header for f in LogReader(fio, d).iter_frames(0, 5)]
+    # the marker follows the removed records: it stays, with explicit offsets, at its offset
+    assert [(h.base_offset, h.is_control, h.explicit_offsets) for h in headers] == \
+        [(2, True, True), (3, False, False), (4, False, False)]
+    assert records(fio, d) == [(3, "a", "2"), (4, "b", "2")]
+
+
 def test_concurrent_readers_while_the_cleaner_swaps(fio, tmp_path):
     """A writer appends keyed records and rolls, a cleaner thread cleans and deletes the
     replaced files at once (file.delete.delay.ms=0, the hardest case for readers), while
