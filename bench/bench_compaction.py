@@ -31,11 +31,10 @@ from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_broker_ingest import broker_ingest, build_requests  # noqa: E402
-from brokerproc import BrokerProcess  # noqa: E402  (the tests' broker process helper)
+from tests.support.brokerproc import BrokerProcess  # noqa: E402  (the tests' broker process)
 
 from sparklog.format.frame import encode_frame, raw_batch  # noqa: E402
 from sparklog.log import PartitionLog  # noqa: E402

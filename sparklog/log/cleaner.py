@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import InvalidConfigError
+from ..errors import DataLossError, InvalidConfigError
 from ..format.frame import OFFSET_DELTA_COLUMN, TIMESTAMP_COLUMN, encode_frame, reseal
 from ..format.header import (
     CODEC_MASK,
@@ -289,19 +289,15 @@ def _clean(plog, now: int, state: CleanableState, buffer_size: int,
         return True
 
     rows = 0
+    known = SegmentKeys(buffer_size)
     for seg in segments:
         if seg.next_offset <= state.first_dirty:
             continue
         if seg.base_offset >= state.first_uncleanable:
             break
-        parts = []
-        for frame in _frames(seg, throttle, result):
-            if frame.header.is_control:
-                continue
-            batch = frame.batch()
-            parts.append((batch.column(key_column(batch.schema, plog.name)), frame.offsets()))
-            rows += batch.num_rows
-        pending.append((seg, parts))
+        keys = known.read(seg, _frames(seg, throttle, result), plog.name)
+        pending.append((seg, [(keys.keys, keys.offsets)] if keys.rows else []))
+        rows += keys.rows
         if rows >= max(capacity, MERGE_ROWS):  # bound the memory of pending keys
             rows = 0
             if not merge_pending():
@@ -314,8 +310,13 @@ def _clean(plog, now: int, state: CleanableState, buffer_size: int,
     # 3. rewrite every sealed segment below the mapped end, in groups
     horizon = now - config.delete_retention_ms
     pending = [seg for seg in segments if seg.next_offset <= map_end]
-    for group in _groups(pending, config.segment_bytes):
-        new = _write_cleaned(plog, group, offsets, cleanings, horizon, throttle, result)
+    def kept(seg):  # the bytes a segment may keep: grouped by them, not by its size
+        seen = known.by_path.get(seg.path)
+        return seg.size if seen is None else seen.kept_bytes(offsets)
+
+    for group in _groups(pending, config.segment_bytes, kept):
+        new = _write_cleaned(plog, group, offsets, cleanings, horizon, throttle, result,
+                             known)
         plog.replace_segments(group, new)
         result.segments_replaced += len(group)
         result.segments_written += 1
@@ -381,28 +382,134 @@ def _plain(array: pa.Array) -> pa.Array:
 
 
 def _frames(seg: LogSegment, throttle: Throttle, result: CleanResult):
-    """The validated frames of sealed segment ``seg`` (throttled, counted)."""
+    """``(position, frame)`` of the validated frames of sealed segment ``seg``
+    (throttled, counted)."""
     scan = seg.scan_for(seg.base_offset)
-    for _, frame in scan:
+    for pos, frame in scan:
         throttle.account(frame.header.size)
         result.bytes_read += frame.header.size
-        yield frame
+        yield pos, frame
     seg.check_end(scan)
 
 
-def _groups(segments: list[LogSegment], max_bytes: int) -> list[list[LogSegment]]:
+def _frames_at(seg: LogSegment, runs, throttle: Throttle, result: CleanResult):
+    """``(position, frame)`` of the frames of ``seg`` in ``runs`` (``(position, end,
+    base offset)`` of consecutive frames), each run read with one scan that must end
+    exactly at its end (a DataLossError naming the file otherwise)."""
+    for position, end, base in runs:
+        scan = seg.scan(position, end, contiguous=True, expected_offset=base)
+        for pos, frame in scan:
+            throttle.account(frame.header.size)
+            result.bytes_read += frame.header.size
+            yield pos, frame
+        if scan.error is not None or scan.valid_end != end:
+            raise DataLossError(
+                f"partition segment {seg.path}: the frames at bytes [{position}, {end}) "
+                f"read in the key-map pass cannot be read again"
+                + (f": {scan.error}" if scan.error is not None else ""),
+                path=seg.path, position=scan.valid_end)
+
+
+class KnownKeys:
+    """The keys and offsets of one sealed segment's records, read in the key-map pass
+    (copied out of the read buffers), with each frame's ``(position, size, base
+    offset, first row, rows)`` (rows -1: a control frame)."""
+
+    def __init__(self, keys, offsets, frames):
+        self.keys, self.offsets, self.frames = keys, offsets, frames
+        self.rows = 0 if keys is None else len(keys)
+        self._plan = None
+
+    def plan(self, offsets: "KeyMap"):
+        """Probe the key map ``offsets`` with all the keys at once (done once):
+        ``(latest, runs, wanted, dropped)``: the map's offset per record, the
+        ``(position, end, base offset)`` runs of consecutive frames that keep a record
+        (control frames always do), ``{position: (first row, rows)}`` of those frames,
+        and the number of records of the frames left out."""
+        if self._plan is None:
+            latest = stays = None
+            if self.rows:
+                latest = offsets.latest(self.keys)
+                newest = pc.or_kleene(pc.is_null(latest),
+                                      pc.greater_equal(self.offsets, latest))
+                stays = pc.and_(pc.is_valid(self.keys), newest.fill_null(False)) \
+                    .fill_null(False).to_numpy(zero_copy_only=False)
+            runs: list[list[int]] = []
+            wanted, dropped = {}, 0
+            for pos, size, base, row, rows in self.frames:
+                if rows >= 0 and not stays[row:row + rows].any():
+                    dropped += rows
+                    continue
+                wanted[pos] = (row, rows)
+                if runs and runs[-1][1] == pos:
+                    runs[-1][1] = pos + size
+                else:
+                    runs.append([pos, pos + size, base])
+            self._plan = (latest, runs, wanted, dropped)
+        return self._plan
+
+    def kept_bytes(self, offsets: "KeyMap") -> int:
+        """An upper bound of the bytes this segment keeps: its frames that keep a
+        record (a frame that loses some gets smaller)."""
+        return sum(end - pos for pos, end, _ in self.plan(offsets)[1])
+
+
+class SegmentKeys:
+    """What the key-map pass read of each dirty segment, kept for the rewrite (up to
+    ``budget`` bytes of keys and offsets in all): the rewrite then looks up a whole
+    segment's keys at once and reads only the frames that keep a record (and control
+    frames); segments beyond the budget are read whole again."""
+
+    def __init__(self, budget: int):
+        self.budget = budget
+        self.by_path: dict[str, KnownKeys] = {}
+
+    def read(self, seg: LogSegment, frames, name: str) -> KnownKeys:
+        """Read ``frames`` (``(position, frame)`` of all of ``seg``): its keys and
+        offsets (remembered while within the budget)."""
+        keys, offsets, layout, row = [], [], [], 0
+        for pos, frame in frames:
+            h = frame.header
+            if h.is_control:
+                layout.append((pos, h.size, h.base_offset, row, -1))
+                continue
+            batch = frame.batch()
+            k = _plain(batch.column(key_column(batch.schema, name)))
+            if keys and k.type != keys[0].type:
+                k = k.cast(keys[0].type)
+            keys.append(k)
+            offsets.append(frame.offsets())
+            layout.append((pos, h.size, h.base_offset, row, len(k)))
+            row += len(k)
+        if not keys:
+            known = KnownKeys(None, None, layout)
+        else:  # concatenated: copies, so the read buffers are freed
+            known = KnownKeys(pa.concat_arrays(keys), pa.concat_arrays(offsets), layout)
+        size = 0 if known.keys is None else known.keys.nbytes + known.offsets.nbytes
+        if size <= self.budget:
+            self.budget -= size
+            self.by_path[seg.path] = known
+        return known
+
+
+def _groups(segments: list[LogSegment], max_bytes: int,
+            size=lambda seg: seg.size) -> list[list[LogSegment]]:
     """Consecutive segments grouped so each group fits one cleaned segment of
     ``segment.bytes`` and its offsets fit the relative index (Kafka's
-    groupSegmentsBySize)."""
+    groupSegmentsBySize, by ``size(segment)``: an upper bound of what the segment
+    keeps)."""
     groups: list[list[LogSegment]] = []
+    total = 0
     for seg in segments:
+        n = size(seg)
         if groups:
             last = groups[-1]
-            if (sum(s.size for s in last) + seg.size <= max_bytes
-                    and fits_relative(last[0].base_offset, seg.next_offset)):
+            if total + n <= max_bytes and fits_relative(last[0].base_offset, seg.next_offset):
                 last.append(seg)
+                total += n
                 continue
         groups.append([seg])
+        total = n
     return groups
 
 
@@ -413,8 +520,11 @@ def _delete_uncommitted(plog) -> None:
             plog.fileio.delete(info.path)
 
 
-def _write_cleaned(plog, group, offsets, cleanings, horizon, throttle, result) -> LogSegment:
-    """Write and commit the cleaned segment replacing ``group`` (steps 3 and 4)."""
+def _write_cleaned(plog, group, offsets, cleanings, horizon, throttle, result,
+                   known: SegmentKeys | None = None) -> LogSegment:
+    """Write and commit the cleaned segment replacing ``group`` (steps 3 and 4);
+    segments whose keys ``known`` holds are probed at once and only their frames that
+    keep something are read again."""
     fileio = plog.fileio
     base, end = group[0].base_offset, group[-1].next_offset
     generation = 1 + max(s.generation for s in group)
@@ -426,7 +536,10 @@ def _write_cleaned(plog, group, offsets, cleanings, horizon, throttle, result) -
         new.apply_replication()
         position, expected = 0, base
         for seg in group:
-            for frame, latest in _probed(_frames(seg, throttle, result), offsets, plog.name):
+            seen = known.by_path.get(seg.path) if known is not None else None
+            probed = _probed(_frames(seg, throttle, result), offsets, plog.name) \
+                if seen is None else _probed_known(seg, seen, offsets, throttle, result)
+            for frame, latest in probed:
                 data = _cleaned_frame(frame, latest, cleanings, horizon, result, plog.name,
                                       gap=frame.header.base_offset != expected)
                 if data is None:
@@ -473,13 +586,28 @@ def _probed(frames, offsets: KeyMap, name: str):
         for f in window:
             yield f, out.get(id(f))
 
-    for frame in frames:
+    for _, frame in frames:
         window.append(frame)
         size += frame.header.size
         if size >= PROBE_WINDOW_BYTES:
             yield from flush()
             window, size = [], 0
     yield from flush()
+
+
+def _probed_known(seg: LogSegment, seen: KnownKeys, offsets: KeyMap, throttle, result):
+    """:func:`_probed` for a segment whose keys the key-map pass kept (probed by
+    :meth:`KnownKeys.plan`): frames none of whose records stay are not read again
+    (counted as removed), the others are read in runs of consecutive frames."""
+    latest, runs, wanted, dropped = seen.plan(offsets)
+    result.records_removed += dropped
+    for pos, frame in _frames_at(seg, runs, throttle, result):
+        row, rows = wanted[pos]
+        if rows != frame.header.record_count and not frame.header.is_control:
+            raise DataLossError(
+                f"partition segment {seg.path}: the frame at byte {pos} changed between "
+                f"the key-map pass and the rewrite", path=seg.path, position=pos)
+        yield frame, None if rows < 0 else latest.slice(row, rows)
 
 
 def _cleaned_frame(frame, latest, cleanings, horizon, result, name, *, gap: bool):
