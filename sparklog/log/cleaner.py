@@ -359,7 +359,8 @@ class KeyMap:
         if not keys:
             return KeyMap()
         table = pa.table({"k": pa.concat_arrays(keys), "o": pa.concat_arrays(offs)})
-        table = table.filter(pc.is_valid(table.column("k")))
+        if table.column("k").null_count:
+            table = table.filter(pc.is_valid(table.column("k")))
         grouped = table.group_by("k").aggregate([("o", "max")])
         return KeyMap(grouped.column("k").combine_chunks(),
                       grouped.column("o_max").combine_chunks())
