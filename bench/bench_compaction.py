@@ -38,7 +38,6 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_broker_ingest import broker_ingest, build_requests  # noqa: E402
-from tests.support.brokerproc import BrokerProcess  # noqa: E402  (the tests' broker process)
 
 from sparklog.format.frame import encode_frame, raw_batch  # noqa: E402
 from sparklog.log import PartitionLog  # noqa: E402
@@ -46,6 +45,7 @@ from sparklog.log.cleaner import clean  # noqa: E402
 from sparklog.log.layout import PartitionListing  # noqa: E402
 from sparklog.protocol import ApiKey, Connection  # noqa: E402
 from sparklog.storage import open_fileio  # noqa: E402
+from tests.support.brokerproc import BrokerProcess  # noqa: E402  (the tests' broker process)
 
 CHUNK = 8 << 20
 

@@ -55,7 +55,7 @@ from ..format.header import (
 from .checkpoint import JsonCheckpoint
 from .index import fits_relative
 from .layout import PartitionListing
-from .segment import LogSegment
+from .segment import LogSegment, write_replacing
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +256,7 @@ def _clean(plog, now: int, state: CleanableState, buffer_size: int,
     fileio, config = plog.fileio, plog.config
     checkpoint = CleanerCheckpoint(fileio, plog.dir_url)
     _, cleanings = checkpoint.read()
-    _delete_uncommitted(plog)
+    delete_uncommitted(plog)
     segments = plog.segments[:-1]  # sealed; the active segment is never touched
     result = CleanResult(state.first_dirty, state.first_dirty)
     # 2. the key map over the dirty segments, whole segments while they fit
@@ -314,14 +314,22 @@ def _clean(plog, now: int, state: CleanableState, buffer_size: int,
         seen = known.by_path.get(seg.path)
         return seg.size if seen is None else seen.kept_bytes(offsets)
 
-    for group in _groups(pending, config.segment_bytes, kept):
-        new = _write_cleaned(plog, group, offsets, cleanings, horizon, throttle, result,
-                             known)
+    for group in group_segments(pending, config.segment_bytes, kept):
+        new, _ = write_cleaned(plog.fileio, plog.dir_url, config, plog.name, group, offsets,
+                               cleanings, horizon, throttle, result, known)
         plog.replace_segments(group, new)
         result.segments_replaced += len(group)
         result.segments_written += 1
         result.replaced.extend(s.path for s in group)
-    # 5. the checkpoint: new dirty offset, and this cleaning's time for its tombstones
+    finish_cleaning(plog, checkpoint, cleanings, map_end, now, started, result)
+    return result
+
+
+def finish_cleaning(plog, checkpoint: CleanerCheckpoint, cleanings: list[list[int]],
+                    map_end: int, now: int, started: float, result: CleanResult) -> None:
+    """Step 5 (the checkpoint: the new dirty offset ``map_end`` and this cleaning's time
+    ``now`` for its tombstones) and the cleaning's log line."""
+    horizon = now - plog.config.delete_retention_ms
     expired = [c[0] for c in cleanings if c[1] <= horizon]  # collapsed into one entry
     cleanings = ([[max(expired), 0]] if expired else []) + \
         [c for c in cleanings if c[1] > horizon] + [[map_end, now]]
@@ -332,7 +340,6 @@ def _clean(plog, now: int, state: CleanableState, buffer_size: int,
              plog.name, plog.log_start_offset, map_end, result.segments_replaced,
              result.segments_written, result.bytes_read, result.bytes_written,
              result.records_removed, result.tombstones_removed, result.seconds)
-    return result
 
 
 class KeyMap:
@@ -493,7 +500,7 @@ class SegmentKeys:
         return known
 
 
-def _groups(segments: list[LogSegment], max_bytes: int,
+def group_segments(segments: list[LogSegment], max_bytes: int,
             size=lambda seg: seg.size) -> list[list[LogSegment]]:
     """Consecutive segments grouped so each group fits one cleaned segment of
     ``segment.bytes`` and its offsets fit the relative index (Kafka's
@@ -514,34 +521,38 @@ def _groups(segments: list[LogSegment], max_bytes: int,
     return groups
 
 
-def _delete_uncommitted(plog) -> None:
+def delete_uncommitted(plog) -> None:
     """Delete cleaned segments left uncommitted by an earlier cleaning that failed."""
     for files in PartitionListing.scan(plog.fileio, plog.dir_url).uncommitted():
         for info in files.files():
             plog.fileio.delete(info.path)
 
 
-def _write_cleaned(plog, group, offsets, cleanings, horizon, throttle, result,
-                   known: SegmentKeys | None = None) -> LogSegment:
-    """Write and commit the cleaned segment replacing ``group`` (steps 3 and 4);
-    segments whose keys ``known`` holds are probed at once and only their frames that
-    keep something are read again."""
-    fileio = plog.fileio
+def write_cleaned(fileio, directory: str, config, name: str, group, offsets: "KeyMap",
+                  cleanings, horizon: int, throttle: Throttle, result: CleanResult,
+                  known: SegmentKeys | None = None, *, commit: bool = True):
+    """Write the cleaned segment replacing the sealed segments ``group`` of the
+    partition ``name`` in ``directory`` (LogConfig ``config``), keeping per key the
+    records the key map ``offsets`` allows (steps 3 and 4); segments whose keys
+    ``known`` holds are probed at once and only their frames that keep something are
+    read again. Returns ``(segment, index bytes)``: with ``commit`` its ``.index`` is
+    written (the commit) and the bytes are None; without, everything but the
+    ``.index`` is written and its bytes are returned, for :func:`commit_cleaned`."""
     base, end = group[0].base_offset, group[-1].next_offset
     generation = 1 + max(s.generation for s in group)
-    new = LogSegment(fileio, plog.dir_url, base, writable=True, generation=generation,
-                     end_offset=end, index_interval_bytes=plog.config.index_interval_bytes,
-                     replication=plog.config.replication_factor)
+    new = LogSegment(fileio, directory, base, writable=True, generation=generation,
+                     end_offset=end, index_interval_bytes=config.index_interval_bytes,
+                     replication=config.replication_factor)
     out = fileio.create(new.path)
     try:
         new.apply_replication()
         position, expected = 0, base
         for seg in group:
             seen = known.by_path.get(seg.path) if known is not None else None
-            probed = _probed(_frames(seg, throttle, result), offsets, plog.name) \
+            probed = _probed(_frames(seg, throttle, result), offsets, name) \
                 if seen is None else _probed_known(seg, seen, offsets, throttle, result)
             for frame, latest in probed:
-                data = _cleaned_frame(frame, latest, cleanings, horizon, result, plog.name,
+                data = _cleaned_frame(frame, latest, cleanings, horizon, result, name,
                                       gap=frame.header.base_offset != expected)
                 if data is None:
                     continue
@@ -557,8 +568,24 @@ def _write_cleaned(plog, group, offsets, cleanings, horizon, throttle, result,
     finally:
         out.close()
     new._next_offset = end  # compaction may have removed the last records
-    new.seal()  # .timeindex, then .index: the commit
-    return new
+    if commit:
+        new.seal()  # .timeindex, then .index: the commit
+        return new, None
+    write_replacing(fileio, new.timeindex_path, new.time_index.to_bytes())
+    return new, new.offset_index.to_bytes(new.summary)
+
+
+def commit_cleaned(fileio, directory: str, config, base: int, end: int, generation: int,
+                   index: bytes) -> LogSegment:
+    """Commit a cleaned segment written elsewhere (:func:`write_cleaned` without
+    ``commit``, e.g. by a Spark task): write its ``.index``; returns it as a sealed
+    segment for :meth:`~.partition.PartitionLog.replace_segments`."""
+    seg = LogSegment(fileio, directory, base, sealed=True, generation=generation,
+                     end_offset=end, index_interval_bytes=config.index_interval_bytes,
+                     replication=config.replication_factor)
+    write_replacing(fileio, seg.index_path, index)
+    seg.apply_replication(seg.timeindex_path, seg.index_path)
+    return seg
 
 
 def _count(data) -> int:
@@ -594,6 +621,25 @@ def _probed(frames, offsets: KeyMap, name: str):
             yield from flush()
             window, size = [], 0
     yield from flush()
+
+
+def segment_keys(seg: LogSegment, name: str) -> "KeyMap":
+    """The distinct keys of the records of sealed segment ``seg`` (of partition
+    ``name``), each with its highest offset there (null keys left out): one segment's
+    share of the key map, as a Spark task of ``sparklog compact --spark`` reads it."""
+    known = SegmentKeys(0).read(seg, _frames(seg, Throttle(), CleanResult(0, 0)), name)
+    return KeyMap().merged([(known.keys, known.offsets)] if known.rows else [])
+
+
+def key_type(seg: LogSegment, name: str) -> pa.DataType | None:
+    """The Arrow type of the compaction key of ``seg``'s records (dictionary
+    encoding removed), None when it holds only control frames."""
+    for _, frame in _frames(seg, Throttle(), CleanResult(0, 0)):
+        if not frame.header.is_control:
+            batch = frame.batch()
+            t = batch.schema.field(key_column(batch.schema, name)).type
+            return t.value_type if pa.types.is_dictionary(t) else t
+    return None
 
 
 def _probed_known(seg: LogSegment, seen: KnownKeys, offsets: KeyMap, throttle, result):
