@@ -7,7 +7,10 @@ broker's produce rate while its cleaner runs beside the same broker idle (same r
    baseline reads the same segment files through the same FileIO in 8 MiB calls and
    writes those bytes to a new file (synced at the end, as a cleaned segment is).
    Rounds alternate the raw copy and a cleaning of a fresh copy of the partition;
-   prints the median MB/s of each and the median ratio (target >= 0.5).
+   prints the median MB/s of each and the median ratio (target >= 0.5). With
+   ``--spark`` each round also cleans a fresh copy with the Spark job
+   (:func:`sparklog.job.compaction.compact_partition` on local[2]; the session is
+   started before the rounds).
 2. **Produce while cleaning.** A real broker process (``log.cleaner.backoff.ms=50``)
    gets pipelined acks=1 produce requests (bench_broker_ingest's client) to a
    delete-policy topic while a second producer process keeps overwriting 20k keys:
@@ -18,6 +21,7 @@ broker's produce rate while its cleaner runs beside the same broker idle (same r
 
     .venv/bin/python bench/bench_compaction.py [--records 1000000] [--keys 100000]
         [--records-per-frame 1000] [--segment-bytes 16777216] [--mb 128] [--rounds 3]
+        [--skip-produce] [--spark]
 """
 
 from __future__ import annotations
@@ -93,7 +97,13 @@ def bench_cleaning(root: str, args) -> None:
     config = {"cleanup.policy": "compact", "segment.bytes": args.segment_bytes,
               "file.delete.delay.ms": 0}
     nbytes = build_log(fileio, str(source), config, args)
-    raws, cleans, ratios = [], [], []
+    raws, cleans, ratios, sparks, spark_ratios = [], [], [], [], []
+    spark = None
+    if args.spark:
+        from sparklog.spark import local_session
+
+        spark = local_session("bench-compaction", cores=2, shuffle_partitions=4,
+                              register_source=False, jvm_reader=False)
     for r in range(args.rounds):
         copy = Path(root, f"round-{r}")
         shutil.copytree(source, copy)
@@ -106,10 +116,23 @@ def bench_cleaning(root: str, args) -> None:
         raws.append(t_raw)
         cleans.append(t_clean)
         ratios.append(t_raw / t_clean)
-        print(f"  round {r + 1}: raw {nbytes / t_raw / 1e6:7.1f} MB/s, cleaning "
-              f"{nbytes / t_clean / 1e6:7.1f} MB/s, ratio {t_raw / t_clean:5.2f}",
-              file=sys.stderr)
+        line = (f"  round {r + 1}: raw {nbytes / t_raw / 1e6:7.1f} MB/s, cleaning "
+                f"{nbytes / t_clean / 1e6:7.1f} MB/s, ratio {t_raw / t_clean:5.2f}")
         shutil.rmtree(copy, ignore_errors=True)
+        if spark is not None:
+            from sparklog.job.compaction import compact_partition
+
+            shutil.copytree(source, copy)
+            with PartitionLog.open(fileio, str(copy), config) as plog:
+                start = time.perf_counter()
+                compact_partition(spark, plog, force=True)
+                t_spark = time.perf_counter() - start
+            sparks.append(t_spark)
+            spark_ratios.append(t_raw / t_spark)
+            line += (f"; Spark job {nbytes / t_spark / 1e6:7.1f} MB/s, ratio "
+                     f"{t_raw / t_spark:5.2f}")
+            shutil.rmtree(copy, ignore_errors=True)
+        print(line, file=sys.stderr)
         Path(root, f"raw-{r}.bin").unlink(missing_ok=True)
     print(f"{args.records:,} records, {args.keys:,} keys, {nbytes / 1e6:.1f} MB in "
           f"{len(paths)} segments; cleaned into {result.segments_written} segment(s), "
@@ -119,6 +142,12 @@ def bench_cleaning(root: str, args) -> None:
     print(f"cleaning (broker path) {nbytes / t_clean / 1e6:8.1f} MB/s  ({t_clean:6.2f} s)"
           f"   ratio vs raw: {statistics.median(ratios):5.2f} (per round: "
           f"{', '.join(f'{x:.2f}' for x in ratios)}; target >= 0.5)")
+    if sparks:
+        t_spark = statistics.median(sparks)
+        print(f"cleaning (Spark job)   {nbytes / t_spark / 1e6:8.1f} MB/s  ({t_spark:6.2f} s)"
+              f"   ratio vs raw: {statistics.median(spark_ratios):5.2f} (per round: "
+              f"{', '.join(f'{x:.2f}' for x in spark_ratios)}; target >= 0.5)")
+        spark.stop()
 
 
 def _overwrite_keys(address: str, stop, keys: int, topic: str) -> None:
@@ -189,6 +218,9 @@ def main(argv=None) -> int:
     parser.add_argument("--mb", type=int, default=128, help="MiB produced per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--skip-produce", action="store_true")
+    parser.add_argument("--spark", action="store_true",
+                        help="also clean with the Spark job (sparklog compact --spark) on "
+                             "local[2], beside the same raw copy")
     args = parser.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="sparklog-bench-compaction-")
     try:

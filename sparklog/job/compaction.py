@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 from ..log.cleaner import (
     CleanerCheckpoint,
     CleanResult,
+    CompactionKey,
     KeyMap,
     Throttle,
     cleanable_state,
@@ -64,12 +65,12 @@ def _segment(fileio, directory: str, spec: dict) -> LogSegment:
                       listed_size=spec["size"])
 
 
-def _keys_task(directory: str, name: str, key_arrow_type, batches):
+def _keys_task(directory: str, key: CompactionKey, key_arrow_type, batches):
     """Stage 1 (a task per segment): each segment's distinct keys and highest offsets."""
     fileio = open_fileio(directory)
     for batch in batches:
         for spec in batch.to_pylist():
-            keys = segment_keys(_segment(fileio, directory, spec), name)
+            keys = segment_keys(_segment(fileio, directory, spec), key)
             n = len(keys)
             if not n:
                 continue
@@ -146,7 +147,8 @@ def compact_partition(spark, plog, now_ms: int | None = None, *, force: bool = F
                     seg.next_offset > state.first_dirty, g)))
                 specs.append(spec)
                 specs_by_grp.setdefault(g, []).append(spec)
-        ktype = next((t for t in (key_type(s, name) for s in dirty) if t is not None),
+        key = CompactionKey.of(name, config)
+        ktype = next((t for t in (key_type(s, key) for s in dirty) if t is not None),
                      pa.binary())
         horizon = now - config.delete_retention_ms
         say(f"partition {name}: key map over {len(dirty)} dirty segment(s), offsets "
@@ -158,7 +160,7 @@ def compact_partition(spark, plog, now_ms: int | None = None, *, force: bool = F
             "dirty boolean, grp int").repartition(len(specs))
         key_spark = from_arrow_type(ktype).simpleString()
         pairs = spec_df.mapInArrow(
-            functools.partial(_keys_task, directory, name, ktype),
+            functools.partial(_keys_task, directory, key, ktype),
             f"seg int, grp int, dirty boolean, key {key_spark}, offset long").persist()
         try:  # kept: both the map and the join read the segments' keys
             latest = pairs.where("dirty").groupBy("key").agg(F.max("offset").alias("latest"))

@@ -29,8 +29,9 @@ A cleaning of the partition log ``plog`` (its writer, in the writer's process):
 5. The cleaner checkpoint records the new dirty offset and the time of this cleaning
    (the tombstone clock).
 
-Typed topics are keyed by their ``key`` column; a typed topic without one cannot be
-compacted (:class:`~sparklog.errors.InvalidConfigError`).
+Records are keyed by their ``key`` column, or for typed topics by the column(s)
+their ``compaction.key.columns`` declares (:class:`CompactionKey`); a topic whose schema
+lacks them cannot be compacted (:class:`~sparklog.errors.InvalidConfigError`).
 """
 
 from __future__ import annotations
@@ -130,29 +131,77 @@ def reached_at(cleanings: list[list[int]], offset: int) -> int | None:
     return None
 
 
-def key_column(schema: pa.Schema, name: str) -> str:
-    """The column compaction keys records by: ``key``; InvalidConfigError naming the
-    topic otherwise."""
-    if KEY_COLUMN not in schema.names:
+class CompactionKey:
+    """How compaction keys the records of partition ``name``: by ``columns``
+    (``compaction.key.columns``; ``("key",)`` by default, a raw topic's key). One
+    column is compared by value; several by a composite key (each column's bytes or
+    text, length-prefixed, so no two different tuples meet); a record with a null in a
+    key column has no key."""
+
+    def __init__(self, name: str, columns=(KEY_COLUMN,)):
+        self.name = name
+        self.columns = tuple(columns)
+
+    @classmethod
+    def of(cls, name: str, config) -> "CompactionKey":
+        """The key of a partition with LogConfig ``config``."""
+        return cls(name, key_columns(getattr(config, "compaction_key_columns", KEY_COLUMN)))
+
+    def check(self, schema: pa.Schema) -> None:
+        """InvalidConfigError naming the partition and the columns unless ``schema``
+        has every key column."""
+        missing = [c for c in self.columns if c not in schema.names]
+        if missing:
+            have = ', '.join(n for n in schema.names if not n.startswith('__'))
+            raise InvalidConfigError(
+                f"partition {self.name}: cleanup.policy=compact needs a record key, but the "
+                f"topic's schema has no {', '.join(repr(c) for c in missing)} column "
+                f"(columns: {have}); declare the key with compaction.key.columns or use "
+                f"cleanup.policy=delete")
+
+    def keys(self, batch: pa.RecordBatch) -> pa.Array:
+        """The key of each record of ``batch`` (null: none)."""
+        self.check(batch.schema)
+        if len(self.columns) == 1:
+            return _plain(batch.column(self.columns[0]))
+        parts = []
+        for c in self.columns:
+            v = _plain(batch.column(c))
+            if not (pa.types.is_binary(v.type) or pa.types.is_string(v.type)
+                    or pa.types.is_large_binary(v.type) or pa.types.is_large_string(v.type)):
+                v = v.cast(pa.string())
+            v = v.cast(pa.large_binary())
+            parts += [pc.binary_length(v).cast(pa.string()).cast(pa.large_binary()),
+                      pa.scalar(b":", pa.large_binary()), v]
+        return pc.binary_join_element_wise(*parts, pa.scalar(b"", pa.large_binary()))
+
+    def type(self, batch: pa.RecordBatch) -> pa.DataType:
+        """The Arrow type of :meth:`keys` for ``batch``."""
+        return self.keys(batch.slice(0, 0)).type
+
+
+def key_columns(value: str) -> tuple[str, ...]:
+    """The columns of a ``compaction.key.columns`` value (comma-separated, at least
+    one); InvalidConfigError otherwise."""
+    columns = tuple(c.strip() for c in str(value).split(","))
+    if not columns or not all(columns) or len(set(columns)) != len(columns):
         raise InvalidConfigError(
-            f"partition {name}: cleanup.policy=compact needs a record key, but the "
-            f"topic's schema has no '{KEY_COLUMN}' column (columns: "
-            f"{', '.join(n for n in schema.names if not n.startswith('__'))}); declare "
-            f"a '{KEY_COLUMN}' column or use cleanup.policy=delete")
-    return KEY_COLUMN
+            f"compaction.key.columns={value!r}: expected distinct column names, "
+            f"comma-separated")
+    return columns
 
 
-def _tombstones(batch: pa.RecordBatch) -> list[bool]:
+def _tombstones(batch: pa.RecordBatch, key: CompactionKey) -> list[bool]:
     """Per row: is it a tombstone (a null ``value``; for typed topics without a value
-    column, every column but the key null)."""
-    if VALUE_COLUMN in batch.schema.names:
+    column, every column but the key columns null)."""
+    if VALUE_COLUMN in batch.schema.names and VALUE_COLUMN not in key.columns:
         values = batch.column(VALUE_COLUMN)
         if values.null_count == 0:
             return [False] * batch.num_rows
         return values.is_null().to_pylist()
     cols = [batch.column(i) for i, n in enumerate(batch.schema.names)
-            if n != KEY_COLUMN and not n.startswith("__")]
-    if not cols:
+            if n not in key.columns and not n.startswith("__")]
+    if not cols or any(c.null_count == 0 for c in cols):
         return [False] * batch.num_rows
     out = [True] * batch.num_rows
     for c in cols:
@@ -261,6 +310,7 @@ def _clean(plog, now: int, state: CleanableState, buffer_size: int,
     result = CleanResult(state.first_dirty, state.first_dirty)
     # 2. the key map over the dirty segments, whole segments while they fit
     capacity = max(buffer_size // BYTES_PER_KEY, 1)
+    key = CompactionKey.of(plog.name, config)
     offsets, map_end = KeyMap(), state.first_dirty
     pending: list = []  # (segment, [(keys, offsets)]) read but not merged into the map
 
@@ -295,7 +345,7 @@ def _clean(plog, now: int, state: CleanableState, buffer_size: int,
             continue
         if seg.base_offset >= state.first_uncleanable:
             break
-        keys = known.read(seg, _frames(seg, throttle, result), plog.name)
+        keys = known.read(seg, _frames(seg, throttle, result), key)
         pending.append((seg, [(keys.keys, keys.offsets)] if keys.rows else []))
         rows += keys.rows
         if rows >= max(capacity, MERGE_ROWS):  # bound the memory of pending keys
@@ -472,7 +522,7 @@ class SegmentKeys:
         self.budget = budget
         self.by_path: dict[str, KnownKeys] = {}
 
-    def read(self, seg: LogSegment, frames, name: str) -> KnownKeys:
+    def read(self, seg: LogSegment, frames, key: CompactionKey) -> KnownKeys:
         """Read ``frames`` (``(position, frame)`` of all of ``seg``): its keys and
         offsets (remembered while within the budget)."""
         keys, offsets, layout, row = [], [], [], 0
@@ -482,7 +532,7 @@ class SegmentKeys:
                 layout.append((pos, h.size, h.base_offset, row, -1))
                 continue
             batch = frame.batch()
-            k = _plain(batch.column(key_column(batch.schema, name)))
+            k = key.keys(batch)
             if keys and k.type != keys[0].type:
                 k = k.cast(keys[0].type)
             keys.append(k)
@@ -538,6 +588,7 @@ def write_cleaned(fileio, directory: str, config, name: str, group, offsets: "Ke
     read again. Returns ``(segment, index bytes)``: with ``commit`` its ``.index`` is
     written (the commit) and the bytes are None; without, everything but the
     ``.index`` is written and its bytes are returned, for :func:`commit_cleaned`."""
+    key = CompactionKey.of(name, config)
     base, end = group[0].base_offset, group[-1].next_offset
     generation = 1 + max(s.generation for s in group)
     new = LogSegment(fileio, directory, base, writable=True, generation=generation,
@@ -549,10 +600,10 @@ def write_cleaned(fileio, directory: str, config, name: str, group, offsets: "Ke
         position, expected = 0, base
         for seg in group:
             seen = known.by_path.get(seg.path) if known is not None else None
-            probed = _probed(_frames(seg, throttle, result), offsets, name) \
+            probed = _probed(_frames(seg, throttle, result), offsets, key) \
                 if seen is None else _probed_known(seg, seen, offsets, throttle, result)
             for frame, latest in probed:
-                data = _cleaned_frame(frame, latest, cleanings, horizon, result, name,
+                data = _cleaned_frame(frame, latest, cleanings, horizon, result, key,
                                       gap=frame.header.base_offset != expected)
                 if data is None:
                     continue
@@ -596,7 +647,7 @@ def _count(data) -> int:
 PROBE_WINDOW_BYTES = 16 << 20
 
 
-def _probed(frames, offsets: KeyMap, name: str):
+def _probed(frames, offsets: KeyMap, key: CompactionKey):
     """Yield ``(frame, latest)`` for ``frames``: ``latest`` holds, per record, the key
     map's offset for its key (null: not mapped; None for control frames). The keys of
     up to PROBE_WINDOW_BYTES of frames are looked up in one call."""
@@ -604,7 +655,7 @@ def _probed(frames, offsets: KeyMap, name: str):
 
     def flush():
         keyed = [(f, f.batch()) for f in window if not f.header.is_control]
-        columns = [b.column(key_column(b.schema, name)) for _, b in keyed]
+        columns = [key.keys(b) for _, b in keyed]
         found = offsets.latest(pa.concat_arrays([_plain(c) for c in columns])) \
             if columns else None
         at, out = 0, {}
@@ -623,22 +674,20 @@ def _probed(frames, offsets: KeyMap, name: str):
     yield from flush()
 
 
-def segment_keys(seg: LogSegment, name: str) -> "KeyMap":
-    """The distinct keys of the records of sealed segment ``seg`` (of partition
-    ``name``), each with its highest offset there (null keys left out): one segment's
-    share of the key map, as a Spark task of ``sparklog compact --spark`` reads it."""
-    known = SegmentKeys(0).read(seg, _frames(seg, Throttle(), CleanResult(0, 0)), name)
+def segment_keys(seg: LogSegment, key: CompactionKey) -> "KeyMap":
+    """The distinct keys (``key``) of the records of sealed segment ``seg``, each with
+    its highest offset there (null keys left out): one segment's share of the key map,
+    as a Spark task of ``sparklog compact --spark`` reads it."""
+    known = SegmentKeys(0).read(seg, _frames(seg, Throttle(), CleanResult(0, 0)), key)
     return KeyMap().merged([(known.keys, known.offsets)] if known.rows else [])
 
 
-def key_type(seg: LogSegment, name: str) -> pa.DataType | None:
+def key_type(seg: LogSegment, key: CompactionKey) -> pa.DataType | None:
     """The Arrow type of the compaction key of ``seg``'s records (dictionary
     encoding removed), None when it holds only control frames."""
     for _, frame in _frames(seg, Throttle(), CleanResult(0, 0)):
         if not frame.header.is_control:
-            batch = frame.batch()
-            t = batch.schema.field(key_column(batch.schema, name)).type
-            return t.value_type if pa.types.is_dictionary(t) else t
+            return key.type(frame.batch())
     return None
 
 
@@ -657,7 +706,8 @@ def _probed_known(seg: LogSegment, seen: KnownKeys, offsets: KeyMap, throttle, r
         yield frame, None if rows < 0 else latest.slice(row, rows)
 
 
-def _cleaned_frame(frame, latest, cleanings, horizon, result, name, *, gap: bool):
+def _cleaned_frame(frame, latest, cleanings, horizon, result, key: CompactionKey, *,
+                   gap: bool):
     """The bytes of ``frame`` after cleaning: unchanged when every record stays (and
     it follows the previous frame kept, ``gap`` False, or has explicit offsets already),
     None when none does, else re-encoded with explicit offsets: only a frame with the
@@ -670,13 +720,13 @@ def _cleaned_frame(frame, latest, cleanings, horizon, result, name, *, gap: bool
             return _frame_bytes(frame)
         return _reencoded(frame, frame.batch(), frame.offsets(), None)
     batch = frame.batch()
-    keys = batch.column(key_column(batch.schema, name))
+    keys = key.keys(batch)
     record_offsets = frame.offsets()
     mask = pc.and_(pc.is_valid(keys), pc.or_kleene(
         pc.is_null(latest), pc.greater_equal(record_offsets, latest)))
     mask = mask.fill_null(False)
     stays = pc.sum(mask.cast(pa.int64())).as_py() or 0
-    tombstones = _tombstones(batch)
+    tombstones = _tombstones(batch, key)
     if any(tombstones):  # few: their delete horizon is checked one by one
         keep = mask.to_pylist()
         for i, (tomb, offset) in enumerate(zip(tombstones, record_offsets.to_pylist())):

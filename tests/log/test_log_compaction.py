@@ -210,6 +210,36 @@ def test_typed_topic_compacts_on_its_key_column_or_is_refused(fio, tmp_path):
             clean(plog, clock.now)
 
 
+def test_typed_topic_compacts_on_its_declared_key_columns(fio, tmp_path):
+    from sparklog.metadata.topic import TopicConfig
+
+    clock = Clock()
+    schema = pa.schema([("tenant", pa.string()), ("id", pa.int64()), ("n", pa.int64())])
+    d = str(tmp_path / "t" / "0")
+    rows = [("a", 1, 10), ("a", 2, 20), ("b", 1, 30), ("a", 1, 40), ("ab", 1, 50), ("z", 0, 0)]
+    with PartitionLog.open(fio, d, config(compaction_key_columns="tenant, id"),
+                           clock=clock) as plog:
+        for t, i, n in rows:
+            batch = pa.RecordBatch.from_arrays([pa.array([t]), pa.array([i]), pa.array([n])],
+                                               schema=schema)
+            plog.append(encode_frame(batch, timestamps=[clock.now]))
+        plog.roll()
+        assert clean(plog, clock.now).records_removed == 1  # ("a", 1) at offset 0
+        reader = LogReader(fio, d)
+        got = [(r["__offset"], r["tenant"], r["id"], r["n"]) for b in
+               reader.read_batches(0, reader.log_end_offset()) for r in b.to_pylist()]
+    assert got == [(1, "a", 2, 20), (2, "b", 1, 30), (3, "a", 1, 40), (4, "ab", 1, 50),
+                   (5, "z", 0, 0)]
+    # a topic declaring columns its schema lacks is refused at creation, naming them
+    with pytest.raises(InvalidConfigError, match="no 'tenantid' column"):
+        TopicConfig("bad", 1, schema=schema, configs={"cleanup.policy": "compact",
+                                       "compaction.key.columns": "tenantid"})
+    with pytest.raises(InvalidConfigError, match="typed topics only"):
+        TopicConfig("raw", 1, configs={"compaction.key.columns": "tenant"})
+    assert TopicConfig("ok", 1, schema=schema, configs={"cleanup.policy": "compact",
+                                         "compaction.key.columns": "tenant,id"})
+
+
 def test_replaced_files_kept_file_delete_delay_ms_for_planned_readers(fio, tmp_path):
     clock = Clock()
     d = str(tmp_path / "t" / "0")
