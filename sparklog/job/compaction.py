@@ -7,14 +7,16 @@ leads it nor cleans it meanwhile (one cleaner per partition at a time):
 1. The driver takes the cleanable state (:func:`~sparklog.log.cleaner.cleanable_state`)
    and groups every sealed segment up to the end of the dirty part into the groups of
    cleaned segments (``segment.bytes``, Kafka's grouping by size).
-2. **The key map, built by Spark** (one Spark job does steps 2 and 3). One task per segment reads it and emits its
-   distinct keys with their highest offset (``seg, grp, dirty, key, offset``). The map
-   is the ``max(offset)`` per key over the dirty segments' rows (a Spark
-   aggregation); each key of a segment is joined with it, so each group gets only the
-   entries of its own keys (nothing is broadcast: the map may exceed one process).
-3. **Cleaned segments written by tasks.** The rows are partitioned by group; a task
-   writes each of its groups' cleaned segment (``.log`` and ``.timeindex`` under the
-   cleaned names) and returns its ``.index`` bytes, uncommitted.
+2. **The key map, built by Spark** (one Spark job does steps 2 and 3, its stages
+   exchanging Arrow IPC blobs, not rows). A task per segment reads its distinct keys
+   with their highest offsets and splits them into key buckets (murmur2 of the key);
+   a task per bucket builds the bucket's share of the map (the highest offset per key
+   over the dirty segments) and looks up every segment's keys of the bucket in it, so
+   each group of segments gets only the entries of its own keys (no map is broadcast
+   nor held by one process).
+3. **Cleaned segments written by tasks.** A task per group writes its cleaned segment
+   (``.log`` and ``.timeindex`` under the cleaned names) and returns its ``.index``
+   bytes, uncommitted.
 4. **The swap, committed by the driver.** In offset order, the driver writes each
    ``.index`` (the commit of docs/format.md, section 7a) and swaps the segment in, then
    writes the cleaner checkpoint. A driver that dies before leaves uncommitted files,
@@ -42,7 +44,6 @@ from ..log.cleaner import (
     delete_uncommitted,
     finish_cleaning,
     group_segments,
-    key_type,
     needs_cleaning,
     segment_keys,
     write_cleaned,
@@ -51,11 +52,6 @@ from ..log.segment import LogSegment
 from ..storage import open_fileio
 
 _SPEC_FIELDS = ("seg", "base", "generation", "end_offset", "size", "dirty", "grp")
-_RESULT_SCHEMA = pa.schema([
-    ("grp", pa.int32()), ("base", pa.int64()), ("end_offset", pa.int64()),
-    ("generation", pa.int32()), ("index", pa.binary()), ("bytes_read", pa.int64()),
-    ("bytes_written", pa.int64()), ("records_removed", pa.int64()),
-    ("tombstones_removed", pa.int64())])
 
 
 def _segment(fileio, directory: str, spec: dict) -> LogSegment:
@@ -65,19 +61,59 @@ def _segment(fileio, directory: str, spec: dict) -> LogSegment:
                       listed_size=spec["size"])
 
 
-def _keys_task(directory: str, key: CompactionKey, key_arrow_type, batches):
-    """Stage 1 (a task per segment): each segment's distinct keys and highest offsets."""
+def _ipc(table: pa.Table) -> bytes:
+    """``table`` as Arrow IPC stream bytes (what the Spark stages exchange)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _table(data: bytes) -> pa.Table:
+    """The table of IPC stream bytes from :func:`_ipc`."""
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+
+
+def _buckets(keys: pa.Array, buckets: int):
+    """The bucket of each key (murmur2 of its bytes or text, modulo ``buckets``)."""
+    from ..writer.producer.partitioner import murmur2_array
+
+    if not (pa.types.is_binary(keys.type) or pa.types.is_string(keys.type)
+            or pa.types.is_large_binary(keys.type) or pa.types.is_large_string(keys.type)):
+        keys = keys.cast(pa.string())
+    return (murmur2_array(keys).astype("int64") & 0x7FFFFFFF) % buckets
+
+
+def _keys_task(directory: str, key: CompactionKey, buckets: int, spec: dict):
+    """Stage 1 (a task per segment): the segment's distinct keys with their highest
+    offset, split into key buckets: ``(bucket, (grp, dirty, IPC bytes of key, offset))``."""
     fileio = open_fileio(directory)
-    for batch in batches:
-        for spec in batch.to_pylist():
-            keys = segment_keys(_segment(fileio, directory, spec), key)
-            n = len(keys)
-            if not n:
-                continue
-            yield pa.RecordBatch.from_arrays([
-                pa.array([spec["seg"]] * n, pa.int32()), pa.array([spec["grp"]] * n, pa.int32()),
-                pa.array([spec["dirty"]] * n, pa.bool_()), keys.keys.cast(key_arrow_type),
-                keys.offsets], names=["seg", "grp", "dirty", "key", "offset"])
+    keys = segment_keys(_segment(fileio, directory, spec), key)
+    if not len(keys):
+        return
+    table = pa.table({"key": keys.keys, "offset": keys.offsets})
+    bucket = pa.array(_buckets(keys.keys, buckets))
+    for b in range(buckets):
+        part = table.filter(pc.equal(bucket, b))
+        if part.num_rows:
+            yield b, (spec["grp"], spec["dirty"], _ipc(part))
+
+
+def _bucket_task(parts):
+    """Stage 2 (a task per key bucket): the key map of the bucket (max offset per key
+    over the dirty segments' keys), looked up for each segment's keys: ``(grp, IPC
+    bytes of key, latest)`` for the keys the map holds."""
+    parts = [(grp, dirty, _table(data)) for grp, dirty, data in parts]
+    offsets = KeyMap().merged([(t.column("key").combine_chunks(),
+                                t.column("offset").combine_chunks())
+                               for _, dirty, t in parts if dirty])
+    for grp, _, t in parts:
+        keys = t.column("key").combine_chunks()
+        latest = offsets.latest(keys)
+        mapped = pc.is_valid(latest)
+        if pc.any(mapped).as_py():
+            yield grp, _ipc(pa.table({"key": keys.filter(mapped),
+                                      "latest": latest.filter(mapped)}))
 
 
 def _write_group(fileio, directory: str, config, name: str, specs: list[dict], offsets: KeyMap,
@@ -94,20 +130,15 @@ def _write_group(fileio, directory: str, config, name: str, specs: list[dict], o
 
 
 def _write_task(directory: str, config, name: str, specs_by_grp: dict, cleanings,
-                horizon: int, batches):
-    """Stage 2: the cleaned segments of the groups whose (key, latest) rows came here."""
-    fileio = open_fileio(directory)
-    batches = [b for b in batches if b.num_rows]
-    if not batches:
-        return
-    table = pa.Table.from_batches(batches)
-    for grp in sorted(set(table.column("grp").to_pylist())):
-        rows = table.filter(pc.equal(table.column("grp"), grp))
-        offsets = KeyMap().merged([(rows.column("key").combine_chunks(),
-                                    rows.column("latest").combine_chunks())])
-        out = _write_group(fileio, directory, config, name, specs_by_grp[grp], offsets,
-                           cleanings, horizon, grp)
-        yield pa.RecordBatch.from_pylist([out], schema=_RESULT_SCHEMA)
+                horizon: int, item):
+    """Stage 3 (a task per group): the group's cleaned segment, uncommitted, from its
+    ``(key, latest)`` entries; ``(grp, result row)``."""
+    grp, parts = item
+    offsets = KeyMap().merged([(t.column("key").combine_chunks(),
+                                t.column("latest").combine_chunks())
+                               for t in (_table(data) for data in parts)])
+    return grp, _write_group(open_fileio(directory), directory, config, name,
+                             specs_by_grp[grp], offsets, cleanings, horizon, grp)
 
 
 def compact_partition(spark, plog, now_ms: int | None = None, *, force: bool = False,
@@ -115,8 +146,6 @@ def compact_partition(spark, plog, now_ms: int | None = None, *, force: bool = F
     """Clean the partition log ``plog`` (opened as its writer) with Spark, as
     :func:`sparklog.log.cleaner.clean` does in one process; None when nothing was due
     (or, with ``force``, nothing dirty). See the module docstring."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import from_arrow_type
 
     say = progress or (lambda line: None)
     now = int(time.time() * 1000) if now_ms is None else now_ms
@@ -148,32 +177,21 @@ def compact_partition(spark, plog, now_ms: int | None = None, *, force: bool = F
                 specs.append(spec)
                 specs_by_grp.setdefault(g, []).append(spec)
         key = CompactionKey.of(name, config)
-        ktype = next((t for t in (key_type(s, key) for s in dirty) if t is not None),
-                     pa.binary())
         horizon = now - config.delete_retention_ms
+        buckets = max(int(spark.sparkContext.defaultParallelism), 1)
         say(f"partition {name}: key map over {len(dirty)} dirty segment(s), offsets "
             f"[{state.first_dirty}, {map_end}); {len(rewrite)} segment(s) into "
             f"{len(groups)} cleaned segment(s)")
-        spec_df = spark.createDataFrame(
-            [tuple(s[f] for f in _SPEC_FIELDS) for s in specs],
-            "seg int, base long, generation int, end_offset long, size long, "
-            "dirty boolean, grp int").repartition(len(specs))
-        key_spark = from_arrow_type(ktype).simpleString()
-        pairs = spec_df.mapInArrow(
-            functools.partial(_keys_task, directory, key, ktype),
-            f"seg int, grp int, dirty boolean, key {key_spark}, offset long").persist()
-        try:  # kept: both the map and the join read the segments' keys
-            latest = pairs.where("dirty").groupBy("key").agg(F.max("offset").alias("latest"))
-            needed = pairs.select("grp", "key").join(latest, "key")
-            written = needed.repartition(len(groups), "grp").mapInArrow(
-                functools.partial(_write_task, directory, config, name, specs_by_grp,
-                                  cleanings, horizon),
-                "grp int, base long, end_offset long, generation int, index binary, "
-                "bytes_read long, bytes_written long, records_removed long, "
-                "tombstones_removed long").collect()  # read, map, join and write
-        finally:
-            pairs.unpersist()
-        rows = {r["grp"]: r.asDict() for r in written}
+        written = (  # one Spark job: keys read, map built and looked up, segments written
+            spark.sparkContext.parallelize(specs, len(specs))
+            .flatMap(functools.partial(_keys_task, directory, key, buckets))
+            .groupByKey(buckets)  # the key map, one bucket of keys per task
+            .flatMap(lambda item: _bucket_task(item[1]))
+            .groupByKey(len(groups))  # each group's (key, latest) entries to one task
+            .map(functools.partial(_write_task, directory, config, name, specs_by_grp,
+                                   cleanings, horizon))
+            .collect())
+        rows = dict(written)
         say(f"partition {name}: {len(rows)} cleaned segment(s) written by tasks; "
             f"committing the swap")
         for g in range(len(groups)):  # groups without a keyed record: nothing to look up

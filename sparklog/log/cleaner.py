@@ -682,15 +682,6 @@ def segment_keys(seg: LogSegment, key: CompactionKey) -> "KeyMap":
     return KeyMap().merged([(known.keys, known.offsets)] if known.rows else [])
 
 
-def key_type(seg: LogSegment, key: CompactionKey) -> pa.DataType | None:
-    """The Arrow type of the compaction key of ``seg``'s records (dictionary
-    encoding removed), None when it holds only control frames."""
-    for _, frame in _frames(seg, Throttle(), CleanResult(0, 0)):
-        if not frame.header.is_control:
-            return key.type(frame.batch())
-    return None
-
-
 def _probed_known(seg: LogSegment, seen: KnownKeys, offsets: KeyMap, throttle, result):
     """:func:`_probed` for a segment whose keys the key-map pass kept (probed by
     :meth:`KnownKeys.plan`): frames none of whose records stay are not read again
