@@ -59,9 +59,11 @@ class PolicyViolationError(InvalidArgumentError):
 
 
 class SchemaMismatchError(InvalidArgumentError):
-    """Records do not match the declared Arrow schema of a typed topic."""
+    """Records do not match the declared Arrow schema of a typed topic (sparklog's own
+    code 1002: Kafka has no such error; before it had its own code it was sent as 87,
+    which is Kafka's INVALID_RECORD, see :class:`InvalidRecordError`)."""
 
-    code = 87
+    code = 1002
 
 
 # --- topics, partitions, offsets ---------------------------------------------------
@@ -69,8 +71,7 @@ class SchemaMismatchError(InvalidArgumentError):
 
 class InvalidRecordError(InvalidArgumentError):
     """A record the topic cannot take, as Kafka's InvalidRecordException: a record
-    without a key on a compacted topic (INVALID_RECORD; on the wire it shares code 87
-    with SchemaMismatchError, which clients receive)."""
+    without a key on a compacted topic (Kafka's INVALID_RECORD, code 87)."""
 
     code = 87
 

@@ -2,6 +2,7 @@
 
     sparklog compact TOPIC --storage URL [--partitions 0,2] [--force]
         [--dedupe-buffer-size BYTES] [--io-max-bytes-per-second RATE]
+        [--spark [--master MASTER]]
 
 Runs the broker cleaner's cleaning (:func:`sparklog.log.cleaner.clean`) on each
 partition of TOPIC in the storage root URL, one after the other, for partitions no
@@ -11,6 +12,13 @@ this refuse a partition being served (that broker's cleaner compacts it), so one
 cleaner at a time cleans a partition. A cleaning runs when the partition is due
 (``min.cleanable.dirty.ratio``, ``max.compaction.lag.ms``), or whenever something is
 dirty with ``--force``. One line per partition says what was done.
+
+With ``--spark`` each partition is cleaned by a Spark job instead
+(:mod:`sparklog.job.compaction`: the key map built by Spark, the cleaned segments
+written by tasks, the swap committed here, in the driver, which holds the partition's
+lease throughout), in the active Spark session (``spark-submit``:
+deploy/spark-submit/sparklog_compact.py) or a new one (``--master``); progress lines
+go to stderr.
 """
 
 from __future__ import annotations
@@ -37,6 +45,11 @@ def add_parser(subparsers) -> None:
                         help="key map memory (log.cleaner.dedupe.buffer.size)")
     parser.add_argument("--io-max-bytes-per-second", type=float, default=None,
                         metavar="RATE", help="I/O throttle (log.cleaner.io.max.bytes.per.second)")
+    parser.add_argument("--spark", action="store_true",
+                        help="clean each partition with a Spark job (large partitions)")
+    parser.add_argument("--master", default=None,
+                        help="Spark master of a new session with --spark (default: "
+                             "the active session's, or Spark's default)")
     parser.set_defaults(func=run)
 
 
@@ -62,6 +75,11 @@ def run(args, out=None) -> int:
     partitions = range(topic.partitions) if args.partitions is None else \
         [int(p) for p in args.partitions.split(",") if p.strip()]
     throttle = Throttle(args.io_max_bytes_per_second)
+    spark = None
+    if getattr(args, "spark", False):
+        from .etl import spark_session
+
+        spark = spark_session(f"sparklog-compact-{args.topic}", args.master)
     status = 0
     for p in partitions:
         name = f"{args.topic}-{p}"
@@ -74,8 +92,16 @@ def run(args, out=None) -> int:
             continue
         try:
             start = time.monotonic()
-            result = clean(plog, force=args.force, throttle=throttle,
-                           dedupe_buffer_size=args.dedupe_buffer_size)
+            if spark is not None:
+                from ..job.compaction import compact_partition
+
+                result = compact_partition(
+                    spark, plog, force=args.force,
+                    progress=lambda line: print(f"[compact] {line}", file=sys.stderr,
+                                                flush=True))
+            else:
+                result = clean(plog, force=args.force, throttle=throttle,
+                               dedupe_buffer_size=args.dedupe_buffer_size)
         finally:
             plog.close()
         if result is None:

@@ -29,8 +29,9 @@ A cleaning of the partition log ``plog`` (its writer, in the writer's process):
 5. The cleaner checkpoint records the new dirty offset and the time of this cleaning
    (the tombstone clock).
 
-Typed topics are keyed by their ``key`` column; a typed topic without one cannot be
-compacted (:class:`~sparklog.errors.InvalidConfigError`).
+Records are keyed by their ``key`` column, or for typed topics by the column(s)
+their ``compaction.key.columns`` declares (:class:`CompactionKey`); a topic whose schema
+lacks them cannot be compacted (:class:`~sparklog.errors.InvalidConfigError`).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import InvalidConfigError
+from ..errors import DataLossError, InvalidConfigError
 from ..format.frame import OFFSET_DELTA_COLUMN, TIMESTAMP_COLUMN, encode_frame, reseal
 from ..format.header import (
     CODEC_MASK,
@@ -55,7 +56,7 @@ from ..format.header import (
 from .checkpoint import JsonCheckpoint
 from .index import fits_relative
 from .layout import PartitionListing
-from .segment import LogSegment
+from .segment import LogSegment, write_replacing
 
 log = logging.getLogger(__name__)
 
@@ -130,29 +131,77 @@ def reached_at(cleanings: list[list[int]], offset: int) -> int | None:
     return None
 
 
-def key_column(schema: pa.Schema, name: str) -> str:
-    """The column compaction keys records by: ``key``; InvalidConfigError naming the
-    topic otherwise."""
-    if KEY_COLUMN not in schema.names:
+class CompactionKey:
+    """How compaction keys the records of partition ``name``: by ``columns``
+    (``compaction.key.columns``; ``("key",)`` by default, a raw topic's key). One
+    column is compared by value; several by a composite key (each column's bytes or
+    text, length-prefixed, so no two different tuples meet); a record with a null in a
+    key column has no key."""
+
+    def __init__(self, name: str, columns=(KEY_COLUMN,)):
+        self.name = name
+        self.columns = tuple(columns)
+
+    @classmethod
+    def of(cls, name: str, config) -> "CompactionKey":
+        """The key of a partition with LogConfig ``config``."""
+        return cls(name, key_columns(getattr(config, "compaction_key_columns", KEY_COLUMN)))
+
+    def check(self, schema: pa.Schema) -> None:
+        """InvalidConfigError naming the partition and the columns unless ``schema``
+        has every key column."""
+        missing = [c for c in self.columns if c not in schema.names]
+        if missing:
+            have = ', '.join(n for n in schema.names if not n.startswith('__'))
+            raise InvalidConfigError(
+                f"partition {self.name}: cleanup.policy=compact needs a record key, but the "
+                f"topic's schema has no {', '.join(repr(c) for c in missing)} column "
+                f"(columns: {have}); declare the key with compaction.key.columns or use "
+                f"cleanup.policy=delete")
+
+    def keys(self, batch: pa.RecordBatch) -> pa.Array:
+        """The key of each record of ``batch`` (null: none)."""
+        self.check(batch.schema)
+        if len(self.columns) == 1:
+            return _plain(batch.column(self.columns[0]))
+        parts = []
+        for c in self.columns:
+            v = _plain(batch.column(c))
+            if not (pa.types.is_binary(v.type) or pa.types.is_string(v.type)
+                    or pa.types.is_large_binary(v.type) or pa.types.is_large_string(v.type)):
+                v = v.cast(pa.string())
+            v = v.cast(pa.large_binary())
+            parts += [pc.binary_length(v).cast(pa.string()).cast(pa.large_binary()),
+                      pa.scalar(b":", pa.large_binary()), v]
+        return pc.binary_join_element_wise(*parts, pa.scalar(b"", pa.large_binary()))
+
+    def type(self, batch: pa.RecordBatch) -> pa.DataType:
+        """The Arrow type of :meth:`keys` for ``batch``."""
+        return self.keys(batch.slice(0, 0)).type
+
+
+def key_columns(value: str) -> tuple[str, ...]:
+    """The columns of a ``compaction.key.columns`` value (comma-separated, at least
+    one); InvalidConfigError otherwise."""
+    columns = tuple(c.strip() for c in str(value).split(","))
+    if not columns or not all(columns) or len(set(columns)) != len(columns):
         raise InvalidConfigError(
-            f"partition {name}: cleanup.policy=compact needs a record key, but the "
-            f"topic's schema has no '{KEY_COLUMN}' column (columns: "
-            f"{', '.join(n for n in schema.names if not n.startswith('__'))}); declare "
-            f"a '{KEY_COLUMN}' column or use cleanup.policy=delete")
-    return KEY_COLUMN
+            f"compaction.key.columns={value!r}: expected distinct column names, "
+            f"comma-separated")
+    return columns
 
 
-def _tombstones(batch: pa.RecordBatch) -> list[bool]:
+def _tombstones(batch: pa.RecordBatch, key: CompactionKey) -> list[bool]:
     """Per row: is it a tombstone (a null ``value``; for typed topics without a value
-    column, every column but the key null)."""
-    if VALUE_COLUMN in batch.schema.names:
+    column, every column but the key columns null)."""
+    if VALUE_COLUMN in batch.schema.names and VALUE_COLUMN not in key.columns:
         values = batch.column(VALUE_COLUMN)
         if values.null_count == 0:
             return [False] * batch.num_rows
         return values.is_null().to_pylist()
     cols = [batch.column(i) for i, n in enumerate(batch.schema.names)
-            if n != KEY_COLUMN and not n.startswith("__")]
-    if not cols:
+            if n not in key.columns and not n.startswith("__")]
+    if not cols or any(c.null_count == 0 for c in cols):
         return [False] * batch.num_rows
     out = [True] * batch.num_rows
     for c in cols:
@@ -256,11 +305,12 @@ def _clean(plog, now: int, state: CleanableState, buffer_size: int,
     fileio, config = plog.fileio, plog.config
     checkpoint = CleanerCheckpoint(fileio, plog.dir_url)
     _, cleanings = checkpoint.read()
-    _delete_uncommitted(plog)
+    delete_uncommitted(plog)
     segments = plog.segments[:-1]  # sealed; the active segment is never touched
     result = CleanResult(state.first_dirty, state.first_dirty)
     # 2. the key map over the dirty segments, whole segments while they fit
     capacity = max(buffer_size // BYTES_PER_KEY, 1)
+    key = CompactionKey.of(plog.name, config)
     offsets, map_end = KeyMap(), state.first_dirty
     pending: list = []  # (segment, [(keys, offsets)]) read but not merged into the map
 
@@ -289,19 +339,15 @@ def _clean(plog, now: int, state: CleanableState, buffer_size: int,
         return True
 
     rows = 0
+    known = SegmentKeys(buffer_size)
     for seg in segments:
         if seg.next_offset <= state.first_dirty:
             continue
         if seg.base_offset >= state.first_uncleanable:
             break
-        parts = []
-        for frame in _frames(seg, throttle, result):
-            if frame.header.is_control:
-                continue
-            batch = frame.batch()
-            parts.append((batch.column(key_column(batch.schema, plog.name)), frame.offsets()))
-            rows += batch.num_rows
-        pending.append((seg, parts))
+        keys = known.read(seg, _frames(seg, throttle, result), key)
+        pending.append((seg, [(keys.keys, keys.offsets)] if keys.rows else []))
+        rows += keys.rows
         if rows >= max(capacity, MERGE_ROWS):  # bound the memory of pending keys
             rows = 0
             if not merge_pending():
@@ -314,13 +360,26 @@ def _clean(plog, now: int, state: CleanableState, buffer_size: int,
     # 3. rewrite every sealed segment below the mapped end, in groups
     horizon = now - config.delete_retention_ms
     pending = [seg for seg in segments if seg.next_offset <= map_end]
-    for group in _groups(pending, config.segment_bytes):
-        new = _write_cleaned(plog, group, offsets, cleanings, horizon, throttle, result)
+    def kept(seg):  # the bytes a segment may keep: grouped by them, not by its size
+        seen = known.by_path.get(seg.path)
+        return seg.size if seen is None else seen.kept_bytes(offsets)
+
+    for group in group_segments(pending, config.segment_bytes, kept):
+        new, _ = write_cleaned(plog.fileio, plog.dir_url, config, plog.name, group, offsets,
+                               cleanings, horizon, throttle, result, known)
         plog.replace_segments(group, new)
         result.segments_replaced += len(group)
         result.segments_written += 1
         result.replaced.extend(s.path for s in group)
-    # 5. the checkpoint: new dirty offset, and this cleaning's time for its tombstones
+    finish_cleaning(plog, checkpoint, cleanings, map_end, now, started, result)
+    return result
+
+
+def finish_cleaning(plog, checkpoint: CleanerCheckpoint, cleanings: list[list[int]],
+                    map_end: int, now: int, started: float, result: CleanResult) -> None:
+    """Step 5 (the checkpoint: the new dirty offset ``map_end`` and this cleaning's time
+    ``now`` for its tombstones) and the cleaning's log line."""
+    horizon = now - plog.config.delete_retention_ms
     expired = [c[0] for c in cleanings if c[1] <= horizon]  # collapsed into one entry
     cleanings = ([[max(expired), 0]] if expired else []) + \
         [c for c in cleanings if c[1] > horizon] + [[map_end, now]]
@@ -331,7 +390,6 @@ def _clean(plog, now: int, state: CleanableState, buffer_size: int,
              plog.name, plog.log_start_offset, map_end, result.segments_replaced,
              result.segments_written, result.bytes_read, result.bytes_written,
              result.records_removed, result.tombstones_removed, result.seconds)
-    return result
 
 
 class KeyMap:
@@ -358,7 +416,8 @@ class KeyMap:
         if not keys:
             return KeyMap()
         table = pa.table({"k": pa.concat_arrays(keys), "o": pa.concat_arrays(offs)})
-        table = table.filter(pc.is_valid(table.column("k")))
+        if table.column("k").null_count:
+            table = table.filter(pc.is_valid(table.column("k")))
         grouped = table.group_by("k").aggregate([("o", "max")])
         return KeyMap(grouped.column("k").combine_chunks(),
                       grouped.column("o_max").combine_chunks())
@@ -381,53 +440,170 @@ def _plain(array: pa.Array) -> pa.Array:
 
 
 def _frames(seg: LogSegment, throttle: Throttle, result: CleanResult):
-    """The validated frames of sealed segment ``seg`` (throttled, counted)."""
+    """``(position, frame)`` of the validated frames of sealed segment ``seg``
+    (throttled, counted)."""
     scan = seg.scan_for(seg.base_offset)
-    for _, frame in scan:
+    for pos, frame in scan:
         throttle.account(frame.header.size)
         result.bytes_read += frame.header.size
-        yield frame
+        yield pos, frame
     seg.check_end(scan)
 
 
-def _groups(segments: list[LogSegment], max_bytes: int) -> list[list[LogSegment]]:
+def _frames_at(seg: LogSegment, runs, throttle: Throttle, result: CleanResult):
+    """``(position, frame)`` of the frames of ``seg`` in ``runs`` (``(position, end,
+    base offset)`` of consecutive frames), each run read with one scan that must end
+    exactly at its end (a DataLossError naming the file otherwise)."""
+    for position, end, base in runs:
+        scan = seg.scan(position, end, contiguous=True, expected_offset=base)
+        for pos, frame in scan:
+            throttle.account(frame.header.size)
+            result.bytes_read += frame.header.size
+            yield pos, frame
+        if scan.error is not None or scan.valid_end != end:
+            raise DataLossError(
+                f"partition segment {seg.path}: the frames at bytes [{position}, {end}) "
+                f"read in the key-map pass cannot be read again"
+                + (f": {scan.error}" if scan.error is not None else ""),
+                path=seg.path, position=scan.valid_end)
+
+
+class KnownKeys:
+    """The keys and offsets of one sealed segment's records, read in the key-map pass
+    (copied out of the read buffers), with each frame's ``(position, size, base
+    offset, first row, rows)`` (rows -1: a control frame)."""
+
+    def __init__(self, keys, offsets, frames):
+        self.keys, self.offsets, self.frames = keys, offsets, frames
+        self.rows = 0 if keys is None else len(keys)
+        self._plan = None
+
+    def plan(self, offsets: "KeyMap"):
+        """Probe the key map ``offsets`` with all the keys at once (done once):
+        ``(latest, runs, wanted, dropped)``: the map's offset per record, the
+        ``(position, end, base offset)`` runs of consecutive frames that keep a record
+        (control frames always do), ``{position: (first row, rows)}`` of those frames,
+        and the number of records of the frames left out."""
+        if self._plan is None:
+            latest = stays = None
+            if self.rows:
+                latest = offsets.latest(self.keys)
+                newest = pc.or_kleene(pc.is_null(latest),
+                                      pc.greater_equal(self.offsets, latest))
+                stays = pc.and_(pc.is_valid(self.keys), newest.fill_null(False)) \
+                    .fill_null(False).to_numpy(zero_copy_only=False)
+            runs: list[list[int]] = []
+            wanted, dropped = {}, 0
+            for pos, size, base, row, rows in self.frames:
+                if rows >= 0 and not stays[row:row + rows].any():
+                    dropped += rows
+                    continue
+                wanted[pos] = (row, rows)
+                if runs and runs[-1][1] == pos:
+                    runs[-1][1] = pos + size
+                else:
+                    runs.append([pos, pos + size, base])
+            self._plan = (latest, runs, wanted, dropped)
+        return self._plan
+
+    def kept_bytes(self, offsets: "KeyMap") -> int:
+        """An upper bound of the bytes this segment keeps: its frames that keep a
+        record (a frame that loses some gets smaller)."""
+        return sum(end - pos for pos, end, _ in self.plan(offsets)[1])
+
+
+class SegmentKeys:
+    """What the key-map pass read of each dirty segment, kept for the rewrite (up to
+    ``budget`` bytes of keys and offsets in all): the rewrite then looks up a whole
+    segment's keys at once and reads only the frames that keep a record (and control
+    frames); segments beyond the budget are read whole again."""
+
+    def __init__(self, budget: int):
+        self.budget = budget
+        self.by_path: dict[str, KnownKeys] = {}
+
+    def read(self, seg: LogSegment, frames, key: CompactionKey) -> KnownKeys:
+        """Read ``frames`` (``(position, frame)`` of all of ``seg``): its keys and
+        offsets (remembered while within the budget)."""
+        keys, offsets, layout, row = [], [], [], 0
+        for pos, frame in frames:
+            h = frame.header
+            if h.is_control:
+                layout.append((pos, h.size, h.base_offset, row, -1))
+                continue
+            batch = frame.batch()
+            k = key.keys(batch)
+            if keys and k.type != keys[0].type:
+                k = k.cast(keys[0].type)
+            keys.append(k)
+            offsets.append(frame.offsets())
+            layout.append((pos, h.size, h.base_offset, row, len(k)))
+            row += len(k)
+        if not keys:
+            known = KnownKeys(None, None, layout)
+        else:  # concatenated: copies, so the read buffers are freed
+            known = KnownKeys(pa.concat_arrays(keys), pa.concat_arrays(offsets), layout)
+        size = 0 if known.keys is None else known.keys.nbytes + known.offsets.nbytes
+        if size <= self.budget:
+            self.budget -= size
+            self.by_path[seg.path] = known
+        return known
+
+
+def group_segments(segments: list[LogSegment], max_bytes: int,
+            size=lambda seg: seg.size) -> list[list[LogSegment]]:
     """Consecutive segments grouped so each group fits one cleaned segment of
     ``segment.bytes`` and its offsets fit the relative index (Kafka's
-    groupSegmentsBySize)."""
+    groupSegmentsBySize, by ``size(segment)``: an upper bound of what the segment
+    keeps)."""
     groups: list[list[LogSegment]] = []
+    total = 0
     for seg in segments:
+        n = size(seg)
         if groups:
             last = groups[-1]
-            if (sum(s.size for s in last) + seg.size <= max_bytes
-                    and fits_relative(last[0].base_offset, seg.next_offset)):
+            if total + n <= max_bytes and fits_relative(last[0].base_offset, seg.next_offset):
                 last.append(seg)
+                total += n
                 continue
         groups.append([seg])
+        total = n
     return groups
 
 
-def _delete_uncommitted(plog) -> None:
+def delete_uncommitted(plog) -> None:
     """Delete cleaned segments left uncommitted by an earlier cleaning that failed."""
     for files in PartitionListing.scan(plog.fileio, plog.dir_url).uncommitted():
         for info in files.files():
             plog.fileio.delete(info.path)
 
 
-def _write_cleaned(plog, group, offsets, cleanings, horizon, throttle, result) -> LogSegment:
-    """Write and commit the cleaned segment replacing ``group`` (steps 3 and 4)."""
-    fileio = plog.fileio
+def write_cleaned(fileio, directory: str, config, name: str, group, offsets: "KeyMap",
+                  cleanings, horizon: int, throttle: Throttle, result: CleanResult,
+                  known: SegmentKeys | None = None, *, commit: bool = True):
+    """Write the cleaned segment replacing the sealed segments ``group`` of the
+    partition ``name`` in ``directory`` (LogConfig ``config``), keeping per key the
+    records the key map ``offsets`` allows (steps 3 and 4); segments whose keys
+    ``known`` holds are probed at once and only their frames that keep something are
+    read again. Returns ``(segment, index bytes)``: with ``commit`` its ``.index`` is
+    written (the commit) and the bytes are None; without, everything but the
+    ``.index`` is written and its bytes are returned, for :func:`commit_cleaned`."""
+    key = CompactionKey.of(name, config)
     base, end = group[0].base_offset, group[-1].next_offset
     generation = 1 + max(s.generation for s in group)
-    new = LogSegment(fileio, plog.dir_url, base, writable=True, generation=generation,
-                     end_offset=end, index_interval_bytes=plog.config.index_interval_bytes,
-                     replication=plog.config.replication_factor)
+    new = LogSegment(fileio, directory, base, writable=True, generation=generation,
+                     end_offset=end, index_interval_bytes=config.index_interval_bytes,
+                     replication=config.replication_factor)
     out = fileio.create(new.path)
     try:
         new.apply_replication()
         position, expected = 0, base
         for seg in group:
-            for frame, latest in _probed(_frames(seg, throttle, result), offsets, plog.name):
-                data = _cleaned_frame(frame, latest, cleanings, horizon, result, plog.name,
+            seen = known.by_path.get(seg.path) if known is not None else None
+            probed = _probed(_frames(seg, throttle, result), offsets, key) \
+                if seen is None else _probed_known(seg, seen, offsets, throttle, result)
+            for frame, latest in probed:
+                data = _cleaned_frame(frame, latest, cleanings, horizon, result, key,
                                       gap=frame.header.base_offset != expected)
                 if data is None:
                     continue
@@ -443,8 +619,24 @@ def _write_cleaned(plog, group, offsets, cleanings, horizon, throttle, result) -
     finally:
         out.close()
     new._next_offset = end  # compaction may have removed the last records
-    new.seal()  # .timeindex, then .index: the commit
-    return new
+    if commit:
+        new.seal()  # .timeindex, then .index: the commit
+        return new, None
+    write_replacing(fileio, new.timeindex_path, new.time_index.to_bytes())
+    return new, new.offset_index.to_bytes(new.summary)
+
+
+def commit_cleaned(fileio, directory: str, config, base: int, end: int, generation: int,
+                   index: bytes) -> LogSegment:
+    """Commit a cleaned segment written elsewhere (:func:`write_cleaned` without
+    ``commit``, e.g. by a Spark task): write its ``.index``; returns it as a sealed
+    segment for :meth:`~.partition.PartitionLog.replace_segments`."""
+    seg = LogSegment(fileio, directory, base, sealed=True, generation=generation,
+                     end_offset=end, index_interval_bytes=config.index_interval_bytes,
+                     replication=config.replication_factor)
+    write_replacing(fileio, seg.index_path, index)
+    seg.apply_replication(seg.timeindex_path, seg.index_path)
+    return seg
 
 
 def _count(data) -> int:
@@ -455,7 +647,7 @@ def _count(data) -> int:
 PROBE_WINDOW_BYTES = 16 << 20
 
 
-def _probed(frames, offsets: KeyMap, name: str):
+def _probed(frames, offsets: KeyMap, key: CompactionKey):
     """Yield ``(frame, latest)`` for ``frames``: ``latest`` holds, per record, the key
     map's offset for its key (null: not mapped; None for control frames). The keys of
     up to PROBE_WINDOW_BYTES of frames are looked up in one call."""
@@ -463,7 +655,7 @@ def _probed(frames, offsets: KeyMap, name: str):
 
     def flush():
         keyed = [(f, f.batch()) for f in window if not f.header.is_control]
-        columns = [b.column(key_column(b.schema, name)) for _, b in keyed]
+        columns = [key.keys(b) for _, b in keyed]
         found = offsets.latest(pa.concat_arrays([_plain(c) for c in columns])) \
             if columns else None
         at, out = 0, {}
@@ -473,7 +665,7 @@ def _probed(frames, offsets: KeyMap, name: str):
         for f in window:
             yield f, out.get(id(f))
 
-    for frame in frames:
+    for _, frame in frames:
         window.append(frame)
         size += frame.header.size
         if size >= PROBE_WINDOW_BYTES:
@@ -482,26 +674,50 @@ def _probed(frames, offsets: KeyMap, name: str):
     yield from flush()
 
 
-def _cleaned_frame(frame, latest, cleanings, horizon, result, name, *, gap: bool):
+def segment_keys(seg: LogSegment, key: CompactionKey) -> "KeyMap":
+    """The distinct keys (``key``) of the records of sealed segment ``seg``, each with
+    its highest offset there (null keys left out): one segment's share of the key map,
+    as a Spark task of ``sparklog compact --spark`` reads it."""
+    known = SegmentKeys(0).read(seg, _frames(seg, Throttle(), CleanResult(0, 0)), key)
+    return KeyMap().merged([(known.keys, known.offsets)] if known.rows else [])
+
+
+def _probed_known(seg: LogSegment, seen: KnownKeys, offsets: KeyMap, throttle, result):
+    """:func:`_probed` for a segment whose keys the key-map pass kept (probed by
+    :meth:`KnownKeys.plan`): frames none of whose records stay are not read again
+    (counted as removed), the others are read in runs of consecutive frames."""
+    latest, runs, wanted, dropped = seen.plan(offsets)
+    result.records_removed += dropped
+    for pos, frame in _frames_at(seg, runs, throttle, result):
+        row, rows = wanted[pos]
+        if rows != frame.header.record_count and not frame.header.is_control:
+            raise DataLossError(
+                f"partition segment {seg.path}: the frame at byte {pos} changed between "
+                f"the key-map pass and the rewrite", path=seg.path, position=pos)
+        yield frame, None if rows < 0 else latest.slice(row, rows)
+
+
+def _cleaned_frame(frame, latest, cleanings, horizon, result, key: CompactionKey, *,
+                   gap: bool):
     """The bytes of ``frame`` after cleaning: unchanged when every record stays (and
     it follows the previous frame kept, ``gap`` False, or has explicit offsets already),
     None when none does, else re-encoded with explicit offsets: only a frame with the
-    explicit-offsets bit may start after the previous frame's end (docs/format.md)."""
+    explicit-offsets bit may start after the previous frame's end (docs/format.md). A
+    control frame (a transaction marker) always stays, re-encoded the same way when
+    records before it were removed."""
     h = frame.header
     if h.is_control:
-        if gap and not h.explicit_offsets:
-            raise InvalidConfigError(
-                f"partition {name}: a control frame at offset {h.base_offset} follows "
-                f"records removed by compaction; transactional topics cannot be compacted")
-        return _frame_bytes(frame)
+        if not gap or h.explicit_offsets:
+            return _frame_bytes(frame)
+        return _reencoded(frame, frame.batch(), frame.offsets(), None)
     batch = frame.batch()
-    keys = batch.column(key_column(batch.schema, name))
+    keys = key.keys(batch)
     record_offsets = frame.offsets()
     mask = pc.and_(pc.is_valid(keys), pc.or_kleene(
         pc.is_null(latest), pc.greater_equal(record_offsets, latest)))
     mask = mask.fill_null(False)
     stays = pc.sum(mask.cast(pa.int64())).as_py() or 0
-    tombstones = _tombstones(batch)
+    tombstones = _tombstones(batch, key)
     if any(tombstones):  # few: their delete horizon is checked one by one
         keep = mask.to_pylist()
         for i, (tomb, offset) in enumerate(zip(tombstones, record_offsets.to_pylist())):
@@ -514,14 +730,22 @@ def _cleaned_frame(frame, latest, cleanings, horizon, result, name, *, gap: bool
                     result.records_removed -= 1  # counted below
         mask = pa.array(keep, pa.bool_())
     result.records_removed += len(keys) - stays
-    keep = mask
     if stays == len(keys) and (not gap or h.explicit_offsets):
         return _frame_bytes(frame)
     if stays == 0:
         return None
-    kept = batch.filter(mask)
-    deltas = pc.subtract(record_offsets.filter(mask), pa.scalar(h.base_offset, pa.int64())
-                         ).cast(pa.int32())
+    return _reencoded(frame, batch, record_offsets, mask)
+
+
+def _reencoded(frame, batch: pa.RecordBatch, record_offsets: pa.Array, mask) -> bytes:
+    """``frame`` re-encoded with explicit offsets, holding the records of ``batch``
+    that ``mask`` keeps (all of them when None); it keeps its header fields, offset
+    span and max timestamp, so producer sequences and the LogAppendTime of its records
+    stay as they were."""
+    h = frame.header
+    kept = batch if mask is None else batch.filter(mask)
+    kept_offsets = record_offsets if mask is None else record_offsets.filter(mask)
+    deltas = pc.subtract(kept_offsets, pa.scalar(h.base_offset, pa.int64())).cast(pa.int32())
     if OFFSET_DELTA_COLUMN in kept.schema.names:
         kept = kept.drop_columns([OFFSET_DELTA_COLUMN])
     timestamps = kept.column(kept.schema.get_field_index(TIMESTAMP_COLUMN))
@@ -530,10 +754,8 @@ def _cleaned_frame(frame, latest, cleanings, horizon, result, name, *, gap: bool
         columns, timestamps=timestamps, compression=CODEC_NAMES[h.attributes & CODEC_MASK],
         base_offset=h.base_offset, leader_epoch=h.leader_epoch, producer_id=h.producer_id,
         producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
-        log_append_time=h.log_append_time, offset_deltas=deltas,
+        log_append_time=h.log_append_time, offset_deltas=deltas, control=h.is_control,
         transactional=bool(h.attributes & TRANSACTIONAL_BIT)))
-    # the frame keeps its offset span and max timestamp: producer sequences and the
-    # LogAppendTime of its records stay as they were
     LAST_OFFSET_DELTA.write(data, 0, h.last_offset_delta)
     MAX_TIMESTAMP.write(data, 0, h.max_timestamp)
     reseal(data)

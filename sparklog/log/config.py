@@ -41,6 +41,9 @@ LOG_CONFIGS: dict[str, tuple[str, type, object]] = {
     # HDFS replication (dfs.replication) of the topic's files, where the storage has one
     # (Kafka's --replication-factor; -1: the storage's default)
     "replication.factor": ("replication_factor", int, -1),
+    # sparklog's own: the column(s) compaction keys a typed topic's records by
+    # (comma-separated; a raw topic's key is its "key" column)
+    "compaction.key.columns": ("compaction_key_columns", str, "key"),
 }
 
 _CHOICES = {
@@ -137,6 +140,7 @@ class LogConfig:
     flush_messages: int = LOG_CONFIGS["flush.messages"][2]
     flush_ms: int = LOG_CONFIGS["flush.ms"][2]
     replication_factor: int = LOG_CONFIGS["replication.factor"][2]
+    compaction_key_columns: str = LOG_CONFIGS["compaction.key.columns"][2]
 
     def __post_init__(self):
         for key, (attr, _, _) in LOG_CONFIGS.items():

@@ -17,6 +17,7 @@ import pyarrow as pa
 from ..errors import InvalidArgumentError, InvalidConfigError
 from ..format.frame import RAW_SCHEMA, RESERVED_COLUMNS
 from ..log.cleaner import KEY_COLUMN as COMPACTION_KEY
+from ..log.cleaner import key_columns
 from ..log.config import LOG_CONFIGS, parse_log_config_value
 from ..names import MAX_TOPIC_NAME_LENGTH, validate_topic_name  # noqa: F401 (re-exported)
 
@@ -89,13 +90,31 @@ class TopicConfig:
                 raise InvalidArgumentError(f"topic {self.name!r}: schema has no columns")
         object.__setattr__(self, "configs",
                            {k: parse_config_value(k, v) for k, v in dict(self.configs).items()})
-        if (self.schema is not None and "compact" in self.configs.get("cleanup.policy", "")
-                and COMPACTION_KEY not in self.schema.names):
+        self._check_compaction_key()
+
+    def _check_compaction_key(self) -> None:
+        """A compacted topic's key columns (``compaction.key.columns``, default
+        ``key``) must be columns of its schema; a raw topic is keyed by ``key``."""
+        declared = self.configs.get("compaction.key.columns")
+        columns = key_columns(declared if declared is not None else COMPACTION_KEY)
+        if self.schema is None:
+            if columns != (COMPACTION_KEY,):
+                raise InvalidConfigError(
+                    f"topic {self.name!r}: compaction.key.columns={declared} applies to "
+                    f"typed topics only; a raw topic is keyed by its '{COMPACTION_KEY}'")
+            return
+        if "compact" not in self.configs.get("cleanup.policy", ""):
+            return
+        missing = [c for c in columns if c not in self.schema.names]
+        if missing:
             raise InvalidConfigError(
                 f"topic {self.name!r}: cleanup.policy={self.configs['cleanup.policy']} needs "
-                f"a record key, and compaction keys a typed topic by its "
-                f"'{COMPACTION_KEY}' column, which its schema lacks (columns: "
-                f"{', '.join(self.schema.names)})")
+                f"a record key, and compaction keys this typed topic by "
+                f"{', '.join(repr(c) for c in columns)}"
+                f"{'' if declared is not None else ' (compaction.key.columns)'}, but its "
+                f"schema has no {', '.join(repr(c) for c in missing)} column (columns: "
+                f"{', '.join(self.schema.names)}); declare the key with "
+                f"compaction.key.columns")
 
     @property
     def typed(self) -> bool:

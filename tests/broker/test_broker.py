@@ -16,6 +16,7 @@ import pytest
 from sparklog.errors import (
     CorruptRecordError,
     IllegalGenerationError,
+    InvalidRecordError,
     InvalidTopicError,
     RebalanceInProgressError,
     RecordTooLargeError,
@@ -210,6 +211,8 @@ def test_typed_topic_schema_mismatch(conn):
     wrong = encode_frame(pa.record_batch([pa.array(["1"]), pa.array(["a"])], names=["id", "name"]))
     item = produce(conn, "typed", 0, wrong)
     assert error_of(item) is SchemaMismatchError and "typed" in item["error_message"]
+    # its own code, not Kafka's INVALID_RECORD (87: a keyless record on a compacted topic)
+    assert item["error_code"] == 1002 and InvalidRecordError.code == 87
     item = produce(conn, "typed", 0, frame_of(["raw"]))
     assert error_of(item) is SchemaMismatchError
     item = produce(conn, "unchanged", 0, good)  # typed frame into a raw topic

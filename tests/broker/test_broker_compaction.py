@@ -10,7 +10,7 @@ import pytest
 
 from sparklog.admin import Admin
 from sparklog.client.types import TopicPartition
-from sparklog.errors import SchemaMismatchError
+from sparklog.errors import InvalidRecordError
 from sparklog.log.layout import PartitionListing
 from sparklog.reader.consumer import Consumer
 from sparklog.storage import open_fileio
@@ -41,7 +41,7 @@ def test_broker_cleaner_compacts_and_consumers_see_gaps(cleaning_broker):
         "cleanup.policy": "compact", "segment.bytes": "2000",
         "min.cleanable.dirty.ratio": "0.01", "file.delete.delay.ms": "0"})
     with Producer(broker.address, linger_ms=0, enable_idempotence=False) as producer:
-        with pytest.raises(SchemaMismatchError, match="Compacted topic cannot accept "
+        with pytest.raises(InvalidRecordError, match="Compacted topic cannot accept "
                            "message without key"):
             producer.send("cmp", b"no key", partition=0).get(10)
         for i in range(200):

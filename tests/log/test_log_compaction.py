@@ -210,6 +210,36 @@ def test_typed_topic_compacts_on_its_key_column_or_is_refused(fio, tmp_path):
             clean(plog, clock.now)
 
 
+def test_typed_topic_compacts_on_its_declared_key_columns(fio, tmp_path):
+    from sparklog.metadata.topic import TopicConfig
+
+    clock = Clock()
+    schema = pa.schema([("tenant", pa.string()), ("id", pa.int64()), ("n", pa.int64())])
+    d = str(tmp_path / "t" / "0")
+    rows = [("a", 1, 10), ("a", 2, 20), ("b", 1, 30), ("a", 1, 40), ("ab", 1, 50), ("z", 0, 0)]
+    with PartitionLog.open(fio, d, config(compaction_key_columns="tenant, id"),
+                           clock=clock) as plog:
+        for t, i, n in rows:
+            batch = pa.RecordBatch.from_arrays([pa.array([t]), pa.array([i]), pa.array([n])],
+                                               schema=schema)
+            plog.append(encode_frame(batch, timestamps=[clock.now]))
+        plog.roll()
+        assert clean(plog, clock.now).records_removed == 1  # ("a", 1) at offset 0
+        reader = LogReader(fio, d)
+        got = [(r["__offset"], r["tenant"], r["id"], r["n"]) for b in
+               reader.read_batches(0, reader.log_end_offset()) for r in b.to_pylist()]
+    assert got == [(1, "a", 2, 20), (2, "b", 1, 30), (3, "a", 1, 40), (4, "ab", 1, 50),
+                   (5, "z", 0, 0)]
+    # a topic declaring columns its schema lacks is refused at creation, naming them
+    with pytest.raises(InvalidConfigError, match="no 'tenantid' column"):
+        TopicConfig("bad", 1, schema=schema, configs={"cleanup.policy": "compact",
+                                       "compaction.key.columns": "tenantid"})
+    with pytest.raises(InvalidConfigError, match="typed topics only"):
+        TopicConfig("raw", 1, configs={"compaction.key.columns": "tenant"})
+    assert TopicConfig("ok", 1, schema=schema, configs={"cleanup.policy": "compact",
+                                         "compaction.key.columns": "tenant,id"})
+
+
 def test_replaced_files_kept_file_delete_delay_ms_for_planned_readers(fio, tmp_path):
     clock = Clock()
     d = str(tmp_path / "t" / "0")
@@ -416,6 +446,23 @@ def test_producer_fields_survive_cleaning_and_dump_log_reads_the_live_set(fio, t
     out = capsys.readouterr().out
     assert ".c1.log" in out and "00000000000000000000.log\n" not in out
     assert out.count("| offset:") == 5
+
+
+def test_transaction_marker_after_removed_records_is_kept(fio, tmp_path):
+    clock = Clock()
+    d = str(tmp_path / "t" / "0")
+    txn = {"producer_id": 5, "producer_epoch": 0, "transactional": True}
+    with PartitionLog.open(fio, d, config(segment_bytes=1 << 20), clock=clock) as plog:
+        plog.append(keyed_frame([("a", "1"), ("b", "1")], clock.now, base_sequence=0, **txn))
+        plog.append(keyed_frame([("ctl", "commit")], clock.now, control=True, **txn))
+        write(plog, clock, [("a", "2"), ("b", "2")])
+        plog.roll()
+        assert clean(plog, clock.now).records_removed == 2
+        headers = [f.header for f in LogReader(fio, d).iter_frames(0, 5)]
+    # the marker follows the removed records: it stays, with explicit offsets, at its offset
+    assert [(h.base_offset, h.is_control, h.explicit_offsets) for h in headers] == \
+        [(2, True, True), (3, False, False), (4, False, False)]
+    assert records(fio, d) == [(3, "a", "2"), (4, "b", "2")]
 
 
 def test_concurrent_readers_while_the_cleaner_swaps(fio, tmp_path):

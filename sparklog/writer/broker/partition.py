@@ -34,7 +34,7 @@ from ...errors import (
 from ...format.frame import TIMESTAMP_COLUMN, body_schema, iter_frames, validate_frame
 from ...format.header import HEADER_SIZE, NO_PRODUCER_ID, FrameHeader
 from ...format.nullability import check_not_null, constrained_fields
-from ...log.cleaner import KEY_COLUMN
+from ...log.cleaner import KEY_COLUMN, key_columns
 from ...log.config import LogConfig
 from ...log.partition import PartitionLog
 from ...metadata.topic import TopicConfig
@@ -152,27 +152,32 @@ class NotNullChecker:
 
 class KeyChecker:
     """Refuses, on a compacted topic, frames with a record without a key (Kafka's
-    InvalidRecordException, INVALID_RECORD). Only the key column is decoded."""
+    InvalidRecordException, INVALID_RECORD): a null in a key column (``key``, or a
+    typed topic's ``compaction.key.columns``). Only the key columns are decoded."""
 
     def __init__(self, topic: TopicConfig):
         names = topic.record_schema.names
-        self.index = names.index(KEY_COLUMN) if KEY_COLUMN in names else None
+        declared = topic.configs.get("compaction.key.columns")
+        self.columns = key_columns(declared if declared is not None else KEY_COLUMN)
+        self.missing = [c for c in self.columns if c not in names]
         self.options = pa.ipc.IpcReadOptions(
-            included_fields=[self.index] if self.index is not None else [])
+            included_fields=[] if self.missing else sorted(names.index(c) for c in self.columns))
 
     def check(self, buf, pos: int, header: FrameHeader, partition: str) -> None:
         """Check the frame at byte ``pos`` of a request to compacted ``partition``."""
         if header.is_control:
             return
-        if self.index is None:
+        if self.missing:
             raise InvalidRecordError(
                 f"Compacted topic cannot accept message without key in topic partition "
-                f"{partition} (the topic's schema has no '{KEY_COLUMN}' column)")
+                f"{partition} (the topic's schema has no "
+                f"{', '.join(repr(c) for c in self.missing)} column)")
         batch = _decode_columns(buf, pos, header, partition, self.options)
-        if batch.column(0).null_count:
+        if any(c.null_count for c in batch.columns):
             raise InvalidRecordError(
                 f"Compacted topic cannot accept message without key in topic partition "
-                f"{partition} (frame at byte {pos} of the request)")
+                f"{partition} (frame at byte {pos} of the request: a null in key column(s) "
+                f"{', '.join(self.columns)})")
 
 
 class PartitionWriter:
