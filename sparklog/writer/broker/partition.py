@@ -13,8 +13,9 @@ Calls into :class:`~sparklog.log.partition.PartitionLog` run on I/O threads (HDF
 are network round trips), with one exception: on the local disk, where a flush is a
 ``writev(2)`` into the page cache, a small batch (at most ``inline_append_bytes``, no
 acks=all, no ``flush.messages``/``flush.ms``, no segment roll and no producer-state
-snapshot due: nothing that syncs or creates files) is appended on the event loop itself,
-saving the two thread hand-offs that cost more than the append.
+snapshot due: nothing that syncs or creates files), while no other thread holds the
+log's lock, is appended on the event loop itself, saving the two thread hand-offs that
+cost more than the append.
 """
 
 from __future__ import annotations
@@ -264,8 +265,14 @@ class PartitionWriter:
                     break
                 batch.append(nxt)
             try:
-                if self._inline(batch):
-                    results = self._append_batch(batch)
+                # inline only when the log is not busy in another thread (retention, the
+                # cleaner, a stuck storage call): the event loop never waits for its lock
+                lock = self.log._lock
+                if self._inline(batch) and lock.acquire(blocking=False):
+                    try:
+                        results = self._append_batch(batch)
+                    finally:
+                        lock.release()
                 else:
                     results = await self.loop.run_in_executor(self.pool, self._append_batch,
                                                               batch)
