@@ -233,6 +233,9 @@ def raw_batch(values, keys=None, headers=None) -> pa.RecordBatch:
         schema=RAW_SCHEMA)
 
 
+_DEFAULT_IDS = (0, -1, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE)
+
+
 def encode_frame(
     batch,
     *,
@@ -256,10 +259,11 @@ def encode_frame(
     ``__timestamp`` column keeps it. ``offset_deltas`` (compacted data) stores explicit
     offsets relative to ``base_offset`` and sets the explicit-offsets bit.
     """
-    for name, value in (("base_offset", base_offset), ("leader_epoch", leader_epoch),
-                        ("producer_id", producer_id), ("producer_epoch", producer_epoch),
-                        ("base_sequence", base_sequence)):
-        _check_header_int(name, value)
+    ids = (base_offset, leader_epoch, producer_id, producer_epoch, base_sequence)
+    if ids != _DEFAULT_IDS or any(v.__class__ is not int for v in ids):
+        for name, value in zip(("base_offset", "leader_epoch", "producer_id",
+                                "producer_epoch", "base_sequence"), ids):
+            _check_header_int(name, value)
     batch = to_record_batch(batch)
     n = batch.num_rows
     if n == 0:
@@ -331,8 +335,42 @@ def _compact(column: pa.Array) -> pa.Array:
     return column.take(offset_range(0, len(column)))
 
 
+#: the end-of-stream marker of an Arrow IPC stream
+_IPC_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+#: (schema, its IPC schema message or None when it needs the stream writer), newest
+#: first; looked up with Schema.equals, which is much cheaper than hashing a schema
+_SCHEMA_MESSAGES: list = []
+
+
+def _has_dictionary(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        return True
+    return any(_has_dictionary(t.field(i).type) for i in range(t.num_fields))
+
+
+def _schema_message(schema: pa.Schema):
+    """The IPC message of ``schema``, cached (a producer sends the same one in every
+    frame); None for schemas with dictionaries (their batches need dictionary
+    messages, which the stream writer adds)."""
+    for known, message in _SCHEMA_MESSAGES:
+        if known.equals(schema, check_metadata=True):
+            return message
+    message = None if any(_has_dictionary(f.type) for f in schema) else \
+        schema.serialize().to_pybytes()
+    _SCHEMA_MESSAGES.insert(0, (schema, message))
+    del _SCHEMA_MESSAGES[16:]
+    return message
+
+
 def encode_body(batch: pa.RecordBatch, codec: str = "none") -> pa.Buffer:
-    """Arrow IPC stream bytes (schema + one batch) of ``batch``."""
+    """Arrow IPC stream bytes (schema + one batch) of ``batch``. Uncompressed bodies are
+    assembled from the cached schema message, the batch's own message and the
+    end-of-stream marker: the bytes the stream writer writes, without building one per
+    frame."""
+    if codec == "none":
+        head = _schema_message(batch.schema)
+        if head is not None:
+            return pa.py_buffer(b"".join((head, batch.serialize(), _IPC_EOS)))
     options = ipc.IpcWriteOptions(compression=None if codec == "none" else codec)
     sink = pa.BufferOutputStream()
     with ipc.new_stream(sink, batch.schema, options=options) as writer:

@@ -216,9 +216,25 @@ def _walk(value, out: list, packer: msgpack.Packer) -> None:
         out.append(packer.pack(value))
 
 
+class _Region(Exception):
+    """A FileRegion met while packing a body in one piece."""
+
+
+def _no_region(value):
+    if isinstance(value, FileRegion):
+        raise _Region()
+    raise TypeError(f"can not serialize {type(value).__name__!r} object")
+
+
 def _body_parts(body: dict) -> tuple[list, int]:
     """A msgpack ``body`` as parts (small pieces merged, large data and FileRegions
     as they are) and their total size."""
+    try:  # most bodies are small: packed in one C call, the same bytes the walk gives
+        whole = msgpack.packb(body, use_bin_type=True, default=_no_region)
+        if len(whole) < 4096:  # so no bin in it is large enough to be a part of its own
+            return [whole], len(whole)
+    except _Region:
+        pass
     packer = msgpack.Packer(use_bin_type=True, autoreset=True)
     pieces: list = []
     _walk(body, pieces, packer)

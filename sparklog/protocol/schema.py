@@ -15,7 +15,10 @@ A spec is one of:
 
 :func:`check` validates a decoded value against a spec and fills in defaults; it raises
 :class:`~sparklog.errors.InvalidArgumentError` naming the path of the bad field
-(``Produce.topics[0].partitions[1].records``).
+(``Produce.topics[0].partitions[1].records``). Every request and response goes through
+it, so each spec is compiled once into nested closures that check without building the
+paths of the fields; only a value they refuse is checked again by the interpreter that
+names the bad field.
 """
 
 from __future__ import annotations
@@ -91,11 +94,119 @@ def _fail(path: str, spec, value):
     raise InvalidArgumentError(f"{path}: expected {describe(spec)}, got {shown}")
 
 
+class _Refused(Exception):
+    """A compiled check refused a value (the interpreter then says why)."""
+
+
+_REFUSED = _Refused()
+
+
+def _refuse(_value=None):
+    raise _REFUSED
+
+
+def _default_of(default):
+    """What a missing :class:`Opt` field gets: a copy of a list or dict default."""
+    if isinstance(default, list):
+        return lambda: list(default)
+    if isinstance(default, dict):
+        return lambda: dict(default)
+    return lambda: default
+
+
+def _compile(spec):
+    """A function ``value -> value`` doing what :func:`check` does, raising _Refused
+    instead of naming the field."""
+    if isinstance(spec, type):
+        if spec is int:
+            def check_int(v):
+                if v.__class__ is int or (isinstance(v, int) and not isinstance(v, bool)):
+                    return v
+                raise _REFUSED
+            return check_int
+
+        def check_type(v, kind=spec):
+            if _type_ok(v, kind):
+                return v
+            raise _REFUSED
+        return check_type
+    if isinstance(spec, list):
+        item = _compile(spec[0])
+
+        def check_list(v):
+            if not isinstance(v, list):
+                raise _REFUSED
+            return [item(x) for x in v]
+        return check_list
+    if isinstance(spec, dict):
+        fields = []
+        for name, field_spec in spec.items():
+            if isinstance(field_spec, Opt):
+                fields.append((name, _compile(field_spec.spec), _default_of(field_spec.default)))
+            else:
+                fields.append((name, _compile(field_spec), None))
+
+        def check_map(v):
+            if not isinstance(v, dict):
+                raise _REFUSED
+            out = dict(v)
+            for name, fn, default in fields:
+                present = out.get(name)
+                if default is not None:
+                    out[name] = default() if present is None else fn(present)
+                elif present is None and name not in out:
+                    raise _REFUSED
+                else:
+                    out[name] = fn(present)
+            return out
+        return check_map
+    if isinstance(spec, Opt):
+        inner, default = _compile(spec.spec), spec.default
+        return lambda v: default if v is None else inner(v)
+    if isinstance(spec, MapOf):
+        key, value = _compile(spec.key), _compile(spec.value)
+
+        def check_free_map(v):
+            if not isinstance(v, dict):
+                raise _REFUSED
+            return {key(k): value(x) for k, x in v.items()}
+        return check_free_map
+    if isinstance(spec, OneOf):
+        options = [_compile(o) for o in spec.specs]
+
+        def check_one_of(v):
+            for option in options:
+                try:
+                    return option(v)
+                except _Refused:
+                    continue
+            raise _REFUSED
+        return check_one_of
+    return _refuse  # a bad spec: the interpreter raises TypeError naming it
+
+
+_COMPILED: dict[int, tuple] = {}  # id(spec) -> (spec, compiled check)
+
+
 def check(value, spec, path: str = "body"):
     """Validate ``value`` against ``spec`` and return it with defaults filled in.
 
     Raises InvalidArgumentError naming ``path`` and the offending field.
     """
+    entry = _COMPILED.get(id(spec))
+    if entry is None or entry[0] is not spec:
+        entry = _COMPILED[id(spec)] = (spec, _compile(spec))
+        if len(_COMPILED) > 4096:  # specs built on the fly: keep the table bounded
+            _COMPILED.clear()
+            _COMPILED[id(spec)] = entry
+    try:
+        return entry[1](value)
+    except _Refused:
+        return _interpret(value, spec, path)
+
+
+def _interpret(value, spec, path: str):
+    """:func:`check` field by field, building each field's path (for the message)."""
     if isinstance(spec, type):
         if not _type_ok(value, spec):
             _fail(path, spec, value)
@@ -104,7 +215,7 @@ def check(value, spec, path: str = "body"):
         if not isinstance(value, list):
             _fail(path, spec, value)
         item = spec[0]
-        return [check(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [_interpret(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
     if isinstance(spec, dict):
         if not isinstance(value, dict):
             _fail(path, spec, value)
@@ -118,23 +229,24 @@ def check(value, spec, path: str = "body"):
                     out[name] = list(default) if isinstance(default, list) else (
                         dict(default) if isinstance(default, dict) else default)
                 else:
-                    out[name] = check(present, field_spec.spec, where)
+                    out[name] = _interpret(present, field_spec.spec, where)
             else:
                 if name not in out:
                     raise InvalidArgumentError(f"{where}: required field is missing")
-                out[name] = check(present, field_spec, where)
+                out[name] = _interpret(present, field_spec, where)
         return out
     if isinstance(spec, Opt):
-        return spec.default if value is None else check(value, spec.spec, path)
+        return spec.default if value is None else _interpret(value, spec.spec, path)
     if isinstance(spec, MapOf):
         if not isinstance(value, dict):
             _fail(path, spec, value)
-        return {check(k, spec.key, f"{path}<key>"): check(v, spec.value, f"{path}[{k!r}]")
+        return {_interpret(k, spec.key, f"{path}<key>"):
+                _interpret(v, spec.value, f"{path}[{k!r}]")
                 for k, v in value.items()}
     if isinstance(spec, OneOf):
         for option in spec.specs:
             try:
-                return check(value, option, path)
+                return _interpret(value, option, path)
             except InvalidArgumentError:
                 continue
         _fail(path, spec, value)

@@ -391,3 +391,27 @@ def test_restamp_producer_rewrites_the_producer_fields_and_the_crc():
         restamp_producer(original, 1, 70000, 0)
     with pytest.raises(InvalidArgumentError, match="not a frame: 10 bytes"):
         restamp_producer(original[:10], 1, 1, 0)
+
+
+def test_encode_body_writes_the_stream_writers_bytes():
+    """Uncompressed bodies are assembled from a cached schema message: byte for byte
+    what Arrow's stream writer writes, for raw, typed (with metadata), sliced nested
+    and dictionary columns alike."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    from sparklog.format.frame import encode_body, raw_batch
+
+    def written(batch):
+        sink = pa.BufferOutputStream()
+        with ipc.new_stream(sink, batch.schema) as writer:
+            writer.write_batch(batch)
+        return sink.getvalue().to_pybytes()
+
+    typed = pa.record_batch({"a": pa.array([1, None]), "l": pa.array([[1], None]),
+                             "st": pa.array([{"q": 1.5}, None])})
+    batches = [raw_batch([b"v", b"w"], [None, b"k"], [[("h", b"x")], None]),
+               typed, typed.replace_schema_metadata({"k": "v"}), typed.slice(1, 1),
+               pa.record_batch({"d": pa.array(["a", "b", "a"]).dictionary_encode()})]
+    for batch in batches + batches:  # the second time from the cache
+        assert encode_body(batch).to_pybytes() == written(batch)

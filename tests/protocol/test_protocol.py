@@ -200,3 +200,36 @@ def test_top_level_error_response_needs_only_error_fields():
         raise_for_error(got)
     with pytest.raises(InvalidArgumentError, match="topics"):
         decode_response(_payload(encode_response(5, {"error_code": 0})), ApiKey.FETCH)
+
+
+_BODIES = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.text(max_size=5)
+    | st.binary(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["topics", "name", "partitions", "partition", "records", "acks",
+                         "error_code", "error_message", "high_watermark", "base_offset",
+                         "fetch_offset", "timestamp", "member_id", "configs"]),
+        inner, max_size=5),
+    max_leaves=14)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(list(ApiKey)), st.booleans(), _BODIES)
+def test_compiled_checks_accept_and_refuse_what_the_field_by_field_check_does(key, response,
+                                                                                body):
+    """check() runs each spec compiled; the interpreter that names the bad field must
+    agree with it on every value: the same result, or the same error."""
+    from sparklog.protocol.apis import REQUESTS, RESPONSES
+    from sparklog.protocol.schema import _interpret, check
+
+    spec = (RESPONSES if response else REQUESTS).get(key)
+    if spec is None:
+        return
+    try:
+        expected = _interpret(body, spec, "x")
+    except SparklogError as exc:
+        with pytest.raises(type(exc)) as got:
+            check(body, spec, "x")
+        assert str(got.value) == str(exc)
+    else:
+        assert check(body, spec, "x") == expected

@@ -5,10 +5,17 @@ queue and hands the whole batch to an I/O thread, which validates each request's
 frames (size, CRC32C, record columns against the topic's schema, producer sequences),
 appends them, and then does ONE flush — or one sync when any request in the batch asked
 for acks=all — for all of them (group commit). Fetches that found too little data wait
-on the partition until the next flush advances the high watermark, or their timeout.
+on the partition until the next flush advances the high watermark, or their timeout;
+the frames each request appended are kept in the partition's
+:class:`~.tail.TailCache`, from which such a fetch is answered.
 
-All calls into :class:`~sparklog.log.partition.PartitionLog` run on I/O threads, never
-on the event loop (HDFS calls are network round trips).
+Calls into :class:`~sparklog.log.partition.PartitionLog` run on I/O threads (HDFS calls
+are network round trips), with one exception: on the local disk, where a flush is a
+``writev(2)`` into the page cache, a small batch (at most ``inline_append_bytes``, no
+acks=all, no ``flush.messages``/``flush.ms``, no segment roll and no producer-state
+snapshot due: nothing that syncs or creates files), while no other thread holds the
+log's lock, is appended on the event loop itself, saving the two thread hand-offs that
+cost more than the append.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from ...log.partition import PartitionLog
 from ...metadata.topic import TopicConfig
 from ...protocol.apis import ACKS_ALL
 from .producer_state import ProducerSnapshots, ProducerState
+from .tail import TailCache
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +56,8 @@ _IPC_PREFIX = struct.Struct("<Ii")  # Arrow IPC continuation marker + metadata l
 MAX_BATCH_REQUESTS = 1024
 #: most waiting fetches woken per turn of the event loop
 WAKE_BATCH = 128
+#: largest batch (request bytes) appended on the event loop when the log is local
+INLINE_APPEND_BYTES = 64 << 10
 
 
 @dataclass
@@ -185,7 +195,7 @@ class PartitionWriter:
 
     def __init__(self, topic: TopicConfig, partition: int, plog: PartitionLog,
                  state: ProducerState, snapshots: ProducerSnapshots, *, loop, pool,
-                 snapshot_interval_ms: int = 60000):
+                 snapshot_interval_ms: int = 60000, inline_append_bytes: int = 0):
         self.topic = topic
         self.topic_name = topic.name
         self.partition = partition
@@ -202,6 +212,12 @@ class PartitionWriter:
         self._queue: asyncio.Queue = asyncio.Queue()
         self._waiters: dict[asyncio.Future, None] = {}
         self._last_snapshot = time.monotonic()
+        #: batches up to this many bytes are appended on the event loop (0: never;
+        #: the broker sets it for logs on the local disk: see the module docstring)
+        self.inline_append_bytes = inline_append_bytes
+        #: the newest appended frames, for the fetches that follow the tail
+        self.tail = TailCache()
+        self._appended: list = []  # the tail cache's runs of the last batch
         self._task = loop.create_task(self._run(), name=f"writer-{self.name}")
         self._closing = False
         #: True once the log failed (storage error): the broker reopens the partition
@@ -254,16 +270,47 @@ class PartitionWriter:
                     break
                 batch.append(nxt)
             try:
-                results = await self.loop.run_in_executor(self.pool, self._append_batch, batch)
+                # inline only when the log is not busy in another thread (retention, the
+                # cleaner, a stuck storage call): the event loop never waits for its lock
+                lock = self.log._lock
+                if self._inline(batch) and lock.acquire(blocking=False):
+                    try:
+                        results = self._append_batch(batch)
+                    finally:
+                        lock.release()
+                else:
+                    results = await self.loop.run_in_executor(self.pool, self._append_batch,
+                                                              batch)
+                for run in self._appended:
+                    self.tail.add(*run)
             except BaseException as exc:  # the log failed as a whole
                 log.error("partition %s: append failed: %s", self.name, exc)
                 results = [ProduceResult(error=exc)] * len(batch)
+                self.tail.clear()
+            self._appended = []
             for it, res in zip(batch, results):
                 if not it.future.done():
                     it.future.set_result(res)
             self.wake_fetchers()
             if stop:
                 return
+
+    def _inline(self, batch: list[ProduceItem]) -> bool:
+        """True when ``batch`` may be appended on the event loop (module docstring)."""
+        limit = self.inline_append_bytes
+        if not limit:
+            return False
+        size = 0
+        for it in batch:
+            if it.acks == ACKS_ALL:
+                return False
+            size += len(it.records)
+        config = self.log.config
+        if size > limit or config.flush_messages >= 0 or config.flush_ms >= 0 \
+                or self.log.active_segment.size + size > config.segment_bytes:
+            return False
+        return not (self.state.changed and (time.monotonic() - self._last_snapshot) * 1000
+                    >= self.snapshot_interval_ms)
 
     def _validate(self, item: ProduceItem, max_size: int) -> None:
         buf = item.records
@@ -294,6 +341,8 @@ class PartitionWriter:
         plog, state = self.log, self.state
         max_size = plog.config.max_message_bytes
         results: list[ProduceResult] = []
+        appended: list = []  # runs of frames (and their segment) for the tail cache
+        keep = self.tail.max_run
         durable = False
         for item in batch:
             try:
@@ -306,8 +355,11 @@ class PartitionWriter:
                     res = plog.append_frames(records, item.frames, borrow=True)
                     first = ProduceResult(res.base_offset, res.log_append_time,
                                           plog.log_start_offset)
+                    appended.append((res.base_offset, res.last_offset + 1,
+                                     bytes(records) if len(records) <= keep else None,
+                                     res.segment_base))
                 else:
-                    first = self._append_sequenced(records, item.frames)
+                    first = self._append_sequenced(records, item.frames, appended, keep)
                 results.append(first._replace(records=plog.log_end_offset - leo))
                 durable = durable or item.acks == ACKS_ALL
             except StorageError as exc:
@@ -325,15 +377,18 @@ class PartitionWriter:
         except StorageError:
             self.failed = True
             raise
+        self._appended = appended
         if state.changed and (time.monotonic() - self._last_snapshot) * 1000 \
                 >= self.snapshot_interval_ms:
             self._snapshot()
         return results
 
-    def _append_sequenced(self, records: memoryview, frames) -> ProduceResult:
+    def _append_sequenced(self, records: memoryview, frames, appended: list,
+                          keep: int) -> ProduceResult:
         """Append the frames of one request that carry producer ids one by one, each
         checked against (and recorded in) the producer state; a duplicate is answered
-        with the offsets it got the first time. Returns the first frame's result."""
+        with the offsets it got the first time. Returns the first frame's result; the
+        frames appended go to ``appended`` (a copy when at most ``keep`` bytes)."""
         plog, state = self.log, self.state
         first = None
         for pos, header in frames:
@@ -343,7 +398,10 @@ class PartitionWriter:
                     first = ProduceResult(dup.first_offset, -1, plog.log_start_offset,
                                           duplicate=True)
                 continue
-            res = plog.append(records[pos:pos + header.size], validated=header, borrow=True)
+            frame = records[pos:pos + header.size]
+            res = plog.append(frame, validated=header, borrow=True)
+            appended.append((res.base_offset, res.last_offset + 1,
+                             bytes(frame) if header.size <= keep else None, res.segment_base))
             state.update(header, res.base_offset)
             if first is None:
                 first = ProduceResult(res.base_offset, res.log_append_time,

@@ -27,7 +27,7 @@ from ...metadata.topic import TopicConfig
 from ...storage import FileIO
 from . import resources
 from .config import BrokerConfig
-from .partition import PartitionWriter
+from .partition import INLINE_APPEND_BYTES, PartitionWriter
 
 log = logging.getLogger(__name__)
 
@@ -274,9 +274,11 @@ class PartitionManager:
             return opened, state.leader_epoch
 
         (plog, state, snapshots), epoch = await self.run_io(open_blocking)
+        local = self.fileio.local_path(plog.dir_url) is not None
         writer = PartitionWriter(tc, partition, plog, state, snapshots, loop=self.loop,
                                  pool=self.pool,
-                                 snapshot_interval_ms=self.config.producer_snapshot_interval_ms)
+                                 snapshot_interval_ms=self.config.producer_snapshot_interval_ms,
+                                 inline_append_bytes=INLINE_APPEND_BYTES if local else 0)
         self.writers[(tc.name, partition)] = writer
         self._recent[(tc.name, partition)] = None
         self._close_idle()

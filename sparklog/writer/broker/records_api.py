@@ -3,7 +3,10 @@
 :class:`RecordApis` holds the collaborators they use; each handler is
 ``async (body, ctx) -> response dict`` (None for Produce with acks=0). Appends go through
 each partition's :class:`~sparklog.writer.broker.partition.PartitionWriter` (one queue
-and one writer task per partition); reads run on the I/O threads.
+and one writer task per partition); reads run on the I/O threads, except those the
+partition's :class:`~sparklog.writer.broker.tail.TailCache` answers from memory (a
+consumer following the tail: the frames the last appends wrote), which are answered on
+the event loop, as are fetches that find nothing to read.
 """
 
 from __future__ import annotations
@@ -192,8 +195,17 @@ class RecordApis:
         budget = max(min(body["max_bytes"], self.config.fetch_max_bytes), 1)
         fileio = self.partitions.fileio
 
-        def read_all():
+        def from_tail(w, offset: int, limit: int):
+            """The frames at ``offset`` from the partition's tail cache, or None."""
+            if offset < w.log.log_start_offset:
+                return None
+            return w.tail.read(offset, max(limit, 1), w.log.active_segment.base_offset)
+
+        def read_all(inline: bool):
+            """(results, total bytes, errors); ``inline`` (on the event loop): from the
+            tail caches only, None as soon as a partition needs a read of storage."""
             out, total, errs = [], 0, 0
+            sent = []  # (topic, bytes) for the metrics
             oversized = False
             for topic, p, w, exc in wanted:
                 base = {"partition": p["partition"], "high_watermark": -1,
@@ -201,8 +213,20 @@ class RecordApis:
                 if exc is None:
                     try:
                         limit = min(p["partition_max_bytes"], budget - total)
-                        res = None if limit <= 0 and total else \
-                            w.log.read(p["fetch_offset"], max(limit, 1))
+                        skip = limit <= 0 and total
+                        if inline and not skip:
+                            cached = from_tail(w, p["fetch_offset"], limit)
+                            if cached is not None:
+                                base.update(_NO_ERROR, high_watermark=w.log.high_watermark,
+                                            log_start_offset=w.log.log_start_offset,
+                                            records=cached)
+                                total += len(cached)
+                                sent.append((topic, len(cached)))
+                                out.append((topic, base))
+                                continue
+                            if not _nothing_to_read(w.log, p["fetch_offset"]):
+                                return None
+                        res = None if skip else w.log.read(p["fetch_offset"], max(limit, 1))
                         if res is not None and res.size > limit:
                             # one frame larger than the limits is returned whole (as
                             # Kafka's first record batch), one per response: clients
@@ -221,8 +245,8 @@ class RecordApis:
                         base.update(_NO_ERROR, high_watermark=res.high_watermark,
                                     log_start_offset=res.log_start_offset, records=records)
                         total += res.size
-                        if self.metrics is not None and res.size:
-                            self.metrics.sent(topic, res.size)
+                        if res.size:
+                            sent.append((topic, res.size))
                     except OffsetOutOfRangeError as e:
                         base.update(error_fields(e), high_watermark=w.log.high_watermark,
                                     log_start_offset=w.log.log_start_offset)
@@ -234,15 +258,19 @@ class RecordApis:
                     base.update(error_fields(exc))
                     errs += 1
                 out.append((topic, base))
+            if self.metrics is not None:
+                for topic, size in sent:
+                    self.metrics.sent(topic, size)
             return out, total, errs
 
         try:
-            if all(exc is None and _nothing_to_read(w.log, p["fetch_offset"])
-                   for _, p, w, exc in wanted):
-                results, total, errors = read_all()  # no I/O: a long poll parks at once
-            else:
+            # without I/O first: a long poll parks at once, a fetch of the tail is
+            # answered from memory; else the reads go to the I/O threads
+            done = read_all(True)
+            if done is None:
                 async with ctx.io_slots:  # one connection cannot fill the I/O threads
-                    results, total, errors = await self.run_io(read_all)
+                    done = await self.run_io(read_all, False)
+            results, total, errors = done
         except BaseException:
             for w, fut in waiters:
                 w.forget_waiter(fut)
