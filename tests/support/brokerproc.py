@@ -13,7 +13,8 @@
 
 The first start listens on a free port chosen by the OS (no race: the port is read
 from the broker's "listening on" line); restarts reuse it. ``extra_args`` are added to
-the command line (``["--override", "log.segment.bytes=4096"]``). The broker's log
+the command line (``["--override", "log.segment.bytes=4096"]``); ``source`` runs the
+sparklog of another checkout (a benchmark's baseline). The broker's log
 (stderr) goes to ``log_path`` (a temporary file if not given): :meth:`log_text` reads it.
 Only the process this object started is ever signalled.
 """
@@ -37,8 +38,10 @@ class BrokerProcess:
     """One broker subprocess (see the module docstring)."""
 
     def __init__(self, storage_uri: str, extra_args=(), *, log_path=None, port: int = 0,
-                 start_timeout: float = 60.0, log_level: str = "INFO"):
+                 start_timeout: float = 60.0, log_level: str = "INFO",
+                 source: str | Path | None = None):
         self.storage_uri = storage_uri
+        self.source = Path(source) if source is not None else ROOT
         self.extra_args = list(extra_args)
         self.host = "127.0.0.1"
         self.port = port
@@ -73,9 +76,10 @@ class BrokerProcess:
             raise RuntimeError(f"broker pid {self.proc.pid} is already running")
         log_file = open(self.log_path, "ab")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(self.source), env.get("PYTHONPATH")]))
         self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=log_file,
-                                     cwd=str(ROOT), env=env, text=True)
+                                     cwd=str(self.source), env=env, text=True)
         log_file.close()
         ready = threading.Event()
         found: dict = {}

@@ -4,8 +4,13 @@ Produce requests for a partition are queued; one writer task per partition drain
 queue and hands the whole batch to an I/O thread, which validates each request's
 frames (size, CRC32C, record columns against the topic's schema, producer sequences),
 appends them, and then does ONE flush — or one sync when any request in the batch asked
-for acks=all — for all of them (group commit). Fetches that found too little data wait
-on the partition until the next flush advances the high watermark, or their timeout.
+for acks=all — for all of them (group commit). Syncs are pipelined: while one batch's
+sync waits for the storage (HDFS's DataNodes fsyncing), the writer appends the next
+batch and starts its sync (at most ``MAX_SYNCS_IN_FLIGHT`` at once); each request is
+answered only once a sync started after its bytes were written has completed, so no
+acks=all answer precedes the durability of its records. Fetches that found too little
+data wait on the partition until the next flush or sync advances the high watermark,
+or their timeout.
 
 All calls into :class:`~sparklog.log.partition.PartitionLog` run on I/O threads, never
 on the event loop (HDFS calls are network round trips).
@@ -14,6 +19,7 @@ on the event loop (HDFS calls are network round trips).
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import struct
 import time
@@ -48,6 +54,8 @@ _IPC_PREFIX = struct.Struct("<Ii")  # Arrow IPC continuation marker + metadata l
 MAX_BATCH_REQUESTS = 1024
 #: most waiting fetches woken per turn of the event loop
 WAKE_BATCH = 128
+#: most batches whose sync is in flight while the writer appends the next one
+MAX_SYNCS_IN_FLIGHT = 4
 
 
 @dataclass
@@ -236,10 +244,11 @@ class PartitionWriter:
         return future
 
     async def _run(self) -> None:
+        syncing: collections.deque[asyncio.Future] = collections.deque()
         while True:
             item = await self._queue.get()
             if item is None:
-                return
+                break
             batch = [item]
             stop = False
             while len(batch) < MAX_BATCH_REQUESTS and not self._queue.empty():
@@ -249,16 +258,50 @@ class PartitionWriter:
                     break
                 batch.append(nxt)
             try:
-                results = await self.loop.run_in_executor(self.pool, self._append_batch, batch)
+                results, finish = await self.loop.run_in_executor(
+                    self.pool, self._append_batch, batch)
             except BaseException as exc:  # the log failed as a whole
-                log.error("partition %s: append failed: %s", self.name, exc)
-                results = [ProduceResult(error=exc)] * len(batch)
-            for it, res in zip(batch, results):
-                if not it.future.done():
-                    it.future.set_result(res)
-            self.wake_fetchers()
+                self._append_failed(batch, exc)
+            else:
+                if finish is None:
+                    self._answer(batch, results)
+                else:
+                    syncing.append(self.loop.create_task(
+                        self._complete_sync(batch, results, finish)))
+                    while len(syncing) >= MAX_SYNCS_IN_FLIGHT or (syncing and syncing[0].done()):
+                        await syncing.popleft()
             if stop:
-                return
+                break
+        while syncing:
+            await syncing.popleft()
+
+    def _answer(self, batch: list[ProduceItem], results: list[ProduceResult]) -> None:
+        for it, res in zip(batch, results):
+            if not it.future.done():
+                it.future.set_result(res)
+        self.wake_fetchers()
+
+    def _append_failed(self, batch: list[ProduceItem], exc: BaseException) -> None:
+        log.error("partition %s: append failed: %s", self.name, exc)
+        self._answer(batch, [ProduceResult(error=exc)] * len(batch))
+
+    async def _complete_sync(self, batch: list[ProduceItem], results: list[ProduceResult],
+                             finish) -> None:
+        """Answer ``batch`` once the sync started after its append has completed."""
+        try:
+            await self.loop.run_in_executor(self.pool, self._finish_sync, finish)
+        except BaseException as exc:
+            self._append_failed(batch, exc)
+        else:
+            self._answer(batch, results)
+
+    def _finish_sync(self, finish) -> None:
+        """I/O thread: wait for a started sync (see ``PartitionLog.start_sync``)."""
+        try:
+            finish()
+        except StorageError:
+            self.failed = True
+            raise
 
     def _validate(self, item: ProduceItem, max_size: int) -> None:
         buf = item.records
@@ -283,9 +326,10 @@ class PartitionWriter:
             item.frames.append((pos, header))
             pos += header.size
 
-    def _append_batch(self, batch: list[ProduceItem]) -> list[ProduceResult]:
+    def _append_batch(self, batch: list[ProduceItem]):
         """I/O thread: validate, de-duplicate and append every request, then one
-        flush/sync for all."""
+        flush for all, or start one sync for all: the results, and the sync's finish
+        (None after a flush) to call before answering."""
         plog, state = self.log, self.state
         max_size = plog.config.max_message_bytes
         results: list[ProduceResult] = []
@@ -312,9 +356,10 @@ class PartitionWriter:
                 results.append(ProduceResult(error=exc))
             item.records = b""  # release the request bytes early
             item.frames = []
+        finish = None
         try:
             if durable:
-                plog.sync()
+                finish = plog.start_sync()
             else:
                 plog.flush()
         except StorageError:
@@ -323,7 +368,7 @@ class PartitionWriter:
         if state.changed and (time.monotonic() - self._last_snapshot) * 1000 \
                 >= self.snapshot_interval_ms:
             self._snapshot()
-        return results
+        return results, finish
 
     def _append_sequenced(self, records: memoryview, frames) -> ProduceResult:
         """Append the frames of one request that carry producer ids one by one, each
