@@ -175,11 +175,10 @@ def _median(values: list[float]) -> float:
 
 def part_latency(cluster: HdfsCluster, work: Path, args) -> None:
     """The hsync floor and the produce latency, ``--rounds`` times; with
-    ``--baseline-src``, each round also runs a broker of that checkout, alternating
-    which goes first, so both see the same machine."""
-    variants = {"this tree": None}
-    if args.baseline_src:
-        variants = {"baseline": args.baseline_src, "this tree": None}
+    ``--baseline-src``, each round also runs a broker of each such checkout, the order
+    reversed every other round, so all see the same machine."""
+    variants: dict = {os.path.basename(os.path.normpath(d)): d for d in args.baseline_src}
+    variants["this tree"] = None
     floor: list[dict] = []
     runs: dict = {name: [] for name in variants}
     for r in range(args.rounds):
@@ -187,7 +186,7 @@ def part_latency(cluster: HdfsCluster, work: Path, args) -> None:
             f"{cluster.hdfs_uri}/bench-latency-hsync-{r}.bin", 2000)))
         order = list(variants) if r % 2 == 0 else list(variants)[::-1]
         for name in order:
-            tag = "base" if variants[name] else "this"
+            tag = "".join(c for c in name if c.isalnum())
             with BrokerProcess(f"{cluster.hdfs_uri}/bench-latency-{tag}-{r}",
                                log_path=work / f"broker-lat-{tag}.log", log_level="WARNING",
                                start_timeout=120, source=variants[name]) as broker:
@@ -195,7 +194,7 @@ def part_latency(cluster: HdfsCluster, work: Path, args) -> None:
                     admin.create_topic("latency", 1)
                 res = percentiles(produce_latencies(broker.address, args.rate, args.seconds))
             runs[name].append(res)
-            print(f"  round {r + 1} {name:<10}: p50 {res['p50']:6.2f} ms  p99 "
+            print(f"  round {r + 1} {name:<14}: p50 {res['p50']:6.2f} ms  p99 "
                   f"{res['p99']:7.2f} ms  (hsync floor p50 {floor[-1]['p50']:.2f} ms, p99 "
                   f"{floor[-1]['p99']:.2f} ms; load {os.getloadavg()[0]:.1f})", file=sys.stderr)
     print(f"\nproduce latency, acks=all, 100-byte records at {args.rate} records/s for "
@@ -207,7 +206,7 @@ def part_latency(cluster: HdfsCluster, work: Path, args) -> None:
           f"  (2000 calls a round, one at a time)")
     for name, results in runs.items():
         p50, p99 = (_median([x[k] for x in results]) for k in ("p50", "p99"))
-        print(f"  produce -> ack, {name:<10}: p50 {p50:6.2f} ms  p99 {p99:7.2f} ms  "
+        print(f"  produce -> ack, {name:<14}: p50 {p50:6.2f} ms  p99 {p99:7.2f} ms  "
               f"(p99 {p99 / f99:.1f}x the hsync p99; target p99 <= 10 ms)")
 
 
@@ -267,10 +266,10 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=1,
                     help="latency: rounds (medians are reported)")
-    ap.add_argument("--baseline-src", default=None,
+    ap.add_argument("--baseline-src", action="append", default=[],
                     help="latency: a sparklog checkout whose broker runs beside this "
-                         "tree's in every round (e.g. a git worktree of the previous "
-                         "commit)")
+                         "tree's in every round (e.g. an export of the previous commit); "
+                         "repeatable")
     args = ap.parse_args(argv)
     parts = [p.strip() for p in args.part.split(",") if p.strip()]
     unknown = [p for p in parts if p not in PARTS]

@@ -4,11 +4,12 @@ Produce requests for a partition are queued; one writer task per partition drain
 queue and hands the whole batch to an I/O thread, which validates each request's
 frames (size, CRC32C, record columns against the topic's schema, producer sequences),
 appends them, and then does ONE flush — or one sync when any request in the batch asked
-for acks=all — for all of them (group commit). Syncs are pipelined: while one batch's
-sync waits for the storage (HDFS's DataNodes fsyncing), the writer appends the next
-batch and starts its sync (at most ``MAX_SYNCS_IN_FLIGHT`` at once); each request is
-answered only once a sync started after its bytes were written has completed, so no
-acks=all answer precedes the durability of its records. Fetches that found too little
+for acks=all — for all of them (group commit). The sync runs beside the appends: while
+one sync waits for the storage (HDFS's DataNodes fsyncing), the writer validates and
+appends the next batches, and the next sync, started as soon as this one returns,
+covers all of them. A request is answered only once a sync started after its bytes
+were written has completed, so no acks=all answer precedes the durability of its
+records. Fetches that found too little
 data wait on the partition until the next flush or sync advances the high watermark,
 or their timeout.
 
@@ -19,7 +20,6 @@ on the event loop (HDFS calls are network round trips).
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import struct
 import time
@@ -54,8 +54,6 @@ _IPC_PREFIX = struct.Struct("<Ii")  # Arrow IPC continuation marker + metadata l
 MAX_BATCH_REQUESTS = 1024
 #: most waiting fetches woken per turn of the event loop
 WAKE_BATCH = 128
-#: most batches whose sync is in flight while the writer appends the next one
-MAX_SYNCS_IN_FLIGHT = 4
 
 
 @dataclass
@@ -203,6 +201,10 @@ class PartitionWriter:
         self.not_null = NotNullChecker(topic) if constrained_fields(topic.schema) else None
         self.keys = KeyChecker(topic)
         self._queue: asyncio.Queue = asyncio.Queue()
+        #: (batch, results) appended for acks=all, waiting for the next sync
+        self._unsynced: list[tuple[list[ProduceItem], list[ProduceResult]]] = []
+        self._sync_wanted = asyncio.Event()
+        self._draining = False
         self._waiters: dict[asyncio.Future, None] = {}
         self._last_snapshot = time.monotonic()
         self._task = loop.create_task(self._run(), name=f"writer-{self.name}")
@@ -244,36 +246,60 @@ class PartitionWriter:
         return future
 
     async def _run(self) -> None:
-        syncing: collections.deque[asyncio.Future] = collections.deque()
-        while True:
-            item = await self._queue.get()
-            if item is None:
-                break
-            batch = [item]
-            stop = False
-            while len(batch) < MAX_BATCH_REQUESTS and not self._queue.empty():
-                nxt = self._queue.get_nowait()
-                if nxt is None:
-                    stop = True
+        syncer = self.loop.create_task(self._sync_loop(), name=f"syncer-{self.name}")
+        try:
+            while True:
+                item = await self._queue.get()
+                if item is None:
                     break
-                batch.append(nxt)
-            try:
-                results, finish = await self.loop.run_in_executor(
-                    self.pool, self._append_batch, batch)
-            except BaseException as exc:  # the log failed as a whole
-                self._append_failed(batch, exc)
-            else:
-                if finish is None:
-                    self._answer(batch, results)
+                batch = [item]
+                stop = False
+                while len(batch) < MAX_BATCH_REQUESTS and not self._queue.empty():
+                    nxt = self._queue.get_nowait()
+                    if nxt is None:
+                        stop = True
+                        break
+                    batch.append(nxt)
+                try:
+                    results, durable = await self.loop.run_in_executor(
+                        self.pool, self._append_batch, batch)
+                except BaseException as exc:  # the log failed as a whole
+                    self._append_failed(batch, exc)
                 else:
-                    syncing.append(self.loop.create_task(
-                        self._complete_sync(batch, results, finish)))
-                    while len(syncing) >= MAX_SYNCS_IN_FLIGHT or (syncing and syncing[0].done()):
-                        await syncing.popleft()
-            if stop:
-                break
-        while syncing:
-            await syncing.popleft()
+                    if durable:  # answered by the next sync started from now on
+                        self._unsynced.append((batch, results))
+                        self._sync_wanted.set()
+                    else:
+                        self._answer(batch, results)
+                if stop:
+                    break
+        finally:
+            self._draining = True
+            self._sync_wanted.set()
+            await syncer
+
+    async def _sync_loop(self) -> None:
+        """Group commit with the appends overlapped: one sync at a time, started for
+        every batch whose append has completed; the batches appended while it waits
+        for the storage are synced together by the next one."""
+        while True:
+            await self._sync_wanted.wait()
+            self._sync_wanted.clear()
+            if not self._unsynced:
+                if self._draining:
+                    return
+                continue
+            group, self._unsynced = self._unsynced, []
+            try:
+                # started after every append of ``group`` returned: covers their bytes
+                await self.loop.run_in_executor(self.pool, self._sync_blocking)
+            except BaseException as exc:
+                for batch, _ in group:
+                    self._append_failed(batch, exc)
+            else:
+                for batch, results in group:
+                    self._answer(batch, results)
+            self._sync_wanted.set()  # the batches appended meanwhile, or the drain
 
     def _answer(self, batch: list[ProduceItem], results: list[ProduceResult]) -> None:
         for it, res in zip(batch, results):
@@ -285,20 +311,11 @@ class PartitionWriter:
         log.error("partition %s: append failed: %s", self.name, exc)
         self._answer(batch, [ProduceResult(error=exc)] * len(batch))
 
-    async def _complete_sync(self, batch: list[ProduceItem], results: list[ProduceResult],
-                             finish) -> None:
-        """Answer ``batch`` once the sync started after its append has completed."""
+    def _sync_blocking(self) -> None:
+        """I/O thread: sync everything appended so far, holding the log's lock only to
+        start (``PartitionLog.start_sync``): the writer keeps appending meanwhile."""
         try:
-            await self.loop.run_in_executor(self.pool, self._finish_sync, finish)
-        except BaseException as exc:
-            self._append_failed(batch, exc)
-        else:
-            self._answer(batch, results)
-
-    def _finish_sync(self, finish) -> None:
-        """I/O thread: wait for a started sync (see ``PartitionLog.start_sync``)."""
-        try:
-            finish()
+            self.log.start_sync()()
         except StorageError:
             self.failed = True
             raise
@@ -327,9 +344,9 @@ class PartitionWriter:
             pos += header.size
 
     def _append_batch(self, batch: list[ProduceItem]):
-        """I/O thread: validate, de-duplicate and append every request, then one
-        flush for all, or start one sync for all: the results, and the sync's finish
-        (None after a flush) to call before answering."""
+        """I/O thread: validate, de-duplicate and append every request, then one flush
+        for all unless one asked for acks=all: the results, and whether the batch waits
+        for a sync (the sync loop's) before its answers."""
         plog, state = self.log, self.state
         max_size = plog.config.max_message_bytes
         results: list[ProduceResult] = []
@@ -356,11 +373,8 @@ class PartitionWriter:
                 results.append(ProduceResult(error=exc))
             item.records = b""  # release the request bytes early
             item.frames = []
-        finish = None
         try:
-            if durable:
-                finish = plog.start_sync()
-            else:
+            if not durable:
                 plog.flush()
         except StorageError:
             self.failed = True
@@ -368,7 +382,7 @@ class PartitionWriter:
         if state.changed and (time.monotonic() - self._last_snapshot) * 1000 \
                 >= self.snapshot_interval_ms:
             self._snapshot()
-        return results, finish
+        return results, durable
 
     def _append_sequenced(self, records: memoryview, frames) -> ProduceResult:
         """Append the frames of one request that carry producer ids one by one, each
