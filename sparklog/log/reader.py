@@ -107,14 +107,6 @@ class LogReader:
         #: why the scan of the last segment stopped before its visible end (None if it
         #: did not): a frame still being written, or a torn tail awaiting recovery.
         self.tail_error: CorruptRecordError | None = None
-        #: scan an active segment from its start again when its modification time
-        #: changed since the last listing (not only when it shrank): a reader kept
-        #: between uses that must not walk on into a file replaced by another of a
-        #: larger size (a topic deleted and created again). HDFS leaves the time of a
-        #: file being written unchanged until it is closed, so the walk stays
-        #: incremental there; a local file's changes at every write.
-        self.rescan_changed = False
-        self._mtimes: dict = {}
         self.refresh()
         self._just_listed = True  # offsets() needs no second listing
 
@@ -130,20 +122,15 @@ class LogReader:
         old = {s.path: s for s in self._segments}
         entries = listing.logs()
         segments = []
-        mtimes = {}
         for i, files in enumerate(entries):
             sealed = files.sealed or i < len(entries) - 1
             seg = old.get(files.log.path)
             if seg is None or (sealed and not seg.sealed) or (
-                    not seg.sealed and files.log.size < seg._size) or (  # rolled, repaired
-                    not seg.sealed and self.rescan_changed
-                    and self._mtimes.get(files.log.path) != files.log.mtime):
+                    not seg.sealed and files.log.size < seg._size):  # rolled, or repaired
                 seg = LogSegment.of(self.fileio, self.dir_url, files, sealed=sealed,
                                     listed_size=files.log.size if sealed else None)
             segments.append(seg)
-            mtimes[files.log.path] = files.log.mtime
         self._segments = segments
-        self._mtimes = mtimes
         doc = self._checkpoint.read() or {}
         first = segments[0].base_offset if segments else 0
         self._log_start = max(int(doc.get("log_start_offset", 0)), first)

@@ -20,7 +20,6 @@ from sparklog.errors import (
     UnknownTopicOrPartitionError,
 )
 from sparklog.log.partition import PartitionLog
-from sparklog.metadata import TopicStore
 from sparklog.reader.spark.catalog import StorageCatalog
 from sparklog.reader.spark.filters import PushedFilters
 from sparklog.reader.spark.options import parse_options
@@ -28,8 +27,7 @@ from sparklog.reader.spark.planning import OffsetRange, plan_batch, split_ranges
 from sparklog.reader.spark.scan import read_range
 from sparklog.reader.spark.schema import arrow_schema, spark_schema
 from sparklog.reader.spark.stream import rate_limit
-from sparklog.storage import open_fileio
-from tests.support.logdata import BASE_TS, append_records, make_topic, record
+from tests.support.logdata import BASE_TS, make_topic
 
 
 def opts(root, **kw):
@@ -123,25 +121,6 @@ def test_plan_offset_specs(topic_t):
                              endingOffsets='{"t":{"0":10,"1":-1}}'))
     with pytest.raises(UnknownTopicOrPartitionError, match=r"partitions \[5\] of topic 't'"):
         plan_batch(cat, parse_options({"path": topic_t, "assign": '{"t":[0,5]}'}))
-
-
-def test_plans_keep_readers_and_see_a_topic_created_again(storage_root):
-    """The readers a plan keeps for the process's next plans (catalog._SharedRoots)
-    follow the log: records appended since are planned, and a topic deleted and
-    created again with more records than were walked is scanned afresh (its active
-    segment's time changed), not walked on from the old position."""
-    make_topic(storage_root, "again", partitions=1, count=20, per_frame=5)
-    assert spans(plan_batch(StorageCatalog(storage_root), opts(storage_root, subscribe="again"))) \
-        == [("again", 0, 0, 20)]
-    store = TopicStore(storage_root, open_fileio(storage_root))
-    append_records(store, "again", 0, [record("again", 0, o) for o in range(20, 30)],
-                   per_frame=5)
-    assert spans(plan_batch(StorageCatalog(storage_root), opts(storage_root, subscribe="again"))) \
-        == [("again", 0, 0, 30)]
-    store.delete_topic("again")
-    make_topic(storage_root, "again", partitions=1, count=50, per_frame=7)
-    assert spans(plan_batch(StorageCatalog(storage_root), opts(storage_root, subscribe="again"))) \
-        == [("again", 0, 0, 50)]
 
 
 def test_plan_timestamps(topic_t):
