@@ -445,8 +445,9 @@ class PartitionWriter:
 
     @property
     def busy(self) -> bool:
-        """True while produce requests are queued or fetches wait on the partition."""
-        return bool(self._waiters) or not self._queue.empty()
+        """True while produce requests are queued or wait for a sync, or fetches wait on
+        the partition."""
+        return bool(self._waiters) or not self._queue.empty() or bool(self._unsynced)
 
     # --- closing --------------------------------------------------------------------------------
     async def close(self) -> None:
