@@ -22,7 +22,7 @@ DataNodes, default 3, replication 3, on this machine's loopback) and measures:
 
     .venv/bin/python bench/bench_hdfs.py [--part ingest,latency,scan] [--datanodes 3]
         [--mb 256] [--in-flight 8] [--rate 10000] [--seconds 5] [--records 1000000]
-        [--partitions 4] [--repeat 3]
+        [--partitions 4] [--repeat 3] [--rounds 1] [--baseline-src DIR]
 """
 
 from __future__ import annotations
@@ -169,21 +169,45 @@ def produce_latencies(address: str, rate: int, seconds: float) -> list[float]:
     return latencies
 
 
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
 def part_latency(cluster: HdfsCluster, work: Path, args) -> None:
-    base = percentiles(hsync_round_trips(f"{cluster.hdfs_uri}/bench-latency-hsync.bin", 2000))
-    with BrokerProcess(f"{cluster.hdfs_uri}/bench-latency", log_path=work / "broker-lat.log",
-                       log_level="WARNING", start_timeout=120) as broker:
-        with Admin(broker.address) as admin:
-            admin.create_topic("latency", 1)
-        res = percentiles(produce_latencies(broker.address, args.rate, args.seconds))
+    """The hsync floor and the produce latency, ``--rounds`` times; with
+    ``--baseline-src``, each round also runs a broker of each such checkout, the order
+    reversed every other round, so all see the same machine."""
+    variants: dict = {os.path.basename(os.path.normpath(d)): d for d in args.baseline_src}
+    variants["this tree"] = None
+    floor: list[dict] = []
+    runs: dict = {name: [] for name in variants}
+    for r in range(args.rounds):
+        floor.append(percentiles(hsync_round_trips(
+            f"{cluster.hdfs_uri}/bench-latency-hsync-{r}.bin", 2000)))
+        order = list(variants) if r % 2 == 0 else list(variants)[::-1]
+        for name in order:
+            tag = "".join(c for c in name if c.isalnum())
+            with BrokerProcess(f"{cluster.hdfs_uri}/bench-latency-{tag}-{r}",
+                               log_path=work / f"broker-lat-{tag}.log", log_level="WARNING",
+                               start_timeout=120, source=variants[name]) as broker:
+                with Admin(broker.address) as admin:
+                    admin.create_topic("latency", 1)
+                res = percentiles(produce_latencies(broker.address, args.rate, args.seconds))
+            runs[name].append(res)
+            print(f"  round {r + 1} {name:<14}: p50 {res['p50']:6.2f} ms  p99 "
+                  f"{res['p99']:7.2f} ms  (hsync floor p50 {floor[-1]['p50']:.2f} ms, p99 "
+                  f"{floor[-1]['p99']:.2f} ms; load {os.getloadavg()[0]:.1f})", file=sys.stderr)
     print(f"\nproduce latency, acks=all, 100-byte records at {args.rate} records/s for "
-          f"{args.seconds:g} s, one partition, {args.datanodes} DataNodes; load average "
-          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    print(f"  Hadoop client write+hsync : p50 {base['p50']:6.2f} ms  p99 {base['p99']:6.2f} ms"
-          f"  ({base['n']} calls, one at a time)")
-    print(f"  produce -> ack (acks=all) : p50 {res['p50']:6.2f} ms  p99 {res['p99']:6.2f} ms"
-          f"  max {res['max']:6.2f} ms ({res['n']} records; p99 {res['p99'] / base['p99']:.1f}x"
-          f" the hsync p99; target p99 <= 10 ms)")
+          f"{args.seconds:g} s, one partition, {args.datanodes} DataNodes; medians of "
+          f"{args.rounds} round(s); load average {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} CPUs")
+    f50, f99 = (_median([f[k] for f in floor]) for k in ("p50", "p99"))
+    print(f"  Hadoop client write+hsync : p50 {f50:6.2f} ms  p99 {f99:6.2f} ms"
+          f"  (2000 calls a round, one at a time)")
+    for name, results in runs.items():
+        p50, p99 = (_median([x[k] for x in results]) for k in ("p50", "p99"))
+        print(f"  produce -> ack, {name:<14}: p50 {p50:6.2f} ms  p99 {p99:7.2f} ms  "
+              f"(p99 {p99 / f99:.1f}x the hsync p99; target p99 <= 10 ms)")
 
 
 def part_scan(cluster: HdfsCluster, work: Path, args) -> None:
@@ -240,6 +264,12 @@ def main(argv=None) -> int:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="latency: rounds (medians are reported)")
+    ap.add_argument("--baseline-src", action="append", default=[],
+                    help="latency: a sparklog checkout whose broker runs beside this "
+                         "tree's in every round (e.g. an export of the previous commit); "
+                         "repeatable")
     args = ap.parse_args(argv)
     parts = [p.strip() for p in args.part.split(",") if p.strip()]
     unknown = [p for p in parts if p not in PARTS]

@@ -447,16 +447,43 @@ class PartitionLog:
         """hsync the active segment (durable), advancing the high watermark too; the
         segments rolled before it are synced and sealed first."""
         with self._lock:
+            self.start_sync()()
+
+    def start_sync(self) -> Callable[[], None]:
+        """Start a :meth:`sync` of everything appended so far and return the function
+        that completes it: it returns once those records are durable (raising as
+        ``sync`` does) and then advances the high watermark to them.
+
+        The log's lock is held only to start: on storage that pipelines syncs (HDFS,
+        see :meth:`~sparklog.storage.base.OutputStream.start_sync`) the caller appends
+        the next records and starts their sync while this one waits for the storage
+        (group commit with syncs in flight); nothing is durable before the returned
+        function returns."""
+        with self._lock:
             self._check_usable()
             self._wait_sealed()
             try:
-                self._out.sync()
+                finish = self._out.start_sync()
             except BaseException as exc:
                 self._seal_failed(exc)
                 raise
-            self._hw, self._hw_position = self._leo, self._segments[-1]._size
+            leo, position = self._leo, self._segments[-1]._size
             self._unsynced_records = 0
             self._last_sync_ms = self._clock()
+
+        def complete() -> None:
+            try:
+                finish()
+            except BaseException as exc:
+                with self._lock:
+                    self._seal_failed(exc)
+                raise
+            with self._lock:
+                # a roll since the start moved the high watermark past ``leo`` already
+                if leo > self._hw:
+                    self._hw, self._hw_position = leo, position
+
+        return complete
 
     def roll(self) -> None:
         """Seal the active segment and start a new one at the log end offset (no-op

@@ -35,6 +35,10 @@ class FileInfo:
     mtime: float
 
 
+def _synced() -> None:
+    """The finish of a sync that completed before ``start_sync`` returned."""
+
+
 class OutputStream(abc.ABC):
     """An append-only byte stream held under a single-writer lease.
 
@@ -60,6 +64,15 @@ class OutputStream(abc.ABC):
     @abc.abstractmethod
     def sync(self) -> None:
         """hsync: flush, then make the bytes durable on the storage."""
+
+    def start_sync(self):
+        """Start a sync: the bytes written so far are handed to the storage now; the
+        returned function (no arguments) returns once they are durable, raising as
+        ``sync`` does. Backends that can overlap syncs with later writes (pipelined
+        syncs: HDFS) return before the storage has acknowledged; the default syncs at
+        once and returns a function with nothing left to do."""
+        self.sync()
+        return _synced
 
     def verify_lease(self) -> None:
         """Raise LeaseExpiredError if this writer's lease was revoked (a new writer

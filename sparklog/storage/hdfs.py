@@ -135,7 +135,14 @@ def _read_java(jin, n: int) -> list:
 
 
 class HadoopOutputStream(BufferedOutputStream):
-    """A DFSOutputStream under its own DFSClient's lease; flush = hflush, sync = hsync."""
+    """A DFSOutputStream under its own DFSClient's lease; flush = hflush, sync = hsync.
+
+    Syncs pipeline (``concurrent_persist``): ``DFSOutputStream.hsync`` queues its packet
+    under the stream's monitor and waits for that packet's acknowledgement outside it,
+    and the DataNodes acknowledge packets in order, so an hsync started while another
+    waits covers its own bytes and returns after the earlier one."""
+
+    concurrent_persist = True
 
     def __init__(self, fileio: "HadoopFileIO", path: str, hpath: str, client, jout,
                  length: int):

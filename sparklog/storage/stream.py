@@ -7,6 +7,14 @@ the storage so new readers see them: write(2), Java write + hflush, WebHDFS APPE
 is gone by raising :class:`LeaseLost`; the stream then drops its buffer, refuses every
 later write/flush/sync with LeaseExpiredError and reports ``closed``.
 
+Pipelined syncs: ``start_sync`` pushes the buffered bytes under the stream's lock and
+returns a function that makes them durable. A backend whose ``_persist`` may run while
+other threads write and push (``concurrent_persist``: HDFS's ``hsync`` waits for its own
+packet's acknowledgement outside the DFSOutputStream's lock) runs it outside the lock,
+so the next batch is written and its sync started while this one waits for the
+DataNodes; every persist still covers at least the bytes pushed before it started.
+``close`` waits for the persists in flight.
+
 Borrowed writes (``write(data, borrow=True)``) are not copied: the stream keeps a view
 of the caller's memory and hands it to ``_push_parts`` with the rest at the next push,
 so a batch of frames costs one vectored write and no user-space copy. The caller must
@@ -16,6 +24,7 @@ leave that memory unchanged until the next ``flush``, ``sync`` or ``close`` retu
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from sparklog.errors import LeaseExpiredError, StorageError, StorageFileNotFoundError
 from sparklog.storage.base import OutputStream
@@ -36,9 +45,17 @@ class LeaseLost(Exception):
         self.vanished = vanished
 
 
+def _nothing() -> None:
+    """The finish of a sync already complete."""
+
+
 class BufferedOutputStream(OutputStream):
     """Buffers writes in user space until flush (or ``buffer_size``), tracks the length,
     turns a lost lease into LeaseExpiredError. Thread-safe."""
+
+    #: ``_persist`` may run outside the stream's lock, beside writes, pushes and other
+    #: persists of other threads (see the module docstring); default False
+    concurrent_persist = False
 
     def __init__(self, path: str, length: int, buffer_size: int):
         self.path = path
@@ -51,6 +68,8 @@ class BufferedOutputStream(OutputStream):
         self._lost = False
         self._dirty = False  # bytes pushed since the last _persist
         self._lock = threading.RLock()
+        self._persisting = 0  # persists running outside the lock
+        self._idle = threading.Condition(self._lock)
 
     # hooks ------------------------------------------------------------------------------
     def _precheck_write(self) -> None:
@@ -198,6 +217,38 @@ class BufferedOutputStream(OutputStream):
             self._guarded("sync", self._persist)
             self._dirty = False
 
+    def start_sync(self) -> Callable[[], None]:
+        """Push the buffered bytes now; return the function that makes them (and every
+        byte pushed before) durable, raising as :meth:`sync` does. With
+        ``concurrent_persist`` that function runs outside the stream's lock, so other
+        threads keep writing and syncing meanwhile (pipelined syncs); otherwise the
+        sync is done before ``start_sync`` returns."""
+        with self._lock:
+            self._check_open("sync")
+            self._push_buffer("sync", persist_next=True)
+            if not self.concurrent_persist:
+                self._guarded("sync", self._persist)
+                self._dirty = False
+                return _nothing
+            covered = self._pushed
+            self._persisting += 1
+
+        def finish() -> None:
+            try:
+                self._persist()
+            except LeaseLost as exc:
+                with self._lock:
+                    raise self._fenced("sync", exc.vanished) from None
+            finally:
+                with self._lock:
+                    self._persisting -= 1
+                    self._idle.notify_all()
+            with self._lock:
+                if self._pushed == covered:  # nothing pushed since: all durable
+                    self._dirty = False
+
+        return finish
+
     def verify_lease(self) -> None:
         """Raise LeaseExpiredError if the lease was lost (nothing is pushed)."""
         with self._lock:
@@ -217,6 +268,8 @@ class BufferedOutputStream(OutputStream):
         synced and may be lost). A fenced writer with nothing pushed since its last
         sync, or one that was already told of the loss, closes silently."""
         with self._lock:
+            while self._persisting:  # pipelined syncs still waiting for the storage
+                self._idle.wait()
             if self._closed or self._lost:
                 self._closed = True
                 return

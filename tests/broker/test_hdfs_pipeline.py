@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -210,3 +211,85 @@ def test_partition_without_permission_fails_alone(hdfs_cluster, hdfs_root, tmp_p
     finally:
         if proc.running:
             proc.kill()
+
+
+def test_acks_all_answers_wait_for_a_sync_covering_their_bytes(hdfs_env, hdfs_root,
+                                                                monkeypatch):
+    """Group commit beside the appends (docs/storage.md): with acks=all requests of four
+    connections arriving together, the partition writer appends batches while an hsync
+    waits for the DataNodes (overlap observed), yet no answer leaves before an hsync
+    that started after the request's bytes were written has returned. Checked on the
+    real client: a spy around ``HadoopOutputStream._persist`` records how many bytes of
+    the segment each completed hsync covers, one around the writer's answers records
+    that figure at each answer; the answered frames' end positions are read back from
+    the segment file."""
+    from sparklog.format.frame import iter_frames
+    from sparklog.log.partition import PartitionLog
+    from sparklog.storage.hdfs import HadoopOutputStream
+    from sparklog.writer.broker import EmbeddedBroker
+    from sparklog.writer.broker.partition import PartitionWriter
+
+    lock = threading.Lock()
+    durable: dict = {}       # segment path -> bytes covered by completed hsyncs
+    in_flight = [0, 0]       # hsyncs running now, appends made while one ran
+    answered: list = []      # (base offset, durable bytes of the segment when answered)
+    persist, answer = HadoopOutputStream._persist, PartitionWriter._answer
+    append = PartitionLog.append_frames
+
+    def spy_append(self, *a, **kw):
+        with lock:
+            in_flight[1] += in_flight[0] > 0
+        return append(self, *a, **kw)
+
+    def spy_persist(self):
+        covered = self._pushed  # start_sync pushed everything before this persist
+        with lock:
+            in_flight[0] += 1
+        try:
+            persist(self)
+        finally:
+            with lock:
+                in_flight[0] -= 1
+        with lock:
+            durable[self.path] = max(durable.get(self.path, 0), covered)
+
+    def spy_answer(self, batch, results):
+        with lock:
+            seen = dict(durable)
+        for it, res in zip(batch, results):
+            if res.error is None and it.acks == -1:
+                answered.append((res.base_offset, seen))
+        answer(self, batch, results)
+
+    monkeypatch.setattr(HadoopOutputStream, "_persist", spy_persist)
+    monkeypatch.setattr(PartitionWriter, "_answer", spy_answer)
+    monkeypatch.setattr(PartitionLog, "append_frames", spy_append)
+    with EmbeddedBroker(hdfs_root) as broker:
+        with Connection(broker.address) as c:
+            assert create(c, "piped", 1)["error_code"] == 0
+
+        def client(k: int) -> None:
+            with Connection(broker.address) as conn:
+                for i in range(60):
+                    item = produce(conn, "piped", 0, encode_frame(raw_batch(
+                        [b"%d-%d" % (k, i) * 20])), acks=-1)
+                    assert item["error_code"] == 0, item
+
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    assert len(answered) == 240
+    store = TopicStore(hdfs_root)
+    seg = store.fileio.join(store.partition_dir("piped", 0), "00000000000000000000.log")
+    ends, pos = {}, 0
+    for f in iter_frames(store.fileio.read_range(seg, 0, store.fileio.size(seg))):
+        pos += f.header.size
+        ends[f.header.base_offset] = pos
+    name = seg.rsplit("/", 1)[1]
+    late = [(base, ends[base], seen) for base, seen in answered
+            if max((v for k, v in seen.items() if k.endswith("/" + name)), default=0)
+            < ends[base]]
+    assert not late, f"answered before an hsync covered their bytes: {late[:5]}"
+    assert in_flight[1] > 0, "no append while an hsync was in flight: nothing overlapped"

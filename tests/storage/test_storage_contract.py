@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 
@@ -280,6 +281,32 @@ def test_synced_bytes_survive_sigkill_of_writer(backend):
     finally:
         _kill(proc)
     assert fs.read_all(path) == b"durable"
+
+
+def test_started_syncs_overlap_later_writes_and_close_waits_for_them(backend):
+    """``start_sync`` (pipelined syncs): writes and a second sync go on before the first
+    sync's finish is called, each finish returns once its bytes are synced (and
+    visible); close waits for a sync still running. On HDFS the first ``hsync`` is
+    still waiting for the DataNodes while the second starts (``concurrent_persist``)."""
+    fs, root, _ = backend
+    path = fs.join(root, "pipelined.log")
+    out = fs.create(path)
+    out.write(b"first|")
+    first = out.start_sync()
+    out.write(b"second|")
+    second = out.start_sync()
+    first()
+    assert fs.read_all(path).startswith(b"first|")
+    second()
+    assert fs.read_all(path) == b"first|second|"
+    out.write(b"third")
+    pending = out.start_sync()
+    done = threading.Thread(target=pending)
+    done.start()
+    out.close()  # waits for the sync in flight, then releases the lease
+    done.join(60)
+    assert not done.is_alive()
+    assert fs.read_all(path) == b"first|second|third"
 
 
 # --- single writer (leases) ---------------------------------------------------------------

@@ -14,7 +14,8 @@
 The first start listens on a free port chosen by the OS (no race: the port is read
 from the broker's "listening on" line); restarts reuse it. ``extra_args`` are added to
 the command line (``["--override", "log.segment.bytes=4096"]``); ``env`` adds to (or, a
-None value, removes from) the process's environment (``HADOOP_CONF_DIR``...). The broker's log
+None value, removes from) the process's environment (``HADOOP_CONF_DIR``...); ``source``
+runs the sparklog of another checkout (a benchmark's baseline). The broker's log
 (stderr) goes to ``log_path`` (a temporary file if not given): :meth:`log_text` reads it.
 Only the process this object started is ever signalled.
 """
@@ -39,8 +40,9 @@ class BrokerProcess:
 
     def __init__(self, storage_uri: str, extra_args=(), *, log_path=None, port: int = 0,
                  start_timeout: float = 60.0, log_level: str = "INFO",
-                 env: dict | None = None):
+                 env: dict | None = None, source: str | Path | None = None):
         self.storage_uri = storage_uri
+        self.source = Path(source) if source is not None else ROOT
         self.extra_args = list(extra_args)
         self.host = "127.0.0.1"
         self.port = port
@@ -81,9 +83,10 @@ class BrokerProcess:
                 env.pop(key, None)
             else:
                 env[key] = value
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(self.source), env.get("PYTHONPATH")]))
         self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=log_file,
-                                     cwd=str(ROOT), env=env, text=True)
+                                     cwd=str(self.source), env=env, text=True)
         log_file.close()
         ready = threading.Event()
         found: dict = {}

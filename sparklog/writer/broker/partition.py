@@ -4,10 +4,15 @@ Produce requests for a partition are queued; one writer task per partition drain
 queue and hands the whole batch to an I/O thread, which validates each request's
 frames (size, CRC32C, record columns against the topic's schema, producer sequences),
 appends them, and then does ONE flush — or one sync when any request in the batch asked
-for acks=all — for all of them (group commit). Fetches that found too little data wait
-on the partition until the next flush advances the high watermark, or their timeout;
-the frames each request appended are kept in the partition's
-:class:`~.tail.TailCache`, from which such a fetch is answered.
+for acks=all — for all of them (group commit). The sync runs beside the appends: while
+one sync waits for the storage (HDFS's DataNodes fsyncing), the writer validates and
+appends the next batches, and the next sync, started as soon as this one returns,
+covers all of them. A request is answered only once a sync started after its bytes
+were written has completed, so no acks=all answer precedes the durability of its
+records. Fetches that found too little data wait on the partition until the next flush
+or sync advances the high watermark, or their timeout; the frames each request appended
+are kept, once visible, in the partition's :class:`~.tail.TailCache`, from which such a
+fetch is answered.
 
 Calls into :class:`~sparklog.log.partition.PartitionLog` run on I/O threads (HDFS calls
 are network round trips), with one exception: on the local disk, where a flush is a
@@ -210,6 +215,10 @@ class PartitionWriter:
         self.not_null = NotNullChecker(topic) if constrained_fields(topic.schema) else None
         self.keys = KeyChecker(topic)
         self._queue: asyncio.Queue = asyncio.Queue()
+        #: (batch, results) appended for acks=all, waiting for the next sync
+        self._unsynced: list[tuple[list[ProduceItem], list[ProduceResult]]] = []
+        self._sync_wanted = asyncio.Event()
+        self._draining = False
         self._waiters: dict[asyncio.Future, None] = {}
         self._last_snapshot = time.monotonic()
         #: batches up to this many bytes are appended on the event loop (0: never;
@@ -257,43 +266,101 @@ class PartitionWriter:
         return future
 
     async def _run(self) -> None:
-        while True:
-            item = await self._queue.get()
-            if item is None:
-                return
-            batch = [item]
-            stop = False
-            while len(batch) < MAX_BATCH_REQUESTS and not self._queue.empty():
-                nxt = self._queue.get_nowait()
-                if nxt is None:
-                    stop = True
+        syncer = self.loop.create_task(self._sync_loop(), name=f"syncer-{self.name}")
+        try:
+            while True:
+                item = await self._queue.get()
+                if item is None:
                     break
-                batch.append(nxt)
-            try:
-                # inline only when the log is not busy in another thread (retention, the
-                # cleaner, a stuck storage call): the event loop never waits for its lock
-                lock = self.log._lock
-                if self._inline(batch) and lock.acquire(blocking=False):
-                    try:
-                        results = self._append_batch(batch)
-                    finally:
-                        lock.release()
+                batch = [item]
+                stop = False
+                while len(batch) < MAX_BATCH_REQUESTS and not self._queue.empty():
+                    nxt = self._queue.get_nowait()
+                    if nxt is None:
+                        stop = True
+                        break
+                    batch.append(nxt)
+                try:
+                    # inline only when the log is not busy in another thread (retention,
+                    # the cleaner, a stuck storage call): the event loop never waits for
+                    # its lock
+                    lock = self.log._lock
+                    if self._inline(batch) and lock.acquire(blocking=False):
+                        try:
+                            results, durable = self._append_batch(batch)
+                        finally:
+                            lock.release()
+                    else:
+                        results, durable = await self.loop.run_in_executor(
+                            self.pool, self._append_batch, batch)
+                except BaseException as exc:  # the log failed as a whole
+                    self._appended = []
+                    self.tail.clear()
+                    self._append_failed(batch, exc)
                 else:
-                    results = await self.loop.run_in_executor(self.pool, self._append_batch,
-                                                              batch)
-                for run in self._appended:
-                    self.tail.add(*run)
-            except BaseException as exc:  # the log failed as a whole
-                log.error("partition %s: append failed: %s", self.name, exc)
-                results = [ProduceResult(error=exc)] * len(batch)
+                    runs, self._appended = self._appended, []
+                    if durable:  # answered (and cached) after the next sync from now on
+                        self._unsynced.append((batch, results, runs))
+                        self._sync_wanted.set()
+                    else:  # flushed: visible
+                        self._cache(runs)
+                        self._answer(batch, results)
+                if stop:
+                    break
+        finally:
+            self._draining = True
+            self._sync_wanted.set()
+            await syncer
+
+    async def _sync_loop(self) -> None:
+        """Group commit with the appends overlapped: one sync at a time, started for
+        every batch whose append has completed; the batches appended while it waits
+        for the storage are synced together by the next one."""
+        while True:
+            await self._sync_wanted.wait()
+            self._sync_wanted.clear()
+            if not self._unsynced:
+                if self._draining:
+                    return
+                continue
+            group, self._unsynced = self._unsynced, []
+            try:
+                # started after every append of ``group`` returned: covers their bytes
+                await self.loop.run_in_executor(self.pool, self._sync_blocking)
+            except BaseException as exc:
                 self.tail.clear()
-            self._appended = []
-            for it, res in zip(batch, results):
-                if not it.future.done():
-                    it.future.set_result(res)
-            self.wake_fetchers()
-            if stop:
-                return
+                for batch, _, _ in group:
+                    self._append_failed(batch, exc)
+            else:
+                for batch, results, runs in group:
+                    self._cache(runs)
+                    self._answer(batch, results)
+            self._sync_wanted.set()  # the batches appended meanwhile, or the drain
+
+    def _cache(self, runs: list) -> None:
+        """Keep the runs of frames of an answered batch, now visible, in the tail cache
+        (a run that does not follow the last one kept empties it first)."""
+        for run in runs:
+            self.tail.add(*run)
+
+    def _answer(self, batch: list[ProduceItem], results: list[ProduceResult]) -> None:
+        for it, res in zip(batch, results):
+            if not it.future.done():
+                it.future.set_result(res)
+        self.wake_fetchers()
+
+    def _append_failed(self, batch: list[ProduceItem], exc: BaseException) -> None:
+        log.error("partition %s: append failed: %s", self.name, exc)
+        self._answer(batch, [ProduceResult(error=exc)] * len(batch))
+
+    def _sync_blocking(self) -> None:
+        """I/O thread: sync everything appended so far, holding the log's lock only to
+        start (``PartitionLog.start_sync``): the writer keeps appending meanwhile."""
+        try:
+            self.log.start_sync()()
+        except StorageError:
+            self.failed = True
+            raise
 
     def _inline(self, batch: list[ProduceItem]) -> bool:
         """True when ``batch`` may be appended on the event loop (module docstring)."""
@@ -335,9 +402,10 @@ class PartitionWriter:
             item.frames.append((pos, header))
             pos += header.size
 
-    def _append_batch(self, batch: list[ProduceItem]) -> list[ProduceResult]:
-        """I/O thread: validate, de-duplicate and append every request, then one
-        flush/sync for all."""
+    def _append_batch(self, batch: list[ProduceItem]):
+        """I/O thread: validate, de-duplicate and append every request, then one flush
+        for all unless one asked for acks=all: the results, and whether the batch waits
+        for a sync (the sync loop's) before its answers."""
         plog, state = self.log, self.state
         max_size = plog.config.max_message_bytes
         results: list[ProduceResult] = []
@@ -370,9 +438,7 @@ class PartitionWriter:
             item.records = b""  # release the request bytes early
             item.frames = []
         try:
-            if durable:
-                plog.sync()
-            else:
+            if not durable:
                 plog.flush()
         except StorageError:
             self.failed = True
@@ -381,7 +447,7 @@ class PartitionWriter:
         if state.changed and (time.monotonic() - self._last_snapshot) * 1000 \
                 >= self.snapshot_interval_ms:
             self._snapshot()
-        return results
+        return results, durable
 
     def _append_sequenced(self, records: memoryview, frames, appended: list,
                           keep: int) -> ProduceResult:
@@ -449,8 +515,9 @@ class PartitionWriter:
 
     @property
     def busy(self) -> bool:
-        """True while produce requests are queued or fetches wait on the partition."""
-        return bool(self._waiters) or not self._queue.empty()
+        """True while produce requests are queued or wait for a sync, or fetches wait on
+        the partition."""
+        return bool(self._waiters) or not self._queue.empty() or bool(self._unsynced)
 
     # --- closing --------------------------------------------------------------------------------
     async def close(self) -> None:
