@@ -134,7 +134,7 @@ def inject(mode: str, host: str) -> None:
         pid = int((lab.lab_dir() / "hosts" / host / "run" / "hdfs-namenode.pid").read_text())
         os.kill(pid, signal.SIGKILL)
     else:
-        lab.sh("ip", "link", "set", f"slab-{host}", "down")
+        lab.sh("ip", "link", "set", lab.veth(host), "down")
 
 
 def restore(mode: str, host: str) -> None:
@@ -142,7 +142,7 @@ def restore(mode: str, host: str) -> None:
     JournalNodes' majority exits by itself ("flush failed for required journal": QJM's
     fencing), so after a host loss it is restarted too, as an operator would."""
     if mode == "host":
-        lab.sh("ip", "link", "set", f"slab-{host}", "up")
+        lab.sh("ip", "link", "set", lab.veth(host), "up")
     pid_file = lab.lab_dir() / "hosts" / host / "run" / "hdfs-namenode.pid"
 
     def back() -> bool:
