@@ -268,7 +268,10 @@ def write_tools(root: Path, classpath: str) -> None:
                 "zookeeper/bin/zkServer.sh", "bin/systemctl"):
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(me))} "
+        # the lab's settings baked in: YARN containers run these without the lab's env
+        path.write_text(f"#!/bin/sh\nexport SPARKLOG_LAB_DIR={shlex.quote(str(root))} "
+                        f"SPARKLOG_LAB_PREFIX={shlex.quote(PREFIX)}\n"
+                        f"exec {shlex.quote(sys.executable)} {shlex.quote(str(me))} "
                         f"tool {path.name} \"$@\"\n")
         path.chmod(0o755)
 
@@ -465,8 +468,9 @@ def tool_hadoop(name: str, argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     sub, args = argv[0], argv[1:]
+    conf = os.environ.setdefault("HADOOP_CONF_DIR", str(lab_dir() / "kit" / "etc" / "hadoop"))
     if sub == "classpath":
-        print(f"{os.environ['HADOOP_CONF_DIR']}:{(lab_dir() / 'classpath').read_text()}")
+        print(f"{conf}:{(lab_dir() / 'classpath').read_text()}")
         return 0
     if sub not in COMMANDS:
         print(f"{name}: the lab has no subcommand {sub!r} (has: {', '.join(COMMANDS)})",
