@@ -3,14 +3,14 @@
 
 ::
 
-    deploy/lab/yarn_etl.py [--records 300] [--archive FILE] [--no-kill]
+    deploy/lab/yarn_etl.py [--records 300] [--no-kill]
 
 Needs a lab that is up (``deploy/lab/lab.py up``). On the edge host, as the ``sparklog``
 user, as an operator would:
 
 1. ``bin/pack-venv.sh --upload hdfs://ns1/apps/sparklog/sparklog-venv.tar.gz`` packs
-   sparklog with its ``spark,hdfs,cluster`` extras (unless the archive is in HDFS
-   already; ``--archive FILE`` uploads a packed archive instead of packing one);
+   sparklog with its ``spark,hdfs,cluster`` extras and uploads it with Spark's jars
+   (unless both are in HDFS already);
 2. a topic ``etl<stamp>`` gets ``--records`` records through a broker (acks=all);
 3. ``bin/submit-etl.sh -- --app-id ... --path hdfs://ns1/sparklog --output
    hdfs://ns1/warehouse/<topic> --format delta`` runs ``sparklog etl run`` with
@@ -65,19 +65,25 @@ def edge(user: str, *cmd: str, check: bool = True) -> subprocess.CompletedProces
     return proc
 
 
-def ensure_archive(archive: str | None) -> None:
-    """The packed venv in HDFS (packed on the edge host unless given or there)."""
-    if edge("sparklog", "hdfs", "dfs", "-test", "-e", ARCHIVE, check=False).returncode == 0:
-        print(f"yarn-etl: {ARCHIVE} is in HDFS already", flush=True)
+def kit_bin(name: str) -> str:
+    """A script of the lab's rendered kit (its spark-defaults.conf names the lab's
+    hosts and install locations)."""
+    return str(lab.lab_dir() / "kit" / "bin" / name)
+
+
+def ensure_archive() -> None:
+    """The packed venv and Spark's jars in HDFS (packed on the edge host unless there)."""
+    jars = ARCHIVE.rsplit("/", 1)[0] + "/spark-jars.zip"
+    if all(edge("sparklog", "hdfs", "dfs", "-test", "-e", f, check=False).returncode == 0
+           for f in (ARCHIVE, jars)):
+        print(f"yarn-etl: {ARCHIVE} and {jars} are in HDFS already", flush=True)
         return
     t0 = time.monotonic()
-    if archive:
-        edge("sparklog", "hdfs", "dfs", "-put", "-f", archive, ARCHIVE)
-    else:
-        out = lab.lab_dir() / "sparklog-venv.tar.gz"
-        edge("sparklog", "bash", str(lab.KIT / "bin" / "pack-venv.sh"), "--python",
-             sys.executable, "--output", str(out), "--upload", ARCHIVE)
-    print(f"yarn-etl: venv archive in {ARCHIVE} ({time.monotonic() - t0:.0f}s)", flush=True)
+    edge("sparklog", "bash", kit_bin("pack-venv.sh"), "--python", sys.executable,
+         "--source", str(lab.REPO), "--output", str(lab.lab_dir() / "sparklog-venv.tar.gz"),
+         "--upload", ARCHIVE)
+    print(f"yarn-etl: venv archive packed and uploaded to {ARCHIVE} "
+          f"({time.monotonic() - t0:.0f}s)", flush=True)
 
 
 def produce(topic: str, start: int, count: int) -> None:
@@ -97,7 +103,7 @@ def produce(topic: str, start: int, count: int) -> None:
 
 def submit(topic: str, app: str, extra: list[str] = ()) -> list[str]:
     """The kit's submit command for one run of ``app`` over ``topic``."""
-    return ["bash", str(lab.KIT / "bin" / "submit-etl.sh"), *SMALL, *extra, "--",
+    return ["bash", kit_bin("submit-etl.sh"), *SMALL, *extra, "--",
             "--app-id", app, "--subscribe", topic, "--path", "hdfs://ns1/sparklog",
             "--output", f"hdfs://ns1/warehouse/{topic}", "--format", "delta", "--sql", SQL]
 
@@ -202,8 +208,6 @@ def main(argv=None) -> int:
     """Command line (see the module docstring)."""
     parser = argparse.ArgumentParser(prog="yarn_etl.py", description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=300, help="records per step")
-    parser.add_argument("--archive", help="a venv archive of bin/pack-venv.sh to upload "
-                                          "instead of packing one on the edge host")
     parser.add_argument("--no-kill", action="store_true",
                         help="leave out step 5 (the run killed mid-write)")
     args = parser.parse_args(argv)
@@ -214,7 +218,7 @@ def main(argv=None) -> int:
     app = f"{topic}-daily"
     n = args.records
     try:
-        ensure_archive(args.archive)
+        ensure_archive()
         produce(topic, 0, n)
         took = run_ok(topic, app, "run 1")
         state = table_state(topic, app)

@@ -11,7 +11,9 @@
 #   --extras   extras installed with a source tree (default spark,hdfs,cluster)
 #   --output   archive to write (default sparklog-venv.tar.gz)
 #   --upload   also copy it to HDFS, e.g. hdfs://ns1/apps/sparklog/sparklog-venv.tar.gz
-#              (the spark.archives of sparklog/spark-defaults.conf)
+#              (the spark.archives of sparklog/spark-defaults.conf), and beside it
+#              spark-jars.zip, the jars of the pyspark of --python (spark.yarn.archive):
+#              readable by all, so NodeManagers localize both once, not per application
 #   --pip-args extra pip arguments (e.g. "--no-index --find-links wheels/")
 #   --keep-pyspark  keep pyspark in the archive. By default it is removed (about 500 MB
 #              of the archive): spark-submit ships its own pyspark.zip and py4j to every
@@ -92,7 +94,11 @@ tar -C "$VENV" -czf "$OUTPUT" .
 echo "pack-venv: wrote $OUTPUT ($(du -h "$OUTPUT" | cut -f1)); NodeManagers need Python $VERSION at $BASE"
 
 if [ -n "$UPLOAD" ]; then
+    JARS="$("$PYTHON" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')"
+    (cd "$JARS" && zip -q -0 -r "$WORK/spark-jars.zip" .)
     hdfs dfs -mkdir -p "$(dirname "$UPLOAD")"
     hdfs dfs -put -f "$OUTPUT" "$UPLOAD"
-    echo "pack-venv: uploaded to $UPLOAD"
+    hdfs dfs -put -f "$WORK/spark-jars.zip" "$(dirname "$UPLOAD")/spark-jars.zip"
+    hdfs dfs -chmod 644 "$UPLOAD" "$(dirname "$UPLOAD")/spark-jars.zip"
+    echo "pack-venv: uploaded to $UPLOAD and $(dirname "$UPLOAD")/spark-jars.zip"
 fi
