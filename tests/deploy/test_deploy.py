@@ -138,6 +138,10 @@ BROKEN = {  # name: (file, edit, expected message, number of problems)
                                   "dfs.client.failover.max.attempts=3 with sleeps of "
                                   "200..2000 ms fails over for 1.4 s, shorter than a NameNode "
                                   "failover after a host loss", 1),
+    "RPC timeout left at Hadoop's 120 s": (
+        CORE, _drop_property("ipc.client.rpc-timeout.ms"),
+        "ipc.client.rpc-timeout.ms=120000 (not set: Hadoop's default applies): a call to a "
+        "lost NameNode host would wait longer than ha.zookeeper.session-timeout.ms=10000", 1),
     "single JournalNode": (HDFS, _replace(QJ, "qjournal://nn1.example.com:8485/ns1"),
                            "lists 1 JournalNode(s)", 2),
     "not qjournal": (HDFS, _replace(QJ, "file:///mnt/nfs/edits"),
