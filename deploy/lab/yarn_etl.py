@@ -3,7 +3,7 @@
 
 ::
 
-    deploy/lab/yarn_etl.py [--records 300] [--no-kill]
+    deploy/lab/yarn_etl.py [--records 300] [--no-kill] [--rm-failover]
 
 Needs a lab that is up (``deploy/lab/lab.py up``). On the edge host, as the ``sparklog``
 user, as an operator would:
@@ -24,6 +24,11 @@ user, as an operator would:
    the table is unchanged; a rerun commits, every record is in the table exactly once
    and the killed attempt's files are gone.
 
+With ``--rm-failover`` the second run loses its active ResourceManager (SIGKILL, once the
+application runs): the standby takes over from the state in ZooKeeper, and the run
+completes (or, had it failed, its rerun gives the same table); the killed
+ResourceManager is started again as the standby.
+
 Prints one ``yarn-etl:`` line per step and exits 1 at the first check that fails.
 """
 
@@ -31,7 +36,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -204,12 +211,55 @@ def killed_mid_write(topic: str, app: str) -> None:
           f"tasks wrote", flush=True)
 
 
+def active_rm() -> str | None:
+    """The lab host of the active ResourceManager (rm1 on nn1, rm2 on nn2)."""
+    out = edge("yarn", "yarn", "rmadmin", "-getAllServiceState", check=False).stdout
+    for line in out.splitlines():
+        if line.rstrip().endswith("active"):
+            return line.split(":")[0].split(".")[0].strip()
+    return None
+
+
+def run_with_rm_failover(topic: str, app: str) -> tuple[float, float, bool]:
+    """One run whose active ResourceManager is killed while the application runs:
+    (the run's wall time, the RM failover time, whether the run itself succeeded)."""
+    cmd = [sys.executable, str(Path(lab.__file__).resolve()), "run", "edge", "sparklog",
+           "sh", "-c", f'{PATH_WITH_VENV} exec "$@"', "sh", *submit(topic, app)]
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait(lambda: application_id(f"sparklog-etl-{app}", "RUNNING"), 600,
+             "the run's application RUNNING")
+        host = wait(active_rm, 60, "an active ResourceManager")
+        pid_file = lab.lab_dir() / "hosts" / host / "run" / "yarn-resourcemanager.pid"
+        t_kill = time.monotonic()
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        other = "nn2" if host == "nn1" else "nn1"
+        wait(lambda: active_rm() == other, 120, f"the ResourceManager on {other} active")
+        failover = time.monotonic() - t_kill
+        out, _ = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()  # the transport we started; spark-submit ends with it
+    took = time.monotonic() - t0
+    started = lab.run_on(host, "yarn", ["yarn", "--daemon", "start", "resourcemanager"],
+                         capture=True)
+    if started.returncode != 0:
+        raise CheckFailed(f"restarting the ResourceManager on {host}: {started.stdout}"
+                          f"{started.stderr}")
+    print(f"yarn-etl: run 2's active ResourceManager ({host}) killed; {other} active "
+          f"after {failover:.1f}s; the run exited {proc.returncode}", flush=True)
+    return took, failover, proc.returncode == 0
+
+
 def main(argv=None) -> int:
     """Command line (see the module docstring)."""
     parser = argparse.ArgumentParser(prog="yarn_etl.py", description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=300, help="records per step")
     parser.add_argument("--no-kill", action="store_true",
                         help="leave out step 5 (the run killed mid-write)")
+    parser.add_argument("--rm-failover", action="store_true",
+                        help="kill the active ResourceManager during the second run")
     args = parser.parse_args(argv)
     if not (lab.lab_dir() / "lab.json").exists():
         print("yarn-etl: no lab is up (deploy/lab/lab.py up)", file=sys.stderr)
@@ -226,7 +276,12 @@ def main(argv=None) -> int:
         print(f"yarn-etl: run 1 on YARN committed {n} records ({took:.0f}s)", flush=True)
 
         produce(topic, n, n)
-        took = run_ok(topic, app, "run 2")
+        if args.rm_failover:
+            took, _, completed = run_with_rm_failover(topic, app)
+            if not completed:
+                took += run_ok(topic, app, "the rerun after the RM failover")
+        else:
+            took = run_ok(topic, app, "run 2")
         state = table_state(topic, app)
         check_exactly_once(state, 2 * n, "run 2")
         if [c["records"] for c in state["commits"]] != [n, n]:
