@@ -9,7 +9,13 @@ Needs a lab that is up (``deploy/lab/lab.py up``). Failure modes: ``process`` (t
 active NameNode's process is killed with SIGKILL; its ZKFC sees it fail its health
 check and gives up the lock) and ``host`` (the active NameNode's host loses its
 network: its link to the bridge is cut, the ZKFC's ZooKeeper session must expire before
-the other ZKFC takes over). Client models: ``writing`` (an idempotent producer with
+the other ZKFC takes over). The other faults of the kit (``--modes``): ``journalnode``
+(the JournalNode on dn1 killed: two of three remain, writes go on), ``datanode-host``
+(dn4, a DataNode without a broker, loses its network: the pipelines through it are
+rebuilt per the kit's ``replace-datanode-on-failure`` settings) and ``broker-host``
+(dn3, broker 3 and a DataNode, loses its network: its partitions' leadership moves
+once its ZooKeeper session expires; the "failover" column is then the time until no
+partition of the topic is led by broker 3). Client models: ``writing`` (an idempotent producer with
 acks=all is already writing through the brokers when the failure happens) and
 ``opening`` (a topic is created right after the failure, so its leaders open new
 segments on HDFS during the failover, and the producer starts on it). Each combination
@@ -48,6 +54,8 @@ import lab  # noqa: E402  (the lab's hosts, run_on, directories)
 ACK_CHECK = lab.KIT / "bin" / "ack-check.py"
 NAMENODES = {"nn1": "nn1", "nn2": "nn2"}  # NameNode id -> lab host (hdfs-site.xml)
 BROKER_HOSTS = ("dn1", "dn2", "dn3")
+#: every failure mode, in the table's order
+MODES = ("process", "host", "journalnode", "datanode-host", "broker-host")
 
 
 def _jmx(host: str, bean: str, attribute: str):
@@ -128,21 +136,59 @@ def create_topic(topic: str) -> None:
         raise RuntimeError(f"creating {topic} failed: {proc.stdout}{proc.stderr}")
 
 
+#: the host each fault hits when it is not the active NameNode's
+FAULT_HOSTS = {"journalnode": "dn1", "datanode-host": "dn4", "broker-host": "dn3"}
+#: the broker living on the broker-host fault's host
+LOST_BROKER = 3
+
+
+def pid_of(host: str, name: str) -> int | None:
+    """The pid in a lab host's pid file (``hdfs-namenode``, ``hdfs-journalnode``...)."""
+    path = lab.lab_dir() / "hosts" / host / "run" / f"{name}.pid"
+    return int(path.read_text()) if path.exists() else None
+
+
+def live_datanodes() -> int:
+    """Live DataNodes as the active NameNode counts them (0 when none answers)."""
+    for host in NAMENODES.values():
+        if nn_state(host) == "active":
+            return _jmx(host, "FSNamesystemState", "NumLiveDataNodes") or 0
+    return 0
+
+
 def inject(mode: str, host: str) -> None:
-    """The failure: kill the NameNode process, or cut the host's link."""
-    if mode == "process":
-        pid = int((lab.lab_dir() / "hosts" / host / "run" / "hdfs-namenode.pid").read_text())
-        os.kill(pid, signal.SIGKILL)
+    """The failure: kill a process (NameNode, JournalNode), or cut the host's link."""
+    if mode in ("process", "journalnode"):
+        os.kill(pid_of(host, "hdfs-namenode" if mode == "process" else "hdfs-journalnode"),
+                signal.SIGKILL)
     else:
-        lab.sh("ip", "link", "set", f"slab-{host}", "down")
+        lab.sh("ip", "link", "set", lab.veth(host), "down")
 
 
 def restore(mode: str, host: str) -> None:
-    """Bring the failed NameNode back as the standby. A NameNode cut off from the
-    JournalNodes' majority exits by itself ("flush failed for required journal": QJM's
-    fencing), so after a host loss it is restarted too, as an operator would."""
-    if mode == "host":
-        lab.sh("ip", "link", "set", f"slab-{host}", "up")
+    """Bring the lost part back. After a NameNode fault the NameNode comes back as the
+    standby: a NameNode cut off from the JournalNodes' majority exits by itself ("flush
+    failed for required journal": QJM's fencing), so after a host loss it is restarted
+    too, as an operator would. A lost host's daemons that exited are started again."""
+    if mode != "process" and mode != "journalnode":
+        lab.sh("ip", "link", "set", lab.veth(host), "up")
+    if mode == "journalnode":
+        proc = run_tool(host, "hdfs", "hdfs", "--daemon", "start", "journalnode")
+        if proc.returncode != 0:
+            raise RuntimeError(f"restarting the JournalNode on {host}: {proc.stdout}"
+                               f"{proc.stderr}")
+        return
+    if mode in ("datanode-host", "broker-host"):
+        if mode == "broker-host":
+            pid = broker_pids().get(host)
+            if pid is None or not alive(pid):
+                run_tool(host, "root", "systemctl", "start",
+                         f"sparklog-broker@{LOST_BROKER}.service")
+        pid = pid_of(host, "hdfs-datanode")
+        if pid is None or not alive(pid):
+            run_tool(host, "hdfs", "hdfs", "--daemon", "start", "datanode")
+        wait(lambda: live_datanodes() == 4, 180, f"the DataNode on {host} live again")
+        return
     pid_file = lab.lab_dir() / "hosts" / host / "run" / "hdfs-namenode.pid"
 
     def back() -> bool:
@@ -155,6 +201,32 @@ def restore(mode: str, host: str) -> None:
         return ready()
 
     wait(back, 180, f"the NameNode on {host} back as standby, out of safe mode")
+
+
+def leaders_moved_watch(topic: str, broker: int):
+    """A watcher on the edge host printing the wall-clock ms at which no partition of
+    ``topic`` is led by ``broker`` any more (polling the brokers' metadata)."""
+    script = (
+        "import sys, time\n"
+        "from sparklog import Admin\n"
+        "topic, broker = sys.argv[1], int(sys.argv[2])\n"
+        "deadline = time.time() + 300\n"
+        "while time.time() < deadline:\n"
+        "    try:\n"
+        "        with Admin('dn1.lab.test:9092') as a:\n"
+        "            while time.time() < deadline:\n"
+        "                ps = a.describe_topics([topic])[0].partitions\n"
+        "                if ps and all(p.leader not in (broker, None, -1) for p in ps):\n"
+        "                    print(int(time.time() * 1000), flush=True)\n"
+        "                    sys.exit(0)\n"
+        "                time.sleep(0.2)\n"
+        "    except Exception:\n"
+        "        time.sleep(0.5)\n"
+        "sys.exit(1)\n")
+    return subprocess.Popen(
+        [sys.executable, str(Path(lab.__file__).resolve()), "run", "edge", "root",
+         sys.executable, "-c", script, topic, str(broker)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
 
 def outage(ack_log: Path, run_id: str, started_ms: int) -> tuple[float, int, int]:
@@ -179,38 +251,55 @@ def one_run(mode: str, client: str, rep: int, args, ack_log: Path) -> dict:
     wait(ready, 180, "one active and one standby NameNode, out of safe mode, before the run")
     active = next(h for h in NAMENODES.values() if nn_state(h) == "active")
     other = next(h for h in NAMENODES.values() if h != active)
+    target = active if mode in ("process", "host") else FAULT_HOSTS[mode]
     topic = f"fo{args.stamp}-{mode}-{client}-{rep}"
     run_id = topic
     records = int(args.rate * args.seconds)
     brokers = broker_pids()
-    producer = None
+    producer = watcher = None
     if client == "writing":
         create_topic(topic)
         started_ms = int(time.time() * 1000)
         producer = start_producer(topic, ack_log, records, args.rate, run_id)
         wait(lambda: ack_log.exists() and run_id in ack_log.read_text(), 60,
              "the producer's first acknowledgements")
+        if mode == "broker-host":
+            watcher = leaders_moved_watch(topic, LOST_BROKER)
         time.sleep(1.0)
     t0 = time.monotonic()
-    inject(mode, active)
+    t0_ms = int(time.time() * 1000)
+    inject(mode, target)
+    failover = None
     try:
         if client == "opening":
             started_ms = int(time.time() * 1000)
             create_topic(topic)
             producer = start_producer(topic, ack_log, records, args.rate, run_id)
-        wait(lambda: nn_state(other) == "active", 120, f"the NameNode on {other} active")
-        failover = time.monotonic() - t0
+            if mode == "broker-host":
+                watcher = leaders_moved_watch(topic, LOST_BROKER)
+        if mode in ("process", "host"):
+            wait(lambda: nn_state(other) == "active", 120, f"the NameNode on {other} active")
+            failover = time.monotonic() - t0
+        elif watcher is not None:
+            moved, _ = watcher.communicate(timeout=320)
+            if watcher.returncode == 0 and moved.strip():
+                failover = (int(moved.strip().splitlines()[-1]) - t0_ms) / 1000
         out, _ = producer.communicate(timeout=args.seconds * 10 + 120)
     finally:
-        if producer is not None and producer.poll() is None:
-            producer.kill()  # the transport process we started; its child ends with it
-        restore(mode, active)
+        for proc in (producer, watcher):
+            if proc is not None and proc.poll() is None:
+                proc.kill()  # the transport process we started; its child ends with it
+        restore(mode, target)
     gap, acked, failed = outage(ack_log, run_id, started_ms)
-    crashed = [h for h, pid in brokers.items() if not alive(pid)]
+    # the broker of a lost host is not a crash: it was cut off, and restarted if it exited
+    crashed = [h for h, pid in brokers.items() if not alive(pid)
+               and not (mode == "broker-host" and h == target)]
     result = {"mode": mode, "client": client, "rep": rep, "topic": topic,
-              "failover_s": round(failover, 2), "outage_s": round(gap, 2), "acked": acked,
-              "failed": failed, "broker_crashes": crashed, "active_before": active}
-    print(f"  {mode:7} {client:7} #{rep}: failover {failover:5.1f}s, outage {gap:5.1f}s, "
+              "failover_s": None if failover is None else round(failover, 2),
+              "outage_s": round(gap, 2), "acked": acked, "failed": failed,
+              "broker_crashes": crashed, "target": target}
+    shown = "   -  " if failover is None else f"{failover:5.1f}s"
+    print(f"  {mode:13} {client:7} #{rep}: failover {shown}, outage {gap:5.1f}s, "
           f"{acked} acked, {failed} failed, crashed brokers: {crashed or 'none'}", flush=True)
     if producer.returncode != 0:
         print(out)
@@ -218,19 +307,22 @@ def one_run(mode: str, client: str, rep: int, args, ack_log: Path) -> dict:
 
 
 def table(results: list[dict]) -> str:
-    """Per combination: failover and outage (median / max), failures, crashes."""
-    lines = ["| failure | client | runs | NN failover s (median / max) | produce outage s "
+    """Per combination: failover and outage (median / max), failures, crashes. The
+    failover column is the NameNode failover (NameNode faults), the leadership move
+    (broker-host) or "-" (faults with nothing to fail over)."""
+    lines = ["| failure | client | runs | failover s (median / max) | produce outage s "
              "(median / max) | failed sends | acked | broker crashes |",
              "|---|---|---|---|---|---|---|---|"]
-    for mode in ("process", "host"):
+    for mode in MODES:
         for client in ("writing", "opening"):
             rows = [r for r in results if r["mode"] == mode and r["client"] == client]
             if not rows:
                 continue
-            f = [r["failover_s"] for r in rows]
+            f = [r["failover_s"] for r in rows if r["failover_s"] is not None]
             o = [r["outage_s"] for r in rows]
+            fo = f"{statistics.median(f):.1f} / {max(f):.1f}" if f else "-"
             lines.append(
-                f"| {mode} | {client} | {len(rows)} | {statistics.median(f):.1f} / {max(f):.1f} "
+                f"| {mode} | {client} | {len(rows)} | {fo} "
                 f"| {statistics.median(o):.1f} / {max(o):.1f} | {sum(r['failed'] for r in rows)} "
                 f"| {sum(r['acked'] for r in rows)} | "
                 f"{sum(len(r['broker_crashes']) for r in rows)} |")
@@ -244,9 +336,13 @@ def main(argv=None) -> int:
     parser.add_argument("--rate", type=float, default=200, help="records per second")
     parser.add_argument("--seconds", type=float, default=25,
                         help="how long each run's producer writes")
-    parser.add_argument("--modes", default="process,host")
+    parser.add_argument("--modes", default="process,host",
+                        help=f"comma-separated, of: {', '.join(MODES)}")
     parser.add_argument("--clients", default="writing,opening")
     args = parser.parse_args(argv)
+    unknown = set(args.modes.split(",")) - set(MODES)
+    if unknown:
+        parser.error(f"unknown --modes {sorted(unknown)} (modes: {', '.join(MODES)})")
     args.stamp = int(time.time()) % 1000000  # topics of this invocation: fo<stamp>-...
     if not (lab.lab_dir() / "lab.json").exists():
         print("failover: no lab is up (deploy/lab/lab.py up)", file=sys.stderr)

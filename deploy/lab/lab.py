@@ -10,8 +10,8 @@
 
 Each host of the kit's topology (nn1, nn2, dn1..dn4, zk1..zk3, plus ``edge``, the
 client host) is a network namespace with an address of its own on a bridge
-(``10.213.7.0/24``), its own host name (``<host>.lab.test``, in every namespace's
-``/etc/netns/<host>/hosts``) and its own ``/var/lib``, ``/var/log`` and ``/data``
+(``sparklab0``, ``10.213.7.0/24``), its own host name (``<host>.lab.test``, in every
+namespace's ``/etc/netns/<namespace>/hosts``) and its own ``/var/lib``, ``/var/log`` and ``/data``
 (bind mounts, private to the host's processes). The kit's files are rendered with the
 lab's host names in place of the ``*.example.com`` placeholders (nothing else changes in
 ``etc/``); install locations (``/opt/...``, ``/etc/sparklog``) point into the lab
@@ -26,6 +26,11 @@ the brokers by a ``systemctl`` that runs the kit's unit file.
 lab's namespaces (SIGTERM, then SIGKILL), deletes the namespaces, the bridge, the
 ``/etc/netns`` entries, ``/data`` if the lab created it, and the lab directory
 (``$SPARKLOG_LAB_DIR``, default ``~/.cache/sparklog/lab``). Needs root (``ip netns``).
+
+Several labs on one machine: ``SPARKLOG_LAB_PREFIX=l2`` names the namespaces ``l2nn1``,
+``l2dn1``..., the bridge ``l2br0``, gives them a subnet of their own (derived from the
+prefix; ``SPARKLOG_LAB_SUBNET=10.213.9`` chooses it) and the directory ``lab-l2``. ``up``
+refuses to start when a namespace or bridge of its names exists already.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,9 +52,18 @@ KIT = REPO / "deploy" / "hadoop-ha"
 #: lab host -> last byte of its address; edge is the client host (spark-submit, tools)
 HOSTS = {"edge": 5, "nn1": 11, "nn2": 12, "dn1": 21, "dn2": 22, "dn3": 23, "dn4": 24,
          "zk1": 31, "zk2": 32, "zk3": 33}
-SUBNET = "10.213.7"
-BRIDGE = "sparklab0"
 DOMAIN = "lab.test"
+#: one setting keeps labs apart on one machine: with ``SPARKLOG_LAB_PREFIX=l2`` the hosts
+#: are the namespaces ``l2nn1``, ``l2dn1``..., on the bridge ``l2br0`` with a subnet of
+#: their own, and the lab directory is ``lab-l2``; host names inside stay ``nn1.lab.test``
+PREFIX = os.environ.get("SPARKLOG_LAB_PREFIX", "")
+if not re.fullmatch(r"[a-z0-9]{0,4}", PREFIX):
+    raise SystemExit(f"lab: SPARKLOG_LAB_PREFIX={PREFIX!r}: at most 4 lower-case letters "
+                     f"or digits (it becomes part of interface names)")
+BRIDGE = f"{PREFIX}br0" if PREFIX else "sparklab0"
+#: 10.213.7 for the default lab; a prefixed lab's third byte comes from its prefix
+SUBNET = os.environ.get("SPARKLOG_LAB_SUBNET") or (
+    f"10.213.{8 + zlib.crc32(PREFIX.encode()) % 240}" if PREFIX else "10.213.7")
 #: Java heap of every lab daemon (2 cores and a shared machine) and of client tools
 DAEMON_HEAP = "256m"
 TOOL_HEAP = "128m"
@@ -111,7 +126,18 @@ class LabError(Exception):
 def lab_dir() -> Path:
     """Where the lab keeps its files (``$SPARKLOG_LAB_DIR``)."""
     override = os.environ.get("SPARKLOG_LAB_DIR")
-    return Path(override) if override else Path.home() / ".cache" / "sparklog" / "lab"
+    name = f"lab-{PREFIX}" if PREFIX else "lab"
+    return Path(override) if override else Path.home() / ".cache" / "sparklog" / name
+
+
+def netns(host: str) -> str:
+    """The network namespace of a lab host (``SPARKLOG_LAB_PREFIX`` + host)."""
+    return PREFIX + host
+
+
+def veth(host: str) -> str:
+    """The bridge's end of a lab host's link (cut to lose the host)."""
+    return f"{PREFIX}slab-{host}"
 
 
 def fqdn(host: str) -> str:
@@ -175,16 +201,16 @@ def make_network(state: State) -> None:
     if not os.path.exists("/etc/netns"):
         state.add("made_dirs", "/etc/netns")
     for host in HOSTS:
-        state.add("namespaces", host)
-        sh("ip", "netns", "add", host)
-        veth = f"slab-{host}"
-        state.add("links", veth)
-        sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", host)
-        sh("ip", "link", "set", veth, "master", BRIDGE, "up")
-        sh("ip", "-n", host, "addr", "add", f"{address(host)}/24", "dev", "eth0")
-        sh("ip", "-n", host, "link", "set", "eth0", "up")
-        sh("ip", "-n", host, "link", "set", "lo", "up")
-        etc = Path("/etc/netns") / host
+        ns, link = netns(host), veth(host)
+        state.add("namespaces", ns)
+        sh("ip", "netns", "add", ns)
+        state.add("links", link)
+        sh("ip", "link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        sh("ip", "link", "set", link, "master", BRIDGE, "up")
+        sh("ip", "-n", ns, "addr", "add", f"{address(host)}/24", "dev", "eth0")
+        sh("ip", "-n", ns, "link", "set", "eth0", "up")
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+        etc = Path("/etc/netns") / ns
         state.add("netns_etc", str(etc))
         etc.mkdir(parents=True, exist_ok=True)
         (etc / "hosts").write_text(hosts)
@@ -242,7 +268,10 @@ def write_tools(root: Path, classpath: str) -> None:
                 "zookeeper/bin/zkServer.sh", "bin/systemctl"):
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(me))} "
+        # the lab's settings baked in: YARN containers run these without the lab's env
+        path.write_text(f"#!/bin/sh\nexport SPARKLOG_LAB_DIR={shlex.quote(str(root))} "
+                        f"SPARKLOG_LAB_PREFIX={shlex.quote(PREFIX)}\n"
+                        f"exec {shlex.quote(sys.executable)} {shlex.quote(str(me))} "
                         f"tool {path.name} \"$@\"\n")
         path.chmod(0o755)
 
@@ -270,6 +299,11 @@ def up(args) -> int:
     why = netns_unavailable()
     if why:
         raise LabError(why)
+    taken = [netns(h) for h in HOSTS if Path(f"/run/netns/{netns(h)}").exists()] + (
+        [BRIDGE] if Path(f"/sys/class/net/{BRIDGE}").exists() else [])
+    if taken:
+        raise LabError(f"{', '.join(taken)} already exist (another lab?): set "
+                       f"SPARKLOG_LAB_PREFIX to bring up a lab of other names")
     java = shutil.which("java")
     if java is None:
         raise LabError("java is not installed (Hadoop's daemons need a JDK 17)")
@@ -344,8 +378,8 @@ def run_on(host: str, user: str, cmd: list[str], capture: bool = False):
     mounts = "; ".join(f"mount --bind {shlex.quote(str(base / p.strip('/')))} {p}"
                        for p in PRIVATE_DIRS)
     script = f'hostname {fqdn(host)} && {mounts} && exec "$@"'
-    full = ["ip", "netns", "exec", host, "unshare", "--uts", "--", "sh", "-c", script, "sh",
-            *cmd]
+    full = ["ip", "netns", "exec", netns(host), "unshare", "--uts", "--", "sh", "-c", script,
+            "sh", *cmd]
     return subprocess.run(full, env=host_env(host, user), text=True,
                           capture_output=capture)
 
@@ -434,8 +468,9 @@ def tool_hadoop(name: str, argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     sub, args = argv[0], argv[1:]
+    conf = os.environ.setdefault("HADOOP_CONF_DIR", str(lab_dir() / "kit" / "etc" / "hadoop"))
     if sub == "classpath":
-        print(f"{os.environ['HADOOP_CONF_DIR']}:{(lab_dir() / 'classpath').read_text()}")
+        print(f"{conf}:{(lab_dir() / 'classpath').read_text()}")
         return 0
     if sub not in COMMANDS:
         print(f"{name}: the lab has no subcommand {sub!r} (has: {', '.join(COMMANDS)})",
@@ -541,9 +576,9 @@ def tool(argv: list[str]) -> int:
 
 
 # --- down and status -------------------------------------------------------------------------
-def namespace_pids(host: str) -> list[int]:
+def namespace_pids(ns: str) -> list[int]:
     """Processes living in a lab namespace (all of them started by the lab)."""
-    proc = subprocess.run(["ip", "netns", "pids", host], capture_output=True, text=True)
+    proc = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
     return [int(p) for p in proc.stdout.split()] if proc.returncode == 0 else []
 
 
@@ -551,7 +586,7 @@ def down(args) -> int:
     """Stop every lab process and remove everything the lab made."""
     root = lab_dir()
     state = State(root)
-    hosts = [h for h in state.data["namespaces"] if h in HOSTS]
+    hosts = [ns for ns in state.data["namespaces"] if ns in {netns(h) for h in HOSTS}]
     pids = {p for h in hosts for p in namespace_pids(h)}
     for sig, wait in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 10.0)):
         for pid in pids:
@@ -580,7 +615,7 @@ def down(args) -> int:
         except OSError as exc:
             print(f"lab down: {path} left in place: {exc}", file=sys.stderr)
     shutil.rmtree(root, ignore_errors=True)
-    left = [h for h in HOSTS if Path(f"/run/netns/{h}").exists()]
+    left = [ns for ns in hosts if Path(f"/run/netns/{ns}").exists()]
     print("== lab down" + (f" (namespaces still present: {left})" if left else ""))
     return 1 if pids or left else 0
 
@@ -591,9 +626,9 @@ def status(args) -> int:
     if not (root / "lab.json").exists():
         print("no lab is up")
         return 1
-    for host in State(root).data["namespaces"]:
+    for host in HOSTS:
         names = []
-        for pid in namespace_pids(host):
+        for pid in namespace_pids(netns(host)):
             try:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             except OSError:

@@ -17,7 +17,7 @@ With ``--spark`` each partition is cleaned by a Spark job instead
 (:mod:`sparklog.job.compaction`: the key map built by Spark, the cleaned segments
 written by tasks, the swap committed here, in the driver, which holds the partition's
 lease throughout), in the active Spark session (``spark-submit``:
-deploy/spark-submit/sparklog_compact.py) or a new one (``--master``); progress lines
+deploy/hadoop-ha/sparklog/compact_driver.py) or a new one (``--master``); progress lines
 go to stderr.
 """
 

@@ -5,7 +5,8 @@
 [--path ROOT | --bootstrap-server H:P] [--max-records-per-run N]`` reads what ``A``
 has not committed to ``URI`` yet, transforms it and commits the result with the offsets
 in one atomic step (see docs/exactly-once.md). Run it again and it picks up exactly the
-new records. The same arguments work under ``spark-submit`` (deploy/spark-submit/).
+new records. The same arguments work under ``spark-submit``
+(``deploy/hadoop-ha/bin/submit-etl.sh``).
 
 ``sparklog etl describe --output URI [--app-id A] [--path ROOT | --bootstrap-server H:P]``
 prints the applications' committed offsets and lag, as ``sparklog groups describe``
@@ -168,24 +169,6 @@ def spark_error(exc: Exception, what: str) -> Exception:
     if isinstance(exc, AnalysisException):  # ParseException is one
         return InvalidArgumentError(f"{what}: {first}{hint}")
     return SparklogError(f"Spark job failed: {type(exc).__name__}: {first}{hint}")
-
-
-def submit_main(argv=None) -> int:
-    """Entry point of the spark-submit script: ``etl run``'s arguments, exit status 1
-    with one line on a sparklog error."""
-    import argparse
-
-    from ..errors import SparklogError
-
-    parser = argparse.ArgumentParser(
-        prog="sparklog_etl.py", description="sparklog exactly-once incremental job")
-    add_run_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except SparklogError as exc:
-        print(f"sparklog: error: {exc}", file=sys.stderr)
-        return 1
 
 
 def format_descriptions(descriptions) -> list[str]:

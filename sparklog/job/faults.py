@@ -2,9 +2,11 @@
 
 Setting ``SPARKLOG_JOB_FAULT=<step>:<action>`` in a job's environment makes the job fail
 at ``step`` -- one of :data:`STEPS` -- with ``action`` ``raise`` (an
-:class:`InjectedFault` exception) or ``kill`` (SIGKILL of the driver's JVM and Python
+:class:`InjectedFault` exception), ``kill`` (SIGKILL of the driver's JVM and Python
 processes: no ``finally`` block, no shutdown hook runs, as when a YARN container is
-lost). With the variable
+lost) or ``pause`` (the step waits :data:`PAUSE_SECONDS`, then raises: a drill's window
+for killing the job from outside, e.g. ``yarn application -kill`` mid-write). With the
+variable
 unset, a fault point costs one dictionary lookup.
 
 The ``mid-write`` step fires inside a Spark task after it handed its first rows to the
@@ -20,7 +22,9 @@ ENV_VAR = "SPARKLOG_JOB_FAULT"
 
 #: The steps of a run, in order.
 STEPS = ("after-read", "mid-write", "after-files", "before-commit", "after-commit")
-ACTIONS = ("raise", "kill")
+ACTIONS = ("raise", "kill", "pause")
+#: How long a ``pause`` fault waits for the operator's kill before it raises.
+PAUSE_SECONDS = 600
 
 
 class InjectedFault(RuntimeError):
@@ -62,7 +66,11 @@ def driver_pids() -> list[int]:
 
 def trigger(step: str, action: str, pids=None) -> None:
     """Fail now: raise InjectedFault, or SIGKILL ``pids`` (default: this driver's JVM
-    and Python processes), in that order."""
+    and Python processes), in that order, or wait :data:`PAUSE_SECONDS` and raise."""
+    if action == "pause":
+        import time
+
+        time.sleep(PAUSE_SECONDS)
     if action == "kill":
         for pid in pids or driver_pids():
             os.kill(pid, signal.SIGKILL)

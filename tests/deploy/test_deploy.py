@@ -138,6 +138,10 @@ BROKEN = {  # name: (file, edit, expected message, number of problems)
                                   "dfs.client.failover.max.attempts=3 with sleeps of "
                                   "200..2000 ms fails over for 1.4 s, shorter than a NameNode "
                                   "failover after a host loss", 1),
+    "RPC timeout left at Hadoop's 120 s": (
+        CORE, _drop_property("ipc.client.rpc-timeout.ms"),
+        "ipc.client.rpc-timeout.ms=120000 (not set: Hadoop's default applies): a call to a "
+        "lost NameNode host would wait longer than ha.zookeeper.session-timeout.ms=10000", 1),
     "single JournalNode": (HDFS, _replace(QJ, "qjournal://nn1.example.com:8485/ns1"),
                            "lists 1 JournalNode(s)", 2),
     "not qjournal": (HDFS, _replace(QJ, "file:///mnt/nfs/edits"),
@@ -380,11 +384,25 @@ def test_submit_etl_builds_a_cluster_mode_spark_submit():
     assert argv[driver + 1:] == args  # the ETL arguments, unchanged and last
     confs = [argv[i + 1] for i, a in enumerate(argv) if a == "--conf"]
     assert any(c.startswith("spark.executorEnv.CLASSPATH=") for c in confs)
+    # delta-rs's HDFS client in the driver acts as the submitting user (simple auth)
+    assert any(c.startswith("spark.yarn.appMasterEnv.HADOOP_USER_NAME=") for c in confs)
     assert argv[argv.index("--jars") + 1] == "$(sparklog spark-jar)"  # the JVM reader
 
     missing = subprocess.run(["bash", str(BIN / "submit-etl.sh"), "--dry-run", "--",
                               "--subscribe", "x"], capture_output=True, text=True, timeout=30)
     assert missing.returncode == 2 and "need --app-id" in missing.stderr
+
+    # the same script with a local master (the path tests/job/test_kill.py runs for real):
+    # client mode, none of the cluster's settings
+    local = subprocess.run(["bash", str(BIN / "submit-etl.sh"), "--dry-run", "--master",
+                            "local[2]", "--", *args], capture_output=True, text=True,
+                           timeout=30)
+    assert local.returncode == 0, local.stderr
+    argv = shlex.split(local.stdout)
+    assert argv[argv.index("--master") + 1] == "local[2]"
+    assert argv[argv.index("--deploy-mode") + 1] == "client"
+    assert "--properties-file" not in argv and not any("CLASSPATH=" in a for a in argv)
+    assert argv[argv.index(str(DEPLOY / "sparklog" / "etl_driver.py")) + 1:] == args
 
 
 def test_etl_driver_hands_its_arguments_to_sparklog_etl_run(tmp_path):

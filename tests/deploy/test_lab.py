@@ -42,7 +42,7 @@ def _unavailable() -> str | None:
         classpath("yarn")
     except Exception as exc:  # MavenError, or no registry on the first resolution
         return f"Apache Hadoop's YARN jars could not be resolved: {exc}"
-    if any(Path(f"/run/netns/{h}").exists() for h in lab.HOSTS):
+    if any(Path(f"/run/netns/{lab.netns(h)}").exists() for h in lab.HOSTS):
         return "a lab (or namespaces of its names) already exists on this machine"
     return None
 
@@ -66,10 +66,10 @@ def lab_up(tmp_path_factory):
                               capture_output=True, text=True, timeout=300)
         os.environ.pop("SPARKLOG_LAB_DIR", None)
         netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-        left = [h for h in lab.HOSTS if re.search(rf"^{h}\b", netns, re.M)]
+        left = [h for h in lab.HOSTS if re.search(rf"^{lab.netns(h)}\b", netns, re.M)]
         assert down.returncode == 0 and not left, down.stdout + down.stderr
         assert not root.exists() and not Path(f"/sys/class/net/{lab.BRIDGE}").exists()
-        assert not any(Path(f"/etc/netns/{h}").exists() for h in lab.HOSTS)
+        assert not any(Path(f"/etc/netns/{lab.netns(h)}").exists() for h in lab.HOSTS)
 
 
 def on(host: str, user: str, *cmd: str) -> str:

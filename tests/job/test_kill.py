@@ -1,4 +1,5 @@
-"""Real process kills: ``sparklog etl run`` (and the spark-submit script) runs in its own
+"""Real process kills: ``sparklog etl run`` (and the kit's submit script,
+``deploy/hadoop-ha/bin/submit-etl.sh``, with a local master) runs in its own
 process and SIGKILLs itself at an injected step (no ``finally``, no cleanup, partial
 files left as a lost YARN container leaves them); a rerun then gives every offset
 exactly once and the committed offsets equal the ranges written."""
@@ -29,15 +30,17 @@ from tests.support.jobs import (
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SUBMIT_SCRIPT = os.path.join(REPO, "deploy", "spark-submit", "sparklog_etl.py")
+SUBMIT_SCRIPT = os.path.join(REPO, "deploy", "hadoop-ha", "bin", "submit-etl.sh")
 
 
 def submit(root, out, fmt):
-    spark_submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
-    if not os.path.exists(spark_submit):
+    """The kit's submit path (the one the lab runs on YARN), with a local master."""
+    bin_dir = os.path.dirname(sys.executable)
+    if not os.path.exists(os.path.join(bin_dir, "spark-submit")):
         pytest.skip("spark-submit is not installed beside the interpreter (pyspark's bin)")
-    return [spark_submit, "--master", "local[1]", "--conf", "spark.ui.enabled=false",
-            "--conf", "spark.driver.host=127.0.0.1", SUBMIT_SCRIPT, "--subscribe", "events",
+    return ["env", f"PATH={bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "bash",
+            SUBMIT_SCRIPT, "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+            "--conf", "spark.driver.host=127.0.0.1", "--", "--subscribe", "events",
             "--app-id", "app", "--path", root, "--output", out, "--format", fmt, "--sql", SQL,
             "--quiet"]
 

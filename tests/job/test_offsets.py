@@ -75,6 +75,11 @@ def test_fault_spec(monkeypatch):
     monkeypatch.setenv(ENV_VAR, "after-file:kill")
     with pytest.raises(ValueError, match="after-file:kill"):
         configured()
+    # pause: the step waits (a drill's window to kill the job from outside), then raises
+    monkeypatch.setenv(ENV_VAR, "after-files:pause")
+    monkeypatch.setattr("sparklog.job.faults.PAUSE_SECONDS", 0.05)
+    with pytest.raises(InjectedFault, match="after-files"):
+        fault_point("after-files")
 
 
 def test_paths_and_names(tmp_path):

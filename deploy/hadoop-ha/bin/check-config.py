@@ -232,6 +232,8 @@ class Checker:
         elif "sshfence" in methods and not hdfs.get("dfs.ha.fencing.ssh.private-key-files"):
             self.problem("hdfs", "sshfence needs dfs.ha.fencing.ssh.private-key-files")
         self.check_client_failover(hdfs, core or {})
+        if core is not None:
+            self.check_rpc_timeout(core)
         if not hdfs.get(f"dfs.client.failover.proxy.provider.{ns}"):
             self.problem("hdfs", f"dfs.client.failover.proxy.provider.{ns} is not set: clients "
                                  f"cannot find the active NameNode of {ns}")
@@ -276,6 +278,19 @@ class Checker:
                                  f"of {base}..{cap} ms fails over for {covered / 1000:.1f} s, "
                                  f"shorter than a NameNode failover after a host loss "
                                  f"(ha.zookeeper.session-timeout.ms={session} + 5 s){how}")
+
+    def check_rpc_timeout(self, core: dict) -> None:
+        """A client call to a lost NameNode host is abandoned within the ZKFC's session
+        timeout (Hadoop's default, 120 s, holds a broker's writes that long)."""
+        session = self._int("core", core, "ha.zookeeper.session-timeout.ms", 10000)
+        timeout = self._int("core", core, "ipc.client.rpc-timeout.ms", 120000)
+        if not 0 < timeout <= session:
+            unset = "" if "ipc.client.rpc-timeout.ms" in core else \
+                " (not set: Hadoop's default applies)"
+            self.problem("core", f"ipc.client.rpc-timeout.ms={timeout}{unset}: a call to a "
+                                 f"lost NameNode host would wait longer than "
+                                 f"ha.zookeeper.session-timeout.ms={session} before the "
+                                 f"client fails over; set it to at most that")
 
     def check_qjournal(self, hdfs: dict, ns: str) -> None:
         """qjournal://h:p;h:p;h:p/journalId with an odd number >= 3 of JournalNodes."""

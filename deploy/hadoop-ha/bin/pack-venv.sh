@@ -2,7 +2,7 @@
 # Pack sparklog and its dependencies into a relocatable venv archive for YARN.
 #
 # Usage: pack-venv.sh [--python PY] [--source SPEC] [--extras LIST] [--output FILE]
-#                     [--upload HDFS_URL] [--pip-args "ARGS"]
+#                     [--upload HDFS_URL] [--pip-args "ARGS"] [--keep-pyspark]
 #   --python   interpreter the venv is made from (default python3). The archive holds
 #              the venv, not the interpreter: the same Python (same path, same version)
 #              must be installed on every NodeManager host.
@@ -11,8 +11,14 @@
 #   --extras   extras installed with a source tree (default spark,hdfs,cluster)
 #   --output   archive to write (default sparklog-venv.tar.gz)
 #   --upload   also copy it to HDFS, e.g. hdfs://ns1/apps/sparklog/sparklog-venv.tar.gz
-#              (the spark.archives of sparklog/spark-defaults.conf)
+#              (the spark.archives of sparklog/spark-defaults.conf), and beside it
+#              spark-jars.zip, the jars of the pyspark of --python (spark.yarn.archive):
+#              readable by all, so NodeManagers localize both once, not per application
 #   --pip-args extra pip arguments (e.g. "--no-index --find-links wheels/")
+#   --keep-pyspark  keep pyspark in the archive. By default it is removed (about 500 MB
+#              of the archive): spark-submit ships its own pyspark.zip and py4j to every
+#              YARN container, first on PYTHONPATH, so a packed pyspark is never imported
+#              there and the containers always run the submitting Spark's Python side.
 #
 # sparklog installs the module pyspark_sparklog beside its package, through which Spark
 # registers format("sparklog") by itself. Containers unpack the archive as ./venv and
@@ -28,6 +34,7 @@ EXTRAS="spark,hdfs,cluster"
 OUTPUT=sparklog-venv.tar.gz
 UPLOAD=""
 PIP_ARGS=""
+KEEP_PYSPARK=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --python) PYTHON="$2"; shift ;;
@@ -36,7 +43,8 @@ while [ $# -gt 0 ]; do
         --output) OUTPUT="$2"; shift ;;
         --upload) UPLOAD="$2"; shift ;;
         --pip-args) PIP_ARGS="$2"; shift ;;
-        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        --keep-pyspark) KEEP_PYSPARK=1 ;;
+        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
         *) echo "pack-venv.sh: unknown argument: $1" >&2; exit 2 ;;
     esac
     shift
@@ -65,6 +73,11 @@ echo "pack-venv: installing $SOURCE"
 # shellcheck disable=SC2086  # PIP_ARGS is a list of words
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check $PIP_ARGS "$SOURCE"
 
+if [ "$KEEP_PYSPARK" = 0 ] && "$VENV/bin/python" -m pip show --quiet pyspark >/dev/null 2>&1; then
+    "$VENV/bin/python" -m pip uninstall --quiet --yes pyspark
+    echo "pack-venv: pyspark left out (spark-submit ships its own to the containers)"
+fi
+
 # the archive must work from any directory: check imports from the venv itself
 "$VENV/bin/python" -I - <<'PY'
 import importlib.util
@@ -81,7 +94,11 @@ tar -C "$VENV" -czf "$OUTPUT" .
 echo "pack-venv: wrote $OUTPUT ($(du -h "$OUTPUT" | cut -f1)); NodeManagers need Python $VERSION at $BASE"
 
 if [ -n "$UPLOAD" ]; then
+    JARS="$("$PYTHON" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')"
+    (cd "$JARS" && zip -q -0 -r "$WORK/spark-jars.zip" .)
     hdfs dfs -mkdir -p "$(dirname "$UPLOAD")"
     hdfs dfs -put -f "$OUTPUT" "$UPLOAD"
-    echo "pack-venv: uploaded to $UPLOAD"
+    hdfs dfs -put -f "$WORK/spark-jars.zip" "$(dirname "$UPLOAD")/spark-jars.zip"
+    hdfs dfs -chmod 644 "$UPLOAD" "$(dirname "$UPLOAD")/spark-jars.zip"
+    echo "pack-venv: uploaded to $UPLOAD and $(dirname "$UPLOAD")/spark-jars.zip"
 fi

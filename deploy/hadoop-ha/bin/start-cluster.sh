@@ -136,11 +136,16 @@ wait_for "$nm_count NodeManagers registered with the ResourceManager" "$first_rm
 
 if [ "$INIT" = 1 ]; then
     step "sparklog root $SPARKLOG_ROOT on HDFS (--init)"
-    remote "$NN1" "$HDFS_USER" "${HDFS[@]}" dfs -mkdir -p "$SPARKLOG_ROOT" /apps/sparklog /spark-history
+    # /apps readable by every job (the venv archive; umask 027 would close it), the ETL
+    # user's home (Spark's .sparkStaging), its warehouse, and the NodeManagers' log
+    # aggregation directory (yarn.nodemanager.remote-app-log-dir)
+    remote "$NN1" "$HDFS_USER" "${HDFS[@]}" dfs -mkdir -p "$SPARKLOG_ROOT" /apps/sparklog \
+        /spark-history /app-logs "/user/$SPARKLOG_USER" /warehouse
     remote "$NN1" "$HDFS_USER" "${HDFS[@]}" dfs -chown "$SPARKLOG_USER:$SPARKLOG_GROUP" \
-        "$SPARKLOG_ROOT" /apps/sparklog
+        "$SPARKLOG_ROOT" /apps/sparklog "/user/$SPARKLOG_USER" /warehouse
     remote "$NN1" "$HDFS_USER" "${HDFS[@]}" dfs -chmod 750 "$SPARKLOG_ROOT"
-    remote "$NN1" "$HDFS_USER" "${HDFS[@]}" dfs -chmod 1777 /spark-history
+    remote "$NN1" "$HDFS_USER" "${HDFS[@]}" dfs -chmod 755 /apps /apps/sparklog /user
+    remote "$NN1" "$HDFS_USER" "${HDFS[@]}" dfs -chmod 1777 /spark-history /app-logs
 fi
 
 step "sparklog brokers"
