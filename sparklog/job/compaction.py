@@ -39,12 +39,11 @@ from ..log.cleaner import (
     CompactionKey,
     KeyMap,
     Throttle,
-    cleanable_state,
     commit_cleaned,
     delete_uncommitted,
+    due_cleaning,
     finish_cleaning,
     group_segments,
-    needs_cleaning,
     segment_keys,
     write_cleaned,
 )
@@ -152,10 +151,8 @@ def compact_partition(spark, plog, now_ms: int | None = None, *, force: bool = F
     if not plog.config.compact:
         return None
     with plog.maintenance:
-        plog.wait_sealed()
-        plog.delete_replaced_files(now)
-        state = cleanable_state(plog, now)
-        if not (force and state.dirty_bytes) and not needs_cleaning(plog, now, state):
+        state = due_cleaning(plog, now, force)
+        if state is None:
             return None
         started = time.monotonic()
         fileio, config, name, directory = plog.fileio, plog.config, plog.name, plog.dir_url

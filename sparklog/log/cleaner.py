@@ -291,12 +291,23 @@ def clean(plog, now_ms: int | None = None, *, dedupe_buffer_size: int = 128 << 2
     if not plog.config.compact:
         return None
     with plog.maintenance:
-        plog.wait_sealed()
-        plog.delete_replaced_files(now)
-        state = cleanable_state(plog, now, max_offset)
-        if not (force and state.dirty_bytes) and not needs_cleaning(plog, now, state):
+        state = due_cleaning(plog, now, force, max_offset)
+        if state is None:
             return None
         return _clean(plog, now, state, dedupe_buffer_size, throttle or Throttle())
+
+
+def due_cleaning(plog, now: int, force: bool = False, max_offset: int | None = None):
+    """Under ``plog.maintenance``: wait for sealing, delete the replaced files whose delay
+    passed, and return the partition's cleanable state when a cleaning is due (or
+    ``force`` and anything is dirty), else None. Shared by :func:`clean` and the Spark
+    job (:mod:`sparklog.job.compaction`)."""
+    plog.wait_sealed()
+    plog.delete_replaced_files(now)
+    state = cleanable_state(plog, now, max_offset)
+    if not (force and state.dirty_bytes) and not needs_cleaning(plog, now, state):
+        return None
+    return state
 
 
 def _clean(plog, now: int, state: CleanableState, buffer_size: int,
