@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.hdfscluster import hadoop_unavailable
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = REPO / "deploy" / "lab"
@@ -34,14 +35,9 @@ def _unavailable() -> str | None:
     why = lab.netns_unavailable()
     if why:
         return why
-    if shutil.which("java") is None:
-        return "java is not installed (Hadoop's daemons need a JDK)"
-    try:
-        from sparklog.maven import classpath
-
-        classpath("yarn")
-    except Exception as exc:  # MavenError, or no registry on the first resolution
-        return f"Apache Hadoop's YARN jars could not be resolved: {exc}"
+    why = hadoop_unavailable("yarn")
+    if why:
+        return why
     if any(Path(f"/run/netns/{lab.netns(h)}").exists() for h in lab.HOSTS):
         return "a lab (or namespaces of its names) already exists on this machine"
     return None

@@ -96,16 +96,17 @@ def write_site(path: str, props: dict) -> None:
         f.write("\n".join(lines))
 
 
-def hadoop_unavailable() -> str | None:
-    """Why Hadoop's daemons cannot run here (None when they can)."""
+def hadoop_unavailable(artifacts: str = "hadoop") -> str | None:
+    """Why Hadoop's daemons cannot run here (None when they can); ``artifacts`` names
+    the artifact set of :mod:`sparklog.maven` they need (``"yarn"`` for YARN's)."""
     if shutil.which("java") is None:
         return "java is not installed (scripts/ci-deps.sh installs a JDK)"
     try:
         from sparklog.maven import classpath
 
-        classpath("hadoop")
+        classpath(artifacts)
     except Exception as exc:  # MavenError, or no network on the first resolution
-        return f"Apache Hadoop's jars could not be resolved: {exc}"
+        return f"Apache Hadoop's {artifacts} jars could not be resolved: {exc}"
     return None
 
 
