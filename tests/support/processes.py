@@ -5,16 +5,47 @@ Popen, never by name)."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
 import time
 
+#: ports for servers are chosen below the kernel's ephemeral range, from where the
+#: ports of outgoing connections come: a port the OS handed out (``bind(0)``) and then
+#: released could be taken by any test's next connection before the server binds it
+#: (a NameNode once failed with "Address already in use" that way)
+_SERVER_PORTS = (15000, 32000)
+_GIVEN: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A free TCP port on ``host``."""
-    with socket.socket() as s:
+    """A TCP port on ``host`` that is free now, outside the ephemeral range (so no
+    outgoing connection takes it before the server binds it) and not given before in
+    this process."""
+    low, high = _SERVER_PORTS[0], min(_SERVER_PORTS[1], _ephemeral_low())
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(low, high)
+        if port in _GIVEN:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        _GIVEN.add(port)
+        return port
+    with socket.socket() as s:  # a crowded range: let the OS choose
         s.bind((host, 0))
         return s.getsockname()[1]
 
