@@ -90,6 +90,16 @@ def api_versions(host: str, port: int, timeout: float = 2.0) -> int:
     return error
 
 
+def new_cluster_id() -> str:
+    """A random KRaft cluster id (a base64url UUID, as ``kafka-storage random-uuid``
+    prints), never starting with '-': the storage tool would read it as an option (as
+    Kafka's own Uuid.randomUuid avoids)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
+
+
 class KafkaNode:
     """One Kafka process of a :class:`KafkaCluster` (node id ``node_id``)."""
 
@@ -222,7 +232,7 @@ class KafkaCluster:
         self.nodes: dict[int, KafkaNode] = {}
         for i in range(1, n + 1):
             self.nodes[i] = KafkaNode(self, i)
-        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self.cluster_id = new_cluster_id()
         self._formatted = False
 
     @property
