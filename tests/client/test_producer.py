@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import itertools
 import socket
-import struct
-import threading
 import time
 
-import msgpack
 import pyarrow as pa
 import pytest
 
@@ -25,12 +22,12 @@ from sparklog.errors import (
     SchemaMismatchError,
     UnknownTopicOrPartitionError,
 )
-from sparklog.protocol import ApiKey
 from sparklog.reader.consumer import Consumer
 from sparklog.writer.producer import Producer
 from sparklog.writer.producer.partitioner import murmur2, to_positive
 from tests.support.brokerproc import BrokerProcess
 from tests.support.clients import consume_all
+from tests.support.proxy import Proxy
 
 _names = itertools.count()
 
@@ -230,106 +227,7 @@ def test_no_broker_fails_fast():
         Producer(f"127.0.0.1:{port}")
 
 
-# --- a loopback proxy that can drop or hold responses -------------------------------------
-
-
-class Proxy:
-    """Forwards TCP between clients and a broker on 127.0.0.1 (``target``, set once the
-    broker runs). ``drop_produce`` drops that many Produce responses (closing the client
-    connection, as a network failure after the broker appended); ``hold`` keeps
-    responses back until cleared. Metadata responses are rewritten to name the proxy as
-    the broker, so every connection of a client goes through it."""
-
-    def __init__(self):
-        self.target = None
-        self.hold = threading.Event()
-        self.reset()
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
-        self._stop = False
-        self._conns = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def reset(self, drop_produce: int = 0):
-        self.drop_produce = drop_produce
-        self.dropped = 0
-        self.produce_requests = 0
-        self.hold.clear()
-
-    def _accept(self):
-        while not self._stop:
-            try:
-                client, _ = self.sock.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(self.target)
-            self._conns += [client, upstream]
-            kinds: list = []
-            threading.Thread(target=self._requests, args=(client, upstream, kinds),
-                             daemon=True).start()
-            threading.Thread(target=self._responses, args=(upstream, client, kinds),
-                             daemon=True).start()
-
-    @staticmethod
-    def _read(sock, n):
-        buf = b""
-        while len(buf) < n:
-            chunk = sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError
-            buf += chunk
-        return buf
-
-    def _requests(self, src, dst, kinds):
-        try:
-            while True:
-                head = self._read(src, 4)
-                body = self._read(src, struct.unpack(">i", head)[0])
-                api_key = struct.unpack_from(">h", body)[0]
-                if api_key == ApiKey.PRODUCE:
-                    self.produce_requests += 1
-                kinds.append(api_key)
-                dst.sendall(head + body)
-        except (ConnectionError, OSError):
-            self._close(src, dst)
-
-    def _responses(self, src, dst, kinds):
-        try:
-            while True:
-                head = self._read(src, 4)
-                body = self._read(src, struct.unpack(">i", head)[0])
-                while self.hold.is_set():
-                    time.sleep(0.01)
-                api_key = kinds.pop(0)
-                if api_key == ApiKey.METADATA:  # advertise the proxy, not the broker
-                    correlation = body[:4]
-                    meta = msgpack.unpackb(body[4:], raw=False)
-                    host, port = self.address.rsplit(":", 1)
-                    for b in meta["brokers"]:
-                        b["host"], b["port"] = host, int(port)
-                    body = correlation + msgpack.packb(meta, use_bin_type=True)
-                    head = struct.pack(">i", len(body))
-                if api_key == ApiKey.PRODUCE and self.dropped < self.drop_produce:
-                    self.dropped += 1
-                    self._close(src, dst)  # the broker appended; the client never hears
-                    return
-                dst.sendall(head + body)
-        except (ConnectionError, OSError, IndexError):
-            self._close(src, dst)
-
-    @staticmethod
-    def _close(*socks):
-        for s in socks:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
-
-    def close(self):
-        self._stop = True
-        self.sock.close()
-        self._close(*self._conns)
+# --- idempotent retries through a loopback proxy -----------------------------------------
 
 
 @pytest.fixture(scope="module")

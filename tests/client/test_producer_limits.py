@@ -11,7 +11,6 @@ import random
 import re
 import time
 import urllib.request
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -19,18 +18,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sparklog.errors import RecordTooLargeError
-from sparklog.format.frame import encode_frame, iter_frames, raw_batch
+from sparklog.format.frame import encode_frame, raw_batch
 from sparklog.writer.producer import Producer
-from tests.support.brokerproc import topic_with
+from tests.support.brokerproc import log_frames, topic_with
 from tests.support.clients import consume_all
-
-
-def log_frames(broker, topic, partition=0):
-    """Headers of every frame in the partition's segment files, in offset order."""
-    out = []
-    for path in sorted(Path(broker.root, "topics", topic, str(partition)).glob("*.log")):
-        out += [f.header for f in iter_frames(path.read_bytes(), verify_crc=False)]
-    return out
 
 
 def metric(broker, name: str, **labels) -> float:

@@ -193,3 +193,15 @@ def topic_with(broker, partitions=1, **configs) -> str:
     broker.admin.create_topic(name, partitions, configs={k.replace("_", "."): v
                                                          for k, v in configs.items()})
     return name
+
+
+def log_frames(broker, topic: str, partition: int = 0) -> list:
+    """Headers of every frame in a partition's segment files on ``broker``'s storage (a
+    BrokerProcess with a ``root`` path, as the ``metered_broker`` fixture gives), in
+    offset order."""
+    from sparklog.format.frame import iter_frames
+
+    out = []
+    for path in sorted(Path(broker.root, "topics", topic, str(partition)).glob("*.log")):
+        out += [f.header for f in iter_frames(path.read_bytes(), verify_crc=False)]
+    return out

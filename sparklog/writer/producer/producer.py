@@ -47,8 +47,9 @@ from ...protocol.apis import ACKS_ALL, ApiKey
 from ...protocol.codec import raise_for_error
 from ...security.client import CLIENT_SECURITY_DEFAULTS, ClientSecurity
 from .accumulator import HEADER_OVERHEAD, RECORD_OVERHEAD, RecordAccumulator
+from .idempotence import IdempotenceManager
 from .partitioner import DefaultPartitioner
-from .sender import IdempotenceState, Sender
+from .sender import Sender
 
 log = logging.getLogger(__name__)
 
@@ -190,8 +191,8 @@ class Producer:
         try:
             self._client.refresh_metadata([])  # fail fast if no broker is reachable
             if cfg["enable_idempotence"]:
-                idempotence = IdempotenceState(self._client)
-                idempotence.init()
+                idempotence = IdempotenceManager(self._client)
+                idempotence.init_if_needed()
         except BaseException:
             self._client.close()
             raise

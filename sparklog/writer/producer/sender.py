@@ -25,9 +25,10 @@ sequence numbers, so a broker that already appended a retried frame acknowledges
 with its original offset instead of appending it twice. Retriable errors (a broken
 connection, a timeout, NotLeader, an unknown partition) mark the topic's metadata stale
 and retry after ``retry.backoff.ms`` until ``retries`` or ``delivery.timeout.ms`` run
-out. When an idempotent batch fails with an unknown outcome (it may or may not be in the
-log), the producer epoch is bumped before the next frame so that sequences restart
-cleanly.
+out. With idempotence, the producer id, epoch and sequences, and what an error means for
+them (a sequence gap, a batch lost with an unknown outcome, a new identity), belong to
+the :class:`~.idempotence.IdempotenceManager`: the Sender stamps frames and routes
+failures through it.
 """
 
 from __future__ import annotations
@@ -44,51 +45,21 @@ from ...errors import (
     BrokerNotAvailableError,
     FencedLeaderEpochError,
     NotLeaderError,
-    OutOfOrderSequenceError,
     RecordTooLargeError,
     SparklogError,
     UnknownTopicOrPartitionError,
 )
-from ...format.frame import decode_frame, encode_frame, raw_batch, restamp_producer, to_record_batch
+from ...format.frame import decode_frame, encode_frame, raw_batch, to_record_batch
 from ...format.nullability import check_not_null
 from ...protocol.apis import ACKS_NONE, ApiKey
-from ...protocol.codec import error_from, raise_for_error
+from ...protocol.codec import error_from
 from .accumulator import InFlightBatch, RecordAccumulator
+from .idempotence import IdempotenceManager, Recovery
 
 log = logging.getLogger(__name__)
 
 _METADATA_ERRORS = (NotLeaderError, UnknownTopicOrPartitionError, FencedLeaderEpochError,
                     BrokerNotAvailableError)
-_SEQUENCE_LIMIT = 1 << 31
-
-
-class IdempotenceState:
-    """Producer id, epoch and the next sequence number of every partition."""
-
-    def __init__(self, client: NetworkClient):
-        self.client = client
-        self.producer_id = -1
-        self.producer_epoch = -1
-        self.sequences: dict[tuple, int] = {}
-        self.bump_needed = False
-
-    def init(self) -> None:
-        """Get a producer id from the broker (a fresh one when sequences must restart:
-        the broker bumps no epoch for a producer without a transactional id); sequences
-        restart at 0."""
-        body = {"producer_id": self.producer_id, "producer_epoch": self.producer_epoch}
-        resp = self.client.request(ApiKey.INIT_PRODUCER_ID, body)
-        raise_for_error(resp, "InitProducerId")
-        self.producer_id = resp["producer_id"]
-        self.producer_epoch = resp["producer_epoch"]
-        self.sequences.clear()
-        self.bump_needed = False
-
-    def next_sequence(self, tp: tuple, count: int) -> int:
-        """The base sequence of a frame of ``count`` records for ``tp`` (advances it)."""
-        seq = self.sequences.get(tp, 0)
-        self.sequences[tp] = (seq + count) % _SEQUENCE_LIMIT
-        return seq
 
 
 class Sender(threading.Thread):
@@ -99,7 +70,7 @@ class Sender(threading.Thread):
     def __init__(self, client: NetworkClient, accumulator: RecordAccumulator, *,
                  acks: int, retries: int, retry_backoff_ms: int, request_timeout_ms: int,
                  delivery_timeout_ms: int, compression_type: str,
-                 idempotence: IdempotenceState | None, topic_of, client_id: str = "",
+                 idempotence: IdempotenceManager | None, topic_of, client_id: str = "",
                  refresh_topics=None, metadata_max_age_ms: int = 300000):
         super().__init__(name=f"sparklog-producer-sender-{client_id}", daemon=True)
         self.client = client
@@ -173,9 +144,9 @@ class Sender(threading.Thread):
                 time.monotonic() - self._topics_refreshed > self.metadata_max_age:
             self._topics_refreshed = time.monotonic()
             self.refresh_topics()
-        if self.idempotence is not None and self.idempotence.bump_needed:
+        if self.idempotence is not None:
             try:
-                self.idempotence.init()
+                self.idempotence.init_if_needed()
             except SparklogError as exc:
                 for item in items:
                     self._handle_error(item, exc, outcome_known=True)
@@ -242,10 +213,9 @@ class Sender(threading.Thread):
         if not taken:
             self.acc.release(item)
             return False
+        frames = [b.frame for b in item.batches]
         if self.idempotence is not None:
-            item.producer_id = self.idempotence.producer_id
-            item.epoch = self.idempotence.producer_epoch
-        frames = [self._own_frame(item, b.frame, b.count) for b in item.batches]
+            frames = self.idempotence.stamp(item, [(b.frame, b.count) for b in item.batches])
         item.frame = frames[0] if len(frames) == 1 else b"".join(frames)
         return True
 
@@ -295,17 +265,6 @@ class Sender(threading.Thread):
             out.append(b.piece(frame, count, size, result))
             start += count
         return out
-
-    def _own_frame(self, item: InFlightBatch, frame: bytes, count: int):
-        """A send_batch frame with this producer's id, epoch and next sequence (CRC
-        redone); the first frame's sequence becomes the item's base sequence."""
-        idem = self.idempotence
-        if idem is None:
-            return frame
-        seq = idem.next_sequence(item.tp, count)
-        if item.base_sequence < 0:
-            item.base_sequence = seq
-        return restamp_producer(frame, idem.producer_id, idem.producer_epoch, seq)
 
     def _send_request(self, node_id: int, group: list[InFlightBatch]) -> None:
         topics: dict[str, list] = defaultdict(list)
@@ -362,23 +321,22 @@ class Sender(threading.Thread):
 
     def _handle_error(self, item: InFlightBatch, exc: BaseException, *,
                       outcome_known: bool) -> None:
+        """Retry, re-stamp, split or fail a batch whose request failed with ``exc``
+        (``outcome_known``: the broker answered, so the batch was not appended)."""
         item.attempts += 1
         item.last_error = exc
+        expired = time.monotonic() - item.created >= self.delivery_timeout
+        may_retry = not self._forced and item.attempts <= self.retries and not expired
         retriable = isinstance(exc, SparklogError) and exc.retriable
-        if isinstance(exc, OutOfOrderSequenceError) and self.acc.earlier_pending(item):
-            retriable = True  # the gap is an earlier batch of ours, being retried
         idem = self.idempotence
-        if isinstance(exc, OutOfOrderSequenceError) and idem is not None \
-                and not self._forced and item.attempts <= self.retries \
-                and (idem.bump_needed or (item.producer_id, item.epoch)
-                     != (idem.producer_id, idem.producer_epoch)) \
-                and time.monotonic() - item.created < self.delivery_timeout:
-            # an earlier batch of ours failed for good and sequences restart under a new
-            # producer identity: this one was refused unappended (out of order), so it
-            # is sent again, stamped anew (Kafka re-sequences such batches, KIP-360)
-            item.frame, item.base_sequence = None, -1
-            self.acc.requeue(item, 0)
-            return
+        if idem is not None:
+            recovery = idem.recovery(item, exc, lambda: self.acc.earlier_pending(item))
+            if recovery is Recovery.RESEQUENCE and may_retry:
+                item.frame, item.base_sequence = None, -1  # stamped anew when sent
+                self.acc.requeue(item, 0)
+                return
+            if recovery is Recovery.RETRY:
+                retriable = True
         if isinstance(exc, _METADATA_ERRORS):
             self._stale.add(item.tp[0])
         if isinstance(exc, RecordTooLargeError) and item.frame is not None \
@@ -386,19 +344,14 @@ class Sender(threading.Thread):
             self._topics_refreshed = float("-inf")  # learn the topic's limits again
             self.acc.replace(item, self._split_refused(item))
             return
-        expired = time.monotonic() - item.created >= self.delivery_timeout
-        if retriable and item.attempts <= self.retries and not expired and not self._forced:
+        if retriable and may_retry:
             log.debug("retrying %s-%s (attempt %d): %s", item.tp[0], item.tp[1],
                       item.attempts, exc)
             self.acc.requeue(item, self.retry_backoff)
             return
-        if idem is not None and item.base_sequence >= 0 \
-                and (item.producer_id, item.epoch) == (idem.producer_id, idem.producer_epoch):
-            if outcome_known and not self.acc.others_pending(item):
-                # not appended, nothing after it: the sequence can be reused
-                idem.sequences[item.tp] = item.base_sequence
-            else:  # may be in the log: restart sequences under a new epoch
-                idem.bump_needed = True
+        if idem is not None:
+            idem.batch_failed(item, outcome_known=outcome_known,
+                              others_pending=self.acc.others_pending(item))
         self._finish_failed(item, exc)
 
     def _split_refused(self, item: InFlightBatch) -> list[InFlightBatch]:
@@ -408,19 +361,14 @@ class Sender(threading.Thread):
         batches = item.batches if len(item.batches) > 1 else self.halves(item.batches[0])
         log.info("%s-%s: frame(s) of %d records refused as too large: retrying as %d "
                  "frames", item.tp[0], item.tp[1], item.record_count, len(batches))
-        idem = self.idempotence
-        pieces, seq = [], item.base_sequence
+        pieces = []
         for i, b in enumerate(batches):
             piece = InFlightBatch(item.tp, [b])
             piece.created, piece.order = item.created, item.order + (i,)
-            piece.producer_id, piece.epoch = item.producer_id, item.epoch
-            if idem is not None and seq >= 0:
-                piece.base_sequence = seq
-                piece.frame = restamp_producer(b.frame, item.producer_id, item.epoch, seq)
-                seq = (seq + b.count) % _SEQUENCE_LIMIT
-            else:
-                piece.frame = b.frame
+            piece.frame = b.frame
             pieces.append(piece)
+        if self.idempotence is not None and item.base_sequence >= 0:
+            self.idempotence.stamp_pieces(item, pieces)
         return pieces
 
     def _finish_failed(self, item: InFlightBatch, exc: BaseException) -> None:
