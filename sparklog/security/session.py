@@ -1,7 +1,7 @@
 """What one connection has proven, and the broker's security collaborator.
 
-A :class:`Session` belongs to one connection: its listener, the client's host and its
-principal: ``User:ANONYMOUS`` on PLAINTEXT and on SSL without a client certificate,
+A :class:`ConnectionSession` belongs to one connection: its listener, the client's host
+and its principal: ``User:ANONYMOUS`` on PLAINTEXT and on SSL without a client certificate,
 ``User:<certificate DN>`` on SSL with a verified client certificate, ``User:<name>``
 once SASL succeeded (None before: only ApiVersions, SaslHandshake and
 SaslAuthenticate are served until then).
@@ -36,7 +36,7 @@ BEFORE_AUTHENTICATION = (ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL
 _SASL_APIS = (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
 
 
-class Session:
+class ConnectionSession:
     """One connection's identity (see the module docstring)."""
 
     __slots__ = ("listener", "host", "principal", "authenticator", "max_receive")
@@ -129,20 +129,21 @@ class BrokerSecurity:
         """Seconds before a connection that failed to authenticate is closed."""
         return self.config.int("connection.failed.authentication.delay.ms", listener) / 1000
 
-    def session(self, listener: Listener | None, transport, host: str, run_io) -> Session:
+    def session(self, listener: Listener | None, transport, host: str,
+                run_io) -> ConnectionSession:
         """The session of a new connection on ``listener``."""
         if listener is None or not listener.sasl:
             principal = None
             if listener is not None and listener.tls:
                 sslobj = transport.get_extra_info("ssl_object")
                 principal = certificate_principal(sslobj.getpeercert() if sslobj else None)
-            return Session(listener, host, principal or ANONYMOUS)
+            return ConnectionSession(listener, host, principal or ANONYMOUS)
         authenticator = SaslAuthenticator(
             self.config.mechanisms(listener), self.store.credential, run_io,
             secret=self._secret, host=host, listener=listener.name,
             gssapi=self._gssapi.get(listener.name))
-        return Session(listener, host, None, authenticator,
-                       self.config.int("sasl.server.max.receive.size", listener))
+        return ConnectionSession(listener, host, None, authenticator,
+                                 self.config.int("sasl.server.max.receive.size", listener))
 
     def warn_unauthenticated(self) -> None:
         """A WARNING for every listener reachable from other machines without
@@ -162,4 +163,4 @@ class BrokerSecurity:
                     "any topic and group")
 
 
-__all__ = ["ANONYMOUS", "BEFORE_AUTHENTICATION", "BrokerSecurity", "Session"]
+__all__ = ["ANONYMOUS", "BEFORE_AUTHENTICATION", "BrokerSecurity", "ConnectionSession"]

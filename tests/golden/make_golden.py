@@ -18,7 +18,7 @@ Contents of ``data/`` (a storage root, docs/format.md):
 * ``typed``: a typed topic (declared schema) with a not-null column.
 * ``compacted``: one frame with explicit offsets (the ``__offset_delta`` column).
 * every topic's ``config`` file (``raw`` with topic configs).
-* ``planned-range.pickle``: a planned :class:`OffsetRange` pickled as Spark pickles
+* ``planned-range.pickle``: a :class:`PlannedRange` pickled as Spark pickles
   planned partitions (the contract the JVM reader unpickles with pyrolite).
 """
 
@@ -104,9 +104,9 @@ def make(root: Path = DATA) -> None:
                   [f"k{d}".encode() for d in COMPACTED_DELTAS]),
         timestamps=[BASE_TS + d for d in COMPACTED_DELTAS], offset_deltas=COMPACTED_DELTAS)])
 
-    from sparklog.reader.spark.planning import OffsetRange
+    from sparklog.reader.spark.planning import PlannedRange
 
-    PICKLE.write_bytes(pickle.dumps(OffsetRange(*PLANNED), protocol=pickle.HIGHEST_PROTOCOL))
+    PICKLE.write_bytes(pickle.dumps(PlannedRange(*PLANNED), protocol=pickle.HIGHEST_PROTOCOL))
 
 
 if __name__ == "__main__":

@@ -66,7 +66,7 @@ RAW_CONFIG_JSON = {"configs": {"index.interval.bytes": 1, "message.timestamp.typ
 TYPED_SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False),
                           pa.field("name", pa.string()), pa.field("score", pa.float64())])
 
-#: the pickled planned range: OffsetRange's fields as the JVM reads them
+#: the pickled planned range: PlannedRange's fields as the JVM reads them
 PLANNED = {"topic": "raw", "partition": 0, "start": 2, "end": 11,
            "root": "file:///golden-root", "fail_on_data_loss": True, "storage_options": {}}
 
@@ -169,17 +169,18 @@ def test_topic_config_file():
 
 
 def test_planned_range_pickle_contract():
-    """docs/format.md, "Planned ranges": a planned partition is a pickled
-    ``sparklog.reader.spark.planning.OffsetRange`` with exactly these fields; the JVM
+    """docs/format.md, "Planned ranges": a planned partition (a PlannedRange) is pickled
+    as ``sparklog.reader.spark.planning.OffsetRange`` with exactly these fields; the JVM
     reader (RangePartition.fromPickled) reads them by name. Python still pickles it to
-    the committed bytes, and still reads them."""
+    the committed bytes, and reads them back as a PlannedRange."""
     from dataclasses import asdict
 
-    from sparklog.reader.spark.planning import OffsetRange
+    from sparklog.reader.spark.planning import PlannedRange
 
     golden = PICKLE.read_bytes()
-    assert asdict(pickle.loads(golden)) == PLANNED
-    assert pickle.dumps(OffsetRange(**PLANNED), protocol=pickle.HIGHEST_PROTOCOL) == golden
+    loaded = pickle.loads(golden)
+    assert type(loaded) is PlannedRange and asdict(loaded) == PLANNED
+    assert pickle.dumps(PlannedRange(**PLANNED), protocol=pickle.HIGHEST_PROTOCOL) == golden
     assert b"sparklog.reader.spark.planning" in golden and b"OffsetRange" in golden
 
 

@@ -23,7 +23,7 @@ from sparklog.log.partition import PartitionLog
 from sparklog.reader.spark.catalog import StorageCatalog
 from sparklog.reader.spark.filters import PushedFilters
 from sparklog.reader.spark.options import parse_options
-from sparklog.reader.spark.planning import OffsetRange, plan_batch, split_ranges
+from sparklog.reader.spark.planning import PlannedRange, plan_batch, split_ranges
 from sparklog.reader.spark.scan import read_range
 from sparklog.reader.spark.schema import arrow_schema, spark_schema
 from sparklog.reader.spark.stream import rate_limit
@@ -141,7 +141,7 @@ def test_splits_follow_kafka_and_segments(topic_t):
     states = cat.partition_states("t", [0, 1])
     bases = [b for b, _ in states[0].segments]
     assert len(bases) > 2  # small segment.bytes gave several segments
-    r = [OffsetRange("t", 0, 0, 30, topic_t), OffsetRange("t", 1, 0, 10, topic_t)]
+    r = [PlannedRange("t", 0, 0, 30, topic_t), PlannedRange("t", 1, 0, 10, topic_t)]
     st = {("t", p): s for p, s in states.items()}
     by_max = split_ranges(r, st, max_records=7)
     assert all(x.size <= 7 for x in by_max)

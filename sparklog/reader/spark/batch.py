@@ -26,7 +26,7 @@ class SparklogBatchReader(DataSourceReader):
         self.pushed: PushedFilters | None = None
 
     def partitions(self) -> list:
-        """One :class:`~sparklog.reader.spark.planning.OffsetRange` per task."""
+        """One :class:`~sparklog.reader.spark.planning.PlannedRange` per task."""
         catalog = open_catalog(self.opts)
         try:
             return plan_batch(catalog, self.opts, self.pushed)

@@ -1,6 +1,6 @@
 """Planning a scan: from options and log state to offset ranges, one Spark task each.
 
-Every input partition is an :class:`OffsetRange` ``[start, end)`` of one topic-partition.
+Every input partition is a :class:`PlannedRange` ``[start, end)`` of one topic-partition.
 Ranges are resolved from the offset specs with Kafka's rules (``-2`` earliest, ``-1``
 latest, timestamps through the time index), checked for data loss (a start below the
 log start offset), narrowed by pushed-down filters, then split for parallelism the way
@@ -44,10 +44,14 @@ class LogSnapshot:
 
 
 @dataclass
-class OffsetRange(InputPartition):
+class PlannedRange(InputPartition):
     """One Spark task: records ``[start, end)`` of ``topic``/``partition``, read from the
     storage root ``root``. ``fail_on_data_loss`` decides what a range that retention
-    deleted during the scan does (raise, or skip with a warning)."""
+    deleted during the scan does (raise, or skip with a warning).
+
+    Spark pickles it to the tasks and the JVM reader unpickles it by class name and
+    fields: a format contract (docs/format.md, "Planned ranges") in which the class is
+    named ``OffsetRange`` (see below the class)."""
 
     topic: str
     partition: int
@@ -61,6 +65,15 @@ class OffsetRange(InputPartition):
     def size(self) -> int:
         """Number of offsets in the range."""
         return max(self.end - self.start, 0)
+
+
+# The class name a pickled PlannedRange carries is "sparklog.reader.spark.planning.
+# OffsetRange": the JVM reader checks it (RangePartition.PYTHON_CLASS) and the committed
+# golden pickle pins it. Pickle writes a class as its module and __qualname__ and finds
+# it again under that name, so the class answers to it here. Code uses PlannedRange: a
+# job's sparklog.job.OffsetRange (what a batch consumed) is another concept.
+PlannedRange.__qualname__ = "OffsetRange"
+OffsetRange = PlannedRange  # the pickled name only
 
 
 def data_loss_message(topic: str, partition: int, first: int, end: int | None,
@@ -212,7 +225,7 @@ def _snap(point: int, lo: int, hi: int, bases: list, tolerance: float) -> int:
     return min(near, key=lambda b: abs(b - point)) if near else point
 
 
-def _split(r: OffsetRange, parts: int, bases: list, limit: int | None = None) -> list:
+def _split(r: PlannedRange, parts: int, bases: list, limit: int | None = None) -> list:
     """``r`` cut into ``parts`` near-equal pieces, cut points snapped to segment bases
     when one is within a quarter piece; no piece exceeds ``limit`` offsets if given."""
     if parts <= 1 or r.size <= 1:
@@ -227,7 +240,7 @@ def _split(r: OffsetRange, parts: int, bases: list, limit: int | None = None) ->
         if prev < point < r.end:
             points.append(point)
     points.append(r.end)
-    return [OffsetRange(r.topic, r.partition, a, b, r.root, r.fail_on_data_loss,
+    return [PlannedRange(r.topic, r.partition, a, b, r.root, r.fail_on_data_loss,
                         r.storage_options)
             for a, b in zip(points, points[1:])]
 
@@ -276,7 +289,7 @@ def plan_batch(catalog, opts: SourceOptions, pushed=None) -> list:
         checked = check_range(state, start, end, opts.fail_on_data_loss)
         if checked is None:
             continue
-        ranges.append(OffsetRange(tp[0], tp[1], checked[0], checked[1],
+        ranges.append(PlannedRange(tp[0], tp[1], checked[0], checked[1],
                                   catalog.root, opts.fail_on_data_loss,
                                   catalog.storage_options))
     return split_ranges(ranges, states, opts.min_partitions, opts.max_records_per_partition)

@@ -1,4 +1,4 @@
-"""The task side: read one :class:`~sparklog.reader.spark.planning.OffsetRange` from storage.
+"""The task side: read one :class:`~sparklog.reader.spark.planning.PlannedRange` from storage.
 
 A task opens the storage root itself (no broker on the read path), seeks through the
 offset index to the frame holding the range's first offset, decodes frames zero-copy and
@@ -20,11 +20,11 @@ import pyarrow as pa
 from ...errors import DataLossError, OffsetOutOfRangeError, StorageFileNotFoundError
 from ...metadata import TopicStore
 from .catalog import open_log_reader
-from .planning import OffsetRange, report_data_loss
+from .planning import PlannedRange, report_data_loss
 from .schema import OFFSET_COLUMN, BatchShaper
 
 
-def read_range(r: OffsetRange, target: pa.Schema) -> Iterator[pa.RecordBatch]:
+def read_range(r: PlannedRange, target: pa.Schema) -> Iterator[pa.RecordBatch]:
     """Yield the records of ``r`` as batches of the Arrow schema ``target``."""
     from ...storage import open_fileio
 

@@ -38,7 +38,7 @@ from pyspark.sql.datasource import DataSourceStreamReader
 
 from .catalogs import open_catalog
 from .planning import (
-    OffsetRange,
+    PlannedRange,
     partition_states,
     report_data_loss,
     resolve_offsets,
@@ -186,7 +186,7 @@ class SparklogStreamReader(DataSourceStreamReader):
                                  state.log_start, state.high_watermark)
                 end_off = state.high_watermark
             if end_off > first:
-                ranges.append(OffsetRange(tp[0], tp[1], first, end_off, cat.root, fail,
+                ranges.append(PlannedRange(tp[0], tp[1], first, end_off, cat.root, fail,
                                           cat.storage_options))
         return split_ranges(ranges, states, self.opts.min_partitions, None)
 

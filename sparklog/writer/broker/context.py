@@ -21,10 +21,11 @@ class RequestContext:
     they arrived, though they are handled concurrently), ``closed``, a future done
     once the connection is gone (a long poll of a closed connection ends at once),
     ``io_slots``, the connection's share of the I/O threads for fetch reads, and
-    ``session``, the connection's :class:`~sparklog.security.session.Session` (its
-    listener and principal; None in-process: User:ANONYMOUS). ``parked`` adds up the
-    seconds the handler waited without working (a Fetch's long poll): they do not
-    count against the ``request_percentage`` quota."""
+    ``session``, the connection's
+    :class:`~sparklog.security.session.ConnectionSession` (its listener and principal;
+    None in-process: User:ANONYMOUS). ``parked`` adds up the seconds the handler waited
+    without working (a Fetch's long poll): they do not count against the
+    ``request_percentage`` quota."""
 
     __slots__ = ("client_id", "client_host", "order", "closed", "io_slots", "session",
                  "parked")

@@ -32,7 +32,7 @@ _SEQ_MOD = 1 << 31
 
 
 @dataclass(frozen=True)
-class BatchMetadata:
+class AppendedBatch:
     """Sequences and offsets of one appended frame of an idempotent producer."""
 
     first_seq: int
@@ -69,9 +69,9 @@ class ProducerState:
         self.producers: dict[int, ProducerEntry] = {}
         self.changed = False
 
-    def check(self, header: FrameHeader) -> BatchMetadata | None:
+    def check(self, header: FrameHeader) -> AppendedBatch | None:
         """Classify a frame before appending: None to append it, the original
-        BatchMetadata for a duplicate; raises InvalidProducerEpochError or
+        AppendedBatch for a duplicate; raises InvalidProducerEpochError or
         OutOfOrderSequenceError."""
         pid = header.producer_id
         if pid == NO_PRODUCER_ID:
@@ -110,7 +110,7 @@ class ProducerState:
         entry = self.producers.get(pid)
         if entry is None or header.producer_epoch > entry.epoch:
             entry = self.producers[pid] = ProducerEntry(header.producer_epoch)
-        entry.batches.append(BatchMetadata(
+        entry.batches.append(AppendedBatch(
             header.base_sequence, _last_seq_of(header), base_offset,
             base_offset + header.last_offset_delta))
         entry.last_timestamp = header.max_timestamp
@@ -130,7 +130,7 @@ class ProducerState:
         """Replace the state by a snapshot; return the offset it covers."""
         doc = json.loads(data)
         self.producers = {
-            int(pid): ProducerEntry(v["epoch"], [BatchMetadata(*b) for b in v["batches"]],
+            int(pid): ProducerEntry(v["epoch"], [AppendedBatch(*b) for b in v["batches"]],
                                     v.get("last_timestamp", -1))
             for pid, v in doc["producers"].items()}
         self.changed = False

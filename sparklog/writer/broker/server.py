@@ -14,8 +14,9 @@ Memory stays bounded:
   and its payload is discarded as it arrives, never buffered; the connection stays up.
 
 On a SASL listener a connection is served only ApiVersions, SaslHandshake and
-SaslAuthenticate until it authenticated (its :class:`~sparklog.security.session.Session`
-answers those), within ``authentication.timeout.ms`` and with requests of at most
+SaslAuthenticate until it authenticated (its
+:class:`~sparklog.security.session.ConnectionSession` answers those), within
+``authentication.timeout.ms`` and with requests of at most
 ``sasl.server.max.receive.size`` bytes; anything else, or a failed authentication, is
 answered and the connection closed.
 

@@ -19,7 +19,7 @@ import org.apache.spark.sql.types.StructType;
 /**
  * Turns the partitions the Python source planned (batch or micro-batch) into the ranges
  * the JVM reader reads, or explains why it cannot: every planned partition must be a
- * pickled {@code OffsetRange}, every storage root must open through Hadoop, and every
+ * pickled {@code PlannedRange}, every storage root must open through Hadoop, and every
  * queried record column must have an Arrow type that maps 1:1 to its Spark type. Each
  * range is given the hosts of its segment blocks ({@link BlockHosts}).
  */

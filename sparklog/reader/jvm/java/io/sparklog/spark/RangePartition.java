@@ -8,12 +8,12 @@ import org.apache.spark.sql.connector.read.InputPartition;
 
 /**
  * One JVM task: the offsets {@code [start, end)} of {@code topic}/{@code partition} under the
- * storage root {@code root}; the JVM twin of Python's
- * {@code sparklog.reader.spark.planning.OffsetRange}.
+ * storage root {@code root}; the JVM twin of Python's {@code PlannedRange}, which is
+ * pickled under the class name {@link #PYTHON_CLASS}.
  */
 public final class RangePartition implements InputPartition, Serializable {
   private static final long serialVersionUID = 1L;
-  /** Python class of the planned partitions this JVM reader understands. */
+  /** Pickled class name of the planned partitions (PlannedRange) this reader understands. */
   public static final String PYTHON_CLASS = "sparklog.reader.spark.planning.OffsetRange";
 
   public final String topic;
@@ -37,7 +37,7 @@ public final class RangePartition implements InputPartition, Serializable {
   }
 
   /**
-   * The range held by an unpickled Python {@code OffsetRange} (pyrolite turns it into a
+   * The range held by an unpickled Python {@code PlannedRange} (pyrolite turns it into a
    * {@link ClassDict} of its dataclass fields); throws {@link IllegalArgumentException}
    * explaining why when the object is not one this reader can take (another class, a
    * missing field, storage options Hadoop would not understand).
@@ -45,7 +45,7 @@ public final class RangePartition implements InputPartition, Serializable {
   public static RangePartition fromPickled(Object obj) {
     if (!(obj instanceof ClassDict)) {
       throw new IllegalArgumentException("planned partition is a "
-          + (obj == null ? "null" : obj.getClass().getName()) + ", not an OffsetRange");
+          + (obj == null ? "null" : obj.getClass().getName()) + ", not a PlannedRange");
     }
     ClassDict d = (ClassDict) obj;
     if (!PYTHON_CLASS.equals(d.getClassName())) {
@@ -64,7 +64,7 @@ public final class RangePartition implements InputPartition, Serializable {
   private static String string(ClassDict d, String key) {
     Object v = d.get(key);
     if (!(v instanceof String)) {
-      throw new IllegalArgumentException("OffsetRange field " + key + " is " + v + ", not a str");
+      throw new IllegalArgumentException("PlannedRange field " + key + " is " + v + ", not a str");
     }
     return (String) v;
   }
@@ -77,13 +77,13 @@ public final class RangePartition implements InputPartition, Serializable {
     if (v instanceof java.math.BigInteger && ((java.math.BigInteger) v).bitLength() < 64) {
       return ((java.math.BigInteger) v).longValue();
     }
-    throw new IllegalArgumentException("OffsetRange field " + key + " is " + v + ", not an int");
+    throw new IllegalArgumentException("PlannedRange field " + key + " is " + v + ", not an int");
   }
 
   private static boolean bool(ClassDict d, String key) {
     Object v = d.get(key);
     if (!(v instanceof Boolean)) {
-      throw new IllegalArgumentException("OffsetRange field " + key + " is " + v + ", not a bool");
+      throw new IllegalArgumentException("PlannedRange field " + key + " is " + v + ", not a bool");
     }
     return (Boolean) v;
   }
