@@ -17,9 +17,11 @@ segments are synced and sealed in the background (:mod:`sparklog.log.sealer`).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
@@ -58,6 +60,17 @@ class AppendResult(NamedTuple):
     log_append_time: int
     position: int
     segment_base: int
+
+
+class LogView(NamedTuple):
+    """One consistent view of a log's offsets and segments (:meth:`PartitionLog.view`):
+    ``segments`` holds ``(segment, readable bytes)`` oldest first, the active segment's
+    readable bytes ending at the high watermark."""
+
+    log_start_offset: int
+    high_watermark: int
+    log_end_offset: int
+    segments: list
 
 
 @dataclass(frozen=True)
@@ -207,6 +220,18 @@ class PartitionLog:
             seg.delete_files()
         return len(due)
 
+    @contextlib.contextmanager
+    def try_lock(self) -> Iterator[bool]:
+        """Hold the log's lock for the ``with`` block if no other thread holds it now,
+        never waiting for it; yields whether it does. For a caller that must not block
+        (the broker's event loop): when False, it does the work on another thread."""
+        locked = self._lock.acquire(blocking=False)
+        try:
+            yield locked
+        finally:
+            if locked:
+                self._lock.release()
+
     def wait_sealed(self) -> None:
         """Wait until every rolled segment is sealed (its ``.index`` written)."""
         with self._lock:
@@ -262,6 +287,14 @@ class PartitionLog:
         """The segments, oldest first; the last one is active."""
         with self._lock:
             return list(self._segments)
+
+    def view(self) -> LogView:
+        """Offsets and segments taken at one moment (appends wait meanwhile)."""
+        with self._lock:
+            last = len(self._segments) - 1
+            return LogView(self._log_start, self._hw, self._leo,
+                           [(seg, self._hw_position if i == last else seg.size)
+                            for i, seg in enumerate(self._segments)])
 
     @property
     def active_segment(self) -> LogSegment:

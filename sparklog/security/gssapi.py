@@ -105,8 +105,17 @@ def _do_as(subject, fn, *args):
     return jvm.jclass("javax.security.auth.Subject").doAs(subject, _action(fn, *args))
 
 
-def _bytes(token) -> bytes:
-    return b"" if token is None else bytes(token)
+def _evaluate(subject, evaluate, token: bytes) -> bytes:
+    """One SASL step of either side: ``evaluate`` (a SaslServer's evaluateResponse or a
+    SaslClient's evaluateChallenge) run as ``subject`` on ``token``; the token to send
+    back (b"" for none), or SaslAuthenticationFailedError naming Kerberos' reason."""
+    import jpype
+
+    try:
+        answer = _do_as(subject, evaluate, jpype.JArray(jpype.JByte)(token))
+    except jpype.JException as e:
+        raise SaslAuthenticationFailedError(f"GSSAPI: {e.getMessage()}") from None
+    return b"" if answer is None else bytes(answer)
 
 
 class GssapiServerExchange:
@@ -135,13 +144,7 @@ class GssapiServerExchange:
     def step(self, token: bytes) -> bytes:
         """The answer to one client token; SaslAuthenticationFailedError naming the
         cause when Kerberos refuses it."""
-        import jpype
-
-        try:
-            return _bytes(_do_as(self._subject, self._server.evaluateResponse,
-                                 jpype.JArray(jpype.JByte)(token)))
-        except jpype.JException as e:
-            raise SaslAuthenticationFailedError(f"GSSAPI: {e.getMessage()}") from None
+        return _evaluate(self._subject, self._server.evaluateResponse, token)
 
     @property
     def complete(self) -> bool:
@@ -188,13 +191,7 @@ class GssapiInitiator:
 
     def step(self, challenge: bytes) -> bytes:
         """The token answering the broker's ``challenge`` (b"" for the first)."""
-        import jpype
-
-        try:
-            return _bytes(_do_as(self.subject, self._client.evaluateChallenge,
-                                 jpype.JArray(jpype.JByte)(challenge)))
-        except jpype.JException as e:
-            raise SaslAuthenticationFailedError(f"GSSAPI: {e.getMessage()}") from None
+        return _evaluate(self.subject, self._client.evaluateChallenge, challenge)
 
     @property
     def complete(self) -> bool:

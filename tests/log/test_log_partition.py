@@ -4,6 +4,7 @@ epochs, leases and bad input."""
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 
@@ -377,6 +378,36 @@ def test_flush_messages_syncs_and_advances_the_high_watermark(fio, pdir):
         assert plog.high_watermark == 0
         plog.append(typed_frame([3]))
         assert plog.high_watermark == 3
+
+
+def test_view_is_one_moment_and_try_lock_never_waits(fio, pdir):
+    size = len(typed_frame([0] * 5))
+    with PartitionLog.open(fio, pdir, {"segment.bytes": 3 * size + 10}) as plog:
+        fill(plog, frames=4, per=5)
+        plog.append(typed_frame([1, 2]))  # not flushed: beyond the high watermark
+        view = plog.view()
+        assert (view.log_start_offset, view.high_watermark, view.log_end_offset) == \
+            (0, 20, 22)
+        assert [(s.base_offset, n) for s, n in view.segments] == [(0, 3 * size), (15, size)]
+        with plog.try_lock() as locked:
+            assert locked
+        held, release = threading.Event(), threading.Event()
+
+        def holder():
+            with plog.try_lock() as locked:
+                assert locked
+                held.set()
+                release.wait(30)
+
+        t = threading.Thread(target=holder)
+        t.start()
+        assert held.wait(30), "the other thread never took the log's lock"
+        with plog.try_lock() as locked:
+            assert not locked  # held by the other thread: no wait
+        release.set()
+        t.join(30)
+        with plog.try_lock() as locked:
+            assert locked
 
 
 def test_open_rejects_bad_arguments(fio, pdir):

@@ -215,8 +215,8 @@ class PartitionWriter:
         self.not_null = NotNullChecker(topic) if constrained_fields(topic.schema) else None
         self.keys = KeyChecker(topic)
         self._queue: asyncio.Queue = asyncio.Queue()
-        #: (batch, results) appended for acks=all, waiting for the next sync
-        self._unsynced: list[tuple[list[ProduceItem], list[ProduceResult]]] = []
+        #: (batch, results, runs) appended for acks=all, waiting for the next sync
+        self._unsynced: list[tuple[list[ProduceItem], list[ProduceResult], list]] = []
         self._sync_wanted = asyncio.Event()
         self._draining = False
         self._waiters: dict[asyncio.Future, None] = {}
@@ -226,7 +226,6 @@ class PartitionWriter:
         self.inline_append_bytes = inline_append_bytes
         #: the newest appended frames, for the fetches that follow the tail
         self.tail = TailCache()
-        self._appended: list = []  # the tail cache's runs of the last batch
         self._task = loop.create_task(self._run(), name=f"writer-{self.name}")
         self._closing = False
         #: True once the log failed (storage error): the broker reopens the partition
@@ -284,27 +283,23 @@ class PartitionWriter:
                     # inline only when the log is not busy in another thread (retention,
                     # the cleaner, a stuck storage call): the event loop never waits for
                     # its lock
-                    lock = self.log._lock
-                    if self._inline(batch) and lock.acquire(blocking=False):
-                        try:
-                            results, durable = self._append_batch(batch)
-                        finally:
-                            lock.release()
-                    else:
-                        results, durable = await self.loop.run_in_executor(
+                    appended = None
+                    if self._inline(batch):
+                        with self.log.try_lock() as locked:
+                            if locked:
+                                appended = self._append_batch(batch)
+                    if appended is None:
+                        appended = await self.loop.run_in_executor(
                             self.pool, self._append_batch, batch)
+                    results, durable, runs = appended
                 except BaseException as exc:  # the log failed as a whole
-                    self._appended = []
-                    self.tail.clear()
                     self._append_failed(batch, exc)
                 else:
-                    runs, self._appended = self._appended, []
-                    if durable:  # answered (and cached) after the next sync from now on
+                    if durable:  # visible (cached, answered) after the next sync
                         self._unsynced.append((batch, results, runs))
                         self._sync_wanted.set()
                     else:  # flushed: visible
-                        self._cache(runs)
-                        self._answer(batch, results)
+                        self._visible(batch, results, runs)
                 if stop:
                     break
         finally:
@@ -328,20 +323,21 @@ class PartitionWriter:
                 # started after every append of ``group`` returned: covers their bytes
                 await self.loop.run_in_executor(self.pool, self._sync_blocking)
             except BaseException as exc:
-                self.tail.clear()
                 for batch, _, _ in group:
                     self._append_failed(batch, exc)
             else:
                 for batch, results, runs in group:
-                    self._cache(runs)
-                    self._answer(batch, results)
+                    self._visible(batch, results, runs)
             self._sync_wanted.set()  # the batches appended meanwhile, or the drain
 
-    def _cache(self, runs: list) -> None:
-        """Keep the runs of frames of an answered batch, now visible, in the tail cache
-        (a run that does not follow the last one kept empties it first)."""
+    def _visible(self, batch: list[ProduceItem], results: list[ProduceResult],
+                 runs: list) -> None:
+        """A batch's frames are visible (flushed, or synced for acks=all): the one place
+        that feeds the tail cache (its runs of frames, in order: a run that does not
+        follow the last one kept empties it first), then the batch is answered."""
         for run in runs:
             self.tail.add(*run)
+        self._answer(batch, results)
 
     def _answer(self, batch: list[ProduceItem], results: list[ProduceResult]) -> None:
         for it, res in zip(batch, results):
@@ -350,6 +346,9 @@ class PartitionWriter:
         self.wake_fetchers()
 
     def _append_failed(self, batch: list[ProduceItem], exc: BaseException) -> None:
+        """The log failed under ``batch``: the tail cache is emptied (what follows may
+        not continue its runs) and every request is answered with ``exc``."""
+        self.tail.clear()
         log.error("partition %s: append failed: %s", self.name, exc)
         self._answer(batch, [ProduceResult(error=exc)] * len(batch))
 
@@ -404,8 +403,9 @@ class PartitionWriter:
 
     def _append_batch(self, batch: list[ProduceItem]):
         """I/O thread: validate, de-duplicate and append every request, then one flush
-        for all unless one asked for acks=all: the results, and whether the batch waits
-        for a sync (the sync loop's) before its answers."""
+        for all unless one asked for acks=all: the results, whether the batch waits for
+        a sync (the sync loop's) before its answers, and the runs of frames appended
+        (for the tail cache once they are visible)."""
         plog, state = self.log, self.state
         max_size = plog.config.max_message_bytes
         results: list[ProduceResult] = []
@@ -443,11 +443,10 @@ class PartitionWriter:
         except StorageError:
             self.failed = True
             raise
-        self._appended = appended
         if state.changed and (time.monotonic() - self._last_snapshot) * 1000 \
                 >= self.snapshot_interval_ms:
             self._snapshot()
-        return results, durable
+        return results, durable, appended
 
     def _append_sequenced(self, records: memoryview, frames, appended: list,
                           keep: int) -> ProduceResult:

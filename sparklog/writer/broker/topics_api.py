@@ -309,18 +309,13 @@ class TopicApis:
 
 def _describe_partition(plog) -> dict:
     """The DescribeLog item of one partition log (blocking: call through ``run_io``)."""
-    with plog._lock:  # one consistent view of offsets and segments
-        hw = plog.high_watermark
-        segments = plog.segments
-        # readable bytes of the active segment end at the high watermark
-        active_size = getattr(plog, "_hw_position", segments[-1].size)
-        segs = []
-        for i, seg in enumerate(segments):
-            last = i == len(segments) - 1
-            size = active_size if last else seg.size
-            if seg.next_offset <= plog.log_start_offset and not last:
-                continue
-            segs.append({"base_offset": seg.base_offset, "path": seg.path, "size": size,
-                         "sealed": bool(seg.sealed)})
-        return {"log_start_offset": plog.log_start_offset, "high_watermark": hw,
-                "log_end_offset": plog.log_end_offset, "segments": segs}
+    view = plog.view()
+    segs = []
+    for i, (seg, size) in enumerate(view.segments):
+        last = i == len(view.segments) - 1
+        if seg.next_offset <= view.log_start_offset and not last:
+            continue
+        segs.append({"base_offset": seg.base_offset, "path": seg.path, "size": size,
+                     "sealed": bool(seg.sealed)})
+    return {"log_start_offset": view.log_start_offset, "high_watermark": view.high_watermark,
+            "log_end_offset": view.log_end_offset, "segments": segs}
