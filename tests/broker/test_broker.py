@@ -29,6 +29,7 @@ from sparklog.format.frame import encode_frame, iter_frames
 from sparklog.protocol import ApiKey, Connection, encode_request
 from tests.support.brokerproc import BrokerProcess
 from tests.support.processes import free_port
+from tests.support.waiting import wait_until
 from tests.support.wire import create, fetch, frame_of, produce, read_values
 
 MAX_REQUEST = 200_000
@@ -77,7 +78,7 @@ def test_produce_fetch_round_trip(conn, acks, compression):
             item = produce(conn, topic, p, records, acks)
             assert item["error_code"] == 0
     if acks == 0:  # no responses: wait until everything is visible
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while sum(len(read_values(conn, topic, p)) for p in (0, 1)) < 21:
             assert time.monotonic() < deadline
             time.sleep(0.02)
@@ -129,11 +130,11 @@ def test_fetch_long_poll_wakes_on_produce(broker, conn):
     t = threading.Thread(target=later)
     t.start()
     start = time.monotonic()
-    item = fetch(conn, "poll", 0, 1, max_wait_ms=10_000)
+    item = fetch(conn, "poll", 0, 1, max_wait_ms=60_000)
     elapsed = time.monotonic() - start
     t.join()
     assert [f.header.base_offset for f in iter_frames(item["records"])] == [1]
-    assert 0.2 < elapsed < 5
+    assert elapsed < 30  # woken by the produce, not by the poll's 60 s
 
 
 def test_list_offsets(conn):
@@ -287,10 +288,9 @@ def test_garbage_and_truncated_requests_close_only_that_connection(broker):
     assert msgpack.unpackb(data[4:])["error_code"] == 42
     s.close()
     _assert_serving(broker)
-    time.sleep(0.2)
-    text = broker.log_text()
-    assert "invalid request size" in text and "header truncated" in text
-    assert "connection closed after" in text
+    wait_until(lambda: all(s in broker.log_text() for s in (
+        "invalid request size", "header truncated", "connection closed after")),
+        what="the broker's log of the three bad connections")
 
 
 def test_random_bytes_over_the_wire(broker):
@@ -329,7 +329,8 @@ def test_groups_join_assign_heartbeat_commit(broker, conn):
     # b joins: a must learn about the rebalance from its heartbeat, then rejoin
     second = threading.Thread(target=join, args=("b",))
     second.start()
-    time.sleep(0.2)
+    wait_until(lambda: conn.request(ApiKey.DESCRIBE_GROUPS, {"groups": ["g1"]})
+               ["groups"][0]["state"] == "PreparingRebalance", what="b's join rebalancing g1")
     hb = conn.send(ApiKey.HEARTBEAT, {"group_id": "g1", "generation_id": gen,
                                       "member_id": member_a})
     assert hb and error_for_code(conn.receive()["error_code"]) is RebalanceInProgressError
@@ -363,7 +364,8 @@ def test_session_timeout_removes_member(broker, conn):
     create(conn, "sess")
     res = conn.request(ApiKey.JOIN_GROUP, {"group_id": "g2", "topics": ["sess"],
                                            "session_timeout_ms": 300})
-    time.sleep(0.8)
+    wait_until(lambda: not conn.request(ApiKey.DESCRIBE_GROUPS, {"groups": ["g2"]})
+               ["groups"][0]["members"], what="g2's only member expired (300 ms session)")
     conn.send(ApiKey.HEARTBEAT, {"group_id": "g2", "generation_id": res["generation_id"],
                                  "member_id": res["member_id"]})
     assert conn.receive()["error_code"] == 25  # UnknownMemberId

@@ -66,7 +66,7 @@ def test_broker_cleaner_compacts_and_consumers_see_gaps(cleaning_broker):
         assert (offset, key, value) in got
     wait_until(lambda: (sample(scrape(broker), "sparklog_log_logcleaner_cleaned_bytes_total",
                                topic="cmp", partition=0) or 0) > 0,
-               timeout=10, what="bytes cleaned on the metrics endpoint")
+               what="bytes cleaned on the metrics endpoint")
     samples = scrape(broker)
     assert sample(samples, "sparklog_log_logcleaner_last_clean_time_ms",
                   topic="cmp", partition=0) > 0

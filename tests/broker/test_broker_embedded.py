@@ -8,6 +8,7 @@ from sparklog.errors import InvalidConfigError, LeaseHeldError
 from sparklog.format.frame import encode_frame, raw_batch
 from sparklog.protocol import ApiKey, Connection
 from sparklog.writer.broker import BrokerConfig, EmbeddedBroker, parse_properties
+from tests.support.waiting import wait_until
 from tests.support.wire import create, produce, read_values
 
 
@@ -157,11 +158,16 @@ def test_stop_answers_pending_long_poll_quickly(storage_root):
 
         t = threading.Thread(target=poll)
         t.start()
-        time.sleep(0.3)
+
+        def parked():
+            writer = broker.broker.partitions.writers.get(("lp", 0))
+            return writer is not None and len(writer._waiters) == 1
+
+        wait_until(parked, what="the long poll parked on lp-0")
         start = time.monotonic()
         broker.stop()
-        t.join(10)
-        assert time.monotonic() - start < 5
+        t.join(30)
+        assert time.monotonic() - start < 15  # not the poll's 20 s
         assert got["res"]["topics"][0]["partitions"][0]["records"] == b""
 
 

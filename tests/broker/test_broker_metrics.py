@@ -144,7 +144,7 @@ def test_log_gauges_follow_retention(tmp_path):
             for i in range(400):
                 producer.send("kept", b"r%06d" % i + b"." * 40, partition=0)
             producer.flush(30)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 90
         while True:  # until retention deleted segments and the files stopped changing
             got = scrape(proc)
             start = sample(got, L + "logstartoffset", topic="kept", partition=0)
@@ -155,7 +155,7 @@ def test_log_gauges_follow_retention(tmp_path):
                                              partition=0)):
                 break
             assert time.monotonic() < deadline, \
-                f"retention did not delete segments within 30 s: {start=} {size=} {count=}"
+                f"retention did not delete segments within 90 s: {start=} {size=} {count=}"
             time.sleep(0.1)
         first = min(int(p.stem) for p in Path(proc.root, "topics", "kept", "0").glob("*.log"))
         assert start == first > 0

@@ -20,6 +20,7 @@ from sparklog.errors import NotLeaderError, SparklogError  # noqa: E402
 from sparklog.protocol import ApiKey, Connection  # noqa: E402
 from tests.support.brokerproc import ROOT, BrokerProcess  # noqa: E402
 from tests.support.clusterproc import BrokerCluster, produce_accepted, produce_one  # noqa: E402
+from tests.support.waiting import wait_until  # noqa: E402
 
 pytestmark = pytest.mark.zookeeper
 
@@ -90,7 +91,7 @@ def test_brokers_on_a_wildcard_listener_register_their_advertised_name(
 def test_a_non_leader_refuses_writes_with_not_leader(cluster):
     with Admin(cluster.bootstrap) as admin:
         admin.create_topic("t", 1)
-    cluster.wait(lambda: cluster.leader_of("t", 0) > 0, 10, "a leader")
+    cluster.wait(lambda: cluster.leader_of("t", 0) > 0, what="a leader")
     leader = cluster.leader_of("t", 0)
     with Connection(cluster.brokers[leader].address) as conn:
         produce_accepted(conn, "t", 0, b"x")
@@ -113,7 +114,7 @@ def test_duplicate_broker_id_process_exits_with_a_clear_error(cluster, storage_r
 def test_sigterm_moves_leadership_before_exit(cluster):
     with Admin(cluster.bootstrap) as admin:
         admin.create_topic("t", 3)
-    cluster.wait(lambda: cluster.leader_of("t", 0) > 0, 10, "a leader")
+    cluster.wait(lambda: cluster.leader_of("t", 0) > 0, what="a leader")
     leader = cluster.leader_of("t", 0)
     before = cluster.state("t", 0)
     t0 = time.monotonic()
@@ -135,27 +136,25 @@ def test_broker_cut_off_from_zookeeper_stops_acknowledging(zookeeper, storage_ro
     try:
         with BrokerCluster(storage_root, zookeeper.connect, 0, session_ms=2000) as cluster:
             cut_off.start()
-            cluster.wait(lambda: 1 in cluster.view.live_brokers(), 20, "broker 1 registered")
+            cluster.wait(lambda: 1 in cluster.view.live_brokers(), what="broker 1 registered")
             with Admin(cut_off.address) as admin:
                 admin.create_topic("t", 1)
-            cluster.wait(lambda: cluster.leader_of("t", 0) == 1, 10, "broker 1 leads t-0")
+            cluster.wait(lambda: cluster.leader_of("t", 0) == 1, what="broker 1 leads t-0")
             with Connection(cut_off.address) as conn:
                 produce_accepted(conn, "t", 0, b"before")
                 proxy.cut()
-                deadline = time.monotonic() + 5
-                while True:  # within the session timeout it refuses to acknowledge
+
+                def refused():
                     item = produce_one(conn, "t", 0, b"during")
-                    if item["error_code"] == NotLeaderError.code:
-                        break
-                    assert time.monotonic() < deadline, item
-                    time.sleep(0.05)
+                    return item if item["error_code"] == NotLeaderError.code else None
+
+                item = wait_until(refused, what="broker 1, cut off from ZooKeeper, "
+                                  "refusing to acknowledge")
                 assert "cannot prove" in item["error_message"]
                 assert "ZooKeeper session" in cut_off.log_text()
                 proxy.restore()  # it comes back: new session, leads again, acknowledges
-                deadline = time.monotonic() + 20
-                while produce_one(conn, "t", 0, b"after")["error_code"] != 0:
-                    assert time.monotonic() < deadline, cut_off.log_text()[-3000:]
-                    time.sleep(0.1)
+                wait_until(lambda: produce_one(conn, "t", 0, b"after")["error_code"] == 0,
+                           what="broker 1 acknowledging again after ZooKeeper came back")
     finally:
         try:
             cut_off.stop(timeout=30)
@@ -213,7 +212,7 @@ def test_config_altered_on_one_broker_applies_on_the_leader(cluster, storage_roo
 
     with Admin(cluster.bootstrap) as admin:
         admin.create_topic("t", 1)
-    cluster.wait(lambda: cluster.leader_of("t", 0) > 0, 10, "a leader")
+    cluster.wait(lambda: cluster.leader_of("t", 0) > 0, what="a leader")
     leader = cluster.leader_of("t", 0)
     other = next(i for i in cluster.brokers if i != leader)
     with Connection(cluster.brokers[leader].address) as conn:
@@ -222,15 +221,13 @@ def test_config_altered_on_one_broker_applies_on_the_leader(cluster, storage_roo
         admin.alter_configs({"t": {"segment.bytes": "1500"}})
     store = TopicStore(storage_root)
     seg_dir = store.partition_dir("t", 0)
-    deadline = time.monotonic() + 15
     with Connection(cluster.brokers[leader].address) as conn:
-        while True:  # the leader rolls at the new segment.bytes once it heard of it
+        def rolled():  # the leader rolls at the new segment.bytes once it heard of it
             assert produce_one(conn, "t", 0, b"y")["error_code"] == 0
             logs = [i.name for i in store.fileio.list(seg_dir) if i.name.endswith(".log")]
-            if len(logs) >= 3:
-                break
-            assert time.monotonic() < deadline, logs
-            time.sleep(0.1)
+            return len(logs) >= 3
+
+        wait_until(rolled, what="the leader rolling at the segment.bytes altered elsewhere")
     assert "config version 2 applied" in cluster.brokers[leader].log_text()
 
 
@@ -243,20 +240,18 @@ def test_zookeeper_down_stops_acks_until_it_returns(storage_root, tmp_path):
                            session_ms=4000) as cluster:
             with Admin(cluster.bootstrap) as admin:
                 admin.create_topic("t", 1)
-            cluster.wait(lambda: cluster.leader_of("t", 0) > 0, 10, "a leader")
+            cluster.wait(lambda: cluster.leader_of("t", 0) > 0, what="a leader")
             leader = cluster.brokers[cluster.leader_of("t", 0)]
             with Connection(leader.address) as conn:
                 produce_accepted(conn, "t", 0, b"before")
                 zk.stop()  # the whole ensemble is gone
-                deadline = time.monotonic() + 10
-                while (item := produce_one(conn, "t", 0, b"during"))["error_code"] == 0:
-                    assert time.monotonic() < deadline, "still acknowledging without ZooKeeper"
-                    time.sleep(0.05)
+                item = wait_until(
+                    lambda: (lambda it: it if it["error_code"] else None)(
+                        produce_one(conn, "t", 0, b"during")),
+                    what="the leader refusing to acknowledge without ZooKeeper")
                 assert item["error_code"] == NotLeaderError.code, item
                 zk.start()  # same port and data: sessions resume, leadership is re-proved
-                deadline = time.monotonic() + 30
-                while produce_one(conn, "t", 0, b"after")["error_code"] != 0:
-                    assert time.monotonic() < deadline, leader.log_text()[-3000:]
-                    time.sleep(0.1)
+                wait_until(lambda: produce_one(conn, "t", 0, b"after")["error_code"] == 0,
+                           what="the leader acknowledging again once ZooKeeper is back")
     finally:
         zk.stop()

@@ -127,7 +127,7 @@ def test_pattern_subscription_picks_up_a_new_topic(proc):
                     seen.extend(r.value for r in records)
                 return sorted(seen) == [b"1", b"2"]
 
-            wait_until(both, 10, "the records of the topic created after subscribe()")
+            wait_until(both, what="the records of the topic created after subscribe()")
             assert c.subscription() == {f"{prefix}-a", f"{prefix}-b"}
 
 

@@ -104,7 +104,7 @@ def test_linger_gathers_records_into_one_frame(broker, admin):
     with Consumer(bootstrap_servers=broker.address, auto_offset_reset="earliest") as c:
         c.assign([TopicPartition(topic, 0)])
         batches = []
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while sum(b.num_rows for b in batches) < 50 and time.monotonic() < deadline:
             for bs in c.poll_batches(timeout_ms=200).values():
                 batches.extend(bs)

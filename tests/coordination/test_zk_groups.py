@@ -9,7 +9,7 @@ import pytest
 from sparklog.coordination.base import CommittedOffset
 from sparklog.errors import InvalidArgumentError
 from sparklog.metadata import TopicStore
-from tests.support.waiting import wait_until as _wait_until
+from tests.support.waiting import wait_until
 
 pytest.importorskip("kazoo", reason="kazoo is not installed (pip install sparklog[cluster])")
 
@@ -18,10 +18,6 @@ from sparklog.coordination.zkgroups import ZkGroupMember, describe_group  # noqa
 from sparklog.coordination.zkstore import ZkCoordinationStore  # noqa: E402
 
 pytestmark = pytest.mark.zookeeper
-
-
-def wait_until(cond, timeout=15.0, what="condition"):
-    return _wait_until(cond, timeout, what)
 
 
 @pytest.fixture

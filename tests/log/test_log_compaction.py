@@ -559,7 +559,7 @@ def test_concurrent_readers_while_the_cleaner_swaps(fio, tmp_path):
                (write_some, clean_some, read_with_log_reader, read_by_fetching)]
     for t in threads:
         t.start()
-    deadline = _time.monotonic() + 30
+    deadline = _time.monotonic() + 120
     while not stop.is_set() and _time.monotonic() < deadline and (
             counts["cleanings"] < 10 or min(counts["reads"], counts["fetch reads"]) < 10):
         _time.sleep(0.05)

@@ -200,7 +200,7 @@ def test_plaintext_sent_to_a_tls_port_is_closed(secure, caplog):
             sock.sendall(encode_request(ApiKey.API_VERSIONS, {}, 1, "plain-client"))
             answer = closed_within(sock, 10)
         assert b"api_versions" not in answer  # a TLS alert at most, never a response
-        wait_until(lambda: "TLS handshake" in caplog.text, 10, "the refused handshake logged")
+        wait_until(lambda: "TLS handshake" in caplog.text, what="the refused handshake logged")
     still_serving(addresses)
 
 

@@ -24,6 +24,7 @@ from sparklog.format.frame import encode_frame, raw_batch
 from sparklog.protocol import ApiKey
 
 from .brokerproc import BrokerProcess
+from .waiting import DEFAULT_WAIT, wait_until
 
 
 class BrokerCluster:
@@ -66,15 +67,10 @@ class BrokerCluster:
         return self.view.view.state(topic, partition)
 
     @staticmethod
-    def wait(cond, timeout: float, what: str):
-        """Poll ``cond`` until truthy (returned) or fail naming ``what``."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = cond()
-            if value:
-                return value
-            time.sleep(0.01)
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    def wait(cond, timeout: float = DEFAULT_WAIT, what: str = "condition"):
+        """Poll ``cond`` until truthy (returned) or fail naming ``what``
+        (:func:`~tests.support.waiting.wait_until`)."""
+        return wait_until(cond, timeout, what)
 
     def logs(self) -> str:
         """Every broker's log, headed by its id (for failure messages)."""

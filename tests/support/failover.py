@@ -166,7 +166,7 @@ def paused_old_leader(storage_root: str, zk_connect: str, log_dir, roll: bool) -
                        session_ms=SESSION_MS, extra_args=extra) as cluster:
         with Admin(cluster.bootstrap) as admin:
             admin.create_topic("z", 1)
-        cluster.wait(lambda: cluster.leader_of("z", 0) > 0, 10, "a leader")
+        cluster.wait(lambda: cluster.leader_of("z", 0) > 0, what="a leader")
         old = cluster.leader_of("z", 0)
         epoch = cluster.state("z", 0).leader_epoch
         new = next(i for i in cluster.brokers if i != old)

@@ -164,7 +164,7 @@ def run_killed(cmd: list, fault: str) -> subprocess.CompletedProcess:
     try:
         out, err = proc.communicate(timeout=240)
     finally:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while not _group_gone(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.2)
         leftover = not _group_gone(proc.pid)
