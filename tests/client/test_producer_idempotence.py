@@ -13,7 +13,12 @@ import pyarrow as pa
 import pytest
 
 from sparklog.admin import Admin
-from sparklog.errors import RecordTooLargeError, SparklogError
+from sparklog.errors import (
+    OutOfOrderSequenceError,
+    RecordTooLargeError,
+    SparklogError,
+    TopicExistsError,
+)
 from sparklog.writer.producer import Producer
 from tests.support.brokerproc import BrokerProcess, log_frames, topic_with
 from tests.support.clients import consume_all
@@ -148,6 +153,27 @@ def test_out_of_order_behind_a_split_batch_is_retried_unchanged(proxy):
     assert _stored(proxy, topic) == [(pid, 0), (pid, 1), (pid, 151), (pid, 301)]
     got = consume_all(proxy.broker.address, topic, 1, 302)[0]
     assert [r.value for r in got] == [b"warm", *values, b"small"]
+
+
+def test_a_partition_that_forgot_the_producer_gets_a_new_identity(proxy):
+    # the topic is deleted and created again: the new partition knows nothing of the
+    # producer, whose next sequence is not 0: OutOfOrderSequence with nothing of ours
+    # pending fails that batch and bumps the identity (READY -> BUMP_NEEDED), so the
+    # next batch starts a new producer at sequence 0 instead of being refused forever
+    topic = topic_with(proxy.broker)
+    proxy.reset()
+    with _producer(proxy) as producer:
+        producer.send(topic, b"before").get(20)
+        old = _identity(producer)
+        proxy.broker.admin.delete_topics([topic])
+        wait_until(lambda: proxy.broker.admin.create_topic(topic, 1) or True,
+                   what=f"{topic} created again", ignore=(TopicExistsError,))
+        with pytest.raises(OutOfOrderSequenceError, match="must start at sequence 0"):
+            producer.send(topic, b"refused").get(20)
+        assert producer.send(topic, b"after").get(20).offset == 0
+        new = _identity(producer)
+    assert new[0] != old[0]
+    assert _stored(proxy, topic) == [(new[0], 0)]
 
 
 def test_a_retry_after_the_broker_crashed_is_a_duplicate(proxy):

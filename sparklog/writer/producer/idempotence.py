@@ -10,7 +10,10 @@ manager alone changes that identity and the sequences.
   producer id (InitProducerId); every partition's sequence starts at 0.
 * ``READY`` → ``BUMP_NEEDED``: a batch failed for good and may be in the log (its outcome
   is unknown, or later batches of its partition were sent after it), so its sequences
-  cannot be reused nor skipped.
+  cannot be reused nor skipped; or the broker refused it out of order with no earlier
+  batch of ours pending: the partition lost or never had what it knew of this producer
+  (the topic was deleted and created again, ...), and only a new identity, starting at
+  sequence 0, is accepted there again (as Kafka's producer bumps its epoch, KIP-360).
 * ``BUMP_NEEDED`` → ``READY``: before the next frames are stamped, a new identity
   (InitProducerId again; a producer without a transactional id gets a fresh producer
   id, the broker bumps no epoch for it) and sequences restart at 0. Until then, and if
@@ -34,10 +37,10 @@ sequence of its partition) and keeps those bytes across retries. When it fails,
 stamp_pieces` gives the pieces the batch's sequence range).
 
 A batch that fails for good goes to :meth:`~IdempotenceManager.batch_failed`: when the
-broker refused it (a known outcome) and nothing else of its partition is pending, its
-sequence range is handed out again (the partition's next sequence goes back to its base);
-otherwise the identity goes to ``BUMP_NEEDED``. Batches stamped under an older identity
-change nothing.
+broker refused it (a known outcome, not a sequence error) and nothing else of its
+partition is pending, its sequence range is handed out again (the partition's next
+sequence goes back to its base); otherwise the identity goes to ``BUMP_NEEDED``. Batches
+stamped under an older identity change nothing.
 """
 
 from __future__ import annotations
@@ -155,15 +158,17 @@ class IdempotenceManager:
             return Recovery.RESEQUENCE
         return Recovery.RETRY if earlier_pending() else Recovery.NONE
 
-    def batch_failed(self, item, *, outcome_known: bool, others_pending: bool) -> None:
-        """A batch failed for good: hand its sequences out again when the broker
-        refused it and nothing else of its partition is pending, else READY →
-        BUMP_NEEDED. A batch never stamped, or stamped under an older identity,
-        changes nothing."""
+    def batch_failed(self, item, exc: BaseException, *, outcome_known: bool,
+                     others_pending: bool) -> None:
+        """A batch failed for good with ``exc``: hand its sequences out again when the
+        broker refused it (not as out of order) and nothing else of its partition is
+        pending, else READY → BUMP_NEEDED. A batch never stamped, or stamped under an
+        older identity, changes nothing."""
         with self._lock:
             if item.base_sequence < 0 or not self.is_current(item):
                 return
-            if outcome_known and not others_pending:
+            if outcome_known and not others_pending \
+                    and not isinstance(exc, OutOfOrderSequenceError):
                 self._sequences[item.tp] = item.base_sequence
             else:
                 self.state = IdentityState.BUMP_NEEDED

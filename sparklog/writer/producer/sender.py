@@ -350,7 +350,7 @@ class Sender(threading.Thread):
             self.acc.requeue(item, self.retry_backoff)
             return
         if idem is not None:
-            idem.batch_failed(item, outcome_known=outcome_known,
+            idem.batch_failed(item, exc, outcome_known=outcome_known,
                               others_pending=self.acc.others_pending(item))
         self._finish_failed(item, exc)
 
