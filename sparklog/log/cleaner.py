@@ -40,6 +40,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -53,10 +54,12 @@ from ..format.header import (
     RECORD_COUNT,
     TRANSACTIONAL_BIT,
 )
+from ..format.marker import marker_type
 from .checkpoint import JsonCheckpoint
 from .index import fits_relative
 from .layout import PartitionListing
 from .segment import LogSegment, write_replacing
+from .transactions import AbortedTransactions, TransactionTracker
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +102,7 @@ class CleanResult:
     segments_written: int = 0
     records_removed: int = 0
     tombstones_removed: int = 0
+    markers_removed: int = 0
     seconds: float = 0.0
     replaced: list = field(default_factory=list)
 
@@ -323,30 +327,54 @@ def _clean(plog, now: int, state: CleanableState, buffer_size: int,
     capacity = max(buffer_size // BYTES_PER_KEY, 1)
     key = CompactionKey.of(plog.name, config)
     offsets, map_end = KeyMap(), state.first_dirty
-    pending: list = []  # (segment, [(keys, offsets)]) read but not merged into the map
+    # (segment, its KnownKeys, no transaction open at its end) read but not merged
+    pending: list = []
+    txns = TransactionTracker()
+
+    def mapped(seg, keys: KnownKeys):
+        """The (keys, offsets) ``seg`` adds to the map: its records but those of
+        aborted transactions."""
+        if not keys.rows:
+            return []
+        drop = [(row, n) for path, row, n in txns.aborted_tags if path == seg.path]
+        if not drop:
+            return [(keys.keys, keys.offsets)]
+        mask = np.ones(keys.rows, dtype=bool)
+        for row, n in drop:
+            mask[row:row + n] = False
+        return [(keys.keys.filter(pa.array(mask)), keys.offsets.filter(pa.array(mask)))]
 
     def merge_pending() -> bool:
-        """Merge the pending segments into the map (one hash aggregation for all of
-        them); when that would pass the capacity, merge them one by one up to the last
-        that fits. False when a segment did not fit (the map ends before it)."""
+        """Merge the pending segments up to the last one at whose end no transaction
+        is open into the map (one hash aggregation for all of them); when that would
+        pass the capacity, merge them one by one up to the last that fits (and ends
+        with no open transaction). False when a segment did not fit (the map ends
+        before it)."""
         nonlocal offsets, map_end
-        merged = offsets.merged([p for _, parts in pending for p in parts])
-        if len(merged) <= capacity:
-            offsets, map_end = merged, pending[-1][0].next_offset
-            pending.clear()
+        free = max((i for i, p in enumerate(pending) if p[2]), default=-1)
+        if free < 0:
             return True
-        for seg, parts in pending:
-            merged = offsets.merged(parts)
-            if len(merged) > capacity:
+        ready, rest = pending[:free + 1], pending[free + 1:]
+        merged = offsets.merged([p for seg, k, _ in ready for p in mapped(seg, k)])
+        if len(merged) <= capacity:
+            offsets, map_end = merged, ready[-1][0].next_offset
+            pending[:] = rest
+            return True
+        candidate = offsets
+        for seg, k, closed in ready:
+            candidate = candidate.merged(mapped(seg, k))
+            if len(candidate) > capacity:
                 if map_end == state.first_dirty:
                     raise InvalidConfigError(
                         f"partition {plog.name}: segment {seg.path} holds more distinct "
                         f"keys than log.cleaner.dedupe.buffer.size={buffer_size} maps "
-                        f"({capacity} keys of {BYTES_PER_KEY} bytes); raise it")
+                        f"({capacity} keys of {BYTES_PER_KEY} bytes) (with the segments "
+                        f"of the transactions open at its start); raise it")
                 pending.clear()
                 return False
-            offsets, map_end = merged, seg.next_offset
-        pending.clear()
+            if closed:
+                offsets, map_end = candidate, seg.next_offset
+        pending[:] = rest
         return True
 
     rows = 0
@@ -356,28 +384,30 @@ def _clean(plog, now: int, state: CleanableState, buffer_size: int,
             continue
         if seg.base_offset >= state.first_uncleanable:
             break
-        keys = known.read(seg, _frames(seg, throttle, result), key)
-        pending.append((seg, [(keys.keys, keys.offsets)] if keys.rows else []))
+        keys = known.read(seg, _frames(seg, throttle, result), key, txns)
+        pending.append((seg, keys, not txns.open))
         rows += keys.rows
-        if rows >= max(capacity, MERGE_ROWS):  # bound the memory of pending keys
+        if rows >= max(capacity, MERGE_ROWS) and not txns.open:  # bound pending keys
             rows = 0
             if not merge_pending():
                 break
     if pending:
-        merge_pending()
+        merge_pending()  # segments after the last with no open transaction are left
     if map_end <= state.first_dirty:
         return None
     result.end_offset = map_end
     # 3. rewrite every sealed segment below the mapped end, in groups
     horizon = now - config.delete_retention_ms
-    pending = [seg for seg in segments if seg.next_offset <= map_end]
+    cleaned = [seg for seg in segments if seg.next_offset <= map_end]
+    aborted = txns.aborted
+
     def kept(seg):  # the bytes a segment may keep: grouped by them, not by its size
         seen = known.by_path.get(seg.path)
-        return seg.size if seen is None else seen.kept_bytes(offsets)
+        return seg.size if seen is None else seen.kept_bytes(offsets, aborted)
 
-    for group in group_segments(pending, config.segment_bytes, kept):
+    for group in group_segments(cleaned, config.segment_bytes, kept):
         new, _ = write_cleaned(plog.fileio, plog.dir_url, config, plog.name, group, offsets,
-                               cleanings, horizon, throttle, result, known)
+                               cleanings, horizon, throttle, result, known, aborted=aborted)
         plog.replace_segments(group, new)
         result.segments_replaced += len(group)
         result.segments_written += 1
@@ -397,10 +427,12 @@ def finish_cleaning(plog, checkpoint: CleanerCheckpoint, cleanings: list[list[in
     checkpoint.write(map_end, cleanings)
     result.seconds = time.monotonic() - started
     log.info("partition %s: cleaned offsets [%d, %d): %d segment(s) into %d, %d bytes "
-             "read, %d written, %d records and %d tombstones removed in %.2f s",
+             "read, %d written, %d records, %d tombstones and %d transaction markers "
+             "removed in %.2f s",
              plog.name, plog.log_start_offset, map_end, result.segments_replaced,
              result.segments_written, result.bytes_read, result.bytes_written,
-             result.records_removed, result.tombstones_removed, result.seconds)
+             result.records_removed, result.tombstones_removed, result.markers_removed,
+             result.seconds)
 
 
 class KeyMap:
@@ -482,19 +514,20 @@ def _frames_at(seg: LogSegment, runs, throttle: Throttle, result: CleanResult):
 class KnownKeys:
     """The keys and offsets of one sealed segment's records, read in the key-map pass
     (copied out of the read buffers), with each frame's ``(position, size, base
-    offset, first row, rows)`` (rows -1: a control frame)."""
+    offset, first row, rows, header)`` (rows -1: a control frame)."""
 
     def __init__(self, keys, offsets, frames):
         self.keys, self.offsets, self.frames = keys, offsets, frames
         self.rows = 0 if keys is None else len(keys)
         self._plan = None
 
-    def plan(self, offsets: "KeyMap"):
+    def plan(self, offsets: "KeyMap", aborted: AbortedTransactions | None = None):
         """Probe the key map ``offsets`` with all the keys at once (done once):
         ``(latest, runs, wanted, dropped)``: the map's offset per record, the
         ``(position, end, base offset)`` runs of consecutive frames that keep a record
-        (control frames always do), ``{position: (first row, rows)}`` of those frames,
-        and the number of records of the frames left out."""
+        (control frames always do; frames of ``aborted`` transactions never),
+        ``{position: (first row, rows)}`` of those frames, and the number of records of
+        the frames left out."""
         if self._plan is None:
             latest = stays = None
             if self.rows:
@@ -505,8 +538,9 @@ class KnownKeys:
                     .fill_null(False).to_numpy(zero_copy_only=False)
             runs: list[list[int]] = []
             wanted, dropped = {}, 0
-            for pos, size, base, row, rows in self.frames:
-                if rows >= 0 and not stays[row:row + rows].any():
+            for pos, size, base, row, rows, header in self.frames:
+                if rows >= 0 and (not stays[row:row + rows].any()
+                                  or aborted and aborted.holds(header)):
                     dropped += rows
                     continue
                 wanted[pos] = (row, rows)
@@ -517,10 +551,11 @@ class KnownKeys:
             self._plan = (latest, runs, wanted, dropped)
         return self._plan
 
-    def kept_bytes(self, offsets: "KeyMap") -> int:
+    def kept_bytes(self, offsets: "KeyMap",
+                   aborted: AbortedTransactions | None = None) -> int:
         """An upper bound of the bytes this segment keeps: its frames that keep a
         record (a frame that loses some gets smaller)."""
-        return sum(end - pos for pos, end, _ in self.plan(offsets)[1])
+        return sum(end - pos for pos, end, _ in self.plan(offsets, aborted)[1])
 
 
 class SegmentKeys:
@@ -533,14 +568,18 @@ class SegmentKeys:
         self.budget = budget
         self.by_path: dict[str, KnownKeys] = {}
 
-    def read(self, seg: LogSegment, frames, key: CompactionKey) -> KnownKeys:
+    def read(self, seg: LogSegment, frames, key: CompactionKey,
+             txns: TransactionTracker | None = None) -> KnownKeys:
         """Read ``frames`` (``(position, frame)`` of all of ``seg``): its keys and
-        offsets (remembered while within the budget)."""
+        offsets (remembered while within the budget); ``txns`` follows the
+        transactions (its tags: ``(segment path, first row, rows)``)."""
         keys, offsets, layout, row = [], [], [], 0
         for pos, frame in frames:
             h = frame.header
             if h.is_control:
-                layout.append((pos, h.size, h.base_offset, row, -1))
+                layout.append((pos, h.size, h.base_offset, row, -1, h))
+                if txns is not None:
+                    txns.marker(h, marker_type(frame))
                 continue
             batch = frame.batch()
             k = key.keys(batch)
@@ -548,7 +587,9 @@ class SegmentKeys:
                 k = k.cast(keys[0].type)
             keys.append(k)
             offsets.append(frame.offsets())
-            layout.append((pos, h.size, h.base_offset, row, len(k)))
+            layout.append((pos, h.size, h.base_offset, row, len(k), h))
+            if txns is not None:
+                txns.data(h, (seg.path, row, len(k)))
             row += len(k)
         if not keys:
             known = KnownKeys(None, None, layout)
@@ -591,14 +632,21 @@ def delete_uncommitted(plog) -> None:
 
 def write_cleaned(fileio, directory: str, config, name: str, group, offsets: "KeyMap",
                   cleanings, horizon: int, throttle: Throttle, result: CleanResult,
-                  known: SegmentKeys | None = None, *, commit: bool = True):
+                  known: SegmentKeys | None = None, *, commit: bool = True,
+                  aborted: AbortedTransactions | None = None):
     """Write the cleaned segment replacing the sealed segments ``group`` of the
     partition ``name`` in ``directory`` (LogConfig ``config``), keeping per key the
     records the key map ``offsets`` allows (steps 3 and 4); segments whose keys
     ``known`` holds are probed at once and only their frames that keep something are
     read again. Returns ``(segment, index bytes)``: with ``commit`` its ``.index`` is
     written (the commit) and the bytes are None; without, everything but the
-    ``.index`` is written and its bytes are returned, for :func:`commit_cleaned`."""
+    ``.index`` is written and its bytes are returned, for :func:`commit_cleaned`.
+
+    With ``aborted`` (the aborted transactions, :mod:`.transactions`) the cleaning is
+    transaction-aware: the data frames of aborted transactions are removed, and a
+    transaction marker goes once ``delete.retention.ms`` passed after the cleaning that
+    first reached it (``horizon``), unless a record of its transaction stays in this
+    group (Kafka's rule). Without, every control frame stays."""
     key = CompactionKey.of(name, config)
     base, end = group[0].base_offset, group[-1].next_offset
     generation = 1 + max(s.generation for s in group)
@@ -609,16 +657,28 @@ def write_cleaned(fileio, directory: str, config, name: str, group, offsets: "Ke
     try:
         new.apply_replication()
         position, expected = 0, base
+        retained: set[int] = set()  # producers whose open transaction keeps records
         for seg in group:
             seen = known.by_path.get(seg.path) if known is not None else None
             probed = _probed(_frames(seg, throttle, result), offsets, key) \
-                if seen is None else _probed_known(seg, seen, offsets, throttle, result)
+                if seen is None else _probed_known(seg, seen, offsets, throttle, result,
+                                                   aborted)
             for frame, latest in probed:
+                h = frame.header
+                if aborted is not None and h.is_transactional:
+                    if aborted.holds(h):
+                        result.records_removed += h.record_count
+                        continue
+                    if h.is_control:
+                        if _marker_expires(frame, retained, cleanings, horizon):
+                            result.markers_removed += 1
+                            continue
                 data = _cleaned_frame(frame, latest, cleanings, horizon, result, key,
-                                      gap=frame.header.base_offset != expected)
+                                      gap=h.base_offset != expected)
                 if data is None:
                     continue
-                h = frame.header
+                if h.is_transactional and not h.is_control:
+                    retained.add(h.producer_id)
                 expected = h.next_offset
                 out.write(data)
                 new.track(h.base_offset, h.next_offset, h.max_timestamp,
@@ -648,6 +708,19 @@ def commit_cleaned(fileio, directory: str, config, base: int, end: int, generati
     write_replacing(fileio, seg.index_path, index)
     seg.apply_replication(seg.timeindex_path, seg.index_path)
     return seg
+
+
+def _marker_expires(frame, retained: set[int], cleanings, horizon: int) -> bool:
+    """Whether the transaction marker ``frame`` goes: of a known type, no record of
+    its transaction kept in this group (``retained``, which it leaves), and
+    ``delete.retention.ms`` passed since the cleaning that first reached it."""
+    h = frame.header
+    kept = h.producer_id in retained
+    retained.discard(h.producer_id)
+    if kept or marker_type(frame) is None:
+        return False
+    reached = reached_at(cleanings, h.base_offset)
+    return reached is not None and reached <= horizon
 
 
 def _count(data) -> int:
@@ -693,11 +766,12 @@ def segment_keys(seg: LogSegment, key: CompactionKey) -> "KeyMap":
     return KeyMap().merged([(known.keys, known.offsets)] if known.rows else [])
 
 
-def _probed_known(seg: LogSegment, seen: KnownKeys, offsets: KeyMap, throttle, result):
+def _probed_known(seg: LogSegment, seen: KnownKeys, offsets: KeyMap, throttle, result,
+                  aborted: AbortedTransactions | None = None):
     """:func:`_probed` for a segment whose keys the key-map pass kept (probed by
     :meth:`KnownKeys.plan`): frames none of whose records stay are not read again
     (counted as removed), the others are read in runs of consecutive frames."""
-    latest, runs, wanted, dropped = seen.plan(offsets)
+    latest, runs, wanted, dropped = seen.plan(offsets, aborted)
     result.records_removed += dropped
     for pos, frame in _frames_at(seg, runs, throttle, result):
         row, rows = wanted[pos]
