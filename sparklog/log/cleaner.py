@@ -287,10 +287,14 @@ class Throttle:
 
 def clean(plog, now_ms: int | None = None, *, dedupe_buffer_size: int = 128 << 20,
           throttle: Throttle | None = None, force: bool = False,
-          max_offset: int | None = None) -> CleanResult | None:
+          max_offset: int | None = None, worker=None) -> CleanResult | None:
     """Clean ``plog`` once if it is due (or ``force``); None when nothing was done.
     Holds ``plog.maintenance`` throughout (retention waits). ``max_offset`` bounds
-    what is cleanable (:func:`cleanable_state`). See the module docstring."""
+    what is cleanable (:func:`cleanable_state`). With ``worker``, a callable running a
+    :class:`CleaningTask` as :func:`run_task` does (e.g. in a helper process), steps 2
+    and 3 run there and this process commits the cleaned segments it returns, in
+    offset order (the swap and the checkpoint stay with the partition's writer). See
+    the module docstring."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     if not plog.config.compact:
         return None
@@ -298,7 +302,7 @@ def clean(plog, now_ms: int | None = None, *, dedupe_buffer_size: int = 128 << 2
         state = due_cleaning(plog, now, force, max_offset)
         if state is None:
             return None
-        return _clean(plog, now, state, dedupe_buffer_size, throttle or Throttle())
+        return _clean(plog, now, state, dedupe_buffer_size, throttle or Throttle(), worker)
 
 
 def due_cleaning(plog, now: int, force: bool = False, max_offset: int | None = None):
@@ -314,19 +318,119 @@ def due_cleaning(plog, now: int, force: bool = False, max_offset: int | None = N
     return state
 
 
+@dataclass(frozen=True)
+class CleaningTask:
+    """Everything a cleaning reads besides the partition's files (steps 2 and 3 are a
+    function of both, :func:`run_task`): picklable, so a helper process can run it."""
+
+    directory: str
+    config: object  # the partition's LogConfig
+    name: str
+    #: ``(base offset, generation, end offset, size)`` of each sealed segment
+    segments: tuple
+    first_dirty: int
+    first_uncleanable: int
+    cleanings: tuple
+    now: int
+    buffer_size: int
+
+    def open_segments(self, fileio) -> list[LogSegment]:
+        """The sealed segments of the task, opened on ``fileio``."""
+        return [LogSegment(fileio, self.directory, base, sealed=True, generation=gen,
+                           end_offset=end, listed_size=size)
+                for base, gen, end, size in self.segments]
+
+
+@dataclass(frozen=True)
+class CleanedGroup:
+    """A cleaned segment written but not committed (no ``.index`` yet): the base offsets
+    of the segments it replaces, its offsets, generation and ``.index`` bytes."""
+
+    replaces: tuple
+    base: int
+    end: int
+    generation: int
+    index: bytes
+
+
+def run_task(fileio, task: CleaningTask, throttle: Throttle | None = None):
+    """Steps 2 and 3 of a cleaning with every cleaned segment left uncommitted (what a
+    helper process runs): ``(map end, [CleanedGroup], CleanResult)``, map end None
+    when nothing could be cleaned. Its files are the uncommitted ones
+    :func:`delete_uncommitted` removes if the caller never commits them."""
+    result = CleanResult(task.first_dirty, task.first_dirty)
+    groups: list[CleanedGroup] = []
+
+    def keep(group, new, index):
+        groups.append(CleanedGroup(tuple(s.base_offset for s in group), new.base_offset,
+                                   new.end_offset, new.generation, index))
+
+    map_end = clean_segments(fileio, task.directory, task.config, task.name,
+                             task.open_segments(fileio), task.first_dirty,
+                             task.first_uncleanable, list(task.cleanings), task.now,
+                             task.buffer_size, throttle or Throttle(), result, keep,
+                             commit=False)
+    return map_end, groups, result
+
+
 def _clean(plog, now: int, state: CleanableState, buffer_size: int,
-           throttle: Throttle) -> CleanResult | None:
+           throttle: Throttle, worker=None) -> CleanResult | None:
     started = time.monotonic()
     fileio, config = plog.fileio, plog.config
     checkpoint = CleanerCheckpoint(fileio, plog.dir_url)
     _, cleanings = checkpoint.read()
     delete_uncommitted(plog)
     segments = plog.segments[:-1]  # sealed; the active segment is never touched
-    result = CleanResult(state.first_dirty, state.first_dirty)
+    if worker is None:  # in this process: each cleaned segment committed as written
+        result = CleanResult(state.first_dirty, state.first_dirty)
+
+        def swap(group, new, _):
+            plog.replace_segments(group, new)
+            _count_swap(result, group)
+
+        map_end = clean_segments(fileio, plog.dir_url, config, plog.name, segments,
+                                 state.first_dirty, state.first_uncleanable, cleanings,
+                                 now, buffer_size, throttle, result, swap)
+    else:  # by ``worker`` (a helper process), committed here in offset order
+        task = CleaningTask(plog.dir_url, config, plog.name,
+                            tuple((s.base_offset, s.generation, s.next_offset, s.size)
+                                  for s in segments),
+                            state.first_dirty, state.first_uncleanable, tuple(cleanings),
+                            now, buffer_size)
+        map_end, groups, result = worker(task)
+        by_base = {s.base_offset: s for s in segments}
+        for g in groups:
+            group = [by_base[b] for b in g.replaces]
+            new = commit_cleaned(fileio, plog.dir_url, config, g.base, g.end, g.generation,
+                                 g.index)
+            plog.replace_segments(group, new)
+            _count_swap(result, group)
+    if map_end is None:
+        return None
+    result.end_offset = map_end
+    finish_cleaning(plog, checkpoint, cleanings, map_end, now, started, result)
+    return result
+
+
+def _count_swap(result: CleanResult, group) -> None:
+    result.segments_replaced += len(group)
+    result.segments_written += 1
+    result.replaced.extend(s.path for s in group)
+
+
+def clean_segments(fileio, directory: str, config, name: str, segments: list[LogSegment],
+                   first_dirty: int, first_uncleanable: int, cleanings, now: int,
+                   buffer_size: int, throttle: Throttle, result: CleanResult, on_group, *,
+                   commit: bool = True) -> int | None:
+    """Steps 2 and 3 over the sealed ``segments`` of partition ``name``: the key map of
+    the dirty ones in ``[first_dirty, first_uncleanable)``, then every segment below
+    its end rewritten in groups, ``on_group(group, new segment, index bytes)`` called
+    for each (committed first with ``commit``, see :func:`write_cleaned`). Returns the
+    map's end (the new dirty offset), None when nothing could be mapped."""
     # 2. the key map over the dirty segments, whole segments while they fit
     capacity = max(buffer_size // BYTES_PER_KEY, 1)
-    key = CompactionKey.of(plog.name, config)
-    offsets, map_end = KeyMap(), state.first_dirty
+    key = CompactionKey.of(name, config)
+    offsets, map_end = KeyMap(), first_dirty
     # (segment, its KnownKeys, no transaction open at its end) read but not merged
     pending: list = []
     txns = TransactionTracker()
@@ -364,9 +468,9 @@ def _clean(plog, now: int, state: CleanableState, buffer_size: int,
         for seg, k, closed in ready:
             candidate = candidate.merged(mapped(seg, k))
             if len(candidate) > capacity:
-                if map_end == state.first_dirty:
+                if map_end == first_dirty:
                     raise InvalidConfigError(
-                        f"partition {plog.name}: segment {seg.path} holds more distinct "
+                        f"partition {name}: segment {seg.path} holds more distinct "
                         f"keys than log.cleaner.dedupe.buffer.size={buffer_size} maps "
                         f"({capacity} keys of {BYTES_PER_KEY} bytes) (with the segments "
                         f"of the transactions open at its start); raise it")
@@ -380,9 +484,9 @@ def _clean(plog, now: int, state: CleanableState, buffer_size: int,
     rows = 0
     known = SegmentKeys(buffer_size)
     for seg in segments:
-        if seg.next_offset <= state.first_dirty:
+        if seg.next_offset <= first_dirty:
             continue
-        if seg.base_offset >= state.first_uncleanable:
+        if seg.base_offset >= first_uncleanable:
             break
         keys = known.read(seg, _frames(seg, throttle, result), key, txns)
         pending.append((seg, keys, not txns.open))
@@ -393,7 +497,7 @@ def _clean(plog, now: int, state: CleanableState, buffer_size: int,
                 break
     if pending:
         merge_pending()  # segments after the last with no open transaction are left
-    if map_end <= state.first_dirty:
+    if map_end <= first_dirty:
         return None
     result.end_offset = map_end
     # 3. rewrite every sealed segment below the mapped end, in groups
@@ -406,14 +510,11 @@ def _clean(plog, now: int, state: CleanableState, buffer_size: int,
         return seg.size if seen is None else seen.kept_bytes(offsets, aborted)
 
     for group in group_segments(cleaned, config.segment_bytes, kept):
-        new, _ = write_cleaned(plog.fileio, plog.dir_url, config, plog.name, group, offsets,
-                               cleanings, horizon, throttle, result, known, aborted=aborted)
-        plog.replace_segments(group, new)
-        result.segments_replaced += len(group)
-        result.segments_written += 1
-        result.replaced.extend(s.path for s in group)
-    finish_cleaning(plog, checkpoint, cleanings, map_end, now, started, result)
-    return result
+        new, index = write_cleaned(fileio, directory, config, name, group, offsets,
+                                   cleanings, horizon, throttle, result, known,
+                                   commit=commit, aborted=aborted)
+        on_group(group, new, index)
+    return map_end
 
 
 def finish_cleaning(plog, checkpoint: CleanerCheckpoint, cleanings: list[list[int]],
