@@ -504,6 +504,7 @@ def clean_segments(fileio, directory: str, config, name: str, segments: list[Log
     horizon = now - config.delete_retention_ms
     cleaned = [seg for seg in segments if seg.next_offset <= map_end]
     aborted = txns.aborted
+    known.plan(cleaned, offsets, aborted)
 
     def kept(seg):  # the bytes a segment may keep: grouped by them, not by its size
         seen = known.by_path.get(seg.path)
@@ -559,7 +560,7 @@ class KeyMap:
             offs.append(o.cast(pa.int64()))
         if not keys:
             return KeyMap()
-        table = pa.table({"k": pa.concat_arrays(keys), "o": pa.concat_arrays(offs)})
+        table = pa.table({"k": pa.chunked_array(keys), "o": pa.chunked_array(offs)})
         if table.column("k").null_count:
             table = table.filter(pc.is_valid(table.column("k")))
         grouped = table.group_by("k").aggregate([("o", "max")])
@@ -622,21 +623,18 @@ class KnownKeys:
         self.rows = 0 if keys is None else len(keys)
         self._plan = None
 
-    def plan(self, offsets: "KeyMap", aborted: AbortedTransactions | None = None):
-        """Probe the key map ``offsets`` with all the keys at once (done once):
-        ``(latest, runs, wanted, dropped)``: the map's offset per record, the
+    def plan(self, offsets: "KeyMap", aborted: AbortedTransactions | None = None,
+             stays=None):
+        """Which records stay (done once): ``(stays, runs, wanted, dropped)``: per
+        record, whether it stays by the key map ``offsets`` (a numpy bool array, the
+        map probed with all the keys at once unless ``stays`` is given), the
         ``(position, end, base offset)`` runs of consecutive frames that keep a record
         (control frames always do; frames of ``aborted`` transactions never),
         ``{position: (first row, rows)}`` of those frames, and the number of records of
         the frames left out."""
         if self._plan is None:
-            latest = stays = None
-            if self.rows:
-                latest = offsets.latest(self.keys)
-                newest = pc.or_kleene(pc.is_null(latest),
-                                      pc.greater_equal(self.offsets, latest))
-                stays = pc.and_(pc.is_valid(self.keys), newest.fill_null(False)) \
-                    .fill_null(False).to_numpy(zero_copy_only=False)
+            if self.rows and stays is None:
+                stays = _stays(self.keys, self.offsets, offsets.latest(self.keys))
             runs: list[list[int]] = []
             wanted, dropped = {}, 0
             for pos, size, base, row, rows, header in self.frames:
@@ -649,7 +647,7 @@ class KnownKeys:
                     runs[-1][1] = pos + size
                 else:
                     runs.append([pos, pos + size, base])
-            self._plan = (latest, runs, wanted, dropped)
+            self._plan = (stays, runs, wanted, dropped)
         return self._plan
 
     def kept_bytes(self, offsets: "KeyMap",
@@ -669,6 +667,27 @@ class SegmentKeys:
         self.budget = budget
         self.by_path: dict[str, KnownKeys] = {}
 
+    def plan(self, segments, offsets: "KeyMap",
+             aborted: AbortedTransactions | None = None) -> None:
+        """:meth:`KnownKeys.plan` for those of ``segments`` (all merged into the key
+        map ``offsets``) whose keys are kept, without probing the map by key: a record
+        of a mapped segment stays exactly when its offset is its key's offset in the
+        map, so the map's offsets, sorted once, are looked up by offset (numpy)."""
+        todo = [k for k in (self.by_path.get(seg.path) for seg in segments)
+                if k is not None and k.rows and k._plan is None]
+        if not todo or offsets.offsets is None:
+            return
+        mapped = np.sort(offsets.offsets.to_numpy(zero_copy_only=False))
+        for k in todo:
+            offs = k.offsets.to_numpy(zero_copy_only=False)
+            if len(offs) > 1 and not (offs[1:] > offs[:-1]).all():
+                continue  # not in offset order: planned by key instead
+            lo, hi = np.searchsorted(mapped, (offs[0], offs[-1] + 1))
+            rows = np.searchsorted(offs, mapped[lo:hi])
+            stays = np.zeros(k.rows, dtype=bool)
+            stays[rows] = True
+            k.plan(offsets, aborted, stays)
+
     def read(self, seg: LogSegment, frames, key: CompactionKey,
              txns: TransactionTracker | None = None) -> KnownKeys:
         """Read ``frames`` (``(position, frame)`` of all of ``seg``): its keys and
@@ -687,7 +706,8 @@ class SegmentKeys:
             if keys and k.type != keys[0].type:
                 k = k.cast(keys[0].type)
             keys.append(k)
-            offsets.append(frame.offsets())
+            # implicit offsets are filled in below, all frames at once
+            offsets.append(frame.offsets() if h.explicit_offsets else None)
             layout.append((pos, h.size, h.base_offset, row, len(k), h))
             if txns is not None:
                 txns.data(h, (seg.path, row, len(k)))
@@ -695,12 +715,26 @@ class SegmentKeys:
         if not keys:
             known = KnownKeys(None, None, layout)
         else:  # concatenated: copies, so the read buffers are freed
-            known = KnownKeys(pa.concat_arrays(keys), pa.concat_arrays(offsets), layout)
+            known = KnownKeys(pa.concat_arrays(keys), _offsets(layout, offsets, row), layout)
         size = 0 if known.keys is None else known.keys.nbytes + known.offsets.nbytes
         if size <= self.budget:
             self.budget -= size
             self.by_path[seg.path] = known
         return known
+
+
+def _offsets(layout, explicit, rows: int) -> pa.Array:
+    """The offsets of the ``rows`` records of a segment's data frames (``layout`` as
+    :class:`KnownKeys`; ``explicit``: per data frame, its offsets when it has explicit
+    ones, else None), computed with numpy for all of them at once."""
+    frames = [f for f in layout if f[4] >= 0]
+    counts = np.fromiter((f[4] for f in frames), np.int64, len(frames))
+    starts = np.fromiter((f[2] - f[3] for f in frames), np.int64, len(frames))
+    out = np.arange(rows, dtype=np.int64) + np.repeat(starts, counts)
+    for (_, _, _, row, n, _), given in zip(frames, explicit):
+        if given is not None:
+            out[row:row + n] = given.to_numpy(zero_copy_only=False)
+    return pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(out)])
 
 
 def group_segments(segments: list[LogSegment], max_bytes: int,
@@ -764,7 +798,7 @@ def write_cleaned(fileio, directory: str, config, name: str, group, offsets: "Ke
             probed = _probed(_frames(seg, throttle, result), offsets, key) \
                 if seen is None else _probed_known(seg, seen, offsets, throttle, result,
                                                    aborted)
-            for frame, latest in probed:
+            for frame, keep in probed:
                 h = frame.header
                 if aborted is not None and h.is_transactional:
                     if aborted.holds(h):
@@ -774,7 +808,7 @@ def write_cleaned(fileio, directory: str, config, name: str, group, offsets: "Ke
                         if _marker_expires(frame, retained, cleanings, horizon):
                             result.markers_removed += 1
                             continue
-                data = _cleaned_frame(frame, latest, cleanings, horizon, result, key,
+                data = _cleaned_frame(frame, keep, cleanings, horizon, result, key,
                                       gap=h.base_offset != expected)
                 if data is None:
                     continue
@@ -832,21 +866,37 @@ def _count(data) -> int:
 PROBE_WINDOW_BYTES = 16 << 20
 
 
+def _stays(keys: pa.Array, record_offsets: pa.Array, latest: pa.Array):
+    """Per record (numpy bools): it has a key, and no later record of its key is in
+    the key map (``latest``: the map's offset of each record's key, null if none)."""
+    mask = pc.and_(pc.is_valid(keys), pc.or_kleene(
+        pc.is_null(latest), pc.greater_equal(record_offsets, latest)))
+    return mask.fill_null(False).to_numpy(zero_copy_only=False)
+
+
 def _probed(frames, offsets: KeyMap, key: CompactionKey):
-    """Yield ``(frame, latest)`` for ``frames``: ``latest`` holds, per record, the key
-    map's offset for its key (null: not mapped; None for control frames). The keys of
-    up to PROBE_WINDOW_BYTES of frames are looked up in one call."""
+    """Yield ``(frame, stays)`` for ``frames``: ``stays`` tells, per record, whether
+    it stays by the key map (:func:`_stays`; None for control frames). The keys of up
+    to PROBE_WINDOW_BYTES of frames are looked up in one call."""
     window, size = [], 0
 
     def flush():
         keyed = [(f, f.batch()) for f in window if not f.header.is_control]
-        columns = [key.keys(b) for _, b in keyed]
-        found = offsets.latest(pa.concat_arrays([_plain(c) for c in columns])) \
-            if columns else None
-        at, out = 0, {}
-        for (f, _), c in zip(keyed, columns):
-            out[id(f)] = found.slice(at, len(c))
-            at += len(c)
+        columns = [_plain(key.keys(b)) for _, b in keyed]
+        out = {}
+        if columns:
+            keys = pa.chunked_array(columns).combine_chunks()
+            layout, row = [], 0
+            for (f, _), c in zip(keyed, columns):
+                layout.append((0, 0, f.header.base_offset, row, len(c), None))
+                row += len(c)
+            explicit = [f.offsets() if f.header.explicit_offsets else None for f, _ in keyed]
+            stays = _stays(keys, _offsets(layout, explicit, len(keys)),
+                           offsets.latest(keys))
+            at = 0
+            for (f, _), c in zip(keyed, columns):
+                out[id(f)] = stays[at:at + len(c)]
+                at += len(c)
         for f in window:
             yield f, out.get(id(f))
 
@@ -872,7 +922,7 @@ def _probed_known(seg: LogSegment, seen: KnownKeys, offsets: KeyMap, throttle, r
     """:func:`_probed` for a segment whose keys the key-map pass kept (probed by
     :meth:`KnownKeys.plan`): frames none of whose records stay are not read again
     (counted as removed), the others are read in runs of consecutive frames."""
-    latest, runs, wanted, dropped = seen.plan(offsets, aborted)
+    stays, runs, wanted, dropped = seen.plan(offsets, aborted)
     result.records_removed += dropped
     for pos, frame in _frames_at(seg, runs, throttle, result):
         row, rows = wanted[pos]
@@ -880,14 +930,15 @@ def _probed_known(seg: LogSegment, seen: KnownKeys, offsets: KeyMap, throttle, r
             raise DataLossError(
                 f"partition segment {seg.path}: the frame at byte {pos} changed between "
                 f"the key-map pass and the rewrite", path=seg.path, position=pos)
-        yield frame, None if rows < 0 else latest.slice(row, rows)
+        yield frame, None if rows < 0 else stays[row:row + rows]
 
 
-def _cleaned_frame(frame, latest, cleanings, horizon, result, key: CompactionKey, *,
+def _cleaned_frame(frame, keep, cleanings, horizon, result, key: CompactionKey, *,
                    gap: bool):
-    """The bytes of ``frame`` after cleaning: unchanged when every record stays (and
-    it follows the previous frame kept, ``gap`` False, or has explicit offsets already),
-    None when none does, else re-encoded with explicit offsets: only a frame with the
+    """The bytes of ``frame`` after cleaning, ``keep`` telling per record whether the
+    key map keeps it (numpy bools): unchanged when every record stays (and it follows
+    the previous frame kept, ``gap`` False, or has explicit offsets already), None when
+    none does, else re-encoded with explicit offsets: only a frame with the
     explicit-offsets bit may start after the previous frame's end (docs/format.md). A
     control frame (a transaction marker) always stays, re-encoded the same way when
     records before it were removed."""
@@ -896,17 +947,16 @@ def _cleaned_frame(frame, latest, cleanings, horizon, result, key: CompactionKey
         if not gap or h.explicit_offsets:
             return _frame_bytes(frame)
         return _reencoded(frame, frame.batch(), frame.offsets(), None)
+    n = h.record_count
+    stays = int(keep.sum())
+    if stays == 0:
+        result.records_removed += n
+        return None
     batch = frame.batch()
-    keys = key.keys(batch)
-    record_offsets = frame.offsets()
-    mask = pc.and_(pc.is_valid(keys), pc.or_kleene(
-        pc.is_null(latest), pc.greater_equal(record_offsets, latest)))
-    mask = mask.fill_null(False)
-    stays = pc.sum(mask.cast(pa.int64())).as_py() or 0
     tombstones = _tombstones(batch, key)
     if any(tombstones):  # few: their delete horizon is checked one by one
-        keep = mask.to_pylist()
-        for i, (tomb, offset) in enumerate(zip(tombstones, record_offsets.to_pylist())):
+        keep = keep.copy()
+        for i, (tomb, offset) in enumerate(zip(tombstones, frame.offsets().to_pylist())):
             if tomb and keep[i]:
                 reached = reached_at(cleanings, offset)
                 if reached is not None and reached <= horizon:
@@ -914,13 +964,12 @@ def _cleaned_frame(frame, latest, cleanings, horizon, result, key: CompactionKey
                     stays -= 1
                     result.tombstones_removed += 1
                     result.records_removed -= 1  # counted below
-        mask = pa.array(keep, pa.bool_())
-    result.records_removed += len(keys) - stays
-    if stays == len(keys) and (not gap or h.explicit_offsets):
+    result.records_removed += n - stays
+    if stays == n and (not gap or h.explicit_offsets):
         return _frame_bytes(frame)
     if stays == 0:
         return None
-    return _reencoded(frame, batch, record_offsets, mask)
+    return _reencoded(frame, batch, frame.offsets(), pa.array(keep))
 
 
 def _reencoded(frame, batch: pa.RecordBatch, record_offsets: pa.Array, mask) -> bytes:
