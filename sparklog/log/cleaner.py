@@ -488,7 +488,7 @@ def clean_segments(fileio, directory: str, config, name: str, segments: list[Log
             continue
         if seg.base_offset >= first_uncleanable:
             break
-        keys = known.read(seg, _frames(seg, throttle, result), key, txns)
+        keys = known.read(seg, _frames(seg, throttle, result, decoded=True), key, txns)
         pending.append((seg, keys, not txns.open))
         rows += keys.rows
         if rows >= max(capacity, MERGE_ROWS) and not txns.open:  # bound pending keys
@@ -563,7 +563,8 @@ class KeyMap:
         table = pa.table({"k": pa.chunked_array(keys), "o": pa.chunked_array(offs)})
         if table.column("k").null_count:
             table = table.filter(pc.is_valid(table.column("k")))
-        grouped = table.group_by("k").aggregate([("o", "max")])
+        # one thread: faster here than acero's pool, and a cleaning takes one core only
+        grouped = table.group_by("k", use_threads=False).aggregate([("o", "max")])
         return KeyMap(grouped.column("k").combine_chunks(),
                       grouped.column("o_max").combine_chunks())
 
@@ -584,10 +585,13 @@ def _plain(array: pa.Array) -> pa.Array:
     return array
 
 
-def _frames(seg: LogSegment, throttle: Throttle, result: CleanResult):
+def _frames(seg: LogSegment, throttle: Throttle, result: CleanResult, *,
+            decoded: bool = False):
     """``(position, frame)`` of the validated frames of sealed segment ``seg``
-    (throttled, counted)."""
-    scan = seg.scan_for(seg.base_offset)
+    (throttled, counted); ``decoded``: the caller decodes every data frame's body
+    (:meth:`~sparklog.format.frame.Frame.batch` checks it fully), so the scan checks
+    only framing and CRC (control frames' bodies are checked anyway)."""
+    scan = seg.scan_for(seg.base_offset, check_body=False if decoded else None)
     for pos, frame in scan:
         throttle.account(frame.header.size)
         result.bytes_read += frame.header.size
