@@ -19,7 +19,11 @@ A cleaning of the partition log ``plog`` (its writer, in the writer's process):
    Records without a key are dropped (a compacted topic refuses them on produce).
    Each frame keeps its base offset, leader epoch, producer fields and last offset
    delta; a frame that lost records is re-encoded with explicit offsets (docs/format.md
-   section 1), one that lost all of them is dropped, control frames are kept.
+   section 1), one that lost all of them is dropped. Transactions
+   (:mod:`.transactions`): the key map ends where no transaction is open and leaves
+   out aborted records; the frames of aborted transactions are dropped, and a
+   transaction marker goes ``delete.retention.ms`` after the cleaning that reached
+   it unless records of its transaction stay in its cleaned segment.
    Consecutive segments are grouped into cleaned segments of at most ``segment.bytes``.
 4. **The swap** (docs/format.md, "Compaction"): each cleaned segment is written under
    its own name ``<base>.<end>.c<generation>``, synced, then its ``.timeindex`` and
@@ -28,6 +32,10 @@ A cleaning of the partition log ``plog`` (its writer, in the writer's process):
    ``file.delete.delay.ms`` later.
 5. The cleaner checkpoint records the new dirty offset and the time of this cleaning
    (the tombstone clock).
+
+Steps 2 and 3 are a function of the partition's files (:func:`run_task` of a
+:class:`CleaningTask`), so the broker can run them in a helper process
+(:mod:`sparklog.retention.cleaner_process`) and commit the result itself.
 
 Records are keyed by their ``key`` column, or for typed topics by the column(s)
 their ``compaction.key.columns`` declares (:class:`CompactionKey`); a topic whose schema
