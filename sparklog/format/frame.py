@@ -521,9 +521,13 @@ def check_follows(header: FrameHeader, expected: int, where: str = "", *,
         path=path, position=position, first_offset=expected, end_offset=end_offset)
 
 
-def decode_frame(buf, pos: int = 0, *, verify_crc: bool = True, path=None) -> Frame:
-    """Validate and return the frame at ``buf[pos:]`` (body as a zero-copy view)."""
-    header = validate_frame(buf, pos, verify_crc=verify_crc, path=path)
+def decode_frame(buf, pos: int = 0, *, verify_crc: bool = True, path=None,
+                 check_body: bool | None = None) -> Frame:
+    """Validate and return the frame at ``buf[pos:]`` (body as a zero-copy view);
+    ``check_body`` as :func:`validate_frame` (False for a caller that decodes every
+    body with :meth:`Frame.batch`, which checks it fully)."""
+    header = validate_frame(buf, pos, verify_crc=verify_crc, path=path,
+                            check_body=check_body)
     data = buf if isinstance(buf, pa.Buffer) else pa.py_buffer(buf)
     body = data.slice(pos + HEADER_SIZE, header.size - HEADER_SIZE)
     return Frame(header, body)

@@ -163,6 +163,11 @@ class FrameHeader(NamedTuple):
         return bool(self.attributes & EXPLICIT_OFFSETS_BIT)
 
     @property
+    def is_transactional(self) -> bool:
+        """True for frames of a transaction (its data and its marker)."""
+        return bool(self.attributes & TRANSACTIONAL_BIT)
+
+    @property
     def is_control(self) -> bool:
         """True for control frames (not user records)."""
         return bool(self.attributes & CONTROL_BIT)

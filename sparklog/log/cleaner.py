@@ -19,7 +19,11 @@ A cleaning of the partition log ``plog`` (its writer, in the writer's process):
    Records without a key are dropped (a compacted topic refuses them on produce).
    Each frame keeps its base offset, leader epoch, producer fields and last offset
    delta; a frame that lost records is re-encoded with explicit offsets (docs/format.md
-   section 1), one that lost all of them is dropped, control frames are kept.
+   section 1), one that lost all of them is dropped. Transactions
+   (:mod:`.transactions`): the key map ends where no transaction is open and leaves
+   out aborted records; the frames of aborted transactions are dropped, and a
+   transaction marker goes ``delete.retention.ms`` after the cleaning that reached
+   it unless records of its transaction stay in its cleaned segment.
    Consecutive segments are grouped into cleaned segments of at most ``segment.bytes``.
 4. **The swap** (docs/format.md, "Compaction"): each cleaned segment is written under
    its own name ``<base>.<end>.c<generation>``, synced, then its ``.timeindex`` and
@@ -28,6 +32,10 @@ A cleaning of the partition log ``plog`` (its writer, in the writer's process):
    ``file.delete.delay.ms`` later.
 5. The cleaner checkpoint records the new dirty offset and the time of this cleaning
    (the tombstone clock).
+
+Steps 2 and 3 are a function of the partition's files (:func:`run_task` of a
+:class:`CleaningTask`), so the broker can run them in a helper process
+(:mod:`sparklog.retention.cleaner_process`) and commit the result itself.
 
 Records are keyed by their ``key`` column, or for typed topics by the column(s)
 their ``compaction.key.columns`` declares (:class:`CompactionKey`); a topic whose schema
@@ -40,6 +48,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -53,10 +62,12 @@ from ..format.header import (
     RECORD_COUNT,
     TRANSACTIONAL_BIT,
 )
+from ..format.marker import marker_type
 from .checkpoint import JsonCheckpoint
 from .index import fits_relative
 from .layout import PartitionListing
 from .segment import LogSegment, write_replacing
+from .transactions import AbortedTransactions, TransactionTracker
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +110,7 @@ class CleanResult:
     segments_written: int = 0
     records_removed: int = 0
     tombstones_removed: int = 0
+    markers_removed: int = 0
     seconds: float = 0.0
     replaced: list = field(default_factory=list)
 
@@ -283,10 +295,14 @@ class Throttle:
 
 def clean(plog, now_ms: int | None = None, *, dedupe_buffer_size: int = 128 << 20,
           throttle: Throttle | None = None, force: bool = False,
-          max_offset: int | None = None) -> CleanResult | None:
+          max_offset: int | None = None, worker=None) -> CleanResult | None:
     """Clean ``plog`` once if it is due (or ``force``); None when nothing was done.
     Holds ``plog.maintenance`` throughout (retention waits). ``max_offset`` bounds
-    what is cleanable (:func:`cleanable_state`). See the module docstring."""
+    what is cleanable (:func:`cleanable_state`). With ``worker``, a callable running a
+    :class:`CleaningTask` as :func:`run_task` does (e.g. in a helper process), steps 2
+    and 3 run there and this process commits the cleaned segments it returns, in
+    offset order (the swap and the checkpoint stay with the partition's writer). See
+    the module docstring."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     if not plog.config.compact:
         return None
@@ -294,7 +310,7 @@ def clean(plog, now_ms: int | None = None, *, dedupe_buffer_size: int = 128 << 2
         state = due_cleaning(plog, now, force, max_offset)
         if state is None:
             return None
-        return _clean(plog, now, state, dedupe_buffer_size, throttle or Throttle())
+        return _clean(plog, now, state, dedupe_buffer_size, throttle or Throttle(), worker)
 
 
 def due_cleaning(plog, now: int, force: bool = False, max_offset: int | None = None):
@@ -310,80 +326,204 @@ def due_cleaning(plog, now: int, force: bool = False, max_offset: int | None = N
     return state
 
 
+@dataclass(frozen=True)
+class CleaningTask:
+    """Everything a cleaning reads besides the partition's files (steps 2 and 3 are a
+    function of both, :func:`run_task`): picklable, so a helper process can run it."""
+
+    directory: str
+    config: object  # the partition's LogConfig
+    name: str
+    #: ``(base offset, generation, end offset, size)`` of each sealed segment
+    segments: tuple
+    first_dirty: int
+    first_uncleanable: int
+    cleanings: tuple
+    now: int
+    buffer_size: int
+
+    def open_segments(self, fileio) -> list[LogSegment]:
+        """The sealed segments of the task, opened on ``fileio``."""
+        return [LogSegment(fileio, self.directory, base, sealed=True, generation=gen,
+                           end_offset=end, listed_size=size)
+                for base, gen, end, size in self.segments]
+
+
+@dataclass(frozen=True)
+class CleanedGroup:
+    """A cleaned segment written but not committed (no ``.index`` yet): the base offsets
+    of the segments it replaces, its offsets, generation and ``.index`` bytes."""
+
+    replaces: tuple
+    base: int
+    end: int
+    generation: int
+    index: bytes
+
+
+def run_task(fileio, task: CleaningTask, throttle: Throttle | None = None):
+    """Steps 2 and 3 of a cleaning with every cleaned segment left uncommitted (what a
+    helper process runs): ``(map end, [CleanedGroup], CleanResult)``, map end None
+    when nothing could be cleaned. Its files are the uncommitted ones
+    :func:`delete_uncommitted` removes if the caller never commits them."""
+    result = CleanResult(task.first_dirty, task.first_dirty)
+    groups: list[CleanedGroup] = []
+
+    def keep(group, new, index):
+        groups.append(CleanedGroup(tuple(s.base_offset for s in group), new.base_offset,
+                                   new.end_offset, new.generation, index))
+
+    map_end = clean_segments(fileio, task.directory, task.config, task.name,
+                             task.open_segments(fileio), task.first_dirty,
+                             task.first_uncleanable, list(task.cleanings), task.now,
+                             task.buffer_size, throttle or Throttle(), result, keep,
+                             commit=False)
+    return map_end, groups, result
+
+
 def _clean(plog, now: int, state: CleanableState, buffer_size: int,
-           throttle: Throttle) -> CleanResult | None:
+           throttle: Throttle, worker=None) -> CleanResult | None:
     started = time.monotonic()
     fileio, config = plog.fileio, plog.config
     checkpoint = CleanerCheckpoint(fileio, plog.dir_url)
     _, cleanings = checkpoint.read()
     delete_uncommitted(plog)
     segments = plog.segments[:-1]  # sealed; the active segment is never touched
-    result = CleanResult(state.first_dirty, state.first_dirty)
+    if worker is None:  # in this process: each cleaned segment committed as written
+        result = CleanResult(state.first_dirty, state.first_dirty)
+
+        def swap(group, new, _):
+            plog.replace_segments(group, new)
+            _count_swap(result, group)
+
+        map_end = clean_segments(fileio, plog.dir_url, config, plog.name, segments,
+                                 state.first_dirty, state.first_uncleanable, cleanings,
+                                 now, buffer_size, throttle, result, swap)
+    else:  # by ``worker`` (a helper process), committed here in offset order
+        task = CleaningTask(plog.dir_url, config, plog.name,
+                            tuple((s.base_offset, s.generation, s.next_offset, s.size)
+                                  for s in segments),
+                            state.first_dirty, state.first_uncleanable, tuple(cleanings),
+                            now, buffer_size)
+        map_end, groups, result = worker(task)
+        by_base = {s.base_offset: s for s in segments}
+        for g in groups:
+            group = [by_base[b] for b in g.replaces]
+            new = commit_cleaned(fileio, plog.dir_url, config, g.base, g.end, g.generation,
+                                 g.index)
+            plog.replace_segments(group, new)
+            _count_swap(result, group)
+    if map_end is None:
+        return None
+    result.end_offset = map_end
+    finish_cleaning(plog, checkpoint, cleanings, map_end, now, started, result)
+    return result
+
+
+def _count_swap(result: CleanResult, group) -> None:
+    result.segments_replaced += len(group)
+    result.segments_written += 1
+    result.replaced.extend(s.path for s in group)
+
+
+def clean_segments(fileio, directory: str, config, name: str, segments: list[LogSegment],
+                   first_dirty: int, first_uncleanable: int, cleanings, now: int,
+                   buffer_size: int, throttle: Throttle, result: CleanResult, on_group, *,
+                   commit: bool = True) -> int | None:
+    """Steps 2 and 3 over the sealed ``segments`` of partition ``name``: the key map of
+    the dirty ones in ``[first_dirty, first_uncleanable)``, then every segment below
+    its end rewritten in groups, ``on_group(group, new segment, index bytes)`` called
+    for each (committed first with ``commit``, see :func:`write_cleaned`). Returns the
+    map's end (the new dirty offset), None when nothing could be mapped."""
     # 2. the key map over the dirty segments, whole segments while they fit
     capacity = max(buffer_size // BYTES_PER_KEY, 1)
-    key = CompactionKey.of(plog.name, config)
-    offsets, map_end = KeyMap(), state.first_dirty
-    pending: list = []  # (segment, [(keys, offsets)]) read but not merged into the map
+    key = CompactionKey.of(name, config)
+    offsets, map_end = KeyMap(), first_dirty
+    # (segment, its KnownKeys, no transaction open at its end) read but not merged
+    pending: list = []
+    txns = TransactionTracker()
+
+    def mapped(seg, keys: KnownKeys):
+        """The (keys, offsets) ``seg`` adds to the map: its records but those of
+        aborted transactions."""
+        if not keys.rows:
+            return []
+        drop = [(row, n) for path, row, n in txns.aborted_tags if path == seg.path]
+        if not drop:
+            return [(keys.keys, keys.offsets)]
+        mask = np.ones(keys.rows, dtype=bool)
+        for row, n in drop:
+            mask[row:row + n] = False
+        return [(keys.keys.filter(pa.array(mask)), keys.offsets.filter(pa.array(mask)))]
 
     def merge_pending() -> bool:
-        """Merge the pending segments into the map (one hash aggregation for all of
-        them); when that would pass the capacity, merge them one by one up to the last
-        that fits. False when a segment did not fit (the map ends before it)."""
+        """Merge the pending segments up to the last one at whose end no transaction
+        is open into the map (one hash aggregation for all of them); when that would
+        pass the capacity, merge them one by one up to the last that fits (and ends
+        with no open transaction). False when a segment did not fit (the map ends
+        before it)."""
         nonlocal offsets, map_end
-        merged = offsets.merged([p for _, parts in pending for p in parts])
-        if len(merged) <= capacity:
-            offsets, map_end = merged, pending[-1][0].next_offset
-            pending.clear()
+        free = max((i for i, p in enumerate(pending) if p[2]), default=-1)
+        if free < 0:
             return True
-        for seg, parts in pending:
-            merged = offsets.merged(parts)
-            if len(merged) > capacity:
-                if map_end == state.first_dirty:
+        ready, rest = pending[:free + 1], pending[free + 1:]
+        merged = offsets.merged([p for seg, k, _ in ready for p in mapped(seg, k)])
+        if len(merged) <= capacity:
+            offsets, map_end = merged, ready[-1][0].next_offset
+            pending[:] = rest
+            return True
+        candidate = offsets
+        for seg, k, closed in ready:
+            candidate = candidate.merged(mapped(seg, k))
+            if len(candidate) > capacity:
+                if map_end == first_dirty:
                     raise InvalidConfigError(
-                        f"partition {plog.name}: segment {seg.path} holds more distinct "
+                        f"partition {name}: segment {seg.path} holds more distinct "
                         f"keys than log.cleaner.dedupe.buffer.size={buffer_size} maps "
-                        f"({capacity} keys of {BYTES_PER_KEY} bytes); raise it")
+                        f"({capacity} keys of {BYTES_PER_KEY} bytes) (with the segments "
+                        f"of the transactions open at its start); raise it")
                 pending.clear()
                 return False
-            offsets, map_end = merged, seg.next_offset
-        pending.clear()
+            if closed:
+                offsets, map_end = candidate, seg.next_offset
+        pending[:] = rest
         return True
 
     rows = 0
     known = SegmentKeys(buffer_size)
     for seg in segments:
-        if seg.next_offset <= state.first_dirty:
+        if seg.next_offset <= first_dirty:
             continue
-        if seg.base_offset >= state.first_uncleanable:
+        if seg.base_offset >= first_uncleanable:
             break
-        keys = known.read(seg, _frames(seg, throttle, result), key)
-        pending.append((seg, [(keys.keys, keys.offsets)] if keys.rows else []))
+        keys = known.read(seg, _frames(seg, throttle, result, decoded=True), key, txns)
+        pending.append((seg, keys, not txns.open))
         rows += keys.rows
-        if rows >= max(capacity, MERGE_ROWS):  # bound the memory of pending keys
+        if rows >= max(capacity, MERGE_ROWS) and not txns.open:  # bound pending keys
             rows = 0
             if not merge_pending():
                 break
     if pending:
-        merge_pending()
-    if map_end <= state.first_dirty:
+        merge_pending()  # segments after the last with no open transaction are left
+    if map_end <= first_dirty:
         return None
     result.end_offset = map_end
     # 3. rewrite every sealed segment below the mapped end, in groups
     horizon = now - config.delete_retention_ms
-    pending = [seg for seg in segments if seg.next_offset <= map_end]
+    cleaned = [seg for seg in segments if seg.next_offset <= map_end]
+    aborted = txns.aborted
+    known.plan(cleaned, offsets, aborted)
+
     def kept(seg):  # the bytes a segment may keep: grouped by them, not by its size
         seen = known.by_path.get(seg.path)
-        return seg.size if seen is None else seen.kept_bytes(offsets)
+        return seg.size if seen is None else seen.kept_bytes(offsets, aborted)
 
-    for group in group_segments(pending, config.segment_bytes, kept):
-        new, _ = write_cleaned(plog.fileio, plog.dir_url, config, plog.name, group, offsets,
-                               cleanings, horizon, throttle, result, known)
-        plog.replace_segments(group, new)
-        result.segments_replaced += len(group)
-        result.segments_written += 1
-        result.replaced.extend(s.path for s in group)
-    finish_cleaning(plog, checkpoint, cleanings, map_end, now, started, result)
-    return result
+    for group in group_segments(cleaned, config.segment_bytes, kept):
+        new, index = write_cleaned(fileio, directory, config, name, group, offsets,
+                                   cleanings, horizon, throttle, result, known,
+                                   commit=commit, aborted=aborted)
+        on_group(group, new, index)
+    return map_end
 
 
 def finish_cleaning(plog, checkpoint: CleanerCheckpoint, cleanings: list[list[int]],
@@ -397,10 +537,12 @@ def finish_cleaning(plog, checkpoint: CleanerCheckpoint, cleanings: list[list[in
     checkpoint.write(map_end, cleanings)
     result.seconds = time.monotonic() - started
     log.info("partition %s: cleaned offsets [%d, %d): %d segment(s) into %d, %d bytes "
-             "read, %d written, %d records and %d tombstones removed in %.2f s",
+             "read, %d written, %d records, %d tombstones and %d transaction markers "
+             "removed in %.2f s",
              plog.name, plog.log_start_offset, map_end, result.segments_replaced,
              result.segments_written, result.bytes_read, result.bytes_written,
-             result.records_removed, result.tombstones_removed, result.seconds)
+             result.records_removed, result.tombstones_removed, result.markers_removed,
+             result.seconds)
 
 
 class KeyMap:
@@ -426,10 +568,11 @@ class KeyMap:
             offs.append(o.cast(pa.int64()))
         if not keys:
             return KeyMap()
-        table = pa.table({"k": pa.concat_arrays(keys), "o": pa.concat_arrays(offs)})
+        table = pa.table({"k": pa.chunked_array(keys), "o": pa.chunked_array(offs)})
         if table.column("k").null_count:
             table = table.filter(pc.is_valid(table.column("k")))
-        grouped = table.group_by("k").aggregate([("o", "max")])
+        # one thread: faster here than acero's pool, and a cleaning takes one core only
+        grouped = table.group_by("k", use_threads=False).aggregate([("o", "max")])
         return KeyMap(grouped.column("k").combine_chunks(),
                       grouped.column("o_max").combine_chunks())
 
@@ -450,10 +593,13 @@ def _plain(array: pa.Array) -> pa.Array:
     return array
 
 
-def _frames(seg: LogSegment, throttle: Throttle, result: CleanResult):
+def _frames(seg: LogSegment, throttle: Throttle, result: CleanResult, *,
+            decoded: bool = False):
     """``(position, frame)`` of the validated frames of sealed segment ``seg``
-    (throttled, counted)."""
-    scan = seg.scan_for(seg.base_offset)
+    (throttled, counted); ``decoded``: the caller decodes every data frame's body
+    (:meth:`~sparklog.format.frame.Frame.batch` checks it fully), so the scan checks
+    only framing and CRC (control frames' bodies are checked anyway)."""
+    scan = seg.scan_for(seg.base_offset, check_body=False if decoded else None)
     for pos, frame in scan:
         throttle.account(frame.header.size)
         result.bytes_read += frame.header.size
@@ -482,31 +628,30 @@ def _frames_at(seg: LogSegment, runs, throttle: Throttle, result: CleanResult):
 class KnownKeys:
     """The keys and offsets of one sealed segment's records, read in the key-map pass
     (copied out of the read buffers), with each frame's ``(position, size, base
-    offset, first row, rows)`` (rows -1: a control frame)."""
+    offset, first row, rows, header)`` (rows -1: a control frame)."""
 
     def __init__(self, keys, offsets, frames):
         self.keys, self.offsets, self.frames = keys, offsets, frames
         self.rows = 0 if keys is None else len(keys)
         self._plan = None
 
-    def plan(self, offsets: "KeyMap"):
-        """Probe the key map ``offsets`` with all the keys at once (done once):
-        ``(latest, runs, wanted, dropped)``: the map's offset per record, the
+    def plan(self, offsets: "KeyMap", aborted: AbortedTransactions | None = None,
+             stays=None):
+        """Which records stay (done once): ``(stays, runs, wanted, dropped)``: per
+        record, whether it stays by the key map ``offsets`` (a numpy bool array, the
+        map probed with all the keys at once unless ``stays`` is given), the
         ``(position, end, base offset)`` runs of consecutive frames that keep a record
-        (control frames always do), ``{position: (first row, rows)}`` of those frames,
-        and the number of records of the frames left out."""
+        (control frames always do; frames of ``aborted`` transactions never),
+        ``{position: (first row, rows)}`` of those frames, and the number of records of
+        the frames left out."""
         if self._plan is None:
-            latest = stays = None
-            if self.rows:
-                latest = offsets.latest(self.keys)
-                newest = pc.or_kleene(pc.is_null(latest),
-                                      pc.greater_equal(self.offsets, latest))
-                stays = pc.and_(pc.is_valid(self.keys), newest.fill_null(False)) \
-                    .fill_null(False).to_numpy(zero_copy_only=False)
+            if self.rows and stays is None:
+                stays = _stays(self.keys, self.offsets, offsets.latest(self.keys))
             runs: list[list[int]] = []
             wanted, dropped = {}, 0
-            for pos, size, base, row, rows in self.frames:
-                if rows >= 0 and not stays[row:row + rows].any():
+            for pos, size, base, row, rows, header in self.frames:
+                if rows >= 0 and (not stays[row:row + rows].any()
+                                  or aborted and aborted.holds(header)):
                     dropped += rows
                     continue
                 wanted[pos] = (row, rows)
@@ -514,13 +659,14 @@ class KnownKeys:
                     runs[-1][1] = pos + size
                 else:
                     runs.append([pos, pos + size, base])
-            self._plan = (latest, runs, wanted, dropped)
+            self._plan = (stays, runs, wanted, dropped)
         return self._plan
 
-    def kept_bytes(self, offsets: "KeyMap") -> int:
+    def kept_bytes(self, offsets: "KeyMap",
+                   aborted: AbortedTransactions | None = None) -> int:
         """An upper bound of the bytes this segment keeps: its frames that keep a
         record (a frame that loses some gets smaller)."""
-        return sum(end - pos for pos, end, _ in self.plan(offsets)[1])
+        return sum(end - pos for pos, end, _ in self.plan(offsets, aborted)[1])
 
 
 class SegmentKeys:
@@ -533,32 +679,74 @@ class SegmentKeys:
         self.budget = budget
         self.by_path: dict[str, KnownKeys] = {}
 
-    def read(self, seg: LogSegment, frames, key: CompactionKey) -> KnownKeys:
+    def plan(self, segments, offsets: "KeyMap",
+             aborted: AbortedTransactions | None = None) -> None:
+        """:meth:`KnownKeys.plan` for those of ``segments`` (all merged into the key
+        map ``offsets``) whose keys are kept, without probing the map by key: a record
+        of a mapped segment stays exactly when its offset is its key's offset in the
+        map, so the map's offsets, sorted once, are looked up by offset (numpy)."""
+        todo = [k for k in (self.by_path.get(seg.path) for seg in segments)
+                if k is not None and k.rows and k._plan is None]
+        if not todo or offsets.offsets is None:
+            return
+        mapped = np.sort(offsets.offsets.to_numpy(zero_copy_only=False))
+        for k in todo:
+            offs = k.offsets.to_numpy(zero_copy_only=False)
+            if len(offs) > 1 and not (offs[1:] > offs[:-1]).all():
+                continue  # not in offset order: planned by key instead
+            lo, hi = np.searchsorted(mapped, (offs[0], offs[-1] + 1))
+            rows = np.searchsorted(offs, mapped[lo:hi])
+            stays = np.zeros(k.rows, dtype=bool)
+            stays[rows] = True
+            k.plan(offsets, aborted, stays)
+
+    def read(self, seg: LogSegment, frames, key: CompactionKey,
+             txns: TransactionTracker | None = None) -> KnownKeys:
         """Read ``frames`` (``(position, frame)`` of all of ``seg``): its keys and
-        offsets (remembered while within the budget)."""
+        offsets (remembered while within the budget); ``txns`` follows the
+        transactions (its tags: ``(segment path, first row, rows)``)."""
         keys, offsets, layout, row = [], [], [], 0
         for pos, frame in frames:
             h = frame.header
             if h.is_control:
-                layout.append((pos, h.size, h.base_offset, row, -1))
+                layout.append((pos, h.size, h.base_offset, row, -1, h))
+                if txns is not None:
+                    txns.marker(h, marker_type(frame))
                 continue
             batch = frame.batch()
             k = key.keys(batch)
             if keys and k.type != keys[0].type:
                 k = k.cast(keys[0].type)
             keys.append(k)
-            offsets.append(frame.offsets())
-            layout.append((pos, h.size, h.base_offset, row, len(k)))
+            # implicit offsets are filled in below, all frames at once
+            offsets.append(frame.offsets() if h.explicit_offsets else None)
+            layout.append((pos, h.size, h.base_offset, row, len(k), h))
+            if txns is not None:
+                txns.data(h, (seg.path, row, len(k)))
             row += len(k)
         if not keys:
             known = KnownKeys(None, None, layout)
         else:  # concatenated: copies, so the read buffers are freed
-            known = KnownKeys(pa.concat_arrays(keys), pa.concat_arrays(offsets), layout)
+            known = KnownKeys(pa.concat_arrays(keys), _offsets(layout, offsets, row), layout)
         size = 0 if known.keys is None else known.keys.nbytes + known.offsets.nbytes
         if size <= self.budget:
             self.budget -= size
             self.by_path[seg.path] = known
         return known
+
+
+def _offsets(layout, explicit, rows: int) -> pa.Array:
+    """The offsets of the ``rows`` records of a segment's data frames (``layout`` as
+    :class:`KnownKeys`; ``explicit``: per data frame, its offsets when it has explicit
+    ones, else None), computed with numpy for all of them at once."""
+    frames = [f for f in layout if f[4] >= 0]
+    counts = np.fromiter((f[4] for f in frames), np.int64, len(frames))
+    starts = np.fromiter((f[2] - f[3] for f in frames), np.int64, len(frames))
+    out = np.arange(rows, dtype=np.int64) + np.repeat(starts, counts)
+    for (_, _, _, row, n, _), given in zip(frames, explicit):
+        if given is not None:
+            out[row:row + n] = given.to_numpy(zero_copy_only=False)
+    return pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(out)])
 
 
 def group_segments(segments: list[LogSegment], max_bytes: int,
@@ -591,14 +779,21 @@ def delete_uncommitted(plog) -> None:
 
 def write_cleaned(fileio, directory: str, config, name: str, group, offsets: "KeyMap",
                   cleanings, horizon: int, throttle: Throttle, result: CleanResult,
-                  known: SegmentKeys | None = None, *, commit: bool = True):
+                  known: SegmentKeys | None = None, *, commit: bool = True,
+                  aborted: AbortedTransactions | None = None):
     """Write the cleaned segment replacing the sealed segments ``group`` of the
     partition ``name`` in ``directory`` (LogConfig ``config``), keeping per key the
     records the key map ``offsets`` allows (steps 3 and 4); segments whose keys
     ``known`` holds are probed at once and only their frames that keep something are
     read again. Returns ``(segment, index bytes)``: with ``commit`` its ``.index`` is
     written (the commit) and the bytes are None; without, everything but the
-    ``.index`` is written and its bytes are returned, for :func:`commit_cleaned`."""
+    ``.index`` is written and its bytes are returned, for :func:`commit_cleaned`.
+
+    With ``aborted`` (the aborted transactions, :mod:`.transactions`) the cleaning is
+    transaction-aware: the data frames of aborted transactions are removed, and a
+    transaction marker goes once ``delete.retention.ms`` passed after the cleaning that
+    first reached it (``horizon``), unless a record of its transaction stays in this
+    group (Kafka's rule). Without, every control frame stays."""
     key = CompactionKey.of(name, config)
     base, end = group[0].base_offset, group[-1].next_offset
     generation = 1 + max(s.generation for s in group)
@@ -609,16 +804,28 @@ def write_cleaned(fileio, directory: str, config, name: str, group, offsets: "Ke
     try:
         new.apply_replication()
         position, expected = 0, base
+        retained: set[int] = set()  # producers whose open transaction keeps records
         for seg in group:
             seen = known.by_path.get(seg.path) if known is not None else None
             probed = _probed(_frames(seg, throttle, result), offsets, key) \
-                if seen is None else _probed_known(seg, seen, offsets, throttle, result)
-            for frame, latest in probed:
-                data = _cleaned_frame(frame, latest, cleanings, horizon, result, key,
-                                      gap=frame.header.base_offset != expected)
+                if seen is None else _probed_known(seg, seen, offsets, throttle, result,
+                                                   aborted)
+            for frame, keep in probed:
+                h = frame.header
+                if aborted is not None and h.is_transactional:
+                    if aborted.holds(h):
+                        result.records_removed += h.record_count
+                        continue
+                    if h.is_control:
+                        if _marker_expires(frame, retained, cleanings, horizon):
+                            result.markers_removed += 1
+                            continue
+                data = _cleaned_frame(frame, keep, cleanings, horizon, result, key,
+                                      gap=h.base_offset != expected)
                 if data is None:
                     continue
-                h = frame.header
+                if h.is_transactional and not h.is_control:
+                    retained.add(h.producer_id)
                 expected = h.next_offset
                 out.write(data)
                 new.track(h.base_offset, h.next_offset, h.max_timestamp,
@@ -650,6 +857,19 @@ def commit_cleaned(fileio, directory: str, config, base: int, end: int, generati
     return seg
 
 
+def _marker_expires(frame, retained: set[int], cleanings, horizon: int) -> bool:
+    """Whether the transaction marker ``frame`` goes: of a known type, no record of
+    its transaction kept in this group (``retained``, which it leaves), and
+    ``delete.retention.ms`` passed since the cleaning that first reached it."""
+    h = frame.header
+    kept = h.producer_id in retained
+    retained.discard(h.producer_id)
+    if kept or marker_type(frame) is None:
+        return False
+    reached = reached_at(cleanings, h.base_offset)
+    return reached is not None and reached <= horizon
+
+
 def _count(data) -> int:
     return RECORD_COUNT.read(data, 0)
 
@@ -658,21 +878,37 @@ def _count(data) -> int:
 PROBE_WINDOW_BYTES = 16 << 20
 
 
+def _stays(keys: pa.Array, record_offsets: pa.Array, latest: pa.Array):
+    """Per record (numpy bools): it has a key, and no later record of its key is in
+    the key map (``latest``: the map's offset of each record's key, null if none)."""
+    mask = pc.and_(pc.is_valid(keys), pc.or_kleene(
+        pc.is_null(latest), pc.greater_equal(record_offsets, latest)))
+    return mask.fill_null(False).to_numpy(zero_copy_only=False)
+
+
 def _probed(frames, offsets: KeyMap, key: CompactionKey):
-    """Yield ``(frame, latest)`` for ``frames``: ``latest`` holds, per record, the key
-    map's offset for its key (null: not mapped; None for control frames). The keys of
-    up to PROBE_WINDOW_BYTES of frames are looked up in one call."""
+    """Yield ``(frame, stays)`` for ``frames``: ``stays`` tells, per record, whether
+    it stays by the key map (:func:`_stays`; None for control frames). The keys of up
+    to PROBE_WINDOW_BYTES of frames are looked up in one call."""
     window, size = [], 0
 
     def flush():
         keyed = [(f, f.batch()) for f in window if not f.header.is_control]
-        columns = [key.keys(b) for _, b in keyed]
-        found = offsets.latest(pa.concat_arrays([_plain(c) for c in columns])) \
-            if columns else None
-        at, out = 0, {}
-        for (f, _), c in zip(keyed, columns):
-            out[id(f)] = found.slice(at, len(c))
-            at += len(c)
+        columns = [_plain(key.keys(b)) for _, b in keyed]
+        out = {}
+        if columns:
+            keys = pa.chunked_array(columns).combine_chunks()
+            layout, row = [], 0
+            for (f, _), c in zip(keyed, columns):
+                layout.append((0, 0, f.header.base_offset, row, len(c), None))
+                row += len(c)
+            explicit = [f.offsets() if f.header.explicit_offsets else None for f, _ in keyed]
+            stays = _stays(keys, _offsets(layout, explicit, len(keys)),
+                           offsets.latest(keys))
+            at = 0
+            for (f, _), c in zip(keyed, columns):
+                out[id(f)] = stays[at:at + len(c)]
+                at += len(c)
         for f in window:
             yield f, out.get(id(f))
 
@@ -693,11 +929,12 @@ def segment_keys(seg: LogSegment, key: CompactionKey) -> "KeyMap":
     return KeyMap().merged([(known.keys, known.offsets)] if known.rows else [])
 
 
-def _probed_known(seg: LogSegment, seen: KnownKeys, offsets: KeyMap, throttle, result):
+def _probed_known(seg: LogSegment, seen: KnownKeys, offsets: KeyMap, throttle, result,
+                  aborted: AbortedTransactions | None = None):
     """:func:`_probed` for a segment whose keys the key-map pass kept (probed by
     :meth:`KnownKeys.plan`): frames none of whose records stay are not read again
     (counted as removed), the others are read in runs of consecutive frames."""
-    latest, runs, wanted, dropped = seen.plan(offsets)
+    stays, runs, wanted, dropped = seen.plan(offsets, aborted)
     result.records_removed += dropped
     for pos, frame in _frames_at(seg, runs, throttle, result):
         row, rows = wanted[pos]
@@ -705,14 +942,15 @@ def _probed_known(seg: LogSegment, seen: KnownKeys, offsets: KeyMap, throttle, r
             raise DataLossError(
                 f"partition segment {seg.path}: the frame at byte {pos} changed between "
                 f"the key-map pass and the rewrite", path=seg.path, position=pos)
-        yield frame, None if rows < 0 else latest.slice(row, rows)
+        yield frame, None if rows < 0 else stays[row:row + rows]
 
 
-def _cleaned_frame(frame, latest, cleanings, horizon, result, key: CompactionKey, *,
+def _cleaned_frame(frame, keep, cleanings, horizon, result, key: CompactionKey, *,
                    gap: bool):
-    """The bytes of ``frame`` after cleaning: unchanged when every record stays (and
-    it follows the previous frame kept, ``gap`` False, or has explicit offsets already),
-    None when none does, else re-encoded with explicit offsets: only a frame with the
+    """The bytes of ``frame`` after cleaning, ``keep`` telling per record whether the
+    key map keeps it (numpy bools): unchanged when every record stays (and it follows
+    the previous frame kept, ``gap`` False, or has explicit offsets already), None when
+    none does, else re-encoded with explicit offsets: only a frame with the
     explicit-offsets bit may start after the previous frame's end (docs/format.md). A
     control frame (a transaction marker) always stays, re-encoded the same way when
     records before it were removed."""
@@ -721,17 +959,16 @@ def _cleaned_frame(frame, latest, cleanings, horizon, result, key: CompactionKey
         if not gap or h.explicit_offsets:
             return _frame_bytes(frame)
         return _reencoded(frame, frame.batch(), frame.offsets(), None)
+    n = h.record_count
+    stays = int(keep.sum())
+    if stays == 0:
+        result.records_removed += n
+        return None
     batch = frame.batch()
-    keys = key.keys(batch)
-    record_offsets = frame.offsets()
-    mask = pc.and_(pc.is_valid(keys), pc.or_kleene(
-        pc.is_null(latest), pc.greater_equal(record_offsets, latest)))
-    mask = mask.fill_null(False)
-    stays = pc.sum(mask.cast(pa.int64())).as_py() or 0
     tombstones = _tombstones(batch, key)
     if any(tombstones):  # few: their delete horizon is checked one by one
-        keep = mask.to_pylist()
-        for i, (tomb, offset) in enumerate(zip(tombstones, record_offsets.to_pylist())):
+        keep = keep.copy()
+        for i, (tomb, offset) in enumerate(zip(tombstones, frame.offsets().to_pylist())):
             if tomb and keep[i]:
                 reached = reached_at(cleanings, offset)
                 if reached is not None and reached <= horizon:
@@ -739,13 +976,12 @@ def _cleaned_frame(frame, latest, cleanings, horizon, result, key: CompactionKey
                     stays -= 1
                     result.tombstones_removed += 1
                     result.records_removed -= 1  # counted below
-        mask = pa.array(keep, pa.bool_())
-    result.records_removed += len(keys) - stays
-    if stays == len(keys) and (not gap or h.explicit_offsets):
+    result.records_removed += n - stays
+    if stays == n and (not gap or h.explicit_offsets):
         return _frame_bytes(frame)
     if stays == 0:
         return None
-    return _reencoded(frame, batch, record_offsets, mask)
+    return _reencoded(frame, batch, frame.offsets(), pa.array(keep))
 
 
 def _reencoded(frame, batch: pa.RecordBatch, record_offsets: pa.Array, mask) -> bytes:

@@ -61,7 +61,7 @@ class FrameScan:
     def __init__(self, fileio: FileIO, path: str, position: int = 0, end: int | None = None,
                  *, expected_offset: int | None = None, contiguous: bool = False,
                  verify_crc: bool = True, chunk_bytes: int = SCAN_CHUNK_BYTES,
-                 headers_only: bool = False):
+                 headers_only: bool = False, check_body: bool | None = None):
         self.fileio = fileio
         self.path = path
         self.position = position
@@ -71,6 +71,7 @@ class FrameScan:
         self.verify_crc = verify_crc
         self.chunk_bytes = chunk_bytes
         self.headers_only = headers_only
+        self.check_body = check_body
         self.valid_end = position
         self.next_offset = expected_offset
         self.error: CorruptRecordError | None = None
@@ -121,7 +122,8 @@ class FrameScan:
                 if buf.size == 0:
                     break
             try:
-                frame = decode_frame(buf, rel, verify_crc=self.verify_crc)
+                frame = decode_frame(buf, rel, verify_crc=self.verify_crc,
+                                     check_body=self.check_body)
             except CorruptRecordError as exc:
                 self.error = relocate_error(exc, rel, pos, path)
                 self.truncated = str(exc).startswith("truncated frame")

@@ -207,12 +207,15 @@ class LogSegment:
         return FrameScan(self.fileio, self.path, position, end, expected_offset=expected,
                          contiguous=contiguous, verify_crc=verify_crc)
 
-    def scan_for(self, offset: int) -> FrameScan:
+    def scan_for(self, offset: int, *, check_body: bool | None = None) -> FrameScan:
         """A contiguous scan of this sealed segment from the index entry at or before
         ``offset`` to its recorded size: the first frame must start at the entry's
-        offset and each next one where the previous ended (see :meth:`check_end`)."""
+        offset and each next one where the previous ended (see :meth:`check_end`).
+        ``check_body`` as :func:`~sparklog.format.frame.validate_frame`."""
         entry_offset, position = self.entry_for(offset)
-        return self.scan(position, self.size, contiguous=True, expected_offset=entry_offset)
+        scan = self.scan(position, self.size, contiguous=True, expected_offset=entry_offset)
+        scan.check_body = check_body
+        return scan
 
     def check_end(self, scan: FrameScan) -> None:
         """After ``scan`` (from :meth:`scan_for`) stopped, raise DataLossError naming the

@@ -9,6 +9,11 @@ of ``log.cleaner.io.max.bytes.per.second`` and each has a key map of
 partition due, a thread waits ``log.cleaner.backoff.ms``. ``log.cleaner.enable=false``
 starts no thread.
 
+With ``log.cleaner.process.enable`` (default true) the CPU-heavy part of each cleaning
+runs in a helper process (:mod:`.cleaner_process`), so it does not hold the GIL the
+broker's event loop and partition writers need; the thread keeps the partition's
+maintenance lock, commits the cleaned segments and writes the checkpoint.
+
 Per partition it keeps what Kafka's cleaner manager reports: bytes cleaned (read),
 bytes written, the dirty ratio and the time of the last cleaning; :meth:`collect`
 yields them as Prometheus families, registered in the broker's registry.
@@ -46,9 +51,12 @@ class LogCleanerManager:
 
     def __init__(self, partitions, *, threads: int = 1, dedupe_buffer_size: int = 128 << 20,
                  io_max_bytes_per_second: float | None = None, backoff_ms: int = 15000,
-                 bound=None, clock=None):
+                 bound=None, clock=None, worker=None):
         self.partitions = partitions
         self.bound = bound or (lambda writer: None)
+        #: runs a cleaning's steps 2-3 (:class:`.cleaner_process.CleanerProcesses`), or
+        #: None: in the cleaner thread
+        self.worker = worker
         self.threads = threads
         self.dedupe_buffer_size = dedupe_buffer_size
         self.throttle = Throttle(io_max_bytes_per_second)
@@ -62,13 +70,23 @@ class LogCleanerManager:
         self._threads: list[threading.Thread] = []
 
     @classmethod
-    def for_broker(cls, partitions, config) -> "LogCleanerManager":
+    def for_broker(cls, partitions, config, storage=None) -> "LogCleanerManager":
         """The cleaner of a broker with BrokerConfig ``config`` (``log.cleaner.*``) over
         the PartitionWriters ``partitions()``: a partition is cleaned only below the
         offset its idempotent-producer snapshot covers (not at all before the first
         snapshot, when it has idempotent producers), so the frames a restarted broker
-        replays to rebuild that state stay whole."""
-        return cls(partitions, threads=config.log_cleaner_threads,
+        replays to rebuild that state stay whole. With ``storage``, ``(URI, FileIO
+        options)`` of the broker's storage, and ``log.cleaner.process.enable``, the
+        cleanings run in helper processes."""
+        worker = None
+        if storage is not None and config.log_cleaner_process_enable:
+            from .cleaner_process import CleanerProcesses
+
+            rate = config.log_cleaner_io_max_bytes_per_second
+            worker = CleanerProcesses(storage[0], storage[1],
+                                      workers=config.log_cleaner_threads,
+                                      rate=rate / config.log_cleaner_threads)
+        return cls(partitions, threads=config.log_cleaner_threads, worker=worker,
                    dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size,
                    io_max_bytes_per_second=config.log_cleaner_io_max_bytes_per_second,
                    backoff_ms=config.log_cleaner_backoff_ms,
@@ -90,6 +108,8 @@ class LogCleanerManager:
         for t in self._threads:
             t.join()
         self._threads = []
+        if self.worker is not None:
+            self.worker.close()
 
     def wake(self) -> None:
         """Look for work now instead of after the backoff."""
@@ -129,7 +149,8 @@ class LogCleanerManager:
         try:
             result = clean(writer.log, self.clock(),
                            dedupe_buffer_size=self.dedupe_buffer_size // max(self.threads, 1),
-                           throttle=self.throttle, max_offset=self.bound(writer))
+                           throttle=self.throttle, max_offset=self.bound(writer),
+                           worker=self.worker)
         except SparklogError as exc:
             log.warning("partition %s: cleaning failed: %s", writer.name, exc)
             return 0

@@ -8,14 +8,16 @@ import os
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sparklog.errors import InvalidConfigError
 from sparklog.format.frame import encode_frame, raw_batch
+from sparklog.format.marker import ABORT, COMMIT, encode_marker, marker_type
 from sparklog.log import LogReader, PartitionLog
 from sparklog.log.cleaner import clean, cleanable_state
 from sparklog.log.layout import PartitionListing
+from sparklog.log.transactions import TransactionTracker
 from sparklog.storage import open_fileio
 from tests.support.logfiles import RecordingFileIO, SimulatedCrash
 
@@ -339,24 +341,34 @@ OPS = st.lists(st.one_of(
     st.tuples(st.just("roll")),
     st.tuples(st.just("tick"), st.integers(1, 700)),
     st.tuples(st.just("clean"), st.one_of(st.none(), st.integers(1, 40))),
+    st.tuples(st.just("txn"), st.sampled_from(KEYS), st.text("xyz", min_size=1, max_size=3)),
+    st.tuples(st.just("end"), st.sampled_from([ABORT, COMMIT])),
 ), min_size=1, max_size=40)
 
 
 @settings(max_examples=80, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(ops=OPS)
+@example(ops=[("write", "a", "x"), ("txn", "a", "y"), ("txn", "b", "y"), ("roll",),
+              ("clean", None), ("end", ABORT), ("txn", "b", "z"), ("roll",), ("clean", None),
+              ("end", COMMIT), ("roll",), ("clean", 3), ("clean", None)])
 def test_property_reads_match_the_model_through_cleanings_and_crashes(fio, tmp_path_factory, ops):
-    """Any sequence of keyed writes, tombstones, rolls, cleanings and crashes at any step
-    of a cleaning: every read returns records with their original offsets, in offset
-    order, a subset of what was written holding each key's latest record (a tombstone
-    until delete.retention.ms after the cleaning that first reached it); below the end of
-    the last finished cleaning, only each key's latest record."""
+    """Any sequence of keyed writes, tombstones, rolls, cleanings, crashes at any step
+    of a cleaning, and a transactional producer's writes, aborts and commits: every read
+    returns records with their original offsets, in offset order, a subset of what was
+    written holding each key's latest committed record (a tombstone until
+    delete.retention.ms after the cleaning that first reached it) and every record of
+    the open transaction; below the end of the last finished cleaning, only each key's
+    latest committed record, no aborted one; a read_committed read is the same less the
+    aborted records."""
     d = str(tmp_path_factory.mktemp("prop") / "t" / "0")
     clock = Clock()
     cfg = config(delete_retention_ms=1000)
     written: dict[int, tuple[str, str | None]] = {}
     reached: dict[int, int] = {}  # offset -> time of the first cleaning attempt reaching it
     cleaned_end = 0
+    open_txn: list[int] = []  # offsets of the open transaction's records
+    aborted: set[int] = set()
     plog = PartitionLog.open(fio, d, cfg, clock=clock)
 
     def check():
@@ -365,18 +377,22 @@ def test_property_reads_match_the_model_through_cleanings_and_crashes(fio, tmp_p
         assert offsets == sorted(set(offsets))
         for o, k, v in got:
             assert written[o] == (k, v)  # original offset, original record
+        assert committed_records(fio, d) == [r for r in got if r[0] not in aborted]
         present = {o for o in offsets}
+        assert set(open_txn) <= present  # nothing undecided is cleaned
+        committed = {o: kv for o, kv in written.items()
+                     if o not in aborted and o not in open_txn}
         latest: dict[str, int] = {}
-        for o, (k, _) in sorted(written.items()):
+        for o, (k, _) in sorted(committed.items()):
             latest[k] = o
         for k, o in latest.items():
             if written[o][1] is not None or clock.now - reached.get(o, clock.now) < 1000:
                 assert o in present, (k, o, got)
         for o in offsets:
             k = written[o][0]
-            later = [p for p, (kk, _) in written.items() if kk == k and o < p < cleaned_end]
+            later = [p for p, (kk, _) in committed.items() if kk == k and o < p < cleaned_end]
             if o < cleaned_end:
-                assert not later, (o, k, got)
+                assert not later and o not in aborted, (o, k, got)
 
     try:
         for op in ops:
@@ -385,6 +401,17 @@ def test_property_reads_match_the_model_through_cleanings_and_crashes(fio, tmp_p
                 plog.append(keyed_frame([(op[1], op[2])], clock.now))
                 plog.flush()
                 written[offset] = (op[1], op[2])
+            elif op[0] == "txn":
+                offset = plog.log_end_offset
+                txn_write(plog, clock, 9, [(op[1], op[2])])
+                written[offset] = (op[1], op[2])
+                open_txn.append(offset)
+            elif op[0] == "end":
+                if open_txn:
+                    txn_end(plog, clock, 9, op[1])
+                    if op[1] == ABORT:
+                        aborted.update(open_txn)
+                    open_txn.clear()
             elif op[0] == "roll":
                 plog.roll()
             elif op[0] == "tick":
@@ -463,6 +490,116 @@ def test_transaction_marker_after_removed_records_is_kept(fio, tmp_path):
     assert [(h.base_offset, h.is_control, h.explicit_offsets) for h in headers] == \
         [(2, True, True), (3, False, False), (4, False, False)]
     assert records(fio, d) == [(3, "a", "2"), (4, "b", "2")]
+
+
+def txn_write(plog, clock, pid: int, pairs):
+    """A transactional producer's frame of ``pairs`` (producer ``pid``, epoch 0)."""
+    plog.append(keyed_frame(pairs, clock.now, producer_id=pid, producer_epoch=0,
+                            base_sequence=0, transactional=True))
+    plog.flush()
+
+
+def txn_end(plog, clock, pid: int, kind: int):
+    """The marker (ABORT or COMMIT) ending producer ``pid``'s transaction, as its
+    transaction coordinator writes it."""
+    plog.append(encode_marker(kind, producer_id=pid, producer_epoch=0, timestamp=clock.now))
+    plog.flush()
+
+
+def committed_records(fio, directory):
+    """What a read_committed reader returns: the (offset, key, value) of the records of
+    every frame but those of aborted transactions (a two-pass read: the markers first,
+    as the aborted-transactions list of a read_committed fetch)."""
+    reader = LogReader(fio, directory)
+    frames = list(reader.iter_frames(reader.log_start_offset(), reader.log_end_offset()))
+    txns = TransactionTracker()
+    for f in frames:
+        if f.header.is_control:
+            txns.marker(f.header, marker_type(f))
+        else:
+            txns.data(f.header)
+    out = []
+    for f in frames:
+        if f.header.is_control or txns.aborted.holds(f.header):
+            continue
+        batch = f.batch()
+        for o, k, v in zip(f.offsets().to_pylist(), batch.column("key").to_pylist(),
+                           batch.column("value").to_pylist()):
+            out.append((o, k.decode(), None if v is None else v.decode()))
+    return out
+
+
+def markers(fio, directory):
+    """(offset, type) of the transaction markers a reader meets."""
+    reader = LogReader(fio, directory)
+    return [(f.header.base_offset, marker_type(f)) for f in
+            reader.iter_frames(reader.log_start_offset(), reader.log_end_offset())
+            if f.header.is_control]
+
+
+def test_aborted_transactions_removed_and_markers_expire(fio, tmp_path):
+    """A cleaning removes the records of aborted transactions (an aborted record never
+    hides an older committed one of its key) and keeps committed ones per key; markers
+    stay delete.retention.ms after the cleaning that reached them, a COMMIT marker as
+    long as a record of its transaction stays in its cleaned segment."""
+    clock = Clock()
+    d = str(tmp_path / "t" / "0")
+    with PartitionLog.open(fio, d, config(segment_bytes=1 << 20, delete_retention_ms=5000),
+                           clock=clock) as plog:
+        write(plog, clock, [("a", "1"), ("b", "1")])                 # 0, 1
+        txn_write(plog, clock, 7, [("a", "aborted"), ("c", "aborted")])  # 2, 3
+        write(plog, clock, [("d", "1")])                             # 4: between them
+        txn_write(plog, clock, 8, [("b", "2")])                      # 5
+        txn_end(plog, clock, 7, ABORT)                               # 6
+        txn_end(plog, clock, 8, COMMIT)                              # 7
+        plog.roll()
+        # before: a read_uncommitted reader sees the aborted records, read_committed not
+        assert (2, "a", "aborted") in records(fio, d)
+        model = [(0, "a", "1"), (4, "d", "1"), (5, "b", "2")]
+        assert committed_records(fio, d) == [(0, "a", "1"), (1, "b", "1")] + model[1:]
+        result = clean(plog, clock.now)
+        assert result.records_removed == 3  # two aborted, b=1 replaced
+        assert records(fio, d) == committed_records(fio, d) == model
+        assert markers(fio, d) == [(6, ABORT), (7, COMMIT)]  # within delete.retention.ms
+        clock.now += 5001
+        write(plog, clock, [("e", "1")])
+        plog.roll()
+        result = clean(plog, clock.now, force=True)
+        # the ABORT marker's transaction left nothing: it goes; b=2 keeps the COMMIT
+        assert result.markers_removed == 1
+        assert markers(fio, d) == [(7, COMMIT)]
+        write(plog, clock, [("b", "3")])
+        plog.roll()
+        result = clean(plog, clock.now, force=True)
+        assert result.markers_removed == 1 and markers(fio, d) == []
+        assert records(fio, d) == committed_records(fio, d) == \
+            [(0, "a", "1"), (4, "d", "1"), (8, "e", "1"), (9, "b", "3")]
+
+
+def test_open_transaction_bounds_the_cleaning(fio, tmp_path):
+    """A transaction without its marker yet (Kafka's last stable offset): nothing is
+    cleaned from the segment holding its first record, so an undecided record never
+    replaces a committed one; once aborted, its records go and the older value stays."""
+    clock = Clock()
+    d = str(tmp_path / "t" / "0")
+    with PartitionLog.open(fio, d, config(segment_bytes=1 << 20), clock=clock) as plog:
+        write(plog, clock, [("a", "1"), ("b", "1"), ("b", "2")])     # 0-2
+        plog.roll()
+        txn_write(plog, clock, 7, [("a", "open")])                   # 3
+        write(plog, clock, [("c", "1")])                             # 4
+        plog.roll()
+        write(plog, clock, [("c", "2")])                             # 5
+        plog.roll()
+        result = clean(plog, clock.now)
+        assert result.end_offset == 3  # the open transaction's segment is left dirty
+        assert records(fio, d) == [(0, "a", "1"), (2, "b", "2"), (3, "a", "open"),
+                                   (4, "c", "1"), (5, "c", "2")]
+        txn_end(plog, clock, 7, ABORT)                               # 6
+        plog.roll()
+        result = clean(plog, clock.now, force=True)
+        assert result.end_offset == 7
+        assert records(fio, d) == committed_records(fio, d) == \
+            [(0, "a", "1"), (2, "b", "2"), (5, "c", "2")]
 
 
 def test_concurrent_readers_while_the_cleaner_swaps(fio, tmp_path):

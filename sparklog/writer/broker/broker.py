@@ -89,6 +89,7 @@ class Broker:
         # before anything is opened (InvalidConfigError naming the key and value)
         self.config.advertised_host_port
         self.fileio = fileio or open_fileio(self.storage_uri, **self._storage_options())
+        self._own_fileio = fileio is None  # helper processes can open the same one
         self.topics = TopicStore(self.storage_uri, self.fileio,
                                  dir_mode=self.config.topic_dir_mode,
                                  dir_owner=self.config.topic_dir_owner or None,
@@ -198,7 +199,9 @@ class Broker:
         self.partitions.start(self.loop, fence_all=fence_all)
         if self.config.log_cleaner_enable:
             self.cleaner = LogCleanerManager.for_broker(
-                lambda: list(self.partitions.writers.values()), self.config)
+                lambda: list(self.partitions.writers.values()), self.config,
+                storage=(self.storage_uri, self._storage_options())
+                if self._own_fileio else None)
         self.handlers = self._make_handlers()
         served = []
         for name in names:

@@ -25,7 +25,9 @@ Broker-only settings include ``log.retention.check.interval.ms`` (default 300000
 often retention runs, :mod:`sparklog.retention.manager`), Kafka's ``log.cleaner.enable``,
 ``log.cleaner.threads``, ``log.cleaner.io.max.bytes.per.second``,
 ``log.cleaner.dedupe.buffer.size`` and ``log.cleaner.backoff.ms`` (compaction,
-:mod:`sparklog.retention.cleaner`) and, for local storage,
+:mod:`sparklog.retention.cleaner`), sparklog's ``log.cleaner.process.enable`` (default
+true: cleanings run in helper processes, :mod:`sparklog.retention.cleaner_process`)
+and, for local storage,
 ``storage.sync.behind.writes.bytes`` (default 8 MiB, 0 = off: writeback is started
 behind each segment's writer, see :class:`~sparklog.storage.local.LocalFileIO`). On a
 Kerberized HDFS, ``storage.kerberos.principal`` and ``storage.kerberos.keytab`` are the
@@ -110,6 +112,7 @@ BROKER_SETTINGS = {
                                             float("inf"), 1.0),
     "log.cleaner.dedupe.buffer.size": ("log_cleaner_dedupe_buffer_size", int, 128 << 20, 1024),
     "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", int, 15000, 1),
+    "log.cleaner.process.enable": ("log_cleaner_process_enable", bool, True, None),
     # local storage only (HDFS DataNodes have dfs.datanode.sync.behind.writes)
     "storage.sync.behind.writes.bytes": ("sync_behind_writes_bytes", int,
                                          DEFAULT_SYNC_BEHIND_WRITES, 0),
@@ -210,6 +213,7 @@ class BrokerConfig:
     log_cleaner_io_max_bytes_per_second: float = float("inf")
     log_cleaner_dedupe_buffer_size: int = 128 << 20
     log_cleaner_backoff_ms: int = 15000
+    log_cleaner_process_enable: bool = True
     sync_behind_writes_bytes: int = DEFAULT_SYNC_BEHIND_WRITES
     storage_kerberos_principal: str = ""
     storage_kerberos_keytab: str = ""
