@@ -133,3 +133,35 @@ def test_compacted_topic_plans_the_live_set(jspark, storage_root):
     assert PLANNED_ON_JVM in scan_of(df)
     assert_same(df, load(jspark, storage_root, subscribe="cp", minPartitions="3",
                          **{JVM_PLANNING_OPTION: "false"}))
+
+
+def test_available_now_target_read_on_the_jvm(jspark, storage_root, tmp_path):
+    """A capped AvailableNow stream in path mode takes its target (the log ends when the
+    run starts) from the JVM, equal to the Python stream's uncapped latest offset, and
+    drains the backlog in several micro-batches."""
+    import json
+
+    from sparklog.reader.spark.stream import SparklogStreamReader
+    from tests.support.sparkread import output, stream
+
+    make_topic(storage_root, "an", partitions=2, count=30, per_frame=4,
+               config={"segment.bytes": "2000"})
+    options = {"subscribe": "an", "maxOffsetsPerTrigger": "16"}
+    jvm = jspark.sparkContext._jvm
+    jmap = jvm.java.util.HashMap()
+    for k, v in {"path": storage_root, **options}.items():
+        jmap.put(k, v)
+    ends = jvm.io.sparklog.spark.BatchPlanner.describeLogEnds(
+        jmap, jspark._jsparkSession.sessionState().newHadoopConf())
+    reader = SparklogStreamReader(parse_options({"path": storage_root, "subscribe": "an"},
+                                                streaming=True), None)
+    assert json.loads(ends) == reader.latestOffset() == {"an": {"0": 30, "1": 30}}
+    out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
+    df = stream(jspark, storage_root, startingOffsets="earliest", **options)
+    q = (df.writeStream.format("parquet").option("path", out)
+         .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
+    q.awaitTermination(180)
+    assert q.exception() is None, q.exception()
+    sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+    assert sum(sizes) == 60 and max(sizes) <= 16 and len(sizes) >= 4, sizes
+    assert output(jspark, out).count() == 60

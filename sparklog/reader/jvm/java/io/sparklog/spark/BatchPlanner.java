@@ -66,22 +66,7 @@ public final class BatchPlanner {
     PlanOptions o = PlanOptions.parse(options);
     FileSystem fs = LogFiles.fileSystem(o.root, conf);
     Map<String, Integer> topics = subscribed(fs, o);
-    List<String[]> keys = new ArrayList<>();  // topic, partition, sorted
-    for (Map.Entry<String, Integer> e : topics.entrySet()) {
-      List<Integer> parts = new ArrayList<>();
-      if (o.kind.equals("assign")) {
-        parts.addAll(o.assignment.get(e.getKey()));
-      } else {
-        for (int p = 0; p < e.getValue(); p++) {
-          parts.add(p);
-        }
-      }
-      for (int p : parts) {
-        keys.add(new String[] {e.getKey(), Integer.toString(p)});
-      }
-    }
-    keys.sort((a, b) -> a[0].equals(b[0])
-        ? Integer.compare(Integer.parseInt(a[1]), Integer.parseInt(b[1])) : a[0].compareTo(b[0]));
+    List<String[]> keys = partitionKeys(o, topics);
     checkSpec(o.starting, keys);
     checkSpec(o.ending, keys);
     List<Snapshot> states = snapshots(fs, o.root, keys);
@@ -142,6 +127,62 @@ public final class BatchPlanner {
       }
     }
     return Columns.kafkaSchema(o.includeHeaders);
+  }
+
+  /**
+   * The log end offset of every partition the subscription of {@code options} selects
+   * now, as a stream offset ({topic: {partition: offset}}): what the Python stream's
+   * uncapped {@code latestOffset()} answers, read without starting Python (the end of an
+   * AvailableNow run). {@link PlanOptions.Unsupported} when Python must answer (a broker,
+   * a missing topic, storage the JVM does not read as Python does).
+   */
+  static com.fasterxml.jackson.databind.node.ObjectNode logEnds(
+      CaseInsensitiveStringMap options, Configuration conf)
+      throws IOException, PlanOptions.Unsupported {
+    PlanOptions o = PlanOptions.parseSubscription(options);
+    FileSystem fs = LogFiles.fileSystem(o.root, conf);
+    List<String[]> keys = partitionKeys(o, subscribed(fs, o));
+    com.fasterxml.jackson.databind.node.ObjectNode out = JSON.createObjectNode();
+    for (Snapshot s : snapshots(fs, o.root, keys)) {
+      com.fasterxml.jackson.databind.node.ObjectNode parts =
+          out.has(s.topic) ? (com.fasterxml.jackson.databind.node.ObjectNode) out.get(s.topic)
+              : out.putObject(s.topic);
+      parts.put(Integer.toString(s.partition), s.highWatermark);
+    }
+    return out;
+  }
+
+  /** (topic, partition) of every partition the subscription selects among
+   *  {@code topics} ({topic: partition count}), sorted as the Python planner sorts. */
+  private static List<String[]> partitionKeys(PlanOptions o, Map<String, Integer> topics) {
+    List<String[]> keys = new ArrayList<>();
+    for (Map.Entry<String, Integer> e : topics.entrySet()) {
+      List<Integer> parts = new ArrayList<>();
+      if (o.kind.equals("assign")) {
+        parts.addAll(o.assignment.get(e.getKey()));
+      } else {
+        for (int p = 0; p < e.getValue(); p++) {
+          parts.add(p);
+        }
+      }
+      for (int p : parts) {
+        keys.add(new String[] {e.getKey(), Integer.toString(p)});
+      }
+    }
+    keys.sort((a, b) -> a[0].equals(b[0])
+        ? Integer.compare(Integer.parseInt(a[1]), Integer.parseInt(b[1])) : a[0].compareTo(b[0]));
+    return keys;
+  }
+
+  /** {@link #logEnds} of {@code options} as JSON, or {@code "unsupported: <why>"} (for
+   *  tests and operators, beside the Python stream's uncapped latest offset). */
+  public static String describeLogEnds(Map<String, String> options, Configuration conf)
+      throws IOException {
+    try {
+      return logEnds(new CaseInsensitiveStringMap(options), conf).toString();
+    } catch (PlanOptions.Unsupported e) {
+      return "unsupported: " + e.getMessage();
+    }
   }
 
   /** {topic: partition count} selected by the subscription (sorted by name). */

@@ -83,7 +83,13 @@ final class PlanOptions {
   final Integer minPartitions;
   final Integer maxRecordsPerPartition;
 
-  private PlanOptions(Map<String, String> o) throws Unsupported {
+  /** Options that change where a read's offsets or bytes come from: a stream's log ends
+   *  are the JVM's to find only without them. */
+  private static final Set<String> ELSEWHERE = Set.of("bootstrap.servers",
+      "kafka.bootstrap.servers");
+  private static final String STORAGE_PREFIX = "storage.";
+
+  private PlanOptions(Map<String, String> o, boolean subscriptionOnly) throws Unsupported {
     if (!bool(o.get(PLANNING_KEY.toLowerCase(Locale.ROOT)), true)) {
       throw new Unsupported(PLANNING_KEY + "=false");
     }
@@ -150,6 +156,15 @@ final class PlanOptions {
     topics = Collections.unmodifiableList(ts);
     pattern = p;
     assignment = assign;
+    if (subscriptionOnly) {
+      starting = null;
+      ending = null;
+      failOnDataLoss = true;
+      includeHeaders = false;
+      minPartitions = null;
+      maxRecordsPerPartition = null;
+      return;
+    }
     starting = spec(o.get("startingoffsets"), "earliest");
     ending = spec(o.get("endingoffsets"), "latest");
     if (starting.kind.equals("latest") || ending.kind.equals("earliest")
@@ -174,7 +189,24 @@ final class PlanOptions {
         lower.put(key, e.getValue());
       }
     }
-    return new PlanOptions(lower);
+    return new PlanOptions(lower, false);
+  }
+
+  /** The storage root and subscription of a read of any kind (a stream's), other options
+   *  ignored; {@link Unsupported} when its offsets come from a broker or its storage
+   *  needs options (Kerberos) only the Python storage layer takes. */
+  static PlanOptions parseSubscription(CaseInsensitiveStringMap options) throws Unsupported {
+    Map<String, String> lower = new HashMap<>();
+    for (Map.Entry<String, String> e : options.asCaseSensitiveMap().entrySet()) {
+      String key = e.getKey().toLowerCase(Locale.ROOT);
+      if (ELSEWHERE.contains(key) || key.startsWith(STORAGE_PREFIX)) {
+        throw new Unsupported("option " + e.getKey() + " is the Python source's");
+      }
+      if (e.getValue() != null) {
+        lower.put(key, e.getValue());
+      }
+    }
+    return new PlanOptions(lower, true);
   }
 
   /** True if {@code topic} is selected by the subscription. */

@@ -117,6 +117,19 @@ public class SparklogScan implements Scan {
     return null;
   }
 
+  /** The log ends of the subscription read on the JVM ({@link BatchPlanner#logEnds}), or
+   *  null when the Python stream must answer. */
+  private com.fasterxml.jackson.databind.JsonNode logEndsOnJvm() {
+    try {
+      return BatchPlanner.logEnds(options, hadoopConf());
+    } catch (PlanOptions.Unsupported e) {
+      LOG.debug("sparklog: the Python stream reads the AvailableNow target: {}", e.getMessage());
+    } catch (Exception e) {
+      LOG.info("sparklog: the Python stream reads the AvailableNow target: {}", e.toString());
+    }
+    return null;
+  }
+
   /** The session's Hadoop configuration (the storage roots open with it). */
   static Configuration hadoopConf() {
     return org.apache.spark.sql.classic.SparkSession.active().sessionState().newHadoopConf();
@@ -135,7 +148,8 @@ public class SparklogScan implements Scan {
   public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
     MicroBatchStream python = delegate.toMicroBatchStream(checkpointLocation);
     return new JvmMicroBatchStream(python, readSchema, jvm && readSchema.equals(fullSchema),
-        uncapped == null ? null : () -> uncapped.get().toMicroBatchStream(checkpointLocation));
+        uncapped == null ? null : () -> uncapped.get().toMicroBatchStream(checkpointLocation),
+        jvm ? this::logEndsOnJvm : null);
   }
 
   @Override
