@@ -22,8 +22,13 @@ import org.apache.hadoop.fs.FileSystem;
  * plans the read and says what it found.
  */
 final class LogEnd {
-  /** Bytes read at once while scanning headers (frames smaller than this are read through). */
-  static final int WINDOW = 1 << 20;
+  /** Bytes read at once while walking frames smaller than {@link #SKIP_BODY_BYTES}. */
+  static final int CHUNK_BYTES = 8 << 20;
+  /** A frame at least this large has its body skipped by a new read at the next header
+   *  (a read costs about what reading this many bytes does), as the Python scan does. */
+  static final int SKIP_BODY_BYTES = 512 << 10;
+  /** Bytes read at the next header after a skipped body. */
+  static final int HEADER_READ_BYTES = 64 << 10;
 
   private LogEnd() {
   }
@@ -56,9 +61,11 @@ final class LogEnd {
       long expected = seg.baseOffset;
       long lastPos = -1;
       int lastSize = 0;
+      int want = SKIP_BODY_BYTES;  // until a frame shows the size: a header's read
       while (end - pos >= FrameHeader.SIZE) {
         if (pos < windowStart || pos + FrameHeader.SIZE > windowStart + window.length) {
-          window = new byte[(int) Math.min(WINDOW, end - pos)];
+          int chunk = want < SKIP_BODY_BYTES ? CHUNK_BYTES : HEADER_READ_BYTES;
+          window = new byte[(int) Math.min(chunk, end - pos)];
           in.readFully(pos, window, 0, window.length);
           windowStart = pos;
         }
@@ -83,6 +90,7 @@ final class LogEnd {
         }
         lastPos = pos;
         lastSize = (int) size;
+        want = lastSize;
         expected = base + delta + 1;
         pos += size;
       }
