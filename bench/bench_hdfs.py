@@ -18,7 +18,9 @@ DataNodes, default 3, replication 3, on this machine's loopback) and measures:
 * **scan**: ``--records`` records in ``--partitions`` partitions written through the log
   into HDFS, and the same records as Parquet files put into the same HDFS; one local
   Spark session counts and aggregates both (best of ``--repeat`` after a warm-up):
-  format("sparklog") on its JVM reader vs ``spark.read.parquet``. Target: ratio >= 1.0.
+  format("sparklog") on its JVM reader vs ``spark.read.parquet``, and beside it the same
+  read whose schema and plan the Python source makes (``sparklog.jvmPlanning=false``: the
+  path before the JVM provider planned path-mode scans). Target: ratio >= 1.0.
 
     .venv/bin/python bench/bench_hdfs.py [--part ingest,latency,scan] [--datanodes 3]
         [--mb 256] [--in-flight 8] [--rate 10000] [--seconds 5] [--records 1000000]
@@ -213,6 +215,7 @@ def part_latency(cluster: HdfsCluster, work: Path, args) -> None:
 def part_scan(cluster: HdfsCluster, work: Path, args) -> None:
     from pyspark.sql import functions as F
 
+    from sparklog.reader.jvm import JVM_PLANNING_OPTION
     from sparklog.spark import local_session
 
     root = f"{cluster.hdfs_uri}/bench-scan/log"
@@ -227,6 +230,10 @@ def part_scan(cluster: HdfsCluster, work: Path, args) -> None:
     sources = {
         "sparklog": lambda: spark.read.format("sparklog").option("path", root)
         .option("subscribe", TOPIC).load(),
+        # the same read with its schema and plan made by the Python source (the path
+        # before the JVM provider planned path-mode scans), measured in the same run
+        "py-planned": lambda: spark.read.format("sparklog").option("path", root)
+        .option("subscribe", TOPIC).option(JVM_PLANNING_OPTION, "false").load(),
         "parquet": lambda: spark.read.parquet(parquet),
     }
     plan = sources["sparklog"]()._jdf.queryExecution().executedPlan().toString()
@@ -237,14 +244,19 @@ def part_scan(cluster: HdfsCluster, work: Path, args) -> None:
     queries = {"count()": lambda df: df.count(),
                "agg(value)": lambda df: df.agg(F.sum(F.length("value")),
                                                F.max("value")).collect()}
+    planned = "JVM" if "planned on the JVM" in plan else "Python"
     print(f"\nscan: {n:,} records of 100-byte values in {args.partitions} partitions in "
-          f"HDFS; format('sparklog') on its {reader} vs Parquet; best of {args.repeat}")
-    print(f"  {'query':<12} {'sparklog rows/s':>16} {'parquet rows/s':>15} {'ratio':>6}")
+          f"HDFS; format('sparklog') on its {reader} (planned on {planned}; py-planned: "
+          f"{JVM_PLANNING_OPTION}=false) vs Parquet; best of {args.repeat}; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(f"  {'query':<12} {'sparklog rows/s':>16} {'py-planned rows/s':>18} "
+          f"{'parquet rows/s':>15} {'ratio':>6} {'py-planned ratio':>17}")
     for qname, query in queries.items():
         rates = {s: n / best_time(lambda: query(make()), args.repeat)
                  for s, make in sources.items()}
-        print(f"  {qname:<12} {rates['sparklog']:>16,.0f} {rates['parquet']:>15,.0f} "
-              f"{rates['sparklog'] / rates['parquet']:>6.2f}")
+        print(f"  {qname:<12} {rates['sparklog']:>16,.0f} {rates['py-planned']:>18,.0f} "
+              f"{rates['parquet']:>15,.0f} {rates['sparklog'] / rates['parquet']:>6.2f} "
+              f"{rates['py-planned'] / rates['parquet']:>17.2f}")
     print("  target: ratio >= 1.0")
     spark.stop()
 

@@ -15,7 +15,8 @@ values: sparklog ``send()`` vs confluent-kafka ``produce()`` and kafka-python ``
 ``flush.messages=1`` for the durable row, vs the same load against sparklog),
 ``latency`` (produce->consume p50/p99/p99.9 at 1k, 10k and 50k records/s), ``spark``
 (count, aggregate over value and filter on timestamp by format("sparklog") vs
-format("kafka") vs Parquet; a capped AvailableNow backlog drain, both sources),
+format("kafka") vs Parquet; a capped AvailableNow backlog drain, both sources; each
+sparklog row also by the log's storage root, ``path``, beside the broker),
 ``failover`` (outage of writes after SIGKILL of the partition leader: 3 KRaft nodes with
 replication 3 vs 3 sparklog brokers on ZooKeeper, default settings; its own clusters,
 one kill per round on each).
@@ -172,6 +173,8 @@ def spark_rows(systems, table, rounds, n, base):
             for peer in ("kafka", "parquet"):
                 table.add(f"Spark {query} rows/s", rate["sparklog"], rate[peer], "rows/s",
                           peer='format("kafka")' if peer == "kafka" else "Parquet")
+            table.add(f"Spark {query} rows/s, sparklog by path", rate["sparklog-path"],
+                      rate["kafka"], "rows/s", peer='format("kafka")')
         cap = max(1, n // 5)
         say(f"spark: AvailableNow drain, maxOffsetsPerTrigger={cap:,}")
         ours, theirs = alternate(
@@ -179,6 +182,15 @@ def spark_rows(systems, table, rounds, n, base):
             lambda: spark_jobs.drain(spark, "kafka", systems.bootstrap, "scan", cap))
         say(f"  micro-batches: sparklog {[b for _, b in ours]}, Kafka {[b for _, b in theirs]}")
         table.add(f"AvailableNow drain rows/s (maxOffsetsPerTrigger={cap:,})",
+                  [n / s for s, _ in ours], [n / s for s, _ in theirs], "rows/s",
+                  peer='format("kafka")')
+        ours, theirs = alternate(
+            rounds, lambda: spark_jobs.drain(spark, "sparklog", None, "scan", cap,
+                                             path=systems.storage),
+            lambda: spark_jobs.drain(spark, "kafka", systems.bootstrap, "scan", cap))
+        say(f"  micro-batches: sparklog by path {[b for _, b in ours]}, Kafka "
+            f"{[b for _, b in theirs]}")
+        table.add(f"AvailableNow drain rows/s (maxOffsetsPerTrigger={cap:,}), sparklog by path",
                   [n / s for s, _ in ours], [n / s for s, _ in theirs], "rows/s",
                   peer='format("kafka")')
     finally:

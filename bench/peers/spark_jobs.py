@@ -65,13 +65,18 @@ def fill(systems, topic: str, records: int, progress) -> None:
 
 
 def frames(spark, systems, topic: str, parquet_dir: str) -> dict:
-    """format name -> a DataFrame over the topic (Parquet written once from sparklog's)."""
+    """format name -> a DataFrame over the topic (Parquet written once from sparklog's);
+    ``sparklog-path`` reads the same log by its storage root (``path``: offsets from
+    storage, planned in the driver's JVM) where ``sparklog`` asks the broker."""
     sl = (spark.read.format("sparklog").option("kafka.bootstrap.servers", systems.sparklog)
           .option("subscribe", topic).load())
     kafka = (spark.read.format("kafka").option("kafka.bootstrap.servers", systems.bootstrap)
              .option("subscribe", topic).load())
     sl.write.mode("overwrite").parquet(parquet_dir)
-    return {"sparklog": sl, "kafka": kafka, "parquet": spark.read.parquet(parquet_dir)}
+    by_path = (spark.read.format("sparklog").option("path", systems.storage)
+               .option("subscribe", topic).load())
+    return {"sparklog": sl, "sparklog-path": by_path, "kafka": kafka,
+            "parquet": spark.read.parquet(parquet_dir)}
 
 
 def queries(df, t_mid):
@@ -101,13 +106,17 @@ def timed(action) -> float:
     return time.perf_counter() - start
 
 
-def drain(spark, fmt: str, servers: str, topic: str, cap: int) -> tuple[float, int]:
+def drain(spark, fmt: str, servers: str | None, topic: str, cap: int,
+          path: str | None = None) -> tuple[float, int]:
     """(seconds, micro-batches) of an AvailableNow stream capped at ``cap`` records per
-    trigger reading the whole topic into the noop sink (fresh checkpoint)."""
+    trigger reading the whole topic into the noop sink (fresh checkpoint); ``path``
+    instead of ``servers``: sparklog by its storage root."""
     import json
 
-    df = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", servers)
-          .option("subscribe", topic).option("startingOffsets", "earliest")
+    reader = spark.readStream.format(fmt)
+    reader = reader.option("path", path) if path else \
+        reader.option("kafka.bootstrap.servers", servers)
+    df = (reader.option("subscribe", topic).option("startingOffsets", "earliest")
           .option("maxOffsetsPerTrigger", str(cap)).load())
     with tempfile.TemporaryDirectory(prefix="bench-peers-ckpt-") as ckpt:
         start = time.perf_counter()

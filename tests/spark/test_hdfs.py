@@ -54,6 +54,23 @@ def test_jvm_and_python_readers_scan_an_hdfs_root(jspark, hdfs_env):
     assert_rows(python, want)
 
 
+def test_jvm_planning_on_hdfs_equals_the_python_planners(jspark, hdfs_env):
+    """BatchPlanner lists the segments and reads the active tail through HDFS: the same
+    ranges as the Python planner, and a scan planned on the JVM."""
+    from tests.spark.test_jvm_planning import PLANNED_ON_JVM, assert_same_plan
+
+    root = f"{hdfs_env.hdfs_uri}/spark-plan"
+    make_topic(root, "pl", partitions=2, count=60, per_frame=4,
+               config={"segment.bytes": "2000"})
+    for options in ({"subscribe": "pl"}, {"subscribe": "pl", "minPartitions": "5"},
+                    {"subscribe": "pl", "maxRecordsPerPartition": "11",
+                     "startingOffsets": '{"pl": {"0": 3, "1": -2}}'}):
+        assert assert_same_plan(jspark, root, options).count("\n") >= 2
+    df = load(jspark, root, subscribe="pl", minPartitions="3")
+    assert PLANNED_ON_JVM in scan_of(df)
+    assert_rows(df, expected_rows("pl", {0: range(60), 1: range(60)}))
+
+
 def test_stream_with_checkpoint_and_output_on_hdfs(sl_spark, hdfs_env):
     base = f"{hdfs_env.hdfs_uri}/spark-stream"
     root, out, ckpt = f"{base}/log", f"{base}/out", f"{base}/ckpt"

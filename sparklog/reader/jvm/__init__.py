@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 SOURCE_DIR = Path(__file__).resolve().parent / "java"
 #: Read option that keeps a batch scan on the Python reader when "false".
 JVM_READER_OPTION = "sparklog.jvmReader"
+#: Read option: "false" leaves a batch scan's planning and schema to the Python source
+#: (the JVM provider plans path-mode batch scans itself; see docs/spark.md).
+JVM_PLANNING_OPTION = "sparklog.jvmPlanning"
 
 
 def cache_dir() -> Path:
@@ -191,4 +194,4 @@ def register_python_source(spark, source_cls) -> None:
 
 
 __all__ = ["jar_path", "cache_dir", "source_hash", "register_python_source", "SOURCE_DIR",
-           "JVM_READER_OPTION", "PROVIDER_CLASS", "provider_loaded", "class_loaded"]
+           "JVM_READER_OPTION", "JVM_PLANNING_OPTION", "PROVIDER_CLASS", "provider_loaded", "class_loaded"]

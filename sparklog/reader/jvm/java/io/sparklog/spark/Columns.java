@@ -7,6 +7,7 @@ import org.apache.arrow.vector.types.pojo.ArrowType;
 import org.apache.arrow.vector.types.pojo.Field;
 import org.apache.arrow.vector.types.pojo.FieldType;
 import org.apache.arrow.vector.types.pojo.Schema;
+import org.apache.spark.sql.types.DataTypes;
 
 /** Column names of the source's output and of frame bodies (see docs/format.md). */
 final class Columns {
@@ -35,6 +36,21 @@ final class Columns {
 
 
   private Columns() {
+  }
+
+  /** Spark's Kafka source schema, every column nullable ({@code headers} last when asked):
+   *  the Python source's {@code kafka_schema} (sparklog/reader/spark/schema.py). */
+  static org.apache.spark.sql.types.StructType kafkaSchema(boolean includeHeaders) {
+    org.apache.spark.sql.types.StructType s = new org.apache.spark.sql.types.StructType()
+        .add("key", DataTypes.BinaryType).add("value", DataTypes.BinaryType)
+        .add(TOPIC, DataTypes.StringType).add(PARTITION, DataTypes.IntegerType)
+        .add(OFFSET, DataTypes.LongType).add(TIMESTAMP, DataTypes.TimestampType)
+        .add(TIMESTAMP_TYPE, DataTypes.IntegerType);
+    if (includeHeaders) {
+      s = s.add(HEADERS, DataTypes.createArrayType(new org.apache.spark.sql.types.StructType()
+          .add("key", DataTypes.StringType).add("value", DataTypes.BinaryType)));
+    }
+    return s;
   }
 
   /** True for the metadata columns the reader computes (not read from frame bodies). */

@@ -292,39 +292,11 @@ final class LogFiles {
     if (!seg.hasIndex || offset <= seg.baseOffset) {
       return 0;
     }
-    byte[] bytes;
-    try (FSDataInputStream in = fs.open(seg.index())) {
-      bytes = in.readAllBytes();
-    } catch (IOException e) {
-      return 0;
-    }
-    if (bytes.length < OffsetIndexHeader.SIZE) {
-      return 0;
-    }
-    ByteBuffer b = ByteBuffer.wrap(bytes);  // big-endian
-    String magic = new String(bytes, OffsetIndexHeader.MAGIC_OFFSET,
-        OffsetIndexHeader.MAGIC.length(), StandardCharsets.US_ASCII);
-    if (!magic.equals(OffsetIndexHeader.MAGIC)
-        || b.getShort(OffsetIndexHeader.VERSION_OFFSET) != OffsetIndexHeader.VERSION
-        || b.getLong(OffsetIndexHeader.BASE_OFFSET_OFFSET) != seg.baseOffset
-        || b.getLong(OffsetIndexHeader.LOG_SIZE_OFFSET) != seg.listedSize) {
-      return 0;
-    }
-    CRC32C crc = new CRC32C();
-    crc.update(bytes, 0, OffsetIndexHeader.HEADER_CRC_OFFSET);
-    if ((int) crc.getValue() != b.getInt(OffsetIndexHeader.HEADER_CRC_OFFSET)) {
+    ByteBuffer b = validIndex(fs, seg);
+    if (b == null) {
       return 0;
     }
     int entries = b.getInt(OffsetIndexHeader.ENTRY_COUNT_OFFSET);
-    long entryBytes = (long) OffsetIndexHeader.ENTRY_SIZE * entries;
-    if (entries < 0 || OffsetIndexHeader.SIZE + entryBytes != bytes.length) {
-      return 0;
-    }
-    crc.reset();
-    crc.update(bytes, OffsetIndexHeader.SIZE, (int) entryBytes);
-    if ((int) crc.getValue() != b.getInt(OffsetIndexHeader.ENTRIES_CRC_OFFSET)) {
-      return 0;
-    }
     long rel = offset - seg.baseOffset;
     int lo = 0;
     int hi = entries - 1;
@@ -341,5 +313,60 @@ final class LogFiles {
       }
     }
     return pos;
+  }
+  /**
+   * The bytes of a sealed segment's {@code .index} when it is sound (magic, version, base
+   * offset, the size of the {@code .log} as listed, both CRC32Cs, entry count), else null
+   * (missing, stale or corrupt: readers then scan the {@code .log} instead).
+   */
+  static ByteBuffer validIndex(FileSystem fs, Segment seg) {
+    if (!seg.hasIndex) {
+      return null;
+    }
+    byte[] bytes;
+    try (FSDataInputStream in = fs.open(seg.index())) {
+      bytes = in.readAllBytes();
+    } catch (IOException e) {
+      return null;
+    }
+    if (bytes.length < OffsetIndexHeader.SIZE) {
+      return null;
+    }
+    ByteBuffer b = ByteBuffer.wrap(bytes);  // big-endian
+    String magic = new String(bytes, OffsetIndexHeader.MAGIC_OFFSET,
+        OffsetIndexHeader.MAGIC.length(), StandardCharsets.US_ASCII);
+    if (!magic.equals(OffsetIndexHeader.MAGIC)
+        || b.getShort(OffsetIndexHeader.VERSION_OFFSET) != OffsetIndexHeader.VERSION
+        || b.getLong(OffsetIndexHeader.BASE_OFFSET_OFFSET) != seg.baseOffset
+        || b.getLong(OffsetIndexHeader.LOG_SIZE_OFFSET) != seg.listedSize) {
+      return null;
+    }
+    CRC32C crc = new CRC32C();
+    crc.update(bytes, 0, OffsetIndexHeader.HEADER_CRC_OFFSET);
+    if ((int) crc.getValue() != b.getInt(OffsetIndexHeader.HEADER_CRC_OFFSET)) {
+      return null;
+    }
+    int entries = b.getInt(OffsetIndexHeader.ENTRY_COUNT_OFFSET);
+    long entryBytes = (long) OffsetIndexHeader.ENTRY_SIZE * entries;
+    if (entries < 0 || OffsetIndexHeader.SIZE + entryBytes != bytes.length) {
+      return null;
+    }
+    crc.reset();
+    crc.update(bytes, OffsetIndexHeader.SIZE, (int) entryBytes);
+    if ((int) crc.getValue() != b.getInt(OffsetIndexHeader.ENTRIES_CRC_OFFSET)) {
+      return null;
+    }
+    return b;
+  }
+
+  /** The bytes of {@code file} a reader of the open stream {@code in} can see now: a file
+   *  being written grows past its listed size, which HDFS reports through
+   *  getVisibleLength(); other file systems through the file's status. */
+  static long visibleLength(FileSystem fs, Path file, FSDataInputStream in) throws IOException {
+    try {
+      return (Long) in.getClass().getMethod("getVisibleLength").invoke(in);
+    } catch (ReflectiveOperationException | ClassCastException e) {
+      return fs.getFileStatus(file).getLen();
+    }
   }
 }

@@ -49,6 +49,12 @@ final class PinnedReadInfo {
     }
   }
 
+  /** True once filters were pushed to the Python builder (its plan then decides what the
+   *  scan reads). */
+  boolean filtersPushed() {
+    return pinned != null;
+  }
+
   /** The partitions the Python batch {@code python} plans with this scan's plan (a fresh
    *  one when no filter was pushed); its reader factory keeps using the same plan. */
   InputPartition[] planBatch(Batch python) {

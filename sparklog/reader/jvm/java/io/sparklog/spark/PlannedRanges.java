@@ -56,6 +56,14 @@ final class PlannedRanges {
         ranges.add(RangePartition.fromPickled(obj));
       }
     }
+    return finish(ranges, readSchema, conf, checked);
+  }
+
+  /** {@code ranges} (from Python or {@link BatchPlanner}) checked as readable by the JVM
+   *  reader ({@code checked} as in {@link #convert(InputPartition[], StructType,
+   *  Configuration, Map)}) and given the hosts of their segment blocks. */
+  static RangePartition[] finish(List<RangePartition> ranges, StructType readSchema,
+      Configuration conf, Map<String, Schema> checked) throws Exception {
     checkReadable(ranges, readSchema, conf, checked);
     Map<String, List<RangePartition>> byRoot = new HashMap<>();
     for (RangePartition r : ranges) {

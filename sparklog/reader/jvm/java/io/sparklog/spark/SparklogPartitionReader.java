@@ -426,11 +426,7 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
   /** The bytes of the open segment a reader can see now (a file being written grows
    *  past its listed size; HDFS reports that through getVisibleLength()). */
   private long visibleLength() throws IOException {
-    try {
-      return (Long) in.getClass().getMethod("getVisibleLength").invoke(in);
-    } catch (ReflectiveOperationException | ClassCastException e) {
-      return fs.getFileStatus(segments.get(segIndex).log).getLen();
-    }
+    return LogFiles.visibleLength(fs, segments.get(segIndex).log, in);
   }
 
   private IOException beyondEnd() {

@@ -45,6 +45,9 @@ public class SparklogProvider
    */
   static final String V2_APPEND = "__sparklog.v2.append";
 
+  private static final org.slf4j.Logger LOG =
+      org.slf4j.LoggerFactory.getLogger(SparklogProvider.class);
+
   private final PythonDataSourceV2 delegate;
 
   /** A provider wrapping a fresh {@link PythonDataSourceV2} named {@value #SHORT_NAME}. */
@@ -58,8 +61,20 @@ public class SparklogProvider
     return SHORT_NAME;
   }
 
+  /** Raw topics read in {@code path} mode get Spark's Kafka source schema from the JVM
+   *  ({@link BatchPlanner#rawSchema}), without starting Python; any other read asks the
+   *  Python source, which also checks its options. */
   @Override
   public StructType inferSchema(CaseInsensitiveStringMap options) {
+    if (JvmReaderOption.enabled(options)) {
+      try {
+        return BatchPlanner.rawSchema(options, SparklogScan.hadoopConf());
+      } catch (PlanOptions.Unsupported e) {
+        LOG.debug("sparklog: the Python source infers this schema: {}", e.getMessage());
+      } catch (Exception e) {
+        LOG.info("sparklog: the Python source infers this schema: {}", e.toString());
+      }
+    }
     return delegate.inferSchema(options);
   }
 

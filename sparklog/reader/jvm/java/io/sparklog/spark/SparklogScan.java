@@ -30,6 +30,7 @@ public class SparklogScan implements Scan {
   private final PinnedReadInfo plan;
   private final boolean jvm;
   private final java.util.function.Supplier<Scan> uncapped;
+  private final org.apache.spark.sql.util.CaseInsensitiveStringMap options;
   private Batch batch;
   private String reader = "reader chosen when the scan is planned";
 
@@ -37,7 +38,9 @@ public class SparklogScan implements Scan {
    *  {@code plan} its Python read plan; {@code jvm} false keeps the tasks on Python;
    *  {@code uncapped} makes the Python scan without per-trigger caps (null: none). */
   SparklogScan(Scan delegate, StructType fullSchema, StructType readSchema,
-      PinnedReadInfo plan, boolean jvm, java.util.function.Supplier<Scan> uncapped) {
+      PinnedReadInfo plan, boolean jvm, java.util.function.Supplier<Scan> uncapped,
+      org.apache.spark.sql.util.CaseInsensitiveStringMap options) {
+    this.options = options;
     this.delegate = delegate;
     this.fullSchema = fullSchema;
     this.readSchema = readSchema;
@@ -66,6 +69,12 @@ public class SparklogScan implements Scan {
     if (batch != null) {
       return batch;
     }
+    if (jvm && !plan.filtersPushed()) {
+      batch = plannedOnJvm();
+      if (batch != null) {
+        return batch;
+      }
+    }
     Batch python = delegate.toBatch();
     InputPartition[] planned = plan.planBatch(python);
     if (!jvm) {
@@ -89,6 +98,38 @@ public class SparklogScan implements Scan {
     return batch;
   }
 
+  /** The batch of a scan {@link BatchPlanner} plans without Python, or null (the options,
+   *  the log's state or an error call for the Python planner, which then plans it). */
+  private Batch plannedOnJvm() {
+    try {
+      Configuration conf = hadoopConf();
+      java.util.List<RangePartition> planned = BatchPlanner.plan(options, conf);
+      RangePartition[] ranges = PlannedRanges.finish(planned, readSchema, conf,
+          new java.util.HashMap<>());
+      reader = "JVM columnar reader " + SparklogPartitionReader.class.getName()
+          + ", " + ranges.length + " ranges planned on the JVM";
+      return new JvmBatch(ranges, readSchema, broadcast(conf));
+    } catch (PlanOptions.Unsupported e) {
+      LOG.debug("sparklog: the Python source plans this scan: {}", e.getMessage());
+    } catch (Exception e) {
+      LOG.info("sparklog: the Python source plans this scan: {}", e.toString());
+    }
+    return null;
+  }
+
+  /** The log ends of the subscription read on the JVM ({@link BatchPlanner#logEnds}), or
+   *  null when the Python stream must answer. */
+  private com.fasterxml.jackson.databind.JsonNode logEndsOnJvm() {
+    try {
+      return BatchPlanner.logEnds(options, hadoopConf());
+    } catch (PlanOptions.Unsupported e) {
+      LOG.debug("sparklog: the Python stream reads the AvailableNow target: {}", e.getMessage());
+    } catch (Exception e) {
+      LOG.info("sparklog: the Python stream reads the AvailableNow target: {}", e.toString());
+    }
+    return null;
+  }
+
   /** The session's Hadoop configuration (the storage roots open with it). */
   static Configuration hadoopConf() {
     return org.apache.spark.sql.classic.SparkSession.active().sessionState().newHadoopConf();
@@ -107,7 +148,8 @@ public class SparklogScan implements Scan {
   public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
     MicroBatchStream python = delegate.toMicroBatchStream(checkpointLocation);
     return new JvmMicroBatchStream(python, readSchema, jvm && readSchema.equals(fullSchema),
-        uncapped == null ? null : () -> uncapped.get().toMicroBatchStream(checkpointLocation));
+        uncapped == null ? null : () -> uncapped.get().toMicroBatchStream(checkpointLocation),
+        jvm ? this::logEndsOnJvm : null);
   }
 
   @Override

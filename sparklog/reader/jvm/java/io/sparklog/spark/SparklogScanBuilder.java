@@ -45,6 +45,9 @@ public class SparklogScanBuilder
 
   @Override
   public Filter[] pushFilters(Filter[] filters) {
+    if (filters.length == 0) {
+      return filters;  // nothing to push: no Python planning needed for it
+    }
     return plan.pushFilters(delegate, filters);
   }
 
@@ -76,6 +79,7 @@ public class SparklogScanBuilder
     Scan scan = delegate.build();
     boolean jvm = JvmReaderOption.enabled(options);
     // only the JVM reader prunes; with the opt-out the Python scan reads every column
-    return new SparklogScan(scan, fullSchema, jvm ? required : fullSchema, plan, jvm, uncapped);
+    return new SparklogScan(scan, fullSchema, jvm ? required : fullSchema, plan, jvm, uncapped,
+        options);
   }
 }
