@@ -12,7 +12,9 @@ user, as an operator would:
    sparklog with its ``spark,hdfs,cluster`` extras and uploads it with Spark's jars
    (unless both are in HDFS already), ``--cache ~/.cache/sparklog/venv-packs``
    (``$SPARKLOG_PACK_CACHE``): an archive of the same source, Python and options is
-   reused from there, not packed again;
+   reused from there, not packed again. The lab's hosts have no route to a package
+   index, so the archive is packed on the machine itself (the build host) first, and
+   the edge host's run finds it in the cache;
 2. a topic ``etl<stamp>`` gets ``--records`` records through a broker (acks=all);
 3. ``bin/submit-etl.sh -- --app-id ... --path hdfs://ns1/sparklog --output
    hdfs://ns1/warehouse/<topic> --format delta`` runs ``sparklog etl run`` with
@@ -92,9 +94,17 @@ def ensure_archive() -> None:
         print(f"yarn-etl: {ARCHIVE} and {jars} are in HDFS already", flush=True)
         return
     t0 = time.monotonic()
-    edge("sparklog", "bash", kit_bin("pack-venv.sh"), "--python", sys.executable,
-         "--source", str(lab.REPO), "--output", str(lab.lab_dir() / "sparklog-venv.tar.gz"),
-         "--upload", ARCHIVE, "--cache", str(PACK_CACHE))
+    pack = ["bash", kit_bin("pack-venv.sh"), "--python", sys.executable, "--source",
+            str(lab.REPO), "--output", str(lab.lab_dir() / "sparklog-venv.tar.gz"),
+            "--cache", str(PACK_CACHE)]
+    # packed on this machine, the lab's build host: the lab's hosts have no route to a
+    # package index; then on the edge host, where the same source and Python find the
+    # archive in the cache and only the upload is done
+    proc = subprocess.run(pack, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise CheckFailed(f"pack-venv.sh failed ({proc.returncode}):\n{proc.stdout[-2000:]}"
+                          f"{proc.stderr[-4000:]}")
+    edge("sparklog", *pack, "--upload", ARCHIVE)
     print(f"yarn-etl: venv archive packed and uploaded to {ARCHIVE} "
           f"({time.monotonic() - t0:.0f}s)", flush=True)
 

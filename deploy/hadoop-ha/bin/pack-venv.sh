@@ -65,15 +65,19 @@ VENV="$WORK/venv"
 
 # the source is copied first: its files are part of the cache key
 if [ -d "$SOURCE" ]; then
-    # build from a copy of the files git does not ignore: pip leaves its build/ there,
-    # and no local venv or data directory of the tree is copied
+    # build from a copy of what the package is made of (pyproject.toml's metadata and
+    # modules), of the files git does not ignore: pip leaves its build/ there, no local
+    # venv, test or doc of the tree is copied, and a change to those keeps the cache key
     mkdir "$WORK/src"
+    BUILD_FILES=(pyproject.toml setup.py setup.cfg README.md LICENSE pyspark_sparklog.py sparklog)
+    PRESENT=()
+    for f in "${BUILD_FILES[@]}"; do [ -e "$SOURCE/$f" ] && PRESENT+=("$f"); done
     if git -C "$SOURCE" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-        (cd "$SOURCE" && git ls-files -z --cached --others --exclude-standard . |
+        (cd "$SOURCE" && git ls-files -z --cached --others --exclude-standard -- "${PRESENT[@]}" |
             tar --null --ignore-failed-read -T - -cf -) | tar -C "$WORK/src" -xf -
     else
-        tar -C "$SOURCE" --exclude=.git --exclude=.venv --exclude=build --exclude=dist \
-            --exclude='*.egg-info' --exclude=__pycache__ -cf - . | tar -C "$WORK/src" -xf -
+        tar -C "$SOURCE" --exclude=__pycache__ --exclude='*.egg-info' -cf - "${PRESENT[@]}" |
+            tar -C "$WORK/src" -xf -
     fi
     SOURCE_HASH="$(cd "$WORK/src" && find . -type f -print0 | LC_ALL=C sort -z |
         xargs -0 sha256sum | sha256sum | cut -c1-64)"
