@@ -21,7 +21,7 @@
 #              YARN container, first on PYTHONPATH, so a packed pyspark is never imported
 #              there and the containers always run the submitting Spark's Python side.
 #   --cache    keep each archive (and spark-jars.zip) in DIR under a hash of what it is
-#              made of (the source's files, --python's path and version, --extras,
+#              made of (the source's files, --python's interpreter and version, --extras,
 #              --pip-args, --keep-pyspark; for spark-jars.zip the jars' names and sizes)
 #              and reuse it when the hash is there already: a rerun with nothing changed
 #              packs nothing. Dependencies resolved from an index are not part of the
@@ -87,7 +87,9 @@ elif [ -f "$SOURCE" ]; then
 else
     SOURCE_HASH="$SOURCE"
 fi
-PY_ID="$("$PYTHON" -c 'import sys; print(sys.executable, sys.version)')"
+# the interpreter the archive's venv points to (a venv's python resolves to its base),
+# not the path it was called by: two checkouts' venvs share their archives
+PY_ID="$("$PYTHON" -c 'import os, sys; print(os.path.realpath(sys.executable), sys.version)')"
 KEY="$(printf '%s\n' "$SOURCE_HASH" "$PY_ID" "$EXTRAS" "$PIP_ARGS" "$KEEP_PYSPARK" |
     sha256sum | cut -c1-16)"
 CACHED=""
