@@ -82,16 +82,6 @@ def ready() -> bool:
         all(_jmx(h, "NameNodeInfo", "Safemode") == "" for h in NAMENODES.values())
 
 
-def wait(cond, timeout: float, what: str) -> float:
-    """Poll ``cond`` every 0.1 s; the seconds it took (RuntimeError naming ``what``)."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if cond():
-            return time.monotonic() - t0
-        time.sleep(0.1)
-    raise RuntimeError(f"gave up after {timeout:.0f}s waiting for: {what}")
-
-
 def broker_pids() -> dict[str, int]:
     """The broker process of each broker host (pid files of the lab's systemctl)."""
     out = {}
@@ -187,7 +177,7 @@ def restore(mode: str, host: str) -> None:
         pid = pid_of(host, "hdfs-datanode")
         if pid is None or not alive(pid):
             run_tool(host, "hdfs", "hdfs", "--daemon", "start", "datanode")
-        wait(lambda: live_datanodes() == 4, 180, f"the DataNode on {host} live again")
+        lab.wait(lambda: live_datanodes() == 4, 180, f"the DataNode on {host} live again")
         return
     pid_file = lab.lab_dir() / "hosts" / host / "run" / "hdfs-namenode.pid"
 
@@ -200,7 +190,7 @@ def restore(mode: str, host: str) -> None:
                                    f"{proc.stdout}{proc.stderr}")
         return ready()
 
-    wait(back, 180, f"the NameNode on {host} back as standby, out of safe mode")
+    lab.wait(back, 180, f"the NameNode on {host} back as standby, out of safe mode")
 
 
 def leaders_moved_watch(topic: str, broker: int):
@@ -248,7 +238,8 @@ def outage(ack_log: Path, run_id: str, started_ms: int) -> tuple[float, int, int
 
 def one_run(mode: str, client: str, rep: int, args, ack_log: Path) -> dict:
     """One repetition of one combination; its figures."""
-    wait(ready, 180, "one active and one standby NameNode, out of safe mode, before the run")
+    lab.wait(ready, 180,
+             "one active and one standby NameNode, out of safe mode, before the run")
     active = next(h for h in NAMENODES.values() if nn_state(h) == "active")
     other = next(h for h in NAMENODES.values() if h != active)
     target = active if mode in ("process", "host") else FAULT_HOSTS[mode]
@@ -261,7 +252,7 @@ def one_run(mode: str, client: str, rep: int, args, ack_log: Path) -> dict:
         create_topic(topic)
         started_ms = int(time.time() * 1000)
         producer = start_producer(topic, ack_log, records, args.rate, run_id)
-        wait(lambda: ack_log.exists() and run_id in ack_log.read_text(), 60,
+        lab.wait(lambda: ack_log.exists() and run_id in ack_log.read_text(), 60,
              "the producer's first acknowledgements")
         if mode == "broker-host":
             watcher = leaders_moved_watch(topic, LOST_BROKER)
@@ -278,7 +269,8 @@ def one_run(mode: str, client: str, rep: int, args, ack_log: Path) -> dict:
             if mode == "broker-host":
                 watcher = leaders_moved_watch(topic, LOST_BROKER)
         if mode in ("process", "host"):
-            wait(lambda: nn_state(other) == "active", 120, f"the NameNode on {other} active")
+            lab.wait(lambda: nn_state(other) == "active", 120,
+                     f"the NameNode on {other} active")
             failover = time.monotonic() - t0
         elif watcher is not None:
             moved, _ = watcher.communicate(timeout=320)

@@ -150,6 +150,20 @@ def address(host: str) -> str:
     return f"{SUBNET}.{HOSTS[host]}"
 
 
+def wait(cond, timeout: float, what: str, interval: float = 0.1):
+    """Poll ``cond`` every ``interval`` s until it returns something true, which is
+    returned; LabError naming ``what`` after ``timeout`` s. The one poller of the lab's
+    scripts (failover.py, yarn_etl.py)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise LabError(f"gave up after {timeout:.0f}s waiting for: {what}")
+        time.sleep(interval)
+
+
 def sh(*cmd: str, check: bool = True, quiet: bool = False) -> subprocess.CompletedProcess:
     """Run a command of the root namespace (LabError with its output when it fails)."""
     proc = subprocess.run(cmd, capture_output=True, text=True)

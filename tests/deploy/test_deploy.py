@@ -136,7 +136,7 @@ BROKEN = {  # name: (file, edit, expected message, number of problems)
                                       "0.0.0.0 is a wildcard address and is never advertised", 1),
     "client failover too short": (HDFS, _drop_property("dfs.client.failover.max.attempts"),
                                   "dfs.client.failover.max.attempts=3 with sleeps of "
-                                  "200..2000 ms fails over for 1.4 s, shorter than a NameNode "
+                                  "200..1000 ms fails over for 1.4 s, shorter than a NameNode "
                                   "failover after a host loss", 1),
     "RPC timeout left at Hadoop's 120 s": (
         CORE, _drop_property("ipc.client.rpc-timeout.ms"),

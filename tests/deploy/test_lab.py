@@ -117,6 +117,17 @@ def test_a_client_on_another_host_reaches_every_leader_by_its_name(lab_up):
                            "(3, 'dn3.lab.test', 9092)] [0, 1, 2, 3, 4, 5]"), out
 
 
+@pytest.mark.timeout(600)  # the venv packed (once per source: a cache), one YARN run
+def test_etl_on_yarn_once_commits_every_record_once(lab_up):
+    """sparklog's ETL through the kit's submit path on the lab's YARN (cluster mode,
+    executors in NodeManager containers on the packed venv): every record once."""
+    proc = subprocess.run([sys.executable, str(LAB / "yarn_etl.py"), "--once",
+                           "--records", "100"], capture_output=True, text=True, timeout=580)
+    print(proc.stdout)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    assert "yarn-etl: run 1 on YARN committed 100 records" in proc.stdout, proc.stdout
+
+
 @pytest.mark.timeout(900)  # four failovers, each NameNode restored, then Spark's read-back
 def test_failover_matrix_once_loses_no_acknowledged_record(lab_up):
     proc = subprocess.run([sys.executable, str(LAB / "failover.py"), "--repetitions", "1",
