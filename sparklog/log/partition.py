@@ -258,13 +258,6 @@ class PartitionLog:
         return self._epoch
 
     @property
-    def pipelined_syncs(self) -> bool:
-        """True when a :meth:`start_sync` may begin while an earlier one still waits for
-        the storage, each returning once its own bytes are durable (HDFS's pipeline);
-        False when syncs run one after the other (the local disk)."""
-        return bool(getattr(self._out, "concurrent_persist", False))
-
-    @property
     def segments(self) -> list[LogSegment]:
         """The segments, oldest first; the last one is active."""
         with self._lock:

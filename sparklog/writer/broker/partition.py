@@ -6,14 +6,10 @@ frames (size, CRC32C, record columns against the topic's schema, producer sequen
 appends them, and then does ONE flush — or one sync when any request in the batch asked
 for acks=all — for all of them (group commit). The sync runs beside the appends: while
 one sync waits for the storage (HDFS's DataNodes fsyncing), the writer validates and
-appends the next batches. On storage whose syncs pipeline (HDFS: each ``hsync`` waits
-only for its own packets, which the DataNodes acknowledge in order) the sync of those
-batches starts as soon as their append returns, beside the one in flight (at most
-``MAX_SYNCS_IN_FLIGHT``), so a batch waits for one sync, not for the rest of an earlier
-one and then its own; elsewhere the next sync starts when this one returns and covers
-everything appended meanwhile. Batches are answered in the order their syncs started.
-A request is answered only once a sync started after its bytes were written has
-completed, so no acks=all answer precedes the durability of its records. Fetches that found too little data wait on the partition until the next flush
+appends the next batches, and the next sync, started as soon as this one returns,
+covers all of them. A request is answered only once a sync started after its bytes
+were written has completed, so no acks=all answer precedes the durability of its
+records. Fetches that found too little data wait on the partition until the next flush
 or sync advances the high watermark, or their timeout; the frames each request appended
 are kept, once visible, in the partition's :class:`~.tail.TailCache`, from which such a
 fetch is answered.
@@ -30,7 +26,6 @@ cost more than the append.
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import struct
 import time
@@ -68,8 +63,6 @@ MAX_BATCH_REQUESTS = 1024
 WAKE_BATCH = 128
 #: largest batch (request bytes) appended on the event loop when the log is local
 INLINE_APPEND_BYTES = 64 << 10
-#: most syncs of a partition in flight at once on storage whose syncs pipeline (HDFS)
-MAX_SYNCS_IN_FLIGHT = 4
 
 
 @dataclass
@@ -320,62 +313,29 @@ class PartitionWriter:
             await syncer
 
     async def _sync_loop(self) -> None:
-        """Group commit with the appends overlapped: a sync is started for the batches
-        whose append has completed, while fewer than the storage allows are in flight
-        (one, or ``MAX_SYNCS_IN_FLIGHT`` when syncs pipeline); the batches appended
-        meanwhile are synced together by the next one. Each group is answered by
-        :meth:`_answer_synced`, in the order the syncs started."""
-        in_flight: collections.deque = collections.deque()  # answering tasks, oldest first
-        try:
-            while True:
-                await self._sync_wanted.wait()
-                self._sync_wanted.clear()
-                while in_flight and in_flight[0].done():
-                    in_flight.popleft()
-                if not self._unsynced:
-                    if self._draining:
-                        return
-                    continue
-                limit = MAX_SYNCS_IN_FLIGHT if self.log.pipelined_syncs else 1
-                if len(in_flight) >= limit:  # the next sync waits for the oldest
-                    await asyncio.wait([in_flight[0]])
-                    self._sync_wanted.set()
-                    continue
-                group, self._unsynced = self._unsynced, []
+        """Group commit with the appends overlapped: one sync at a time, started for
+        every batch whose append has completed; the batches appended while it waits
+        for the storage are synced together by the next one."""
+        while True:
+            await self._sync_wanted.wait()
+            self._sync_wanted.clear()
+            if not self._unsynced:
+                if self._draining:
+                    return
+                continue
+            group, self._unsynced = self._unsynced, []
+            try:
                 # started after every append of ``group`` returned: covers their bytes
-                sync = self.loop.run_in_executor(self.pool, self._sync_blocking)
-                before = in_flight[-1] if in_flight else None
-                in_flight.append(self.loop.create_task(
-                    self._answer_synced(group, sync, before), name=f"synced-{self.name}"))
-        finally:
-            for task in in_flight:
-                await asyncio.shield(task)
-
-    async def _answer_synced(self, group: list, sync: asyncio.Future,
-                             before: asyncio.Task | None) -> BaseException | None:
-        """Answer the batches of ``group`` once their ``sync`` has completed and the
-        group synced before them is answered (or fail them with the sync's error, or an
-        earlier group's: nothing after a failed sync is answered as durable); returns
-        that error, or None."""
-        error = None
-        try:
-            await sync
-        except BaseException as exc:
-            error = exc
-        if before is not None:
-            await asyncio.wait([before])
-            if before.result() is not None and error is None:
-                error = before.result()
-        if error is not None:
-            self.tail.clear()
-            for batch, _, _ in group:
-                self._append_failed(batch, error)
-        else:
-            for batch, results, runs in group:
-                self._cache(runs)
-                self._answer(batch, results)
-        self._sync_wanted.set()  # the batches appended meanwhile, or the drain
-        return error
+                await self.loop.run_in_executor(self.pool, self._sync_blocking)
+            except BaseException as exc:
+                self.tail.clear()
+                for batch, _, _ in group:
+                    self._append_failed(batch, exc)
+            else:
+                for batch, results, runs in group:
+                    self._cache(runs)
+                    self._answer(batch, results)
+            self._sync_wanted.set()  # the batches appended meanwhile, or the drain
 
     def _cache(self, runs: list) -> None:
         """Keep the runs of frames of an answered batch, now visible, in the tail cache
