@@ -33,7 +33,13 @@ from ..errors import (
     SparklogError,
     UnknownTopicOrPartitionError,
 )
-from ..format.frame import RESERVED_COLUMNS, TIMESTAMP_COLUMN, iter_frames
+from ..format.frame import (
+    RESERVED_COLUMNS,
+    TIMESTAMP_COLUMN,
+    TIMESTAMP_TYPE,
+    iter_frames,
+    offset_range,
+)
 from ..format.header import HEADER_SIZE, unpack_header
 from ..protocol.apis import ApiKey
 from ..protocol.codec import error_from
@@ -87,7 +93,7 @@ class CompletedFetch:
         self.offset = offset   # the fetch offset the data answers
         self.corrupt = None    # the CorruptRecordError met in the data, once met
         self.frames = None   # iterator of Frame, created on first use
-        self.current = None  # (frame, batch, offsets list) being consumed
+        self.current = None  # (frame, batch, explicit offsets or None) being consumed
         self.row = 0
         self.cache = None    # decoded python columns of the current frame (poll)
 
@@ -295,7 +301,8 @@ class Fetcher:
                     if frame.header.is_control or frame.header.last_offset < position:
                         continue
                     batch = frame.batch()
-                    offsets = frame.offsets()
+                    # implicit offsets are base + row: no array built for them
+                    offsets = frame.offsets() if frame.header.explicit_offsets else None
                 except CorruptRecordError as exc:
                     # the records before the bad frame are delivered; from it on, every
                     # poll raises until the application seeks past it
@@ -315,12 +322,13 @@ class Fetcher:
             n = batch.num_rows
             end = min(n, cf.row + limit)
             if end > cf.row:
+                base = frame.header.base_offset
                 if batches:
-                    out.append(_with_offsets(batch, offsets, cf.row, end))
+                    out.append(_with_offsets(batch, offsets, base, cf.row, end))
                 else:
                     out.extend(self._records(cf, frame, batch, offsets, cf.row, end))
                 limit -= end - cf.row
-                position = offsets[end - 1].as_py() + 1
+                position = base + end if offsets is None else offsets[end - 1].as_py() + 1
                 cf.row = end
             if cf.row >= n:
                 cf.current = None
@@ -331,7 +339,9 @@ class Fetcher:
         if cf.cache is None:
             cf.cache = _python_columns(batch, frame, self.states[cf.tp].typed)
         keys, values, headers, stamps = cf.cache
-        offs = offsets.slice(start, end - start).to_pylist()
+        base = frame.header.base_offset
+        offs = range(base + start, base + end) if offsets is None else \
+            offsets.slice(start, end - start).to_pylist()
         topic, partition = cf.tp
         ts_type = frame.header.timestamp_type
         kd, vd = self.key_deserializer, self.value_deserializer
@@ -372,7 +382,7 @@ def _next_offset(data) -> int | None:
     return last
 
 
-def _first_row_at(offsets: pa.Array, position: int, base: int, explicit: bool) -> int:
+def _first_row_at(offsets: pa.Array | None, position: int, base: int, explicit: bool) -> int:
     if not explicit:
         return max(0, position - base)
     import pyarrow.compute as pc
@@ -381,11 +391,16 @@ def _first_row_at(offsets: pa.Array, position: int, base: int, explicit: bool) -
     return len(offsets) if idx < 0 else idx
 
 
-def _with_offsets(batch: pa.RecordBatch, offsets: pa.Array, start: int, end: int):
+def _with_offsets(batch: pa.RecordBatch, offsets: pa.Array | None, base: int, start: int,
+                  end: int):
+    """Rows ``[start, end)`` of ``batch`` with their offsets (``offsets``, or ``base`` +
+    row when None: implicit offsets)."""
     names = [n for n in batch.schema.names if n not in RESERVED_COLUMNS or
              n == TIMESTAMP_COLUMN]
     part = batch.select(names).slice(start, end - start)
-    return part.append_column(OFFSET_COLUMN, offsets.slice(start, end - start))
+    column = offset_range(base + start, end - start) if offsets is None else \
+        offsets.slice(start, end - start)
+    return part.append_column(OFFSET_COLUMN, column)
 
 
 def _python_columns(batch: pa.RecordBatch, frame, typed: bool):
@@ -394,7 +409,11 @@ def _python_columns(batch: pa.RecordBatch, frame, typed: bool):
     if header.log_append_time:
         stamps = [header.max_timestamp] * n
     else:
-        stamps = batch.column(TIMESTAMP_COLUMN).cast(pa.int64()).to_pylist()
+        column = batch.column(TIMESTAMP_COLUMN)
+        # the frame's own type: a view, no compute kernel (another type is converted)
+        column = column.view(pa.int64()) if column.type == TIMESTAMP_TYPE else \
+            column.cast(pa.int64())
+        stamps = column.to_pylist()
     names = batch.schema.names
     if typed or "value" not in names:
         record_names = [x for x in names if x not in RESERVED_COLUMNS]

@@ -119,9 +119,17 @@ def _iota(n: int) -> pa.Array:
     return pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(values)])
 
 
+#: below this many offsets, :func:`offset_range` fills the buffer in Python: a compute
+#: kernel's dispatch costs more than a few thousand int64 writes
+_SMALL_RANGE = 4096
+
+
 def offset_range(first: int, count: int) -> pa.Array:
     """int64 array ``first, first + 1, ..., first + count - 1`` (vectorised)."""
     global _IOTA
+    if count <= _SMALL_RANGE:
+        values = array.array("q", range(first, first + count))
+        return pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(values)])
     if _IOTA is None or count > len(_IOTA):
         _IOTA = _iota(max(count, 1 << 16, 2 * len(_IOTA) if _IOTA is not None else 0))
     return _compute().add(_IOTA.slice(0, count), pa.scalar(first, pa.int64()))

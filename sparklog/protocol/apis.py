@@ -354,10 +354,14 @@ assert set(REQUESTS) == set(RESPONSES) == set(SUPPORTED_VERSIONS)
 
 def api_name(key: int) -> str:
     """CamelCase name of an api key (``ListOffsets``), or ``Api<key>`` if unknown."""
-    try:
-        return "".join(p.capitalize() for p in ApiKey(key).name.split("_"))
-    except ValueError:
-        return f"Api{key}"
+    name = _API_NAMES.get(key)
+    if name is None:
+        name = f"Api{key}"
+    return name
+
+
+#: api key -> name, built once: every response decoded names its api (for errors)
+_API_NAMES = {int(k): "".join(p.capitalize() for p in k.name.split("_")) for k in ApiKey}
 
 
 def reference_markdown() -> str:

@@ -24,6 +24,7 @@ from sparklog.format.frame import (
     decode_frame,
     encode_frame,
     iter_frames,
+    offset_range,
     raw_batch,
     record_schema,
     reseal,
@@ -162,6 +163,15 @@ def test_explicit_offsets_round_trip(codec):
     assert frame.header.explicit_offsets and frame.header.last_offset == 109
     assert frame.offsets().to_pylist() == [100, 103, 104, 109]
     assert frame.batch().column(OFFSET_DELTA_COLUMN).to_pylist() == deltas
+
+
+@pytest.mark.parametrize("count", [0, 1, 10, 4096, 4097, 70_000])
+def test_offset_range_small_and_large(count):
+    """Small ranges are filled in Python, large ones by a compute kernel: both give the
+    int64 offsets from the first on, with no nulls."""
+    got = offset_range(2**40, count)
+    assert got.type == pa.int64() and got.null_count == 0 and len(got) == count
+    assert got.to_pylist() == list(range(2**40, 2**40 + count))
 
 
 def test_flags_and_producer_fields_round_trip():

@@ -333,6 +333,7 @@ class RecordAccumulator:
         self._flushing = 0
         self._closing = False
         self._memory_waiters = 0
+        self._completion_waiters = 0  # threads in await_complete (flush)
         self._batch_limits: dict[str, int] = {}
         self.sender_waiting = False
 
@@ -519,12 +520,20 @@ class RecordAccumulator:
 
     def release(self, item: InFlightBatch) -> None:
         """The batch is done (acknowledged or failed): free its in-flight slot and
-        buffer memory, wake the sender and waiting senders/flushers."""
+        buffer memory; wake whoever can act on it: the sender when the partition was
+        held back by the in-flight limit (or a retry waited for its requests to be
+        answered) or the producer is closing, and waiting flushers and senders blocked
+        on ``buffer.memory``. An answer nobody waits for wakes no thread (at a steady
+        rate the sender waits for a linger deadline, and every spurious wake-up is a
+        hand-off of the interpreter lock on the records' path)."""
         with self.cond:
             self._forget(item)
             self._used -= item.size
             self._incomplete -= item.record_count
-            self.cond.notify_all()
+            sent = len(self._in_flight.get(item.tp, ()))
+            if self._memory_waiters or self._completion_waiters or self._closing \
+                    or sent == self.max_in_flight - 1 or (not sent and item.tp in self._retries):
+                self.cond.notify_all()
 
     def unsent(self) -> list[InFlightBatch]:
         """Remove and return everything not yet sent (used when closing without waiting)."""
@@ -558,12 +567,16 @@ class RecordAccumulator:
         """Wait until every appended record is acknowledged or failed."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self.cond:
-            while self._incomplete > 0:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self.cond.wait(left if left is not None else 1.0)
-            return True
+            self._completion_waiters += 1
+            try:
+                while self._incomplete > 0:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    self.cond.wait(left if left is not None else 1.0)
+                return True
+            finally:
+                self._completion_waiters -= 1
 
     def close(self) -> None:
         """Stop accepting waits for memory; every batch becomes ready."""
