@@ -5,31 +5,42 @@ For one partition, whose writer (and storage lease) the driver holds, so no brok
 leads it nor cleans it meanwhile (one cleaner per partition at a time):
 
 1. The driver takes the cleanable state (:func:`~sparklog.log.cleaner.cleanable_state`)
-   and groups every sealed segment up to the end of the dirty part into the groups of
-   cleaned segments (``segment.bytes``, Kafka's grouping by size).
-2. **The key map, built by Spark** (one Spark job does steps 2 and 3, its stages
-   exchanging Arrow IPC blobs, not rows). A task per segment reads its distinct keys
-   with their highest offsets and splits them into key buckets (murmur2 of the key);
-   a task per bucket builds the bucket's share of the map (the highest offset per key
-   over the dirty segments) and looks up every segment's keys of the bucket in it, so
-   each group of segments gets only the entries of its own keys (no map is broadcast
-   nor held by one process).
-3. **Cleaned segments written by tasks.** A task per group writes its cleaned segment
-   (``.log`` and ``.timeindex`` under the cleaned names) and returns its ``.index``
-   bytes, uncommitted.
-4. **The swap, committed by the driver.** In offset order, the driver writes each
+   and splits every sealed segment up to the end of the dirty part into *chunks* of
+   consecutive segments (about two per core of the session, at most
+   :data:`CHUNK_MAX_BYTES` of input each).
+2. **One pass over the data, columnar** (a task per chunk): each segment is read once,
+   its frames validated; the task keeps, per record, the key, the offset and whether it
+   is a tombstone (Arrow arrays, no per-record Python) and, per frame, where it lies
+   (position, size, offsets, record count). The records go to *key buckets* (murmur2
+   of the key), the frame layouts to the chunk's writing task.
+3. **The key map, built by Spark** (a task per bucket): the bucket's share of the map,
+   the highest offset per key over the dirty segments, and with it the records of the
+   bucket that stay (as :class:`~sparklog.log.cleaner.KeyMap` decides for the broker's
+   cleaner; expired tombstones too). What goes on to the writers is only the offsets
+   that stay, per segment; no map is broadcast nor held by one process.
+4. **Cleaned segments written by tasks** (a task per chunk): from the layouts and the
+   offsets that stay, the task knows each segment's frames to keep before reading any,
+   groups its segments into cleaned segments of at most ``segment.bytes`` (by the bytes
+   they keep), then reads only the frames that keep a record: a frame all of whose
+   records stay is copied as stored, one that lost some is re-encoded with explicit
+   offsets. It writes each cleaned segment's ``.log`` and ``.timeindex`` and returns its
+   ``.index`` bytes, uncommitted.
+5. **The swap, committed by the driver.** In offset order, the driver writes each
    ``.index`` (the commit of docs/format.md, section 7a) and swaps the segment in, then
    writes the cleaner checkpoint. A driver that dies before leaves uncommitted files,
    which the next cleaning deletes; the old segments stay live.
 
-Progress lines go to ``progress`` (one per step and partition).
+Steps 2 to 4 are one Spark job of three stages; the stages exchange Arrow IPC blobs,
+not rows. Progress lines go to ``progress`` (one per step and partition).
 """
 
 from __future__ import annotations
 
 import functools
+import gc
 import time
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -37,20 +48,32 @@ from ..log.cleaner import (
     CleanerCheckpoint,
     CleanResult,
     CompactionKey,
-    KeyMap,
     Throttle,
+    _cleaned_frame,
+    _count,
+    _frame_bytes,
+    _frames,
+    _frames_at,
+    _plain,
+    _tombstones,
     commit_cleaned,
     delete_uncommitted,
     due_cleaning,
     finish_cleaning,
     group_segments,
-    segment_keys,
-    write_cleaned,
+    reached_at,
 )
-from ..log.segment import LogSegment
+from ..log.segment import LogSegment, write_replacing
+from ..reader.spark import zipcache
 from ..storage import open_fileio
 
-_SPEC_FIELDS = ("seg", "base", "generation", "end_offset", "size", "dirty", "grp")
+#: Input bytes of one chunk at most (one task of the reading and of the writing stage).
+CHUNK_MAX_BYTES = 1 << 30
+#: Chunks per core of the session (more than one evens out the tasks' lengths).
+CHUNKS_PER_CORE = 1
+
+_SPEC_FIELDS = ("seg", "base", "generation", "end_offset", "size", "dirty", "chunk")
+_LAYOUT_FIELDS = ("pos", "size", "base", "next", "records", "control")
 
 
 def _segment(fileio, directory: str, spec: dict) -> LogSegment:
@@ -73,71 +96,292 @@ def _table(data: bytes) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
-def _buckets(keys: pa.Array, buckets: int):
-    """The bucket of each key (murmur2 of its bytes or text, modulo ``buckets``)."""
-    from ..writer.producer.partitioner import murmur2_array
+def _task_start() -> None:
+    """At the start of a task in a Spark Python worker: stop re-reading zip archives
+    per task (:mod:`~sparklog.reader.spark.zipcache`), and move the objects alive now
+    (the imported modules: the worker collected the last task's garbage) out of the
+    garbage collector's sight (``gc.freeze``): the worker runs a full collection after
+    every task, which otherwise walks them all each time (tens of ms a task)."""
+    if zipcache.install():
+        gc.freeze()
 
+
+#: odd 64-bit multipliers of :func:`key_hash` (fixed: every task must agree)
+_MIX = (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB)
+
+
+def key_hash(keys: pa.Array) -> np.ndarray:
+    """A 64-bit hash of every key of ``keys`` (binary or text; other types by their
+    text), the same in every process, for spreading keys over buckets: the key's bytes
+    taken 8 at a time (one vectorized gather per 8 bytes of the longest key), mixed with
+    its length. Null keys hash to 0."""
     if not (pa.types.is_binary(keys.type) or pa.types.is_string(keys.type)
             or pa.types.is_large_binary(keys.type) or pa.types.is_large_string(keys.type)):
         keys = keys.cast(pa.string())
-    return (murmur2_array(keys).astype("int64") & 0x7FFFFFFF) % buckets
+    n = len(keys)
+    if n == 0:
+        return np.zeros(0, np.uint64)
+    width = np.int64 if pa.types.is_large_binary(keys.type) or \
+        pa.types.is_large_string(keys.type) else np.int32
+    bufs = keys.buffers()
+    ends = np.frombuffer(bufs[1], width, n + 1, keys.offset * np.dtype(width).itemsize) \
+        .astype(np.int64)
+    starts, lengths = ends[:-1], np.diff(ends)
+    data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+    data = np.concatenate([data[:ends[-1]], np.zeros(8, np.uint8)])
+    # every 8-byte window of the data as one little-endian word (unaligned view)
+    words = np.ndarray((len(data) - 7,), "<u8", data, 0, (1,))
+    one, m0, m1, m2 = (np.uint64(x) for x in (1, *_MIX))
+    h = lengths.astype(np.uint64) * m0
+    with np.errstate(over="ignore"):
+        for block in range(0, int(lengths.max()), 8):
+            left = np.clip(lengths - block, 0, 8).astype(np.uint64)
+            word = words[np.minimum(starts + block, len(words) - 1)]
+            word &= np.where(left == 8, ~np.uint64(0), (one << (left * np.uint64(8))) - one)
+            mixed = (h ^ word) * m1
+            mixed ^= mixed >> np.uint64(31)
+            h = np.where(left > 0, mixed, h)  # keys shorter than this block are done
+        h ^= h >> np.uint64(29)
+        h *= m2
+        h ^= h >> np.uint64(32)
+    if keys.null_count:
+        h[np.asarray(keys.is_null())] = 0
+    return h
 
 
-def _keys_task(directory: str, key: CompactionKey, buckets: int, spec: dict):
-    """Stage 1 (a task per segment): the segment's distinct keys with their highest
-    offset, split into key buckets: ``(bucket, (grp, dirty, IPC bytes of key, offset))``."""
+def chunk_segments(sizes: list[int], cores: int, max_bytes: int = CHUNK_MAX_BYTES
+                   ) -> list[list[int]]:
+    """The indexes of consecutive segments of ``sizes`` (bytes) split into chunks of
+    about equal input: :data:`CHUNKS_PER_CORE` per core of ``cores``, none over
+    ``max_bytes`` unless one segment is, each at least one segment."""
+    total = sum(sizes)
+    target = min(max(-(-total // max(cores * CHUNKS_PER_CORE, 1)), 1), max_bytes)
+    chunks: list[list[int]] = []
+    filled = target
+    for i, n in enumerate(sizes):
+        if filled >= target or filled + n > max_bytes:
+            chunks.append([])
+            filled = 0
+        chunks[-1].append(i)
+        filled += n
+    return chunks
+
+
+def _read_task(directory: str, key: CompactionKey, buckets: int, specs: list[dict]):
+    """Stage 1 (a task per chunk): read each segment once; yield, per segment,
+    ``(bucket, ("keys", seg, chunk, IPC of key, offset, tomb))`` for the buckets its
+    keyed records fall in, and ``(bucket, ("layout", seg, chunk, IPC of its frames))``
+    (passed on to the chunk's writing task by the bucket task)."""
+    _task_start()
     fileio = open_fileio(directory)
-    keys = segment_keys(_segment(fileio, directory, spec), key)
-    if not len(keys):
+    for spec in specs:
+        seg, chunk = spec["seg"], spec["chunk"]
+        frames: list[tuple] = []
+        keys, offsets, tombs = [], [], []
+        rows = 0
+        for pos, frame in _frames(_segment(fileio, directory, spec), Throttle(),
+                                  CleanResult(0, 0)):
+            h = frame.header
+            frames.append((pos, h.size, h.base_offset, h.next_offset, h.record_count,
+                           h.is_control))
+            if h.is_control:
+                continue
+            batch = frame.batch()
+            k = _plain(key.keys(batch))
+            if keys and k.type != keys[0].type:
+                k = k.cast(keys[0].type)
+            keys.append(k)
+            offsets.append(frame.offsets())
+            flags = _tombstones(batch, key)
+            if any(flags):
+                tombs.extend(rows + i for i, t in enumerate(flags) if t)
+            rows += len(k)
+        columns = zip(*frames) if frames else [()] * len(_LAYOUT_FIELDS)
+        layout = pa.table({n: pa.array(np.array(c, np.bool_ if n == "control" else np.int64))
+                           for n, c in zip(_LAYOUT_FIELDS, columns)})
+        yield chunk % buckets, ("layout", seg, chunk, _ipc(layout))
+        if not rows:
+            continue
+        tomb = np.zeros(rows, np.bool_)
+        tomb[tombs] = True
+        table = pa.table({"key": pa.concat_arrays(keys), "offset": pa.concat_arrays(offsets),
+                          "tomb": pa.array(tomb)})
+        bucket = (key_hash(table.column("key").combine_chunks()) % np.uint64(buckets)) \
+            .astype(np.int64)
+        order = np.argsort(bucket, kind="stable")
+        table = table.take(pa.array(order))
+        counts = np.bincount(bucket, minlength=buckets)
+        at = 0
+        for b, n in enumerate(counts.tolist()):
+            if n:
+                yield b, ("keys", seg, chunk, _ipc(table.slice(at, n)))
+            at += n
+
+
+def _bucket_task(dirty: frozenset, cleanings, horizon: int, items):
+    """Stage 2 (a task per key bucket): the bucket's key map (highest offset per key
+    over the dirty segments) and, per segment, the offsets of its records of the bucket
+    that stay: ``(chunk, ("survivors", seg, IPC of offset, expired tombstones))``;
+    layouts pass through to their chunk."""
+    _task_start()
+    parts = []
+    for _, (kind, seg, chunk, data) in items:
+        if kind == "layout":
+            yield chunk, (kind, seg, data, 0)
+        else:
+            parts.append((seg, chunk, _table(data)))
+    if not parts:
         return
-    table = pa.table({"key": keys.keys, "offset": keys.offsets})
-    bucket = pa.array(_buckets(keys.keys, buckets))
-    for b in range(buckets):
-        part = table.filter(pc.equal(bucket, b))
-        if part.num_rows:
-            yield b, (spec["grp"], spec["dirty"], _ipc(part))
+    keys = [_plain(t.column("key").combine_chunks()) for _, _, t in parts]
+    keys = pa.concat_arrays([k if k.type == keys[0].type else k.cast(keys[0].type)
+                             for k in keys])
+    record_offsets = np.concatenate([t.column("offset").to_numpy() for _, _, t in parts])
+    rows = np.cumsum([0] + [t.num_rows for _, _, t in parts])
+    dirty_rows = np.repeat([seg in dirty for seg, _, _ in parts], np.diff(rows))
+    # the key map: one hash pass numbers the keys, the highest dirty offset per number
+    number = pc.dictionary_encode(keys).indices.fill_null(-1).to_numpy()
+    keyed = number >= 0
+    latest = np.full(int(number.max(initial=-1)) + 1, -1, np.int64)
+    mapped = dirty_rows & keyed
+    np.maximum.at(latest, number[mapped], record_offsets[mapped])
+    # a record stays when its key has no later dirty record (KeyMap's rule)
+    newest = np.where(keyed, latest[np.maximum(number, 0)], -1)
+    stays = keyed & ((newest < 0) | (record_offsets >= newest))
+    tomb = np.concatenate([t.column("tomb").to_numpy(zero_copy_only=False)
+                           for _, _, t in parts])
+    expired = np.zeros(len(parts), np.int64)
+    for i in np.flatnonzero(tomb & stays).tolist():  # few: checked one by one
+        reached = reached_at(cleanings, int(record_offsets[i]))
+        if reached is not None and reached <= horizon:
+            stays[i] = False
+            expired[np.searchsorted(rows, i, "right") - 1] += 1
+    for p, (seg, chunk, _) in enumerate(parts):
+        kept = record_offsets[rows[p]:rows[p + 1]][stays[rows[p]:rows[p + 1]]]
+        yield chunk, ("survivors", seg, _ipc(pa.table({"offset": kept})), int(expired[p]))
 
 
-def _bucket_task(parts):
-    """Stage 2 (a task per key bucket): the key map of the bucket (max offset per key
-    over the dirty segments' keys), looked up for each segment's keys: ``(grp, IPC
-    bytes of key, latest)`` for the keys the map holds."""
-    parts = [(grp, dirty, _table(data)) for grp, dirty, data in parts]
-    offsets = KeyMap().merged([(t.column("key").combine_chunks(),
-                                t.column("offset").combine_chunks())
-                               for _, dirty, t in parts if dirty])
-    for grp, _, t in parts:
-        keys = t.column("key").combine_chunks()
-        latest = offsets.latest(keys)
-        mapped = pc.is_valid(latest)
-        if pc.any(mapped).as_py():
-            yield grp, _ipc(pa.table({"key": keys.filter(mapped),
-                                      "latest": latest.filter(mapped)}))
+class SegmentPlan:
+    """What a cleaning keeps of one sealed segment, from its frames' ``layout`` (a
+    table of :data:`_LAYOUT_FIELDS`) and the sorted offsets of its records that stay
+    (``survivors``): per frame how many records stay; the frames to read (those that
+    keep a record, and control frames) as ``(position, end, base offset)`` runs; the
+    bytes they hold (an upper bound of what the segment keeps) and the records lost."""
+
+    def __init__(self, spec: dict, layout: pa.Table, survivors: np.ndarray):
+        self.spec = spec
+        self.survivors = survivors
+        col = {n: layout.column(n).to_numpy() for n in _LAYOUT_FIELDS}
+        self.first = np.searchsorted(survivors, col["base"])
+        counts = np.searchsorted(survivors, col["next"]) - self.first
+        control = col["control"].astype(np.bool_)
+        keep = control | (counts > 0)
+        self.full = control | (counts == col["records"])
+        self.kept_bytes = int(col["size"][keep].sum())
+        self.records_removed = int((col["records"] - counts)[~control].sum())
+        self.frame_at: dict[int, int] = {}
+        self.runs: list[list[int]] = []
+        for i in np.flatnonzero(keep).tolist():
+            pos, size = int(col["pos"][i]), int(col["size"][i])
+            self.frame_at[pos] = i
+            if self.runs and self.runs[-1][1] == pos:
+                self.runs[-1][1] = pos + size
+            else:
+                self.runs.append([pos, pos + size, int(col["base"][i])])
+        self.counts = counts
+
+    def survivors_of(self, i: int) -> np.ndarray:
+        """The offsets that stay of frame ``i``."""
+        return self.survivors[self.first[i]:self.first[i] + self.counts[i]]
 
 
-def _write_group(fileio, directory: str, config, name: str, specs: list[dict], offsets: KeyMap,
-                 cleanings, horizon: int, grp: int) -> dict:
-    """Write group ``grp``'s cleaned segment (uncommitted); its result row."""
-    group = [_segment(fileio, directory, s) for s in specs]
-    result = CleanResult(0, 0)
-    new, index = write_cleaned(fileio, directory, config, name, group, offsets, cleanings,
-                               horizon, Throttle(), result, commit=False)
-    return {"grp": grp, "base": new.base_offset, "end_offset": new.end_offset,
-            "generation": new.generation, "index": index, "bytes_read": result.bytes_read,
-            "bytes_written": result.bytes_written, "records_removed": result.records_removed,
-            "tombstones_removed": result.tombstones_removed}
+def write_planned(fileio, directory: str, config, key: CompactionKey, group, cleanings,
+                  horizon: int, result: CleanResult):
+    """Write the cleaned segment (uncommitted: ``.log`` and ``.timeindex``) replacing
+    ``group``, ``(segment, SegmentPlan)`` of consecutive sealed segments; returns
+    ``(segment, index bytes)`` for :func:`~sparklog.log.cleaner.commit_cleaned`. Only
+    the planned frames are read; one whose records all stay (and that may follow the
+    previous frame kept) is copied as stored, the others go through the broker
+    cleaner's :func:`~sparklog.log.cleaner._cleaned_frame`."""
+    segments = [seg for seg, _ in group]
+    base, end = segments[0].base_offset, segments[-1].next_offset
+    new = LogSegment(fileio, directory, base, writable=True,
+                     generation=1 + max(s.generation for s in segments), end_offset=end,
+                     index_interval_bytes=config.index_interval_bytes,
+                     replication=config.replication_factor)
+    throttle, scratch = Throttle(), CleanResult(0, 0)
+    out = fileio.create(new.path)
+    try:
+        new.apply_replication()
+        position, expected = 0, base
+        for seg, plan in group:
+            for pos, frame in _frames_at(seg, plan.runs, throttle, result):
+                h = frame.header
+                i = plan.frame_at[pos]
+                if plan.full[i] and (h.base_offset == expected or h.explicit_offsets):
+                    data = _frame_bytes(frame)
+                else:
+                    latest = None
+                    if not h.is_control:  # the map's verdict, from the offsets that stay
+                        offsets = frame.offsets()
+                        stays = pc.is_in(offsets, value_set=pa.array(plan.survivors_of(i)))
+                        latest = pc.if_else(stays, offsets, pc.add(offsets, 1))
+                    data = _cleaned_frame(frame, latest, cleanings, horizon, scratch, key,
+                                          gap=h.base_offset != expected)
+                    if data is None:
+                        continue
+                expected = h.next_offset
+                out.write(data)
+                new.track(h.base_offset, h.next_offset, h.max_timestamp, _count(data),
+                          len(data), position)
+                position += len(data)
+                result.bytes_written += len(data)
+        out.sync()
+    finally:
+        out.close()
+    new._next_offset = end  # compaction may have removed the last records
+    write_replacing(fileio, new.timeindex_path, new.time_index.to_bytes())
+    return new, new.offset_index.to_bytes(new.summary)
 
 
-def _write_task(directory: str, config, name: str, specs_by_grp: dict, cleanings,
-                horizon: int, item):
-    """Stage 3 (a task per group): the group's cleaned segment, uncommitted, from its
-    ``(key, latest)`` entries; ``(grp, result row)``."""
-    grp, parts = item
-    offsets = KeyMap().merged([(t.column("key").combine_chunks(),
-                                t.column("latest").combine_chunks())
-                               for t in (_table(data) for data in parts)])
-    return grp, _write_group(open_fileio(directory), directory, config, name,
-                             specs_by_grp[grp], offsets, cleanings, horizon, grp)
+def _write_task(directory: str, config, name: str, specs_by_chunk: dict, cleanings,
+                horizon: int, chunk: int, items):
+    """Stage 3 (a task per chunk): plan each segment of the chunk from its layout and
+    its offsets that stay, group the segments into cleaned segments of at most
+    ``segment.bytes`` by the bytes they keep, and write each (uncommitted); a result
+    row per cleaned segment."""
+    _task_start()
+    layouts, survivors, expired = {}, {}, {}
+    for _, (kind, seg, data, n) in items:
+        if kind == "layout":
+            layouts[seg] = _table(data)
+        else:
+            survivors.setdefault(seg, []).append(_table(data).column("offset"))
+            expired[seg] = expired.get(seg, 0) + n
+    fileio = open_fileio(directory)
+    key = CompactionKey.of(name, config)
+    planned = []
+    for spec in specs_by_chunk[chunk]:
+        seg = spec["seg"]
+        offsets = np.sort(np.concatenate(
+            [c.to_numpy() for parts in survivors.get(seg, []) for c in parts.chunks]
+            or [np.zeros(0, np.int64)]))
+        planned.append((_segment(fileio, directory, spec),
+                        SegmentPlan(spec, layouts[seg], offsets)))
+    plans = {id(seg): plan for seg, plan in planned}
+    groups = group_segments([seg for seg, _ in planned], config.segment_bytes,
+                            lambda seg: plans[id(seg)].kept_bytes)
+    for group in groups:
+        result = CleanResult(0, 0)
+        new, index = write_planned(fileio, directory, config, key,
+                                   [(seg, plans[id(seg)]) for seg in group], cleanings,
+                                   horizon, result)
+        specs = [plans[id(seg)].spec for seg in group]
+        tombstones = sum(expired.get(s["seg"], 0) for s in specs)
+        yield {"segs": [s["seg"] for s in specs], "base": new.base_offset,
+               "end_offset": new.end_offset, "generation": new.generation, "index": index,
+               "bytes_read": result.bytes_read, "bytes_written": result.bytes_written,
+               "records_removed": sum(plans[id(seg)].records_removed for seg in group)
+               - tombstones, "tombstones_removed": tombstones}
 
 
 def compact_partition(spark, plog, now_ms: int | None = None, *, force: bool = False,
@@ -164,40 +408,39 @@ def compact_partition(spark, plog, now_ms: int | None = None, *, force: bool = F
                  and s.base_offset < state.first_uncleanable]
         map_end = dirty[-1].next_offset
         rewrite = [s for s in sealed if s.next_offset <= map_end]
-        groups = group_segments(rewrite, config.segment_bytes)
-        specs, specs_by_grp = [], {}
-        for g, group in enumerate(groups):
-            for seg in group:
-                spec = dict(zip(_SPEC_FIELDS, (
-                    len(specs), seg.base_offset, seg.generation, seg.end_offset, seg.size,
-                    seg.next_offset > state.first_dirty, g)))
-                specs.append(spec)
-                specs_by_grp.setdefault(g, []).append(spec)
+        cores = max(int(spark.sparkContext.defaultParallelism), 1)
+        chunks = chunk_segments([s.size for s in rewrite], cores)
+        specs_by_chunk: dict[int, list[dict]] = {}
+        for c, members in enumerate(chunks):
+            for i in members:
+                seg = rewrite[i]
+                specs_by_chunk.setdefault(c, []).append(dict(zip(_SPEC_FIELDS, (
+                    i, seg.base_offset, seg.generation, seg.end_offset, seg.size,
+                    seg.next_offset > state.first_dirty, c))))
+        dirty_ids = frozenset(s["seg"] for specs in specs_by_chunk.values() for s in specs
+                              if s["dirty"])
         key = CompactionKey.of(name, config)
         horizon = now - config.delete_retention_ms
-        buckets = max(int(spark.sparkContext.defaultParallelism), 1)
         say(f"partition {name}: key map over {len(dirty)} dirty segment(s), offsets "
-            f"[{state.first_dirty}, {map_end}); {len(rewrite)} segment(s) into "
-            f"{len(groups)} cleaned segment(s)")
-        written = (  # one Spark job: keys read, map built and looked up, segments written
-            spark.sparkContext.parallelize(specs, len(specs))
-            .flatMap(functools.partial(_keys_task, directory, key, buckets))
-            .groupByKey(buckets)  # the key map, one bucket of keys per task
-            .flatMap(lambda item: _bucket_task(item[1]))
-            .groupByKey(len(groups))  # each group's (key, latest) entries to one task
-            .map(functools.partial(_write_task, directory, config, name, specs_by_grp,
-                                   cleanings, horizon))
+            f"[{state.first_dirty}, {map_end}); {len(rewrite)} segment(s) to rewrite, "
+            f"in {len(chunks)} chunk(s) of tasks")
+        written = (  # one Spark job: segments read, key map built, cleaned segments written
+            spark.sparkContext.parallelize([specs_by_chunk[c] for c in range(len(chunks))],
+                                           len(chunks))
+            .flatMap(functools.partial(_read_task, directory, key, cores))
+            .partitionBy(cores, _identity)  # the key map: one bucket of keys per task
+            .mapPartitions(functools.partial(_bucket_task, dirty_ids, cleanings, horizon))
+            .partitionBy(len(chunks), _identity)  # each chunk's offsets that stay
+            .mapPartitionsWithIndex(functools.partial(
+                _write_task, directory, config, name, specs_by_chunk, cleanings, horizon))
             .collect())
-        rows = dict(written)
-        say(f"partition {name}: {len(rows)} cleaned segment(s) written by tasks; "
+        written.sort(key=lambda row: row["base"])
+        say(f"partition {name}: {len(written)} cleaned segment(s) written by tasks; "
             f"committing the swap")
-        for g in range(len(groups)):  # groups without a keyed record: nothing to look up
-            if g not in rows:
-                rows[g] = _write_group(fileio, directory, config, name, specs_by_grp[g],
-                                       KeyMap(), cleanings, horizon, g)
         result = CleanResult(state.first_dirty, map_end)
-        for g, group in enumerate(groups):  # the swap, in offset order
-            row = rows[g]
+        result.bytes_read = sum(s.size for s in rewrite)  # the pass of stage 1
+        for row in written:  # the swap, in offset order
+            group = [rewrite[i] for i in row["segs"]]
             new = commit_cleaned(fileio, directory, config, row["base"], row["end_offset"],
                                  row["generation"], row["index"])
             plog.replace_segments(group, new)
@@ -210,3 +453,8 @@ def compact_partition(spark, plog, now_ms: int | None = None, *, force: bool = F
         say(f"partition {name}: committed {result.segments_written} cleaned segment(s), "
             f"{result.records_removed} record(s) removed")
         return result
+
+
+def _identity(bucket: int) -> int:
+    """The Spark partition of a bucket or chunk number: itself."""
+    return bucket

@@ -1,11 +1,19 @@
 """``sparklog compact --spark``: log compaction as a Spark job (sparklog.job.compaction)
-on the session's local[2], against the broker cleaner's result on the same records, and
-refused on a partition whose lease a live writer holds."""
+on the session's local[2], against the broker cleaner's result on the same records (raw
+and typed topics, over several cleanings), and refused on a partition whose lease a
+live writer holds."""
 
 from __future__ import annotations
 
+import random
+
+import pyarrow as pa
+import pytest
+
 from sparklog.cli.main import main
-from sparklog.log import PartitionLog
+from sparklog.format.frame import encode_frame, raw_batch
+from sparklog.job.compaction import chunk_segments, compact_partition, key_hash
+from sparklog.log import LogReader, PartitionLog
 from sparklog.log.cleaner import clean
 from sparklog.log.layout import PartitionListing
 from sparklog.metadata import TopicStore
@@ -46,3 +54,120 @@ def test_spark_job_cleans_as_the_broker_cleaner_does(spark, tmp_path, capsys):
     assert any(f.generation for f in
                PartitionListing.scan(fio, store.partition_dir("ct", 1)).logs())
     assert len(records(fio, store.partition_dir("ct", 2))) == len(pairs)  # untouched
+
+
+def _frames_of(fio, directory):
+    """Per frame of the live set: what a cleaning must keep as the broker's cleaner
+    does (offsets, producer fields, control flag, time). Not the explicit-offsets bit:
+    a frame after a gap in its cleaned segment gets it, and where cleaned segments
+    start depends on how the segments were grouped."""
+    reader = LogReader(fio, directory)
+    return [(h.base_offset, h.last_offset_delta, h.record_count, h.is_control,
+             h.producer_id, h.base_sequence, h.max_timestamp)
+            for h in (f.header for f in reader.iter_frames(0, reader.log_end_offset()))]
+
+
+#: keys of short and long bytes (a key's bucket must not depend on its neighbours)
+KEYS = [f"k{i}" for i in range(11)] + ["k11, a key longer than sixteen bytes"]
+
+
+def _random_frames(rng, count: int, now: int):
+    """``count`` frames of 1 to 4 records over :data:`KEYS`: tombstones, a record
+    without a key, an idempotent producer's frames and a transaction with its commit
+    marker."""
+    out = []
+    for i in range(count):
+        pairs = [(KEYS[rng.randrange(len(KEYS))], None if rng.random() < 0.12 else f"v{i}.{j}")
+                 for j in range(rng.randint(1, 4))]
+        if i % 9 == 4:
+            txn = {"producer_id": 9, "producer_epoch": 0, "transactional": True}
+            out.append(keyed_frame(pairs, now, base_sequence=i, **txn))
+            out.append(keyed_frame([("ctl", "commit")], now, control=True, **txn))
+        elif i % 7 == 3:
+            out.append(keyed_frame(pairs, now, producer_id=4, producer_epoch=1,
+                                   base_sequence=i))
+        elif i == 5:
+            out.append(encode_frame(raw_batch([b"no key", b"x"], keys=[None, b"k1"]),
+                                    timestamps=[now] * 2))
+        else:
+            out.append(keyed_frame(pairs, now))
+    return out
+
+
+def test_spark_job_keeps_what_the_broker_cleaner_keeps_over_cleanings(spark, tmp_path):
+    """The same writes cleaned by both, three times (tombstones reached, kept within
+    delete.retention.ms, then expired; clean segments from earlier cleanings beside
+    dirty ones; frames that keep all, some or none of their records; control frames
+    and producer fields): the same live records at the same offsets, frame by frame,
+    the same counts, and the Spark job's cleaned segments within segment.bytes."""
+    rng = random.Random(15)
+    fio = open_fileio(tmp_path.as_uri())
+    cfg = {"cleanup.policy": "compact", "segment.bytes": 1500, "index.interval.bytes": 1,
+           "min.cleanable.dirty.ratio": 0.01, "delete.retention.ms": 1000,
+           "file.delete.delay.ms": 0}
+    broker, job = str(tmp_path / "broker" / "0"), str(tmp_path / "job" / "0")
+    now = 1_700_000_000_000
+    for n, (writes, step) in enumerate(((60, 0), (30, 500), (12, 2000))):
+        now += step
+        frames = _random_frames(rng, writes, now) + [keyed_frame([(f"gone{n}", None)], now)]
+        results = []
+        for directory, cleaner in ((broker, clean),
+                                   (job, lambda p, t: compact_partition(spark, p, t))):
+            with PartitionLog.open(fio, directory, cfg) as plog:
+                for frame in frames:
+                    plog.append(frame)
+                plog.roll()
+                results.append(cleaner(plog, now))
+        ref, got = results
+        assert (got.end_offset, got.records_removed, got.tombstones_removed) == \
+            (ref.end_offset, ref.records_removed, ref.tombstones_removed)
+        assert records(fio, job) == records(fio, broker)
+        assert _frames_of(fio, job) == _frames_of(fio, broker)
+        cleaned = [f for f in PartitionListing.scan(fio, job).logs() if f.generation]
+        assert cleaned and all(f.log.size <= cfg["segment.bytes"] for f in cleaned)
+    assert got.tombstones_removed >= 2  # the last cleaning removed expired tombstones
+    assert [r[1] for r in records(fio, job) if r[1].startswith("gone")] == ["gone2"]
+
+
+@pytest.mark.parametrize("key_columns", ["tenant,id", "id"])
+def test_spark_job_compacts_typed_topics_on_their_key_columns(spark, tmp_path, key_columns):
+    schema = pa.schema([("tenant", pa.string()), ("id", pa.int64()), ("n", pa.int64())])
+    cfg = {"cleanup.policy": "compact", "segment.bytes": 2000,
+           "min.cleanable.dirty.ratio": 0.01, "file.delete.delay.ms": 0,
+           "compaction.key.columns": key_columns}
+    fio = open_fileio(tmp_path.as_uri())
+    rows = [(t, i, n) for n, (t, i) in enumerate(
+        [("a", 1), ("a", 2), ("b", 1), ("a", 1), ("ab", 1), ("b", 2)] * 6)]
+    out = []
+    for name, cleaner in (("broker", clean),
+                          ("job", lambda p, t: compact_partition(spark, p, t))):
+        d = str(tmp_path / name / "0")
+        with PartitionLog.open(fio, d, cfg) as plog:
+            for start in range(0, len(rows), 3):
+                part = rows[start:start + 3]
+                batch = pa.RecordBatch.from_arrays(
+                    [pa.array([r[c] for r in part]) for c in range(3)], schema=schema)
+                plog.append(encode_frame(batch, timestamps=[1_700_000_000_000] * len(part)))
+            plog.roll()
+            cleaner(plog, 1_700_000_000_000)
+        reader = LogReader(fio, d)
+        out.append([(r["__offset"], r["tenant"], r["id"], r["n"]) for b in
+                    reader.read_batches(0, reader.log_end_offset()) for r in b.to_pylist()])
+    assert out[1] == out[0]
+    assert len(out[0]) == (5 if key_columns == "tenant,id" else 2)
+
+
+def test_key_hash_and_chunks():
+    """Buckets agree whatever the key array's type or slicing; chunks are consecutive
+    segments of about equal input, within the bound."""
+    one = key_hash(pa.array([b"xyz", b"a much longer key than eight bytes", None, b""]))
+    assert key_hash(pa.array(["xyz", "a much longer key than eight bytes"]))[:2].tolist() \
+        == one[:2].tolist()
+    assert key_hash(pa.array([b"--", b"xyz"]).slice(1)).tolist() == one[:1].tolist()
+    assert key_hash(pa.array([b"xyz"], pa.large_binary())).tolist() == one[:1].tolist()
+    assert one[0] != one[1] and one[2] == 0
+    assert key_hash(pa.array([12, 13])).tolist() == key_hash(pa.array(["12", "13"])).tolist()
+    assert chunk_segments([10] * 9, cores=2) == [[0, 1, 2, 3, 4], [5, 6, 7, 8]]
+    assert chunk_segments([10] * 9, cores=2, max_bytes=20) == \
+        [[0, 1], [2, 3], [4, 5], [6, 7], [8]]
+    assert chunk_segments([50, 1, 1], cores=4) == [[0], [1, 2]]
