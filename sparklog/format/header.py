@@ -106,6 +106,8 @@ EXPLICIT_OFFSETS_BIT = 0x40
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
+#: an idempotent producer's sequence numbers wrap at 2**31 (an int32 field), as in Kafka
+SEQUENCE_LIMIT = 1 << 31
 
 
 class FrameHeader(NamedTuple):

@@ -30,7 +30,7 @@ from sparklog.protocol import ApiKey, Connection, encode_request
 from tests.support.brokerproc import BrokerProcess
 from tests.support.processes import free_port
 from tests.support.waiting import wait_until
-from tests.support.wire import create, fetch, frame_of, produce, read_values
+from tests.support.wire import closed_within, create, fetch, frame_of, produce, read_values
 
 MAX_REQUEST = 200_000
 MAX_MESSAGE = 50_000
@@ -232,14 +232,6 @@ def _raw_socket(broker):
     return s
 
 
-def _closed_by_peer(s) -> bool:
-    s.settimeout(10)
-    try:
-        return s.recv(100) == b""
-    except ConnectionResetError:
-        return True
-
-
 def test_large_request_arriving_in_slow_pieces(broker, conn):
     # a request larger than the receiver's staging buffer, trickled in: the socket
     # fills the request's own buffer across many reads before it is decoded
@@ -267,11 +259,11 @@ def test_large_request_arriving_in_slow_pieces(broker, conn):
 def test_garbage_and_truncated_requests_close_only_that_connection(broker):
     s = _raw_socket(broker)
     s.sendall(b"\xff\xff\xff\xfe garbage")  # negative size
-    assert _closed_by_peer(s)
+    assert closed_within(s) == b""
     s.close()
     s = _raw_socket(broker)
     s.sendall(struct.pack(">i", 4) + b"abcd")  # too short for a header
-    assert _closed_by_peer(s)
+    assert closed_within(s) == b""
     s.close()
     s = _raw_socket(broker)  # truncated: half a request, then the client goes away
     msg = encode_request(ApiKey.METADATA, {}, 1)

@@ -13,7 +13,6 @@ import logging
 import os
 import random
 import socket
-import ssl
 import struct
 import time
 
@@ -38,6 +37,7 @@ from sparklog.writer.broker.embedded import EmbeddedBroker
 from sparklog.writer.producer.producer import Producer
 from tests.support.tlscerts import make_pki
 from tests.support.waiting import wait_until
+from tests.support.wire import closed_within
 
 AUTH_TIMEOUT_MS = 1500
 MAX_RECEIVE = 4096
@@ -102,22 +102,6 @@ def sasl(addresses, user="alice", password="alice-secret", mechanism="SCRAM-SHA-
     if tls:
         cfg["ssl_cafile"] = str(pki.ca)
     return addresses["SASL_SSL" if tls else "SASL_PLAINTEXT"], cfg
-
-
-def closed_within(sock: socket.socket, seconds: float) -> bytes:
-    """Read until the peer closes (bounded); return what arrived before."""
-    sock.settimeout(seconds)
-    data = b""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            chunk = sock.recv(65536)
-        except (ConnectionResetError, ssl.SSLError):
-            return data
-        if not chunk:
-            return data
-        data += chunk
-    raise AssertionError(f"the broker kept the connection open for {seconds}s")
 
 
 def still_serving(addresses) -> None:
@@ -198,7 +182,7 @@ def test_plaintext_sent_to_a_tls_port_is_closed(secure, caplog):
     with caplog.at_level(logging.WARNING, logger="sparklog.writer.broker.acceptor"):
         with socket.create_connection((host, int(port)), timeout=10) as sock:
             sock.sendall(encode_request(ApiKey.API_VERSIONS, {}, 1, "plain-client"))
-            answer = closed_within(sock, 10)
+            answer = closed_within(sock)
         assert b"api_versions" not in answer  # a TLS alert at most, never a response
         wait_until(lambda: "TLS handshake" in caplog.text, what="the refused handshake logged")
     still_serving(addresses)
@@ -209,7 +193,7 @@ def test_a_stalled_tls_handshake_is_closed(secure):
     host, port = addresses["SSL"].rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         started = time.monotonic()
-        closed_within(sock, AUTH_TIMEOUT_MS / 1000 + 10)
+        closed_within(sock, AUTH_TIMEOUT_MS / 1000 + 60)
         assert time.monotonic() - started >= AUTH_TIMEOUT_MS / 1000 * 0.9
 
 
@@ -264,7 +248,7 @@ def test_a_request_without_authentication_is_refused_and_closed(secure):
         response = conn.receive()
         assert response["error_code"] == 34  # ILLEGAL_SASL_STATE
         assert "before SASL authentication" in response["error_message"]
-        assert closed_within(conn.sock, 10) == b""
+        assert closed_within(conn.sock) == b""
 
 
 def test_unsupported_mechanism_is_refused(secure):
@@ -306,7 +290,7 @@ def test_a_stalled_sasl_handshake_is_closed(secure):
         sock.sendall(encode_request(ApiKey.SASL_HANDSHAKE, {"mechanism": "SCRAM-SHA-256"},
                                     1, "staller"))
         started = time.monotonic()
-        closed_within(sock, AUTH_TIMEOUT_MS / 1000 + 10)  # the answer, then the close
+        closed_within(sock, AUTH_TIMEOUT_MS / 1000 + 60)  # the answer, then the close
         assert time.monotonic() - started >= AUTH_TIMEOUT_MS / 1000 * 0.8
 
 
@@ -315,7 +299,7 @@ def test_an_oversized_token_before_authentication_is_refused(secure):
     host, port = addresses["SASL_PLAINTEXT"].rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         sock.sendall(struct.pack(">i", 64 * 1024 * 1024) + b"\0" * 1024)
-        assert closed_within(sock, 10) == b""
+        assert closed_within(sock) == b""
     still_serving(addresses)
 
 
@@ -338,7 +322,7 @@ def test_fuzzed_handshakes_are_refused_and_the_broker_keeps_serving(secure):
                 sock.sendall(encode_request(ApiKey.SASL_AUTHENTICATE,
                                             {"auth_bytes": bytes(token)}, 2, "fuzz"))
                 sock.sendall(encode_request(ApiKey.METADATA, {"topics": None}, 3, "fuzz"))
-            data = closed_within(sock, AUTH_TIMEOUT_MS / 1000 + 10)
+            data = closed_within(sock, AUTH_TIMEOUT_MS / 1000 + 60)
             assert b"allowed" not in data  # never a topic list before authentication
     still_serving(addresses)
 
@@ -624,7 +608,7 @@ def test_a_connection_flood_is_bounded_and_others_are_served(tmp_path):
             # an override: 127.0.0.3 may hold 5 connections only
             extra = [socket.create_connection((b.host, b.port), source_address=("127.0.0.3", 0))
                      for _ in range(6)]
-            assert closed_within(extra[-1], 10) == b""
+            assert closed_within(extra[-1]) == b""
             for s in extra:
                 s.close()
         finally:

@@ -1,7 +1,12 @@
 """Requests over the broker's wire protocol, as a test writes them by hand: create a
-topic, produce one frame, fetch from an offset, read a partition's values back."""
+topic, produce one frame, fetch from an offset, read a partition's values back; and
+waiting for the broker to close a raw socket."""
 
 from __future__ import annotations
+
+import socket
+import ssl
+import time
 
 from sparklog.format.frame import encode_frame, iter_frames, raw_batch
 from sparklog.protocol import ApiKey
@@ -58,3 +63,22 @@ def frame_of(values, **kw):
     """One raw frame of ``values`` (str values encoded as UTF-8)."""
     return encode_frame(raw_batch([v if isinstance(v, bytes) else v.encode() for v in values]),
                         **kw)
+
+
+def closed_within(sock: socket.socket, seconds: float = 60.0) -> bytes:
+    """Read until the peer closes the socket (bounded by ``seconds``, AssertionError
+    after: the broker kept it open); return what arrived before."""
+    sock.settimeout(seconds)
+    data = b""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(65536)
+        except (ConnectionResetError, ssl.SSLError):
+            return data
+        except socket.timeout:
+            break
+        if not chunk:
+            return data
+        data += chunk
+    raise AssertionError(f"the broker kept the connection open for {seconds}s")

@@ -23,12 +23,11 @@ import json
 from dataclasses import dataclass
 
 from ...errors import InvalidProducerEpochError, OutOfOrderSequenceError
-from ...format.header import NO_PRODUCER_ID, FrameHeader
+from ...format.header import NO_PRODUCER_ID, SEQUENCE_LIMIT, FrameHeader
 from ...log.layout import PRODUCER_SNAPSHOT_SUFFIX
 from ...storage.versioned import VersionedFile
 
 BATCHES_KEPT = 5
-_SEQ_MOD = 1 << 31
 
 
 @dataclass(frozen=True)
@@ -58,7 +57,7 @@ class ProducerEntry:
 
 
 def _last_seq_of(header: FrameHeader) -> int:
-    return (header.base_sequence + header.last_offset_delta) % _SEQ_MOD
+    return (header.base_sequence + header.last_offset_delta) % SEQUENCE_LIMIT
 
 
 class ProducerState:
@@ -95,7 +94,7 @@ class ProducerState:
         for batch in entry.batches:
             if batch.first_seq == first and batch.last_seq == last:
                 return batch
-        expected = (entry.last_seq + 1) % _SEQ_MOD
+        expected = (entry.last_seq + 1) % SEQUENCE_LIMIT
         if first != expected:
             raise OutOfOrderSequenceError(
                 f"{self.where}: producer {pid} epoch {entry.epoch} sent sequence {first}, "

@@ -50,11 +50,9 @@ import threading
 
 from ...errors import OutOfOrderSequenceError
 from ...format.frame import restamp_producer
+from ...format.header import SEQUENCE_LIMIT
 from ...protocol.apis import ApiKey
 from ...protocol.codec import raise_for_error
-
-#: sequence numbers wrap at 2**31 (an int32 in the frame header), as in Kafka
-SEQUENCE_LIMIT = 1 << 31
 
 
 class IdentityState(enum.Enum):
@@ -109,11 +107,6 @@ class IdempotenceManager:
     def is_current(self, item) -> bool:
         """True when ``item`` was stamped under the current identity."""
         return (item.producer_id, item.epoch) == (self.producer_id, self.producer_epoch)
-
-    def next_sequence(self, tp: tuple) -> int:
-        """The sequence the next frame of ``tp`` gets (without taking it)."""
-        with self._lock:
-            return self._sequences.get(tp, 0)
 
     # --- stamping ---------------------------------------------------------------------
     def stamp(self, item, frames: list[tuple[bytes, int]]) -> list[bytes]:
