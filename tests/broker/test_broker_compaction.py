@@ -6,6 +6,8 @@ ratio."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from sparklog.admin import Admin
@@ -20,6 +22,24 @@ from tests.support.metrics import sample, scrape
 from tests.support.processes import free_port
 from tests.support.shell import ok, sparklog
 from tests.support.waiting import wait_until
+
+
+def cleaner_helpers(pid: int) -> list[int]:
+    """The multiprocessing (spawn) children of process ``pid``: the log cleaner's
+    helper processes (read from /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{entry}/stat").read()
+            cmdline = open(f"/proc/{entry}/cmdline", "rb").read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == pid and b"spawn_main" in cmdline:
+            out.append(int(entry))
+    return out
 
 
 @pytest.fixture
@@ -51,6 +71,8 @@ def test_broker_cleaner_compacts_and_consumers_see_gaps(cleaning_broker):
     fio = open_fileio(broker.root.as_uri())
     wait_until(lambda: any(f.generation for f in PartitionListing.scan(fio, d).logs()),
                timeout=30, what="a cleaned segment in the partition's live set")
+    # the cleaning ran in a helper process of the broker (log.cleaner.process.enable)
+    assert cleaner_helpers(broker.pid), "no log cleaner helper process under the broker"
     tp = TopicPartition("cmp", 0)
     with Consumer(bootstrap_servers=broker.address, enable_auto_commit=False) as consumer:
         consumer.assign([tp])

@@ -136,3 +136,25 @@ def test_helper_dies_with_its_broker(tmp_path):
         return False
 
     wait_until(gone, timeout=10, what=f"the helper process {helper} ending with its parent")
+
+
+def test_cleaning_in_a_helper_process_on_hdfs(hdfs_env):
+    """On hdfs:// the helper opens its own Hadoop client (its own JVM) on the broker's
+    storage and writes the cleaned segment there; this process commits it."""
+    import uuid
+
+    root = f"{hdfs_env.hdfs_uri}/cleaner-process/{uuid.uuid4().hex}"
+    fio = open_fileio(root)
+    d = fio.join(root, "t", "0")
+    write_log(fio, d, frames=20)
+    procs = CleanerProcesses(root, workers=1)
+    try:
+        with PartitionLog.open(fio, d, CONFIG) as plog:
+            result = clean(plog, 5000, force=True, worker=procs)
+            assert result.segments_written >= 1
+            assert all(s.generation for s in plog.segments[:-1])
+    finally:
+        procs.close()
+    got = records(fio, d)  # each of the 40 keys once, at its last offset
+    assert [o for o, _, _ in got] == list(range(400 - 40, 400))
+    assert PartitionListing.scan(fio, d).uncommitted() == []
