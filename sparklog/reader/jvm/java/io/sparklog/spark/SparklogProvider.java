@@ -21,8 +21,10 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * {@code format("sparklog")} on the JVM: a {@link TableProvider} that delegates everything
  * (schema inference, option checks, planning, filter pushdown, stream offsets, writes) to
  * the Python data source of the same name through Spark's {@link PythonDataSourceV2}, and
- * only runs the read tasks of batch scans and micro-batches on the JVM
- * ({@link SparklogScan}, {@link JvmMicroBatchStream}).
+ * runs the read tasks of batch scans and micro-batches on the JVM
+ * ({@link SparklogScan}, {@link JvmMicroBatchStream}); the schema and plan of a
+ * {@code path}-mode batch read it can make exactly as Python would are made here, so that
+ * such a read starts no Python process ({@link BatchPlanner}).
  *
  * <p>Spark's lookup gives a JVM {@link DataSourceRegister} precedence over a Python data
  * source of the same name, so with this jar on the classpath {@code spark.read.format("sparklog")}

@@ -15,8 +15,10 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * The scan of {@link SparklogProvider}. Planning, offsets and metrics are the Python
- * scan's; {@link #toBatch()} runs the Python planning, then, when {@link PlannedRanges}
+ * The scan of {@link SparklogProvider}. {@link #toBatch()} first lets {@link BatchPlanner}
+ * plan a {@code path}-mode scan without Python (no filter pushed, options and log state it
+ * plans as Python would); otherwise planning, offsets and metrics are the Python scan's:
+ * it runs the Python planning, then, when {@link PlannedRanges}
  * can turn every planned partition into a JVM range, returns a JVM columnar batch over
  * the same ranges ({@link SparklogPartitionReader}); otherwise the Python batch. Streams
  * make the same choice per micro-batch ({@link JvmMicroBatchStream}).
