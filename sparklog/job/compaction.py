@@ -6,32 +6,33 @@ leads it nor cleans it meanwhile (one cleaner per partition at a time):
 
 1. The driver takes the cleanable state (:func:`~sparklog.log.cleaner.cleanable_state`)
    and splits every sealed segment up to the end of the dirty part into *chunks* of
-   consecutive segments (about two per core of the session, at most
-   :data:`CHUNK_MAX_BYTES` of input each).
-2. **One pass over the data, columnar** (a task per chunk): each segment is read once,
-   its frames validated; the task keeps, per record, the key, the offset and whether it
-   is a tombstone (Arrow arrays, no per-record Python) and, per frame, where it lies
-   (position, size, offsets, record count). The records go to *key buckets* (murmur2
-   of the key), the frame layouts to the chunk's writing task.
+   consecutive segments of about equal size (one per core of the session, at most
+   :data:`CHUNK_MAX_BYTES` each).
+2. **One columnar pass over the data** (a task per chunk): each segment is read once
+   and its frames validated; the task keeps, per record, the key, the offset and
+   whether it is a tombstone (Arrow arrays, no per-record Python) and, per frame, where
+   it lies (position, size, offsets, record count). The records go to *key buckets*
+   (:func:`key_hash` of the key), the frame layouts on to the chunk's writing task.
 3. **The key map, built by Spark** (a task per bucket): the bucket's share of the map,
-   the highest offset per key over the dirty segments, and with it the records of the
-   bucket that stay (as :class:`~sparklog.log.cleaner.KeyMap` decides for the broker's
-   cleaner; expired tombstones too). What goes on to the writers is only the offsets
-   that stay, per segment; no map is broadcast nor held by one process.
+   the highest offset per key over the dirty segments, decides which of the bucket's
+   records stay (the rule of :class:`~sparklog.log.cleaner.KeyMap`, expired tombstones
+   removed as the broker's cleaner removes them). Only the offsets that stay go on, per
+   segment; no map is broadcast nor held by one process.
 4. **Cleaned segments written by tasks** (a task per chunk): from the layouts and the
-   offsets that stay, the task knows each segment's frames to keep before reading any,
-   groups its segments into cleaned segments of at most ``segment.bytes`` (by the bytes
-   they keep), then reads only the frames that keep a record: a frame all of whose
-   records stay is copied as stored, one that lost some is re-encoded with explicit
-   offsets. It writes each cleaned segment's ``.log`` and ``.timeindex`` and returns its
-   ``.index`` bytes, uncommitted.
+   offsets that stay, the task knows what each segment keeps before reading it
+   (:class:`SegmentPlan`), groups the chunk's segments into cleaned segments of at most
+   ``segment.bytes`` by the bytes they keep, and reads only the frames that keep a
+   record (:func:`write_planned`): a frame all of whose records stay is copied as
+   stored, one that lost some is re-encoded with explicit offsets. It writes each
+   cleaned segment's ``.log`` and ``.timeindex`` and returns its ``.index`` bytes,
+   uncommitted.
 5. **The swap, committed by the driver.** In offset order, the driver writes each
    ``.index`` (the commit of docs/format.md, section 7a) and swaps the segment in, then
    writes the cleaner checkpoint. A driver that dies before leaves uncommitted files,
    which the next cleaning deletes; the old segments stay live.
 
-Steps 2 to 4 are one Spark job of three stages; the stages exchange Arrow IPC blobs,
-not rows. Progress lines go to ``progress`` (one per step and partition).
+Steps 2 to 4 are one Spark job of three stages, exchanging Arrow IPC blobs, not rows.
+Progress lines go to ``progress`` (one per step and partition).
 """
 
 from __future__ import annotations
@@ -69,8 +70,11 @@ from ..storage import open_fileio
 
 #: Input bytes of one chunk at most (one task of the reading and of the writing stage).
 CHUNK_MAX_BYTES = 1 << 30
-#: Chunks per core of the session (more than one evens out the tasks' lengths).
+#: Chunks per core of the session.
 CHUNKS_PER_CORE = 1
+#: Records of one key bucket at most (a task holds their keys and offsets): more
+#: buckets than the session's cores when the partition has more records.
+BUCKET_MAX_RECORDS = 20_000_000
 
 _SPEC_FIELDS = ("seg", "base", "generation", "end_offset", "size", "dirty", "chunk")
 _LAYOUT_FIELDS = ("pos", "size", "base", "next", "records", "control")
@@ -410,6 +414,7 @@ def compact_partition(spark, plog, now_ms: int | None = None, *, force: bool = F
         rewrite = [s for s in sealed if s.next_offset <= map_end]
         cores = max(int(spark.sparkContext.defaultParallelism), 1)
         chunks = chunk_segments([s.size for s in rewrite], cores)
+        buckets = max(cores, -(-sum(s.record_count for s in rewrite) // BUCKET_MAX_RECORDS))
         specs_by_chunk: dict[int, list[dict]] = {}
         for c, members in enumerate(chunks):
             for i in members:
@@ -422,13 +427,13 @@ def compact_partition(spark, plog, now_ms: int | None = None, *, force: bool = F
         key = CompactionKey.of(name, config)
         horizon = now - config.delete_retention_ms
         say(f"partition {name}: key map over {len(dirty)} dirty segment(s), offsets "
-            f"[{state.first_dirty}, {map_end}); {len(rewrite)} segment(s) to rewrite, "
-            f"in {len(chunks)} chunk(s) of tasks")
+            f"[{state.first_dirty}, {map_end}); {len(rewrite)} segment(s) to rewrite in "
+            f"{len(chunks)} task(s), {buckets} key bucket(s)")
         written = (  # one Spark job: segments read, key map built, cleaned segments written
             spark.sparkContext.parallelize([specs_by_chunk[c] for c in range(len(chunks))],
                                            len(chunks))
-            .flatMap(functools.partial(_read_task, directory, key, cores))
-            .partitionBy(cores, _identity)  # the key map: one bucket of keys per task
+            .flatMap(functools.partial(_read_task, directory, key, buckets))
+            .partitionBy(buckets, _identity)  # the key map: one bucket of keys per task
             .mapPartitions(functools.partial(_bucket_task, dirty_ids, cleanings, horizon))
             .partitionBy(len(chunks), _identity)  # each chunk's offsets that stay
             .mapPartitionsWithIndex(functools.partial(
