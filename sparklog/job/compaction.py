@@ -11,8 +11,10 @@ leads it nor cleans it meanwhile (one cleaner per partition at a time):
 2. **One columnar pass over the data** (a task per chunk): each segment is read once
    and its frames validated; the task keeps, per record, the key, the offset and
    whether it is a tombstone (Arrow arrays, no per-record Python) and, per frame, where
-   it lies (position, size, offsets, record count). The records go to *key buckets*
-   (:func:`key_hash` of the key), the frame layouts on to the chunk's writing task.
+   it lies (position, size, offsets, record count). Of the dirty segments only the last
+   record of each key in the chunk can stay, so only it goes to the *key buckets*
+   (:func:`key_hash` of the key), with every keyed record of the clean segments; the
+   frame layouts go on to the chunk's writing task.
 3. **The key map, built by Spark** (a task per bucket): the bucket's share of the map,
    the highest offset per key over the dirty segments, decides which of the bucket's
    records stay (the rule of :class:`~sparklog.log.cleaner.KeyMap`, expired tombstones
