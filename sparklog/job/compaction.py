@@ -436,7 +436,7 @@ def compact_partition(spark, plog, now_ms: int | None = None, *, force: bool = F
         map_end = dirty[-1].next_offset
         rewrite = [s for s in sealed if s.next_offset <= map_end]
         cores = max(int(spark.sparkContext.defaultParallelism), 1)
-        chunks = chunk_segments([s.size for s in rewrite], cores)
+        chunks = chunk_segments([s.size for s in rewrite], cores, CHUNK_MAX_BYTES)
         buckets = max(cores, -(-sum(s.record_count for s in rewrite) // BUCKET_MAX_RECORDS))
         specs_by_chunk: dict[int, list[dict]] = {}
         for c, members in enumerate(chunks):
