@@ -6,32 +6,35 @@ leads it nor cleans it meanwhile (one cleaner per partition at a time):
 
 1. The driver takes the cleanable state (:func:`~sparklog.log.cleaner.cleanable_state`)
    and splits every sealed segment up to the end of the dirty part into *chunks* of
-   consecutive segments (about two per core of the session, at most
-   :data:`CHUNK_MAX_BYTES` of input each).
-2. **One pass over the data, columnar** (a task per chunk): each segment is read once,
-   its frames validated; the task keeps, per record, the key, the offset and whether it
-   is a tombstone (Arrow arrays, no per-record Python) and, per frame, where it lies
-   (position, size, offsets, record count). The records go to *key buckets* (murmur2
-   of the key), the frame layouts to the chunk's writing task.
+   consecutive segments of about equal size (one per core of the session, at most
+   :data:`CHUNK_MAX_BYTES` each).
+2. **One columnar pass over the data** (a task per chunk): each segment is read once
+   and its frames validated; the task keeps, per record, the key, the offset and
+   whether it is a tombstone (Arrow arrays, no per-record Python) and, per frame, where
+   it lies (position, size, offsets, record count). Of the dirty segments only the last
+   record of each key in the chunk can stay, so only it goes to the *key buckets*
+   (:func:`key_hash` of the key), with every keyed record of the clean segments; the
+   frame layouts go on to the chunk's writing task.
 3. **The key map, built by Spark** (a task per bucket): the bucket's share of the map,
-   the highest offset per key over the dirty segments, and with it the records of the
-   bucket that stay (as :class:`~sparklog.log.cleaner.KeyMap` decides for the broker's
-   cleaner; expired tombstones too). What goes on to the writers is only the offsets
-   that stay, per segment; no map is broadcast nor held by one process.
+   the highest offset per key over the dirty segments, decides which of the bucket's
+   records stay (the rule of :class:`~sparklog.log.cleaner.KeyMap`, expired tombstones
+   removed as the broker's cleaner removes them). Only the offsets that stay go on, per
+   segment; no map is broadcast nor held by one process.
 4. **Cleaned segments written by tasks** (a task per chunk): from the layouts and the
-   offsets that stay, the task knows each segment's frames to keep before reading any,
-   groups its segments into cleaned segments of at most ``segment.bytes`` (by the bytes
-   they keep), then reads only the frames that keep a record: a frame all of whose
-   records stay is copied as stored, one that lost some is re-encoded with explicit
-   offsets. It writes each cleaned segment's ``.log`` and ``.timeindex`` and returns its
-   ``.index`` bytes, uncommitted.
+   offsets that stay, the task knows what each segment keeps before reading it
+   (:class:`SegmentPlan`), groups the chunk's segments into cleaned segments of at most
+   ``segment.bytes`` by the bytes they keep, and reads only the frames that keep a
+   record (:func:`write_planned`): a frame all of whose records stay is copied as
+   stored, one that lost some is re-encoded with explicit offsets. It writes each
+   cleaned segment's ``.log`` and ``.timeindex`` and returns its ``.index`` bytes,
+   uncommitted.
 5. **The swap, committed by the driver.** In offset order, the driver writes each
    ``.index`` (the commit of docs/format.md, section 7a) and swaps the segment in, then
    writes the cleaner checkpoint. A driver that dies before leaves uncommitted files,
    which the next cleaning deletes; the old segments stay live.
 
-Steps 2 to 4 are one Spark job of three stages; the stages exchange Arrow IPC blobs,
-not rows. Progress lines go to ``progress`` (one per step and partition).
+Steps 2 to 4 are one Spark job of three stages, exchanging Arrow IPC blobs, not rows.
+Progress lines go to ``progress`` (one per step and partition).
 """
 
 from __future__ import annotations
@@ -69,10 +72,14 @@ from ..storage import open_fileio
 
 #: Input bytes of one chunk at most (one task of the reading and of the writing stage).
 CHUNK_MAX_BYTES = 1 << 30
-#: Chunks per core of the session (more than one evens out the tasks' lengths).
+#: Chunks per core of the session.
 CHUNKS_PER_CORE = 1
+#: Records of one key bucket at most (a task holds their keys and offsets): more
+#: buckets than the session's cores when the partition has more records.
+BUCKET_MAX_RECORDS = 20_000_000
 
-_SPEC_FIELDS = ("seg", "base", "generation", "end_offset", "size", "dirty", "chunk")
+_SPEC_FIELDS = ("seg", "base", "generation", "end_offset", "size", "dirty", "chunk",
+                "next")
 _LAYOUT_FIELDS = ("pos", "size", "base", "next", "records", "control")
 
 
@@ -102,7 +109,8 @@ def _task_start() -> None:
     (the imported modules: the worker collected the last task's garbage) out of the
     garbage collector's sight (``gc.freeze``): the worker runs a full collection after
     every task, which otherwise walks them all each time (tens of ms a task)."""
-    if zipcache.install():
+    zipcache.install()
+    if zipcache.in_spark_worker():
         gc.freeze()
 
 
@@ -168,17 +176,20 @@ def chunk_segments(sizes: list[int], cores: int, max_bytes: int = CHUNK_MAX_BYTE
 
 
 def _read_task(directory: str, key: CompactionKey, buckets: int, specs: list[dict]):
-    """Stage 1 (a task per chunk): read each segment once; yield, per segment,
-    ``(bucket, ("keys", seg, chunk, IPC of key, offset, tomb))`` for the buckets its
-    keyed records fall in, and ``(bucket, ("layout", seg, chunk, IPC of its frames))``
-    (passed on to the chunk's writing task by the bucket task)."""
+    """Stage 1 (a task per chunk): read each segment once; yield its frames' layout,
+    ``(bucket, ("layout", seg, chunk, IPC))`` (passed on to the chunk's writing task by
+    the bucket task), then the chunk's keyed records that may stay, split by key bucket:
+    ``(bucket, ("keys", chunk, IPC of key, code, dirty))``, where ``code`` is the offset
+    times two plus one for a tombstone. Of the dirty segments' records only the last of
+    each key in the chunk can stay (a later one of its key is in the key map), so only
+    that one is sent; the records of clean segments (before the dirty part) are all
+    sent, as one of them stays whenever the map lacks its key."""
     _task_start()
     fileio = open_fileio(directory)
+    sent = {True: [], False: []}  # dirty or not: [(keys, codes)]
     for spec in specs:
-        seg, chunk = spec["seg"], spec["chunk"]
         frames: list[tuple] = []
-        keys, offsets, tombs = [], [], []
-        rows = 0
+        keys, codes = [], []
         for pos, frame in _frames(_segment(fileio, directory, spec), Throttle(),
                                   CleanResult(0, 0)):
             h = frame.header
@@ -190,74 +201,87 @@ def _read_task(directory: str, key: CompactionKey, buckets: int, specs: list[dic
             k = _plain(key.keys(batch))
             if keys and k.type != keys[0].type:
                 k = k.cast(keys[0].type)
-            keys.append(k)
-            offsets.append(frame.offsets())
+            code = frame.offsets().to_numpy() * 2
             flags = _tombstones(batch, key)
             if any(flags):
-                tombs.extend(rows + i for i, t in enumerate(flags) if t)
-            rows += len(k)
+                code += np.asarray(flags, np.int64)
+            keys.append(k)
+            codes.append(code)
         columns = zip(*frames) if frames else [()] * len(_LAYOUT_FIELDS)
         layout = pa.table({n: pa.array(np.array(c, np.bool_ if n == "control" else np.int64))
                            for n, c in zip(_LAYOUT_FIELDS, columns)})
-        yield chunk % buckets, ("layout", seg, chunk, _ipc(layout))
-        if not rows:
+        yield spec["chunk"] % buckets, ("layout", spec["seg"], spec["chunk"], _ipc(layout))
+        sent[bool(spec["dirty"])] += zip(keys, codes)
+    if not sent[True] and not sent[False]:
+        return
+    chunk = specs[0]["chunk"]
+    tables = []
+    for dirty, parts in sent.items():
+        if not parts:
             continue
-        tomb = np.zeros(rows, np.bool_)
-        tomb[tombs] = True
-        table = pa.table({"key": pa.concat_arrays(keys), "offset": pa.concat_arrays(offsets),
-                          "tomb": pa.array(tomb)})
-        bucket = (key_hash(table.column("key").combine_chunks()) % np.uint64(buckets)) \
-            .astype(np.int64)
-        order = np.argsort(bucket, kind="stable")
-        table = table.take(pa.array(order))
-        counts = np.bincount(bucket, minlength=buckets)
-        at = 0
-        for b, n in enumerate(counts.tolist()):
-            if n:
-                yield b, ("keys", seg, chunk, _ipc(table.slice(at, n)))
-            at += n
+        first = parts[0][0].type
+        table = pa.table({"key": pa.concat_arrays([k if k.type == first else k.cast(first)
+                                                   for k, _ in parts]),
+                          "code": pa.array(np.concatenate([c for _, c in parts]))})
+        table = table.filter(pc.is_valid(table.column("key")))  # no key: never stays
+        if dirty:  # the last record of each key (the highest code: offsets differ)
+            table = table.group_by("key", use_threads=False).aggregate([("code", "max")]) \
+                .rename_columns(["key", "code"])
+        tables.append(table.append_column("dirty", pa.array(np.full(table.num_rows, dirty))))
+    if len(tables) == 2 and tables[0].schema != tables[1].schema:
+        tables[1] = tables[1].cast(tables[0].schema)
+    table = pa.concat_tables(tables).combine_chunks()
+    bucket = (key_hash(table.column("key").chunk(0) if table.num_rows else
+                       pa.array([], pa.binary())) % np.uint64(buckets)).astype(np.int64)
+    table = table.take(pa.array(np.argsort(bucket, kind="stable")))
+    at = 0
+    for b, n in enumerate(np.bincount(bucket, minlength=buckets).tolist()):
+        if n:
+            yield b, ("keys", chunk, _ipc(table.slice(at, n)))
+        at += n
 
 
-def _bucket_task(dirty: frozenset, cleanings, horizon: int, items):
+def _bucket_task(cleanings, horizon: int, items):
     """Stage 2 (a task per key bucket): the bucket's key map (highest offset per key
-    over the dirty segments) and, per segment, the offsets of its records of the bucket
-    that stay: ``(chunk, ("survivors", seg, IPC of offset, expired tombstones))``;
-    layouts pass through to their chunk."""
+    over the dirty segments' records) and, per chunk, the offsets of its records of
+    the bucket that stay, and of its tombstones that expired: ``(chunk, ("survivors",
+    chunk, IPC of offset and expired))``; layouts pass through to their chunk."""
     _task_start()
     parts = []
-    for _, (kind, seg, chunk, data) in items:
-        if kind == "layout":
-            yield chunk, (kind, seg, data, 0)
+    for _, item in items:
+        if item[0] == "layout":
+            _, seg, chunk, data = item
+            yield chunk, item
         else:
-            parts.append((seg, chunk, _table(data)))
+            parts.append((item[1], _table(item[2])))
     if not parts:
         return
-    keys = [_plain(t.column("key").combine_chunks()) for _, _, t in parts]
+    keys = [_plain(t.column("key").combine_chunks()) for _, t in parts]
     keys = pa.concat_arrays([k if k.type == keys[0].type else k.cast(keys[0].type)
                              for k in keys])
-    record_offsets = np.concatenate([t.column("offset").to_numpy() for _, _, t in parts])
-    rows = np.cumsum([0] + [t.num_rows for _, _, t in parts])
-    dirty_rows = np.repeat([seg in dirty for seg, _, _ in parts], np.diff(rows))
+    codes = np.concatenate([t.column("code").to_numpy() for _, t in parts])
+    record_offsets = codes >> 1
+    dirty_rows = np.concatenate([t.column("dirty").to_numpy(zero_copy_only=False)
+                                 for _, t in parts])
+    rows = np.cumsum([0] + [t.num_rows for _, t in parts])
     # the key map: one hash pass numbers the keys, the highest dirty offset per number
-    number = pc.dictionary_encode(keys).indices.fill_null(-1).to_numpy()
-    keyed = number >= 0
+    number = pc.dictionary_encode(keys).indices.to_numpy()
     latest = np.full(int(number.max(initial=-1)) + 1, -1, np.int64)
-    mapped = dirty_rows & keyed
-    np.maximum.at(latest, number[mapped], record_offsets[mapped])
+    np.maximum.at(latest, number[dirty_rows], record_offsets[dirty_rows])
     # a record stays when its key has no later dirty record (KeyMap's rule)
-    newest = np.where(keyed, latest[np.maximum(number, 0)], -1)
-    stays = keyed & ((newest < 0) | (record_offsets >= newest))
-    tomb = np.concatenate([t.column("tomb").to_numpy(zero_copy_only=False)
-                           for _, _, t in parts])
-    expired = np.zeros(len(parts), np.int64)
-    for i in np.flatnonzero(tomb & stays).tolist():  # few: checked one by one
+    newest = latest[number]
+    stays = (newest < 0) | (record_offsets >= newest)
+    expired = np.zeros(len(stays), np.bool_)
+    for i in np.flatnonzero((codes & 1).astype(np.bool_) & stays).tolist():  # few
         reached = reached_at(cleanings, int(record_offsets[i]))
         if reached is not None and reached <= horizon:
             stays[i] = False
-            expired[np.searchsorted(rows, i, "right") - 1] += 1
-    for p, (seg, chunk, _) in enumerate(parts):
-        kept = record_offsets[rows[p]:rows[p + 1]][stays[rows[p]:rows[p + 1]]]
-        yield chunk, ("survivors", seg, _ipc(pa.table({"offset": kept})), int(expired[p]))
+            expired[i] = True
+    for p, (chunk, _) in enumerate(parts):
+        span = slice(rows[p], rows[p + 1])
+        pick = stays[span] | expired[span]
+        yield chunk, ("survivors", chunk, _ipc(pa.table({
+            "offset": record_offsets[span][pick], "expired": expired[span][pick]})))
 
 
 class SegmentPlan:
@@ -350,23 +374,26 @@ def _write_task(directory: str, config, name: str, specs_by_chunk: dict, cleanin
     ``segment.bytes`` by the bytes they keep, and write each (uncommitted); a result
     row per cleaned segment."""
     _task_start()
-    layouts, survivors, expired = {}, {}, {}
-    for _, (kind, seg, data, n) in items:
-        if kind == "layout":
-            layouts[seg] = _table(data)
+    layouts, found = {}, []
+    for _, item in items:
+        if item[0] == "layout":
+            layouts[item[1]] = _table(item[3])
         else:
-            survivors.setdefault(seg, []).append(_table(data).column("offset"))
-            expired[seg] = expired.get(seg, 0) + n
+            found.append(_table(item[2]))
+    found_all = pa.concat_tables(found) if found else \
+        pa.table({"offset": pa.array([], pa.int64()), "expired": pa.array([], pa.bool_())})
+    offsets = found_all.column("offset").to_numpy()
+    expired = found_all.column("expired").to_numpy()
+    survivors, lapsed = np.sort(offsets[~expired]), np.sort(offsets[expired])
     fileio = open_fileio(directory)
     key = CompactionKey.of(name, config)
-    planned = []
+    planned, expired_of = [], {}
     for spec in specs_by_chunk[chunk]:
-        seg = spec["seg"]
-        offsets = np.sort(np.concatenate(
-            [c.to_numpy() for parts in survivors.get(seg, []) for c in parts.chunks]
-            or [np.zeros(0, np.int64)]))
-        planned.append((_segment(fileio, directory, spec),
-                        SegmentPlan(spec, layouts[seg], offsets)))
+        lo, hi = np.searchsorted(survivors, [spec["base"], spec["next"]])
+        seg = _segment(fileio, directory, spec)
+        expired_of[id(seg)] = int(np.searchsorted(lapsed, spec["next"])
+                                  - np.searchsorted(lapsed, spec["base"]))
+        planned.append((seg, SegmentPlan(spec, layouts[spec["seg"]], survivors[lo:hi])))
     plans = {id(seg): plan for seg, plan in planned}
     groups = group_segments([seg for seg, _ in planned], config.segment_bytes,
                             lambda seg: plans[id(seg)].kept_bytes)
@@ -376,7 +403,7 @@ def _write_task(directory: str, config, name: str, specs_by_chunk: dict, cleanin
                                    [(seg, plans[id(seg)]) for seg in group], cleanings,
                                    horizon, result)
         specs = [plans[id(seg)].spec for seg in group]
-        tombstones = sum(expired.get(s["seg"], 0) for s in specs)
+        tombstones = sum(expired_of[id(seg)] for seg in group)
         yield {"segs": [s["seg"] for s in specs], "base": new.base_offset,
                "end_offset": new.end_offset, "generation": new.generation, "index": index,
                "bytes_read": result.bytes_read, "bytes_written": result.bytes_written,
@@ -409,27 +436,26 @@ def compact_partition(spark, plog, now_ms: int | None = None, *, force: bool = F
         map_end = dirty[-1].next_offset
         rewrite = [s for s in sealed if s.next_offset <= map_end]
         cores = max(int(spark.sparkContext.defaultParallelism), 1)
-        chunks = chunk_segments([s.size for s in rewrite], cores)
+        chunks = chunk_segments([s.size for s in rewrite], cores, CHUNK_MAX_BYTES)
+        buckets = max(cores, -(-sum(s.record_count for s in rewrite) // BUCKET_MAX_RECORDS))
         specs_by_chunk: dict[int, list[dict]] = {}
         for c, members in enumerate(chunks):
             for i in members:
                 seg = rewrite[i]
                 specs_by_chunk.setdefault(c, []).append(dict(zip(_SPEC_FIELDS, (
                     i, seg.base_offset, seg.generation, seg.end_offset, seg.size,
-                    seg.next_offset > state.first_dirty, c))))
-        dirty_ids = frozenset(s["seg"] for specs in specs_by_chunk.values() for s in specs
-                              if s["dirty"])
+                    seg.next_offset > state.first_dirty, c, seg.next_offset))))
         key = CompactionKey.of(name, config)
         horizon = now - config.delete_retention_ms
         say(f"partition {name}: key map over {len(dirty)} dirty segment(s), offsets "
-            f"[{state.first_dirty}, {map_end}); {len(rewrite)} segment(s) to rewrite, "
-            f"in {len(chunks)} chunk(s) of tasks")
+            f"[{state.first_dirty}, {map_end}); {len(rewrite)} segment(s) to rewrite in "
+            f"{len(chunks)} task(s), {buckets} key bucket(s)")
         written = (  # one Spark job: segments read, key map built, cleaned segments written
             spark.sparkContext.parallelize([specs_by_chunk[c] for c in range(len(chunks))],
                                            len(chunks))
-            .flatMap(functools.partial(_read_task, directory, key, cores))
-            .partitionBy(cores, _identity)  # the key map: one bucket of keys per task
-            .mapPartitions(functools.partial(_bucket_task, dirty_ids, cleanings, horizon))
+            .flatMap(functools.partial(_read_task, directory, key, buckets))
+            .partitionBy(buckets, _identity)  # the key map: one bucket of keys per task
+            .mapPartitions(functools.partial(_bucket_task, cleanings, horizon))
             .partitionBy(len(chunks), _identity)  # each chunk's offsets that stay
             .mapPartitionsWithIndex(functools.partial(
                 _write_task, directory, config, name, specs_by_chunk, cleanings, horizon))

@@ -6,12 +6,14 @@ live writer holds."""
 from __future__ import annotations
 
 import random
+import re
 
 import pyarrow as pa
 import pytest
 
 from sparklog.cli.main import main
 from sparklog.format.frame import encode_frame, raw_batch
+from sparklog.job import compaction
 from sparklog.job.compaction import chunk_segments, compact_partition, key_hash
 from sparklog.log import LogReader, PartitionLog
 from sparklog.log.cleaner import clean
@@ -94,12 +96,16 @@ def _random_frames(rng, count: int, now: int):
     return out
 
 
-def test_spark_job_keeps_what_the_broker_cleaner_keeps_over_cleanings(spark, tmp_path):
+def test_spark_job_keeps_what_the_broker_cleaner_keeps_over_cleanings(spark, tmp_path,
+                                                                     monkeypatch):
     """The same writes cleaned by both, three times (tombstones reached, kept within
     delete.retention.ms, then expired; clean segments from earlier cleanings beside
     dirty ones; frames that keep all, some or none of their records; control frames
     and producer fields): the same live records at the same offsets, frame by frame,
-    the same counts, and the Spark job's cleaned segments within segment.bytes."""
+    the same counts, and the Spark job's cleaned segments within segment.bytes. Chunks
+    and key buckets are bounded small, so the job runs more of each than cores."""
+    monkeypatch.setattr(compaction, "CHUNK_MAX_BYTES", 20_000)
+    monkeypatch.setattr(compaction, "BUCKET_MAX_RECORDS", 40)
     rng = random.Random(15)
     fio = open_fileio(tmp_path.as_uri())
     cfg = {"cleanup.policy": "compact", "segment.bytes": 1500, "index.interval.bytes": 1,
@@ -111,14 +117,18 @@ def test_spark_job_keeps_what_the_broker_cleaner_keeps_over_cleanings(spark, tmp
         now += step
         frames = _random_frames(rng, writes, now) + [keyed_frame([(f"gone{n}", None)], now)]
         results = []
-        for directory, cleaner in ((broker, clean),
-                                   (job, lambda p, t: compact_partition(spark, p, t))):
+        said: list[str] = []
+        for directory, cleaner in ((broker, clean), (job, lambda p, t: compact_partition(
+                spark, p, t, progress=said.append))):
             with PartitionLog.open(fio, directory, cfg) as plog:
                 for frame in frames:
                     plog.append(frame)
                 plog.roll()
                 results.append(cleaner(plog, now))
         ref, got = results
+        tasks, buckets = map(int, re.search(r"in (\d+) task\(s\), (\d+) key bucket",
+                                            said[0]).groups())
+        assert n or tasks > 2 and buckets > 2, said  # the first cleaning, of 60 frames
         assert (got.end_offset, got.records_removed, got.tombstones_removed) == \
             (ref.end_offset, ref.records_removed, ref.tombstones_removed)
         assert records(fio, job) == records(fio, broker)
