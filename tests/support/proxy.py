@@ -14,6 +14,17 @@ import msgpack
 from sparklog.protocol import ApiKey
 
 
+def close_sockets(socks) -> None:
+    """Shut down both directions of each socket, then close it (errors of an already
+    dead socket ignored): what a proxy does to the two ends of a connection it drops."""
+    for s in socks:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        s.close()
+
+
 class Proxy:
     """Forwards TCP between clients and a broker on 127.0.0.1 (``target``, set once the
     broker runs). ``drop_produce`` drops that many Produce responses (closing the client
@@ -122,14 +133,7 @@ class Proxy:
         except (ConnectionError, OSError):
             self._close(src, dst)
 
-    @staticmethod
-    def _close(*socks):
-        for s in socks:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
+    _close = staticmethod(lambda *socks: close_sockets(socks))
 
     def close(self):
         """Stop accepting and close every connection."""

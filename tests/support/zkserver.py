@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import pytest
 
 from .processes import ManagedProcess, file_tail, free_port, serve_until_interrupted
+from .proxy import close_sockets
 
 JAVA_DIR = "/usr/share/java"
 ZOOKEEPER_JAR = os.path.join(JAVA_DIR, "zookeeper.jar")
@@ -254,12 +255,7 @@ class TcpProxy:
         self._cut.set()
         with self._lock:
             conns, self._conns = self._conns, []
-        for s in conns:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
+        close_sockets(conns)
 
     def restore(self) -> None:
         """Accept and forward connections again."""
