@@ -5,8 +5,10 @@ live writer holds."""
 
 from __future__ import annotations
 
+import os
 import random
 import re
+import sys
 
 import pyarrow as pa
 import pytest
@@ -22,6 +24,7 @@ from sparklog.log.layout import PartitionListing
 from sparklog.metadata import TopicStore
 from sparklog.storage import open_fileio
 from tests.log.test_log_compaction import FRAME, keyed_frame, records
+from tests.support.jobs import REPO, run_killed
 
 
 def test_spark_job_cleans_as_the_broker_cleaner_does(spark, tmp_path, capsys):
@@ -215,3 +218,62 @@ def test_key_hash_and_chunks():
     assert chunk_segments([10] * 9, cores=2, max_bytes=20) == \
         [[0, 1], [2, 3], [4, 5], [6, 7], [8]]
     assert chunk_segments([50, 1, 1], cores=4) == [[0], [1, 2]]
+
+
+#: A test-only hook (a ``sitecustomize`` on the job's PYTHONPATH, so it runs in the
+#: driver and in every Spark Python worker): the first attempt of each writing task
+#: fails right after it wrote its cleaned segment's files.
+FAIL_FIRST_ATTEMPT = '''
+import sparklog.job.compaction as compaction
+
+_write_planned = compaction.write_planned
+
+
+def write_planned(*args, **kwargs):
+    out = _write_planned(*args, **kwargs)
+    from pyspark import TaskContext
+
+    task = TaskContext.get()
+    if task is not None and task.attemptNumber() == 0:
+        raise RuntimeError("test hook: the first attempt fails after writing its files")
+    return out
+
+
+compaction.write_planned = write_planned
+'''
+
+
+def test_spark_job_retried_write_task_replaces_its_earlier_attempt(tmp_path, monkeypatch):
+    """A writing task whose first attempt fails after writing its cleaned segment
+    (a real failure in a Spark Python worker, retried by Spark: local[1,2]) succeeds on
+    its second attempt over the file the first left; the cleaning commits, equals the
+    broker cleaner's, and leaves no uncommitted file."""
+    root = tmp_path.joinpath("log").as_uri()
+    fio = open_fileio(root)
+    store = TopicStore(root, fio)
+    cfg = {"cleanup.policy": "compact", "segment.bytes": 3 * FRAME,
+           "min.cleanable.dirty.ratio": 0.01, "file.delete.delay.ms": 0}
+    store.create_topic("rt", 2, configs=cfg)
+    pairs = [(f"k{i % 3}", f"v{i:03d}") for i in range(10)]
+    for p in range(2):
+        with PartitionLog.open(fio, store.partition_dir("rt", p), cfg) as plog:
+            for pair in pairs:
+                plog.append(keyed_frame([pair], 1_700_000_000_000))
+            if p == 0:
+                assert clean(plog) is not None  # the reference
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(FAIL_FIRST_ATTEMPT)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(hook), REPO, os.environ.get("PYTHONPATH", "")]))
+    done = run_killed([sys.executable, "-m", "sparklog.cli.main", "compact", "rt",
+                       "--storage", root, "--partitions", "1", "--spark",
+                       "--master", "local[1,2]"], "")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "test hook: the first attempt fails" in done.stderr  # it did fail, for real
+    assert "rt-1: cleaned offsets below 9" in done.stdout, done.stdout
+    assert records(fio, store.partition_dir("rt", 1)) == \
+        records(fio, store.partition_dir("rt", 0))
+    listing = PartitionListing.scan(fio, store.partition_dir("rt", 1))
+    assert not listing.uncommitted()
+    assert any(f.generation for f in listing.logs())
