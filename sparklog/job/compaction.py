@@ -13,21 +13,29 @@ leads it nor cleans it meanwhile (one cleaner per partition at a time):
    whether it is a tombstone (Arrow arrays, no per-record Python) and, per frame, where
    it lies (position, size, offsets, record count). Of the dirty segments only the last
    record of each key in the chunk can stay, so only it goes to the *key buckets*
-   (:func:`key_hash` of the key), with every keyed record of the clean segments; the
-   frame layouts go on to the chunk's writing task.
+   (:func:`key_hash` of the key), with every keyed record of the clean segments (a
+   chunk whose dirty segments hold transactional frames sends all their records); the
+   frame layouts go on to the chunk's writing task, the chunk's transactional frames
+   and markers to every bucket and writing task.
 3. **The key map, built by Spark** (a task per bucket): the bucket's share of the map,
    the highest offset per key over the dirty segments, decides which of the bucket's
    records stay (the rule of :class:`~sparklog.log.cleaner.KeyMap`, expired tombstones
-   removed as the broker's cleaner removes them). Only the offsets that stay go on, per
-   segment; no map is broadcast nor held by one process.
+   removed as the broker's cleaner removes them). Transactions as the broker's cleaner
+   sees them (:class:`TransactionView`, its
+   :class:`~sparklog.log.transactions.TransactionTracker`): the map ends at the last
+   dirty segment end where no transaction is open, aborted records never enter it nor
+   stay, and a marker whose transaction keeps a record is named to its chunk. Only the
+   offsets that stay go on, per segment; no map is broadcast nor held by one process.
 4. **Cleaned segments written by tasks** (a task per chunk): from the layouts and the
    offsets that stay, the task knows what each segment keeps before reading it
    (:class:`SegmentPlan`), groups the chunk's segments into cleaned segments of at most
    ``segment.bytes`` by the bytes they keep, and reads only the frames that keep a
    record (:func:`write_planned`): a frame all of whose records stay is copied as
-   stored, one that lost some is re-encoded with explicit offsets. It writes each
-   cleaned segment's ``.log`` and ``.timeindex`` and returns its ``.index`` bytes,
-   uncommitted.
+   stored, one that lost some is re-encoded with explicit offsets, by the broker
+   cleaner's :class:`~sparklog.log.cleaner.CleanedSegmentWriter` (the same rules for
+   aborted frames, markers and tombstones). It writes each cleaned segment's ``.log``
+   and ``.timeindex`` and returns its ``.index`` bytes, uncommitted; a retried task
+   replaces what its failed attempt left (never live: no ``.index``).
 5. **The swap, committed by the driver.** In offset order, the driver writes each
    ``.index`` (the commit of docs/format.md, section 7a) and swaps the segment in, then
    writes the cleaner checkpoint. A driver that dies before leaves uncommitted files,

@@ -596,7 +596,7 @@ def plain_keys(array: pa.Array) -> pa.Array:
 
 
 def segment_frames(seg: LogSegment, throttle: Throttle, result: CleanResult, *,
-            decoded: bool = False):
+                   decoded: bool = False):
     """``(position, frame)`` of the validated frames of sealed segment ``seg``
     (throttled, counted); ``decoded``: the caller decodes every data frame's body
     (:meth:`~sparklog.format.frame.Frame.batch` checks it fully), so the scan checks
