@@ -197,7 +197,7 @@ def _read_task(directory: str, key: CompactionKey, buckets: int, specs: list[dic
     IPC))``, then the chunk's keyed records that may stay, split by key bucket:
     ``(bucket, ("keys", chunk, IPC of key, code, dirty, pid))``, where ``code`` is the
     offset times two plus one for a tombstone and ``pid`` the producer of a
-    transactional record (-1: none). Of the dirty segments' records only the last of
+    transactional record (-1: none; the column is left out when the chunk has none). Of the dirty segments' records only the last of
     each key in the chunk can stay (a later one of its key is in the key map), so only
     that one is sent, unless the chunk's dirty segments hold transaction events (an
     aborted record, or one past where the key map ends, must not hide an earlier one);
@@ -269,6 +269,8 @@ def _read_task(directory: str, key: CompactionKey, buckets: int, specs: list[dic
     if len(tables) == 2 and tables[0].schema != tables[1].schema:
         tables[1] = tables[1].cast(tables[0].schema)
     table = pa.concat_tables(tables).combine_chunks()
+    if not pc.any(pc.greater_equal(table.column("pid"), 0)).as_py():
+        table = table.drop_columns(["pid"])  # no transactional record: none sent
     bucket = (key_hash(table.column("key").chunk(0) if table.num_rows else
                        pa.array([], pa.binary())) % np.uint64(buckets)).astype(np.int64)
     table = table.take(pa.array(np.argsort(bucket, kind="stable")))
@@ -360,7 +362,8 @@ def _bucket_task(cleanings, horizon: int, dirty_ends: list[int], chunks: int,
     keys = pa.concat_arrays([k if k.type == keys[0].type else k.cast(keys[0].type)
                              for k in keys])
     codes = np.concatenate([t.column("code").to_numpy() for _, t in parts])
-    pids = np.concatenate([t.column("pid").to_numpy() for _, t in parts])
+    pids = np.concatenate([t.column("pid").to_numpy() if "pid" in t.column_names
+                           else np.full(t.num_rows, -1, np.int64) for _, t in parts])
     record_offsets = codes >> 1
     dirty_rows = np.concatenate([t.column("dirty").to_numpy(zero_copy_only=False)
                                  for _, t in parts])
