@@ -13,21 +13,29 @@ leads it nor cleans it meanwhile (one cleaner per partition at a time):
    whether it is a tombstone (Arrow arrays, no per-record Python) and, per frame, where
    it lies (position, size, offsets, record count). Of the dirty segments only the last
    record of each key in the chunk can stay, so only it goes to the *key buckets*
-   (:func:`key_hash` of the key), with every keyed record of the clean segments; the
-   frame layouts go on to the chunk's writing task.
+   (:func:`key_hash` of the key), with every keyed record of the clean segments (a
+   chunk whose dirty segments hold transactional frames sends all their records); the
+   frame layouts go on to the chunk's writing task, the chunk's transactional frames
+   and markers to every bucket and writing task.
 3. **The key map, built by Spark** (a task per bucket): the bucket's share of the map,
    the highest offset per key over the dirty segments, decides which of the bucket's
    records stay (the rule of :class:`~sparklog.log.cleaner.KeyMap`, expired tombstones
-   removed as the broker's cleaner removes them). Only the offsets that stay go on, per
-   segment; no map is broadcast nor held by one process.
+   removed as the broker's cleaner removes them). Transactions as the broker's cleaner
+   sees them (:class:`TransactionView`, its
+   :class:`~sparklog.log.transactions.TransactionTracker`): the map ends at the last
+   dirty segment end where no transaction is open, aborted records never enter it nor
+   stay, and a marker whose transaction keeps a record is named to its chunk. Only the
+   offsets that stay go on, per segment; no map is broadcast nor held by one process.
 4. **Cleaned segments written by tasks** (a task per chunk): from the layouts and the
    offsets that stay, the task knows what each segment keeps before reading it
    (:class:`SegmentPlan`), groups the chunk's segments into cleaned segments of at most
    ``segment.bytes`` by the bytes they keep, and reads only the frames that keep a
    record (:func:`write_planned`): a frame all of whose records stay is copied as
-   stored, one that lost some is re-encoded with explicit offsets. It writes each
-   cleaned segment's ``.log`` and ``.timeindex`` and returns its ``.index`` bytes,
-   uncommitted.
+   stored, one that lost some is re-encoded with explicit offsets, by the broker
+   cleaner's :class:`~sparklog.log.cleaner.CleanedSegmentWriter` (the same rules for
+   aborted frames, markers and tombstones). It writes each cleaned segment's ``.log``
+   and ``.timeindex`` and returns its ``.index`` bytes, uncommitted; a retried task
+   replaces what its failed attempt left (never live: no ``.index``).
 5. **The swap, committed by the driver.** In offset order, the driver writes each
    ``.index`` (the commit of docs/format.md, section 7a) and swaps the segment in, then
    writes the cleaner checkpoint. A driver that dies before leaves uncommitted files,
@@ -47,26 +55,26 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..format.marker import marker_type
 from ..log.cleaner import (
+    CleanedSegmentWriter,
     CleanerCheckpoint,
     CleanResult,
     CompactionKey,
     Throttle,
-    _cleaned_frame,
-    _count,
-    _frame_bytes,
-    _frames,
-    _frames_at,
-    _plain,
-    _tombstones,
     commit_cleaned,
     delete_uncommitted,
     due_cleaning,
     finish_cleaning,
+    frames_at,
     group_segments,
+    plain_keys,
     reached_at,
+    segment_frames,
+    tombstone_flags,
 )
-from ..log.segment import LogSegment, write_replacing
+from ..log.segment import LogSegment
+from ..log.transactions import TransactionTracker
 from ..reader.spark import zipcache
 from ..storage import open_fileio
 
@@ -175,62 +183,94 @@ def chunk_segments(sizes: list[int], cores: int, max_bytes: int = CHUNK_MAX_BYTE
     return chunks
 
 
+#: Kinds of a row of a chunk's transaction events (besides a marker's type, 0 ABORT and
+#: 1 COMMIT): a transactional data frame, a control frame of an unknown type.
+DATA, OTHER_CONTROL = -1, 2
+_EVENT_FIELDS = ("pid", "base", "last", "kind", "txn", "dirty", "chunk")
+
+
 def _read_task(directory: str, key: CompactionKey, buckets: int, specs: list[dict]):
     """Stage 1 (a task per chunk): read each segment once; yield its frames' layout,
     ``(bucket, ("layout", seg, chunk, IPC))`` (passed on to the chunk's writing task by
-    the bucket task), then the chunk's keyed records that may stay, split by key bucket:
-    ``(bucket, ("keys", chunk, IPC of key, code, dirty))``, where ``code`` is the offset
-    times two plus one for a tombstone. Of the dirty segments' records only the last of
+    the bucket task), the chunk's transaction events (its transactional data frames and
+    control frames, :data:`_EVENT_FIELDS`) to every bucket, ``(bucket, ("txns", chunk,
+    IPC))``, then the chunk's keyed records that may stay, split by key bucket:
+    ``(bucket, ("keys", chunk, IPC of key, code, dirty, pid))``, where ``code`` is the
+    offset times two plus one for a tombstone and ``pid`` the producer of a
+    transactional record (-1: none; the column is left out when the chunk has none). Of the dirty segments' records only the last of
     each key in the chunk can stay (a later one of its key is in the key map), so only
-    that one is sent; the records of clean segments (before the dirty part) are all
-    sent, as one of them stays whenever the map lacks its key."""
+    that one is sent, unless the chunk's dirty segments hold transaction events (an
+    aborted record, or one past where the key map ends, must not hide an earlier one);
+    the records of clean segments (before the dirty part) are all sent, as one of them
+    stays whenever the map lacks its key."""
     _task_start()
     fileio = open_fileio(directory)
-    sent = {True: [], False: []}  # dirty or not: [(keys, codes)]
+    sent = {True: [], False: []}  # dirty or not: [(keys, codes, pids)]
+    events: list[tuple] = []
+    chunk = specs[0]["chunk"]
     for spec in specs:
         frames: list[tuple] = []
-        keys, codes = [], []
-        for pos, frame in _frames(_segment(fileio, directory, spec), Throttle(),
-                                  CleanResult(0, 0)):
+        keys, codes, pids = [], [], []
+        dirty = bool(spec["dirty"])
+        for pos, frame in segment_frames(_segment(fileio, directory, spec), Throttle(),
+                                         CleanResult(0, 0)):
             h = frame.header
             frames.append((pos, h.size, h.base_offset, h.next_offset, h.record_count,
                            h.is_control))
             if h.is_control:
+                kind = marker_type(frame)
+                events.append((h.producer_id, h.base_offset, h.last_offset,
+                               OTHER_CONTROL if kind is None else kind,
+                               h.is_transactional, dirty, chunk))
                 continue
+            if h.is_transactional:
+                events.append((h.producer_id, h.base_offset, h.last_offset, DATA, True,
+                               dirty, chunk))
             batch = frame.batch()
-            k = _plain(key.keys(batch))
+            k = plain_keys(key.keys(batch))
             if keys and k.type != keys[0].type:
                 k = k.cast(keys[0].type)
             code = frame.offsets().to_numpy() * 2
-            flags = _tombstones(batch, key)
+            flags = tombstone_flags(batch, key)
             if any(flags):
                 code += np.asarray(flags, np.int64)
             keys.append(k)
             codes.append(code)
+            pids.append(np.full(len(code), h.producer_id if h.is_transactional else -1,
+                                np.int64))
         columns = zip(*frames) if frames else [()] * len(_LAYOUT_FIELDS)
         layout = pa.table({n: pa.array(np.array(c, np.bool_ if n == "control" else np.int64))
                            for n, c in zip(_LAYOUT_FIELDS, columns)})
         yield spec["chunk"] % buckets, ("layout", spec["seg"], spec["chunk"], _ipc(layout))
-        sent[bool(spec["dirty"])] += zip(keys, codes)
+        sent[dirty] += zip(keys, codes, pids)
+    if events:
+        table = _ipc(pa.table({n: pa.array(list(c)) for n, c in
+                               zip(_EVENT_FIELDS, zip(*events))}))
+        for b in range(buckets):
+            yield b, ("txns", chunk, table)
     if not sent[True] and not sent[False]:
         return
-    chunk = specs[0]["chunk"]
+    any_dirty_events = any(e[5] for e in events)
     tables = []
     for dirty, parts in sent.items():
         if not parts:
             continue
         first = parts[0][0].type
         table = pa.table({"key": pa.concat_arrays([k if k.type == first else k.cast(first)
-                                                   for k, _ in parts]),
-                          "code": pa.array(np.concatenate([c for _, c in parts]))})
+                                                   for k, _, _ in parts]),
+                          "code": pa.array(np.concatenate([c for _, c, _ in parts])),
+                          "pid": pa.array(np.concatenate([p for _, _, p in parts]))})
         table = table.filter(pc.is_valid(table.column("key")))  # no key: never stays
-        if dirty:  # the last record of each key (the highest code: offsets differ)
+        if dirty and not any_dirty_events:  # the last record of each key (highest code)
             table = table.group_by("key", use_threads=False).aggregate([("code", "max")]) \
                 .rename_columns(["key", "code"])
+            table = table.append_column("pid", pa.array(np.full(table.num_rows, -1)))
         tables.append(table.append_column("dirty", pa.array(np.full(table.num_rows, dirty))))
     if len(tables) == 2 and tables[0].schema != tables[1].schema:
         tables[1] = tables[1].cast(tables[0].schema)
     table = pa.concat_tables(tables).combine_chunks()
+    if not pc.any(pc.greater_equal(table.column("pid"), 0)).as_py():
+        table = table.drop_columns(["pid"])  # no transactional record: none sent
     bucket = (key_hash(table.column("key").chunk(0) if table.num_rows else
                        pa.array([], pa.binary())) % np.uint64(buckets)).astype(np.int64)
     table = table.take(pa.array(np.argsort(bucket, kind="stable")))
@@ -241,36 +281,107 @@ def _read_task(directory: str, key: CompactionKey, buckets: int, specs: list[dic
         at += n
 
 
-def _bucket_task(cleanings, horizon: int, items):
+class TransactionView:
+    """The transactions of the segments to rewrite, from every chunk's transaction
+    events (the ``"txns"`` items of :func:`_read_task`), as the broker's cleaner sees
+    them in its key-map pass (:class:`~sparklog.log.transactions.TransactionTracker`
+    over the dirty segments): :attr:`aborted`, and :attr:`map_end`, the end of the
+    last dirty segment (of ``dirty_ends``) at which no transaction is open (None:
+    none), where the key map ends. :meth:`marker_after` names the marker that ends a
+    producer's transaction (every transactional control frame, clean segments
+    included)."""
+
+    def __init__(self, tables: list[pa.Table], dirty_ends: list[int]):
+        rows = sorted((row for t in tables for row in zip(
+            *(t.column(n).to_pylist() for n in _EVENT_FIELDS))), key=lambda row: row[1])
+        tracker = TransactionTracker()
+        self.map_end: int | None = None
+        ends = sorted(dirty_ends)
+        markers: dict[int, list[tuple[int, int]]] = {}
+        at = 0
+        for pid, base, last, kind, txn, dirty, chunk in rows + [(None, float("inf"))
+                                                                 + (None,) * 5]:
+            while at < len(ends) and ends[at] <= base:
+                if not tracker.open:
+                    self.map_end = ends[at]
+                at += 1
+            if pid is None:
+                break
+            if kind != DATA and txn:
+                markers.setdefault(pid, []).append((base, chunk))
+            if not dirty:
+                continue
+            if kind == DATA:
+                tracker.data_at(pid, base)
+            else:
+                tracker.marker_at(pid, last, None if kind == OTHER_CONTROL else kind)
+        self.aborted = tracker.aborted
+        self._markers = {pid: (np.array([m[0] for m in ms], np.int64),
+                               np.array([m[1] for m in ms], np.int64))
+                         for pid, ms in markers.items()}
+
+    def marker_after(self, pid: int, offsets: np.ndarray):
+        """``(offsets, chunks)`` of the markers ending the transactions of producer
+        ``pid``'s records at ``offsets`` (each the producer's first marker after it)."""
+        at_, chunks = self._markers.get(pid, (np.zeros(0, np.int64),) * 2)
+        i = np.searchsorted(at_, offsets, side="right")
+        i = i[i < len(at_)]
+        return at_[i], chunks[i]
+
+
+def _events(items) -> list[pa.Table]:
+    return [_table(item[2]) for item in items if item[0] == "txns"]
+
+
+def _bucket_task(cleanings, horizon: int, dirty_ends: list[int], chunks: int,
+                 index: int, items):
     """Stage 2 (a task per key bucket): the bucket's key map (highest offset per key
-    over the dirty segments' records) and, per chunk, the offsets of its records of
-    the bucket that stay, and of its tombstones that expired: ``(chunk, ("survivors",
-    chunk, IPC of offset and expired))``; layouts pass through to their chunk."""
+    over the dirty segments' records below where the key map ends, aborted records left
+    out) and, per chunk, the offsets of its records of the bucket that stay, and of its
+    tombstones that expired: ``(chunk, ("survivors", chunk, IPC of offset and
+    expired))``; per chunk holding transaction markers, those whose transaction keeps a
+    record here: ``(chunk, ("kept", chunk, IPC of offset))``. Layouts pass through to
+    their chunk, and bucket 0 passes every chunk's transaction events on to every
+    chunk."""
     _task_start()
-    parts = []
+    parts, txns = [], []
     for _, item in items:
         if item[0] == "layout":
-            _, seg, chunk, data = item
-            yield chunk, item
+            yield item[2], item
+        elif item[0] == "txns":
+            txns.append(item)
+            if index == 0:
+                for c in range(chunks):
+                    yield c, item
         else:
             parts.append((item[1], _table(item[2])))
     if not parts:
         return
-    keys = [_plain(t.column("key").combine_chunks()) for _, t in parts]
+    view = TransactionView(_events(txns), dirty_ends)
+    keys = [plain_keys(t.column("key").combine_chunks()) for _, t in parts]
     keys = pa.concat_arrays([k if k.type == keys[0].type else k.cast(keys[0].type)
                              for k in keys])
     codes = np.concatenate([t.column("code").to_numpy() for _, t in parts])
+    pids = np.concatenate([t.column("pid").to_numpy() if "pid" in t.column_names
+                           else np.full(t.num_rows, -1, np.int64) for _, t in parts])
     record_offsets = codes >> 1
     dirty_rows = np.concatenate([t.column("dirty").to_numpy(zero_copy_only=False)
                                  for _, t in parts])
     rows = np.cumsum([0] + [t.num_rows for _, t in parts])
+    # below the key map's end, not aborted: the records a cleaning considers
+    valid = record_offsets < (-1 if view.map_end is None else view.map_end)
+    transactional = pids >= 0
+    for pid in np.unique(pids[transactional & valid]).tolist():
+        mine = pids == pid
+        valid[mine] &= ~view.aborted.holds_offsets(pid, record_offsets[mine])
+    mapping = dirty_rows & valid
     # the key map: one hash pass numbers the keys, the highest dirty offset per number
     number = pc.dictionary_encode(keys).indices.to_numpy()
     latest = np.full(int(number.max(initial=-1)) + 1, -1, np.int64)
-    np.maximum.at(latest, number[dirty_rows], record_offsets[dirty_rows])
+    np.maximum.at(latest, number[mapping], record_offsets[mapping])
     # a record stays when its key has no later dirty record (KeyMap's rule)
     newest = latest[number]
-    stays = (newest < 0) | (record_offsets >= newest)
+    stays = valid & ((newest < 0) | (record_offsets >= newest))
     expired = np.zeros(len(stays), np.bool_)
     for i in np.flatnonzero((codes & 1).astype(np.bool_) & stays).tolist():  # few
         reached = reached_at(cleanings, int(record_offsets[i]))
@@ -282,6 +393,32 @@ def _bucket_task(cleanings, horizon: int, items):
         pick = stays[span] | expired[span]
         yield chunk, ("survivors", chunk, _ipc(pa.table({
             "offset": record_offsets[span][pick], "expired": expired[span][pick]})))
+    kept = stays & transactional  # the markers of their transactions stay
+    found = [view.marker_after(pid, record_offsets[kept & (pids == pid)])
+             for pid in np.unique(pids[kept]).tolist()]
+    if found:
+        marker_offsets = np.concatenate([f[0] for f in found])
+        marker_chunks = np.concatenate([f[1] for f in found])
+        for c in np.unique(marker_chunks).tolist():
+            yield c, ("kept", c, _ipc(pa.table(
+                {"offset": np.unique(marker_offsets[marker_chunks == c])})))
+
+
+class KeptMarkers:
+    """The transaction markers a Spark cleaning keeps because records of their
+    transaction stay, by offset, as the key buckets found them (the
+    :class:`~sparklog.log.cleaner.MarkerGuard` of a writing task, whose chunk may not
+    hold the transaction's records)."""
+
+    def __init__(self, offsets):
+        self.offsets = set(offsets)
+
+    def kept(self, header) -> None:
+        """Nothing to follow: the buckets did."""
+
+    def holds(self, header) -> bool:
+        """Whether records of the transaction the marker ``header`` ends stay."""
+        return header.base_offset in self.offsets
 
 
 class SegmentPlan:
@@ -318,77 +455,71 @@ class SegmentPlan:
         return self.survivors[self.first[i]:self.first[i] + self.counts[i]]
 
 
-def write_planned(fileio, directory: str, config, key: CompactionKey, group, cleanings,
-                  horizon: int, result: CleanResult):
+def write_planned(fileio, directory: str, config, name: str, group, cleanings,
+                  horizon: int, result: CleanResult, *, aborted=None, markers=None):
     """Write the cleaned segment (uncommitted: ``.log`` and ``.timeindex``) replacing
-    ``group``, ``(segment, SegmentPlan)`` of consecutive sealed segments; returns
-    ``(segment, index bytes)`` for :func:`~sparklog.log.cleaner.commit_cleaned`. Only
-    the planned frames are read; one whose records all stay (and that may follow the
-    previous frame kept) is copied as stored, the others go through the broker
-    cleaner's :func:`~sparklog.log.cleaner._cleaned_frame`."""
-    segments = [seg for seg, _ in group]
-    base, end = segments[0].base_offset, segments[-1].next_offset
-    new = LogSegment(fileio, directory, base, writable=True,
-                     generation=1 + max(s.generation for s in segments), end_offset=end,
-                     index_interval_bytes=config.index_interval_bytes,
-                     replication=config.replication_factor)
-    throttle, scratch = Throttle(), CleanResult(0, 0)
-    out = fileio.create(new.path)
-    try:
-        new.apply_replication()
-        position, expected = 0, base
+    ``group``, ``(segment, SegmentPlan)`` of consecutive sealed segments of partition
+    ``name``, with the broker cleaner's
+    :class:`~sparklog.log.cleaner.CleanedSegmentWriter` (``aborted`` and ``markers``
+    as there); returns ``(segment, index bytes)`` for
+    :func:`~sparklog.log.cleaner.commit_cleaned`. Only the planned frames are read; one
+    whose records all stay is copied as stored when it may follow the previous frame
+    kept. ``result`` gets the bytes read and written and the markers removed (the
+    records removed are the plans')."""
+    scratch = CleanResult(0, 0)
+    writer = CleanedSegmentWriter(fileio, directory, config, name,
+                                  [seg for seg, _ in group], cleanings, horizon,
+                                  Throttle(), scratch, aborted=aborted, markers=markers)
+    with writer:
         for seg, plan in group:
-            for pos, frame in _frames_at(seg, plan.runs, throttle, result):
+            for pos, frame in frames_at(seg, plan.runs, writer.throttle, result):
                 h = frame.header
                 i = plan.frame_at[pos]
-                if plan.full[i] and (h.base_offset == expected or h.explicit_offsets):
-                    data = _frame_bytes(frame)
-                else:
-                    latest = None
-                    if not h.is_control:  # the map's verdict, from the offsets that stay
-                        offsets = frame.offsets()
-                        stays = pc.is_in(offsets, value_set=pa.array(plan.survivors_of(i)))
-                        latest = pc.if_else(stays, offsets, pc.add(offsets, 1))
-                    data = _cleaned_frame(frame, latest, cleanings, horizon, scratch, key,
-                                          gap=h.base_offset != expected)
-                    if data is None:
-                        continue
-                expected = h.next_offset
-                out.write(data)
-                new.track(h.base_offset, h.next_offset, h.max_timestamp, _count(data),
-                          len(data), position)
-                position += len(data)
-                result.bytes_written += len(data)
-        out.sync()
-    finally:
-        out.close()
-    new._next_offset = end  # compaction may have removed the last records
-    write_replacing(fileio, new.timeindex_path, new.time_index.to_bytes())
-    return new, new.offset_index.to_bytes(new.summary)
+                if h.is_control:
+                    writer.add(frame, None, whole=True)
+                elif plan.full[i]:
+                    writer.add(frame, np.ones(h.record_count, np.bool_), whole=True)
+                else:  # the map's verdict, from the offsets that stay
+                    writer.add(frame, pc.is_in(frame.offsets(), value_set=pa.array(
+                        plan.survivors_of(i))).to_numpy(zero_copy_only=False))
+    out = writer.finish(commit=False)
+    result.bytes_written += scratch.bytes_written
+    result.markers_removed += scratch.markers_removed
+    return out
 
 
-def _write_task(directory: str, config, name: str, specs_by_chunk: dict, cleanings,
-                horizon: int, chunk: int, items):
-    """Stage 3 (a task per chunk): plan each segment of the chunk from its layout and
-    its offsets that stay, group the segments into cleaned segments of at most
-    ``segment.bytes`` by the bytes they keep, and write each (uncommitted); a result
+def _write_task(directory: str, config, name: str, specs_by_chunk: dict,
+                dirty_ends: list[int], cleanings, horizon: int, chunk: int, items):
+    """Stage 3 (a task per chunk): plan each segment of the chunk below where the key
+    map ends (:class:`TransactionView`) from its layout and its offsets that stay,
+    group the segments into cleaned segments of at most ``segment.bytes`` by the bytes
+    they keep, and write each (uncommitted); first a row ``{"map_end": ...}``, then a
     row per cleaned segment."""
     _task_start()
-    layouts, found = {}, []
+    layouts, found, kept, txns = {}, [], [], []
     for _, item in items:
         if item[0] == "layout":
             layouts[item[1]] = _table(item[3])
-        else:
+        elif item[0] == "survivors":
             found.append(_table(item[2]))
+        elif item[0] == "kept":
+            kept += _table(item[2]).column("offset").to_pylist()
+        else:
+            txns.append(item)
+    view = TransactionView(_events(txns), dirty_ends)
+    yield {"map_end": view.map_end}
+    if view.map_end is None:
+        return
     found_all = pa.concat_tables(found) if found else \
         pa.table({"offset": pa.array([], pa.int64()), "expired": pa.array([], pa.bool_())})
     offsets = found_all.column("offset").to_numpy()
     expired = found_all.column("expired").to_numpy()
     survivors, lapsed = np.sort(offsets[~expired]), np.sort(offsets[expired])
     fileio = open_fileio(directory)
-    key = CompactionKey.of(name, config)
     planned, expired_of = [], {}
     for spec in specs_by_chunk[chunk]:
+        if spec["next"] > view.map_end:
+            break
         lo, hi = np.searchsorted(survivors, [spec["base"], spec["next"]])
         seg = _segment(fileio, directory, spec)
         expired_of[id(seg)] = int(np.searchsorted(lapsed, spec["next"])
@@ -397,18 +528,20 @@ def _write_task(directory: str, config, name: str, specs_by_chunk: dict, cleanin
     plans = {id(seg): plan for seg, plan in planned}
     groups = group_segments([seg for seg, _ in planned], config.segment_bytes,
                             lambda seg: plans[id(seg)].kept_bytes)
+    markers = KeptMarkers(kept)
     for group in groups:
         result = CleanResult(0, 0)
-        new, index = write_planned(fileio, directory, config, key,
+        new, index = write_planned(fileio, directory, config, name,
                                    [(seg, plans[id(seg)]) for seg in group], cleanings,
-                                   horizon, result)
+                                   horizon, result, aborted=view.aborted, markers=markers)
         specs = [plans[id(seg)].spec for seg in group]
         tombstones = sum(expired_of[id(seg)] for seg in group)
         yield {"segs": [s["seg"] for s in specs], "base": new.base_offset,
                "end_offset": new.end_offset, "generation": new.generation, "index": index,
                "bytes_read": result.bytes_read, "bytes_written": result.bytes_written,
                "records_removed": sum(plans[id(seg)].records_removed for seg in group)
-               - tombstones, "tombstones_removed": tombstones}
+               - tombstones, "tombstones_removed": tombstones,
+               "markers_removed": result.markers_removed}
 
 
 def compact_partition(spark, plog, now_ms: int | None = None, *, force: bool = False,
@@ -447,6 +580,7 @@ def compact_partition(spark, plog, now_ms: int | None = None, *, force: bool = F
                     seg.next_offset > state.first_dirty, c, seg.next_offset))))
         key = CompactionKey.of(name, config)
         horizon = now - config.delete_retention_ms
+        dirty_ends = [s.next_offset for s in dirty]
         say(f"partition {name}: key map over {len(dirty)} dirty segment(s), offsets "
             f"[{state.first_dirty}, {map_end}); {len(rewrite)} segment(s) to rewrite in "
             f"{len(chunks)} task(s), {buckets} key bucket(s)")
@@ -455,12 +589,20 @@ def compact_partition(spark, plog, now_ms: int | None = None, *, force: bool = F
                                            len(chunks))
             .flatMap(functools.partial(_read_task, directory, key, buckets))
             .partitionBy(buckets, _identity)  # the key map: one bucket of keys per task
-            .mapPartitions(functools.partial(_bucket_task, cleanings, horizon))
+            .mapPartitionsWithIndex(functools.partial(
+                _bucket_task, cleanings, horizon, dirty_ends, len(chunks)))
             .partitionBy(len(chunks), _identity)  # each chunk's offsets that stay
             .mapPartitionsWithIndex(functools.partial(
-                _write_task, directory, config, name, specs_by_chunk, cleanings, horizon))
+                _write_task, directory, config, name, specs_by_chunk, dirty_ends,
+                cleanings, horizon))
             .collect())
-        written.sort(key=lambda row: row["base"])
+        map_end = written[0]["map_end"]  # where no transaction is open (every task agrees)
+        written = sorted((row for row in written if "segs" in row),
+                         key=lambda row: row["base"])
+        if map_end is None:
+            say(f"partition {name}: a transaction is open from the first dirty segment "
+                f"on; nothing cleaned")
+            return None
         say(f"partition {name}: {len(written)} cleaned segment(s) written by tasks; "
             f"committing the swap")
         result = CleanResult(state.first_dirty, map_end)
@@ -473,7 +615,8 @@ def compact_partition(spark, plog, now_ms: int | None = None, *, force: bool = F
             result.segments_replaced += len(group)
             result.segments_written += 1
             result.replaced.extend(s.path for s in group)
-            for k in ("bytes_read", "bytes_written", "records_removed", "tombstones_removed"):
+            for k in ("bytes_read", "bytes_written", "records_removed", "tombstones_removed",
+                      "markers_removed"):
                 setattr(result, k, getattr(result, k) + row[k])
         finish_cleaning(plog, checkpoint, cleanings, map_end, now, started, result)
         say(f"partition {name}: committed {result.segments_written} cleaned segment(s), "

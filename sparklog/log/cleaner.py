@@ -23,7 +23,8 @@ A cleaning of the partition log ``plog`` (its writer, in the writer's process):
    (:mod:`.transactions`): the key map ends where no transaction is open and leaves
    out aborted records; the frames of aborted transactions are dropped, and a
    transaction marker goes ``delete.retention.ms`` after the cleaning that reached
-   it unless records of its transaction stay in its cleaned segment.
+   it unless records of its transaction stay (in any cleaned segment: a cleaning
+   rewrites every sealed segment below its end, :class:`MarkerGuard`).
    Consecutive segments are grouped into cleaned segments of at most ``segment.bytes``.
 4. **The swap** (docs/format.md, "Compaction"): each cleaned segment is written under
    its own name ``<base>.<end>.c<generation>``, synced, then its ``.timeindex`` and
@@ -175,10 +176,10 @@ class CompactionKey:
         """The key of each record of ``batch`` (null: none)."""
         self.check(batch.schema)
         if len(self.columns) == 1:
-            return _plain(batch.column(self.columns[0]))
+            return plain_keys(batch.column(self.columns[0]))
         parts = []
         for c in self.columns:
-            v = _plain(batch.column(c))
+            v = plain_keys(batch.column(c))
             if not (pa.types.is_binary(v.type) or pa.types.is_string(v.type)
                     or pa.types.is_large_binary(v.type) or pa.types.is_large_string(v.type)):
                 v = v.cast(pa.string())
@@ -203,7 +204,7 @@ def key_columns(value: str) -> tuple[str, ...]:
     return columns
 
 
-def _tombstones(batch: pa.RecordBatch, key: CompactionKey) -> list[bool]:
+def tombstone_flags(batch: pa.RecordBatch, key: CompactionKey) -> list[bool]:
     """Per row: is it a tombstone (a null ``value``; for typed topics without a value
     column, every column but the key columns null)."""
     if VALUE_COLUMN in batch.schema.names and VALUE_COLUMN not in key.columns:
@@ -496,7 +497,7 @@ def clean_segments(fileio, directory: str, config, name: str, segments: list[Log
             continue
         if seg.base_offset >= first_uncleanable:
             break
-        keys = known.read(seg, _frames(seg, throttle, result, decoded=True), key, txns)
+        keys = known.read(seg, segment_frames(seg, throttle, result, decoded=True), key, txns)
         pending.append((seg, keys, not txns.open))
         rows += keys.rows
         if rows >= max(capacity, MERGE_ROWS) and not txns.open:  # bound pending keys
@@ -518,10 +519,11 @@ def clean_segments(fileio, directory: str, config, name: str, segments: list[Log
         seen = known.by_path.get(seg.path)
         return seg.size if seen is None else seen.kept_bytes(offsets, aborted)
 
+    markers = MarkerGuard()  # over all the groups: a transaction may span two
     for group in group_segments(cleaned, config.segment_bytes, kept):
         new, index = write_cleaned(fileio, directory, config, name, group, offsets,
                                    cleanings, horizon, throttle, result, known,
-                                   commit=commit, aborted=aborted)
+                                   commit=commit, aborted=aborted, markers=markers)
         on_group(group, new, index)
     return map_end
 
@@ -561,7 +563,7 @@ class KeyMap:
         keys = [] if self.keys is None else [self.keys]
         offs = [] if self.offsets is None else [self.offsets]
         for k, o in parts:
-            k = _plain(k)
+            k = plain_keys(k)
             if keys and k.type != keys[0].type:
                 k = k.cast(keys[0].type)
             keys.append(k)
@@ -580,21 +582,21 @@ class KeyMap:
         """Per key of ``keys``: the map's offset for it, null when not mapped."""
         if self.keys is None:
             return pa.nulls(len(keys), pa.int64())
-        keys = _plain(keys)
+        keys = plain_keys(keys)
         if keys.type != self.keys.type:
             keys = keys.cast(self.keys.type)
         return pc.take(self.offsets, pc.index_in(keys, value_set=self.keys))
 
 
-def _plain(array: pa.Array) -> pa.Array:
+def plain_keys(array: pa.Array) -> pa.Array:
     """``array`` without dictionary encoding (compared by value)."""
     if pa.types.is_dictionary(array.type):
         return array.dictionary_decode()
     return array
 
 
-def _frames(seg: LogSegment, throttle: Throttle, result: CleanResult, *,
-            decoded: bool = False):
+def segment_frames(seg: LogSegment, throttle: Throttle, result: CleanResult, *,
+                   decoded: bool = False):
     """``(position, frame)`` of the validated frames of sealed segment ``seg``
     (throttled, counted); ``decoded``: the caller decodes every data frame's body
     (:meth:`~sparklog.format.frame.Frame.batch` checks it fully), so the scan checks
@@ -607,7 +609,7 @@ def _frames(seg: LogSegment, throttle: Throttle, result: CleanResult, *,
     seg.check_end(scan)
 
 
-def _frames_at(seg: LogSegment, runs, throttle: Throttle, result: CleanResult):
+def frames_at(seg: LogSegment, runs, throttle: Throttle, result: CleanResult):
     """``(position, frame)`` of the frames of ``seg`` in ``runs`` (``(position, end,
     base offset)`` of consecutive frames), each run read with one scan that must end
     exactly at its end (a DataLossError naming the file otherwise)."""
@@ -780,68 +782,147 @@ def delete_uncommitted(plog) -> None:
 def write_cleaned(fileio, directory: str, config, name: str, group, offsets: "KeyMap",
                   cleanings, horizon: int, throttle: Throttle, result: CleanResult,
                   known: SegmentKeys | None = None, *, commit: bool = True,
-                  aborted: AbortedTransactions | None = None):
+                  aborted: AbortedTransactions | None = None,
+                  markers: "MarkerGuard | None" = None):
     """Write the cleaned segment replacing the sealed segments ``group`` of the
     partition ``name`` in ``directory`` (LogConfig ``config``), keeping per key the
     records the key map ``offsets`` allows (steps 3 and 4); segments whose keys
     ``known`` holds are probed at once and only their frames that keep something are
-    read again. Returns ``(segment, index bytes)``: with ``commit`` its ``.index`` is
-    written (the commit) and the bytes are None; without, everything but the
-    ``.index`` is written and its bytes are returned, for :func:`commit_cleaned`.
+    read again. Returns ``(segment, index bytes)`` as :meth:`CleanedSegmentWriter.finish`.
 
     With ``aborted`` (the aborted transactions, :mod:`.transactions`) the cleaning is
-    transaction-aware: the data frames of aborted transactions are removed, and a
-    transaction marker goes once ``delete.retention.ms`` passed after the cleaning that
-    first reached it (``horizon``), unless a record of its transaction stays in this
-    group (Kafka's rule). Without, every control frame stays."""
-    key = CompactionKey.of(name, config)
-    base, end = group[0].base_offset, group[-1].next_offset
-    generation = 1 + max(s.generation for s in group)
-    new = LogSegment(fileio, directory, base, writable=True, generation=generation,
-                     end_offset=end, index_interval_bytes=config.index_interval_bytes,
-                     replication=config.replication_factor)
-    out = fileio.create(new.path)
-    try:
-        new.apply_replication()
-        position, expected = 0, base
-        retained: set[int] = set()  # producers whose open transaction keeps records
+    transaction-aware (:class:`CleanedSegmentWriter`); ``markers`` follows the
+    transactions whose records stay over all the groups of one cleaning. Without,
+    every control frame stays."""
+    writer = CleanedSegmentWriter(fileio, directory, config, name, group, cleanings,
+                                  horizon, throttle, result, aborted=aborted,
+                                  markers=markers)
+    with writer:
         for seg in group:
             seen = known.by_path.get(seg.path) if known is not None else None
-            probed = _probed(_frames(seg, throttle, result), offsets, key) \
+            probed = _probed(segment_frames(seg, throttle, result), offsets, writer.key) \
                 if seen is None else _probed_known(seg, seen, offsets, throttle, result,
                                                    aborted)
             for frame, keep in probed:
-                h = frame.header
-                if aborted is not None and h.is_transactional:
-                    if aborted.holds(h):
-                        result.records_removed += h.record_count
-                        continue
-                    if h.is_control:
-                        if _marker_expires(frame, retained, cleanings, horizon):
-                            result.markers_removed += 1
-                            continue
-                data = _cleaned_frame(frame, keep, cleanings, horizon, result, key,
-                                      gap=h.base_offset != expected)
-                if data is None:
-                    continue
-                if h.is_transactional and not h.is_control:
-                    retained.add(h.producer_id)
-                expected = h.next_offset
-                out.write(data)
-                new.track(h.base_offset, h.next_offset, h.max_timestamp,
-                          _count(data), len(data), position)
-                position += len(data)
-                throttle.account(len(data))
-                result.bytes_written += len(data)
-        out.sync()
-    finally:
-        out.close()
-    new._next_offset = end  # compaction may have removed the last records
-    if commit:
-        new.seal()  # .timeindex, then .index: the commit
-        return new, None
-    write_replacing(fileio, new.timeindex_path, new.time_index.to_bytes())
-    return new, new.offset_index.to_bytes(new.summary)
+                writer.add(frame, keep)
+    return writer.finish(commit)
+
+
+class MarkerGuard:
+    """Which transaction markers must stay because records of their transaction stay:
+    fed the transactional data frames a cleaning keeps (:meth:`kept`), in offset order
+    over all the segments it rewrites, it answers for each marker (:meth:`holds`),
+    which ends its producer's transaction."""
+
+    def __init__(self):
+        self._producers: set[int] = set()
+
+    def kept(self, header) -> None:
+        """A transactional data frame of ``header`` keeps records."""
+        self._producers.add(header.producer_id)
+
+    def holds(self, header) -> bool:
+        """Whether records of the transaction the marker ``header`` ends stay."""
+        kept = header.producer_id in self._producers
+        self._producers.discard(header.producer_id)
+        return kept
+
+
+class CleanedSegmentWriter:
+    """One cleaned segment being written (steps 3 and 4), the same for the broker's
+    cleaner (:func:`write_cleaned`) and the Spark job (:mod:`sparklog.job.compaction`):
+    the segment replacing the consecutive sealed segments ``group`` of partition
+    ``name`` (LogConfig ``config``) in ``directory``, under generation one above
+    theirs. :meth:`add` takes the frames of ``group`` in offset order with the key
+    map's verdict per record; :meth:`finish` ends it. Used as a context manager, which
+    closes the file when writing fails (call :meth:`finish` after the block).
+
+    The rules, in one place: a frame of an ``aborted`` transaction goes; a
+    transaction marker goes once ``delete.retention.ms`` passed since the cleaning
+    that first reached it (``horizon``, ``cleanings``) unless ``markers``
+    (:class:`MarkerGuard`, or any object with its methods) says records of its
+    transaction stay; a data frame keeps the records the verdict keeps but expired
+    tombstones (:func:`cleaned_frame`). Without ``aborted`` every control frame stays.
+
+    The ``.log`` is created without overwrite; a file of that name left by an earlier
+    attempt that failed (a retried Spark task) is not live (it has no ``.index``, the
+    commit) and no commit can reference it until this writer's caller commits, so it
+    is deleted first."""
+
+    def __init__(self, fileio, directory: str, config, name: str, group, cleanings,
+                 horizon: int, throttle: Throttle, result: CleanResult, *,
+                 aborted: AbortedTransactions | None = None,
+                 markers: "MarkerGuard | None" = None):
+        self.fileio, self.result, self.throttle = fileio, result, throttle
+        self.cleanings, self.horizon, self.aborted = cleanings, horizon, aborted
+        self.markers = MarkerGuard() if markers is None else markers
+        self.key = CompactionKey.of(name, config)
+        base, end = group[0].base_offset, group[-1].next_offset
+        self.segment = LogSegment(
+            fileio, directory, base, writable=True,
+            generation=1 + max(s.generation for s in group), end_offset=end,
+            index_interval_bytes=config.index_interval_bytes,
+            replication=config.replication_factor)
+        if fileio.exists(self.segment.path) and not fileio.exists(self.segment.index_path):
+            fileio.delete(self.segment.path)  # an earlier attempt's leftover, never live
+        self._out = fileio.create(self.segment.path)
+        self.segment.apply_replication()
+        self._position, self._expected = 0, base
+
+    def __enter__(self) -> "CleanedSegmentWriter":
+        return self
+
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is not None:  # failed: closed, left uncommitted
+            self._out.close()
+
+    def add(self, frame, keep=None, *, whole: bool = False) -> None:
+        """Write what stays of ``frame``: ``keep`` tells per record whether the key map
+        keeps it (numpy bools; None for a control frame), ``whole`` that every record
+        does (the frame is then copied as stored, unless it must get explicit
+        offsets)."""
+        h = frame.header
+        result = self.result
+        if self.aborted is not None and h.is_transactional:
+            if self.aborted.holds(h):
+                result.records_removed += h.record_count
+                return
+            if h.is_control and _marker_expires(frame, self.markers, self.cleanings,
+                                                self.horizon):
+                result.markers_removed += 1
+                return
+        gap = h.base_offset != self._expected
+        if whole and (not gap or h.explicit_offsets):
+            data = frame_bytes(frame)
+        else:
+            data = cleaned_frame(frame, keep, self.cleanings, self.horizon, result,
+                                 self.key, gap=gap)
+            if data is None:
+                return
+        if h.is_transactional and not h.is_control:
+            self.markers.kept(h)
+        self._expected = h.next_offset
+        self._out.write(data)
+        self.segment.track(h.base_offset, h.next_offset, h.max_timestamp,
+                           RECORD_COUNT.read(data, 0), len(data), self._position)
+        self._position += len(data)
+        self.throttle.account(len(data))
+        result.bytes_written += len(data)
+
+    def finish(self, commit: bool = True):
+        """Sync and close the ``.log``; returns ``(segment, index bytes)``: with
+        ``commit`` its ``.timeindex`` and last its ``.index`` are written (the commit)
+        and the bytes are None; without, everything but the ``.index`` is written and
+        its bytes are returned, for :func:`commit_cleaned`."""
+        self._out.sync()
+        self._out.close()
+        new = self.segment
+        new._next_offset = new.end_offset  # compaction may have removed the last records
+        if commit:
+            new.seal()  # .timeindex, then .index: the commit
+            return new, None
+        write_replacing(self.fileio, new.timeindex_path, new.time_index.to_bytes())
+        return new, new.offset_index.to_bytes(new.summary)
 
 
 def commit_cleaned(fileio, directory: str, config, base: int, end: int, generation: int,
@@ -857,21 +938,15 @@ def commit_cleaned(fileio, directory: str, config, base: int, end: int, generati
     return seg
 
 
-def _marker_expires(frame, retained: set[int], cleanings, horizon: int) -> bool:
+def _marker_expires(frame, markers: MarkerGuard, cleanings, horizon: int) -> bool:
     """Whether the transaction marker ``frame`` goes: of a known type, no record of
-    its transaction kept in this group (``retained``, which it leaves), and
-    ``delete.retention.ms`` passed since the cleaning that first reached it."""
+    its transaction kept (``markers``), and ``delete.retention.ms`` passed since the
+    cleaning that first reached it."""
     h = frame.header
-    kept = h.producer_id in retained
-    retained.discard(h.producer_id)
-    if kept or marker_type(frame) is None:
+    if markers.holds(h) or marker_type(frame) is None:
         return False
     reached = reached_at(cleanings, h.base_offset)
     return reached is not None and reached <= horizon
-
-
-def _count(data) -> int:
-    return RECORD_COUNT.read(data, 0)
 
 
 #: bytes of frames whose keys are looked up in the key map together (one hash build)
@@ -894,7 +969,7 @@ def _probed(frames, offsets: KeyMap, key: CompactionKey):
 
     def flush():
         keyed = [(f, f.batch()) for f in window if not f.header.is_control]
-        columns = [_plain(key.keys(b)) for _, b in keyed]
+        columns = [plain_keys(key.keys(b)) for _, b in keyed]
         out = {}
         if columns:
             keys = pa.chunked_array(columns).combine_chunks()
@@ -925,7 +1000,7 @@ def segment_keys(seg: LogSegment, key: CompactionKey) -> "KeyMap":
     """The distinct keys (``key``) of the records of sealed segment ``seg``, each with
     its highest offset there (null keys left out): one segment's share of the key map,
     as a Spark task of ``sparklog compact --spark`` reads it."""
-    known = SegmentKeys(0).read(seg, _frames(seg, Throttle(), CleanResult(0, 0)), key)
+    known = SegmentKeys(0).read(seg, segment_frames(seg, Throttle(), CleanResult(0, 0)), key)
     return KeyMap().merged([(known.keys, known.offsets)] if known.rows else [])
 
 
@@ -936,7 +1011,7 @@ def _probed_known(seg: LogSegment, seen: KnownKeys, offsets: KeyMap, throttle, r
     (counted as removed), the others are read in runs of consecutive frames."""
     stays, runs, wanted, dropped = seen.plan(offsets, aborted)
     result.records_removed += dropped
-    for pos, frame in _frames_at(seg, runs, throttle, result):
+    for pos, frame in frames_at(seg, runs, throttle, result):
         row, rows = wanted[pos]
         if rows != frame.header.record_count and not frame.header.is_control:
             raise DataLossError(
@@ -945,7 +1020,7 @@ def _probed_known(seg: LogSegment, seen: KnownKeys, offsets: KeyMap, throttle, r
         yield frame, None if rows < 0 else stays[row:row + rows]
 
 
-def _cleaned_frame(frame, keep, cleanings, horizon, result, key: CompactionKey, *,
+def cleaned_frame(frame, keep, cleanings, horizon, result, key: CompactionKey, *,
                    gap: bool):
     """The bytes of ``frame`` after cleaning, ``keep`` telling per record whether the
     key map keeps it (numpy bools): unchanged when every record stays (and it follows
@@ -957,7 +1032,7 @@ def _cleaned_frame(frame, keep, cleanings, horizon, result, key: CompactionKey, 
     h = frame.header
     if h.is_control:
         if not gap or h.explicit_offsets:
-            return _frame_bytes(frame)
+            return frame_bytes(frame)
         return _reencoded(frame, frame.batch(), frame.offsets(), None)
     n = h.record_count
     stays = int(keep.sum())
@@ -965,7 +1040,7 @@ def _cleaned_frame(frame, keep, cleanings, horizon, result, key: CompactionKey, 
         result.records_removed += n
         return None
     batch = frame.batch()
-    tombstones = _tombstones(batch, key)
+    tombstones = tombstone_flags(batch, key)
     if any(tombstones):  # few: their delete horizon is checked one by one
         keep = keep.copy()
         for i, (tomb, offset) in enumerate(zip(tombstones, frame.offsets().to_pylist())):
@@ -978,7 +1053,7 @@ def _cleaned_frame(frame, keep, cleanings, horizon, result, key: CompactionKey, 
                     result.records_removed -= 1  # counted below
     result.records_removed += n - stays
     if stays == n and (not gap or h.explicit_offsets):
-        return _frame_bytes(frame)
+        return frame_bytes(frame)
     if stays == 0:
         return None
     return _reencoded(frame, batch, frame.offsets(), pa.array(keep))
@@ -1009,6 +1084,6 @@ def _reencoded(frame, batch: pa.RecordBatch, record_offsets: pa.Array, mask) -> 
     return bytes(data)
 
 
-def _frame_bytes(frame) -> bytes:
+def frame_bytes(frame) -> bytes:
     """The whole frame's bytes as stored (header and body)."""
     return frame.header.pack() + frame.body.to_pybytes()

@@ -15,6 +15,8 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..format.marker import ABORT
 
 
@@ -58,6 +60,19 @@ class AbortedTransactions:
         return i >= 0 and ranges[i][0] <= header.base_offset <= ranges[i][1]
 
 
+    def holds_offsets(self, producer_id: int, offsets: np.ndarray) -> np.ndarray:
+        """Per offset of ``offsets`` (records of transactional data frames of producer
+        ``producer_id``, numpy int64): whether it lies in one of its aborted
+        transactions (numpy bools)."""
+        ranges = self._by_producer.get(producer_id)
+        if not ranges:
+            return np.zeros(len(offsets), np.bool_)
+        firsts = np.fromiter((r[0] for r in ranges), np.int64, len(ranges))
+        lasts = np.fromiter((r[1] for r in ranges), np.int64, len(ranges))
+        at = np.searchsorted(firsts, offsets, side="right") - 1
+        return (at >= 0) & (offsets <= lasts[np.maximum(at, 0)])
+
+
 class TransactionTracker:
     """Follows transactions through frames read in offset order: :meth:`data` for each
     data frame (with a ``tag`` to get back if its transaction aborts), :meth:`marker`
@@ -73,21 +88,26 @@ class TransactionTracker:
 
     def data(self, header, tag=None) -> None:
         """A data frame; only transactional ones matter."""
-        if not header.is_transactional:
-            return
-        pid = header.producer_id
-        self.open.setdefault(pid, header.base_offset)
+        if header.is_transactional:
+            self.data_at(header.producer_id, header.base_offset, tag)
+
+    def data_at(self, producer_id: int, offset: int, tag=None) -> None:
+        """A transactional data frame of ``producer_id`` at ``offset``."""
+        self.open.setdefault(producer_id, offset)
         if tag is not None:
-            self._tags.setdefault(pid, []).append(tag)
+            self._tags.setdefault(producer_id, []).append(tag)
 
     def marker(self, header, kind: int | None) -> None:
         """A control frame of type ``kind`` (:func:`~sparklog.format.marker.marker_type`):
         it ends its producer's open transaction, aborted when ``kind`` is ABORT."""
-        pid = header.producer_id
-        first = self.open.pop(pid, None)
-        tags = self._tags.pop(pid, [])
+        self.marker_at(header.producer_id, header.last_offset, kind)
+
+    def marker_at(self, producer_id: int, offset: int, kind: int | None) -> None:
+        """A control frame of ``producer_id`` whose last offset is ``offset``."""
+        first = self.open.pop(producer_id, None)
+        tags = self._tags.pop(producer_id, [])
         if kind == ABORT and first is not None:
-            self.aborted.add(AbortedTxn(pid, first, header.last_offset))
+            self.aborted.add(AbortedTxn(producer_id, first, offset))
             self.aborted_tags.extend(tags)
 
     def first_open_offset(self) -> int | None:

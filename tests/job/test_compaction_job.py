@@ -5,14 +5,17 @@ live writer holds."""
 
 from __future__ import annotations
 
+import os
 import random
 import re
+import sys
 
 import pyarrow as pa
 import pytest
 
 from sparklog.cli.main import main
 from sparklog.format.frame import encode_frame, raw_batch
+from sparklog.format.marker import ABORT, COMMIT, encode_marker
 from sparklog.job import compaction
 from sparklog.job.compaction import chunk_segments, compact_partition, key_hash
 from sparklog.log import LogReader, PartitionLog
@@ -21,6 +24,7 @@ from sparklog.log.layout import PartitionListing
 from sparklog.metadata import TopicStore
 from sparklog.storage import open_fileio
 from tests.log.test_log_compaction import FRAME, keyed_frame, records
+from tests.support.jobs import REPO, run_killed
 
 
 def test_spark_job_cleans_as_the_broker_cleaner_does(spark, tmp_path, capsys):
@@ -73,18 +77,35 @@ def _frames_of(fio, directory):
 KEYS = [f"k{i}" for i in range(11)] + ["k11, a key longer than sixteen bytes"]
 
 
-def _random_frames(rng, count: int, now: int):
+def _random_frames(rng, count: int, now: int, open_txn: bool):
     """``count`` frames of 1 to 4 records over :data:`KEYS`: tombstones, a record
-    without a key, an idempotent producer's frames and a transaction with its commit
-    marker."""
-    out = []
+    without a key, an idempotent producer's frames, transactions of one frame committed
+    or aborted (values ``ab...``), and a longer transaction of producer 10 spanning
+    other frames (and segments), aborted; with ``open_txn`` the frames start with
+    producer 10's COMMIT (its transaction was left open before) and end with one of its
+    transactions open, which the key map must not pass."""
+    out = [encode_marker(COMMIT, producer_id=10, producer_epoch=0, timestamp=now)] \
+        if open_txn else []
+    long_txn = {"producer_id": 10, "producer_epoch": 0, "transactional": True}
     for i in range(count):
         pairs = [(KEYS[rng.randrange(len(KEYS))], None if rng.random() < 0.12 else f"v{i}.{j}")
                  for j in range(rng.randint(1, 4))]
         if i % 9 == 4:
+            kind = rng.choice((COMMIT, ABORT))
+            if kind == ABORT:  # its solo key's older record must stay
+                out.append(keyed_frame([(f"solo{i}", "kept")], now))
+                pairs = [(k, f"ab{i}") for k, _ in pairs] + [(f"solo{i}", f"ab{i}")]
+            elif rng.random() < 0.5:  # a record that stays: the marker too
+                pairs.append((f"t{i}", "committed"))
             txn = {"producer_id": 9, "producer_epoch": 0, "transactional": True}
             out.append(keyed_frame(pairs, now, base_sequence=i, **txn))
-            out.append(keyed_frame([("ctl", "commit")], now, control=True, **txn))
+            out.append(encode_marker(kind, producer_id=9, producer_epoch=0, timestamp=now))
+        elif i % 13 == 6:
+            out.append(keyed_frame([(f"solo{i}", "kept")], now))
+            out.append(keyed_frame([(k, f"ab{i}") for k, _ in pairs] + [(f"solo{i}", f"ab{i}")],
+                                   now, **long_txn))
+        elif i % 13 == 12:
+            out.append(encode_marker(ABORT, producer_id=10, producer_epoch=0, timestamp=now))
         elif i % 7 == 3:
             out.append(keyed_frame(pairs, now, producer_id=4, producer_epoch=1,
                                    base_sequence=i))
@@ -93,6 +114,8 @@ def _random_frames(rng, count: int, now: int):
                                     timestamps=[now] * 2))
         else:
             out.append(keyed_frame(pairs, now))
+    if open_txn:
+        out.append(keyed_frame([("k3", "open")], now, **long_txn))
     return out
 
 
@@ -100,10 +123,12 @@ def test_spark_job_keeps_what_the_broker_cleaner_keeps_over_cleanings(spark, tmp
                                                                      monkeypatch):
     """The same writes cleaned by both, three times (tombstones reached, kept within
     delete.retention.ms, then expired; clean segments from earlier cleanings beside
-    dirty ones; frames that keep all, some or none of their records; control frames
-    and producer fields): the same live records at the same offsets, frame by frame,
-    the same counts, and the Spark job's cleaned segments within segment.bytes. Chunks
-    and key buckets are bounded small, so the job runs more of each than cores."""
+    dirty ones; frames that keep all, some or none of their records; committed and
+    aborted transactions, one spanning chunks, one left open across a cleaning, and
+    their markers, expired once no record of theirs stays; producer fields): the same
+    live records at the same offsets, frame by frame, the same counts, and the Spark
+    job's cleaned segments within segment.bytes. Chunks and key buckets are bounded
+    small, so the job runs more of each than cores."""
     monkeypatch.setattr(compaction, "CHUNK_MAX_BYTES", 20_000)
     monkeypatch.setattr(compaction, "BUCKET_MAX_RECORDS", 40)
     rng = random.Random(15)
@@ -113,9 +138,11 @@ def test_spark_job_keeps_what_the_broker_cleaner_keeps_over_cleanings(spark, tmp
            "file.delete.delay.ms": 0}
     broker, job = str(tmp_path / "broker" / "0"), str(tmp_path / "job" / "0")
     now = 1_700_000_000_000
+    markers = 0
     for n, (writes, step) in enumerate(((60, 0), (30, 500), (12, 2000))):
         now += step
-        frames = _random_frames(rng, writes, now) + [keyed_frame([(f"gone{n}", None)], now)]
+        frames = _random_frames(rng, writes, now, open_txn=n > 0) + \
+            [keyed_frame([(f"gone{n}", None)], now)]
         results = []
         said: list[str] = []
         for directory, cleaner in ((broker, clean), (job, lambda p, t: compact_partition(
@@ -129,14 +156,24 @@ def test_spark_job_keeps_what_the_broker_cleaner_keeps_over_cleanings(spark, tmp
         tasks, buckets = map(int, re.search(r"in (\d+) task\(s\), (\d+) key bucket",
                                             said[0]).groups())
         assert n or tasks > 2 and buckets > 2, said  # the first cleaning, of 60 frames
-        assert (got.end_offset, got.records_removed, got.tombstones_removed) == \
-            (ref.end_offset, ref.records_removed, ref.tombstones_removed)
+        assert (got.end_offset, got.records_removed, got.tombstones_removed,
+                got.markers_removed) == (ref.end_offset, ref.records_removed,
+                                         ref.tombstones_removed, ref.markers_removed)
+        markers += ref.markers_removed
+        if n:  # the key map stopped before producer 10's open transaction
+            assert got.end_offset < records(fio, job)[-1][0]
         assert records(fio, job) == records(fio, broker)
         assert _frames_of(fio, job) == _frames_of(fio, broker)
         cleaned = [f for f in PartitionListing.scan(fio, job).logs() if f.generation]
         assert cleaned and all(f.log.size <= cfg["segment.bytes"] for f in cleaned)
-    assert got.tombstones_removed >= 2  # the last cleaning removed expired tombstones
-    assert [r[1] for r in records(fio, job) if r[1].startswith("gone")] == ["gone2"]
+    assert got.tombstones_removed >= 1  # the last cleaning removed expired tombstones
+    assert markers >= 2  # markers expired
+    live = records(fio, job)
+    assert not [r for r in live if r[0] < got.end_offset and r[2] and r[2].startswith("ab")]
+    solo = [r for r in live if r[1].startswith("solo")]
+    assert len(solo) > 5 and {r[2] for r in solo if r[0] < got.end_offset} == {"kept"}
+    # gone1 followed an open transaction: first reached by the last cleaning, it stays
+    assert [r[1] for r in live if r[1].startswith("gone")] == ["gone1", "gone2"]
 
 
 @pytest.mark.parametrize("key_columns", ["tenant,id", "id"])
@@ -181,3 +218,62 @@ def test_key_hash_and_chunks():
     assert chunk_segments([10] * 9, cores=2, max_bytes=20) == \
         [[0, 1], [2, 3], [4, 5], [6, 7], [8]]
     assert chunk_segments([50, 1, 1], cores=4) == [[0], [1, 2]]
+
+
+#: A test-only hook (a ``sitecustomize`` on the job's PYTHONPATH, so it runs in the
+#: driver and in every Spark Python worker): the first attempt of each writing task
+#: fails right after it wrote its cleaned segment's files.
+FAIL_FIRST_ATTEMPT = '''
+import sparklog.job.compaction as compaction
+
+_write_planned = compaction.write_planned
+
+
+def write_planned(*args, **kwargs):
+    out = _write_planned(*args, **kwargs)
+    from pyspark import TaskContext
+
+    task = TaskContext.get()
+    if task is not None and task.attemptNumber() == 0:
+        raise RuntimeError("test hook: the first attempt fails after writing its files")
+    return out
+
+
+compaction.write_planned = write_planned
+'''
+
+
+def test_spark_job_retried_write_task_replaces_its_earlier_attempt(tmp_path, monkeypatch):
+    """A writing task whose first attempt fails after writing its cleaned segment
+    (a real failure in a Spark Python worker, retried by Spark: local[1,2]) succeeds on
+    its second attempt over the file the first left; the cleaning commits, equals the
+    broker cleaner's, and leaves no uncommitted file."""
+    root = tmp_path.joinpath("log").as_uri()
+    fio = open_fileio(root)
+    store = TopicStore(root, fio)
+    cfg = {"cleanup.policy": "compact", "segment.bytes": 3 * FRAME,
+           "min.cleanable.dirty.ratio": 0.01, "file.delete.delay.ms": 0}
+    store.create_topic("rt", 2, configs=cfg)
+    pairs = [(f"k{i % 3}", f"v{i:03d}") for i in range(10)]
+    for p in range(2):
+        with PartitionLog.open(fio, store.partition_dir("rt", p), cfg) as plog:
+            for pair in pairs:
+                plog.append(keyed_frame([pair], 1_700_000_000_000))
+            if p == 0:
+                assert clean(plog) is not None  # the reference
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(FAIL_FIRST_ATTEMPT)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(hook), REPO, os.environ.get("PYTHONPATH", "")]))
+    done = run_killed([sys.executable, "-m", "sparklog.cli.main", "compact", "rt",
+                       "--storage", root, "--partitions", "1", "--spark",
+                       "--master", "local[1,2]"], "")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "test hook: the first attempt fails" in done.stderr  # it did fail, for real
+    assert "rt-1: cleaned offsets below 9" in done.stdout, done.stdout
+    assert records(fio, store.partition_dir("rt", 1)) == \
+        records(fio, store.partition_dir("rt", 0))
+    listing = PartitionListing.scan(fio, store.partition_dir("rt", 1))
+    assert not listing.uncommitted()
+    assert any(f.generation for f in listing.logs())

@@ -541,7 +541,7 @@ def test_aborted_transactions_removed_and_markers_expire(fio, tmp_path):
     """A cleaning removes the records of aborted transactions (an aborted record never
     hides an older committed one of its key) and keeps committed ones per key; markers
     stay delete.retention.ms after the cleaning that reached them, a COMMIT marker as
-    long as a record of its transaction stays in its cleaned segment."""
+    long as a record of its transaction stays."""
     clock = Clock()
     d = str(tmp_path / "t" / "0")
     with PartitionLog.open(fio, d, config(segment_bytes=1 << 20, delete_retention_ms=5000),
@@ -574,6 +574,33 @@ def test_aborted_transactions_removed_and_markers_expire(fio, tmp_path):
         assert result.markers_removed == 1 and markers(fio, d) == []
         assert records(fio, d) == committed_records(fio, d) == \
             [(0, "a", "1"), (4, "d", "1"), (8, "e", "1"), (9, "b", "3")]
+
+
+def test_commit_marker_kept_while_its_records_stay_in_another_cleaned_segment(fio, tmp_path):
+    """A transaction whose records and marker land in different cleaned segments (one
+    frame per cleaned segment here): its COMMIT marker stays past delete.retention.ms as
+    long as one of its records stays anywhere, and goes once none does (the rule does
+    not depend on how the cleaning grouped segments)."""
+    clock = Clock()
+    d = str(tmp_path / "t" / "0")
+    with PartitionLog.open(fio, d, config(segment_bytes=FRAME + 8, delete_retention_ms=5000),
+                           clock=clock) as plog:
+        txn_write(plog, clock, 8, [("x", "1")])                     # 0
+        write(plog, clock, [("y", "1"), ("z", "1")])                 # 1, 2
+        txn_end(plog, clock, 8, COMMIT)                              # 3
+        write(plog, clock, [("w", "1")])                             # 4
+        plog.roll()
+        assert clean(plog, clock.now) is not None
+        assert len([f for f in PartitionListing.scan(fio, d).logs() if f.generation]) >= 4
+        clock.now += 5001
+        write(plog, clock, [("y", "2")])
+        plog.roll()
+        assert clean(plog, clock.now, force=True).markers_removed == 0
+        assert markers(fio, d) == [(3, COMMIT)]  # x=1 stays, in the first cleaned segment
+        write(plog, clock, [("x", "2")])
+        plog.roll()
+        assert clean(plog, clock.now, force=True).markers_removed == 1
+        assert markers(fio, d) == []
 
 
 def test_open_transaction_bounds_the_cleaning(fio, tmp_path):
