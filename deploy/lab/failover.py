@@ -254,10 +254,10 @@ def one_run(mode: str, client: str, rep: int, args, ack_log: Path) -> dict:
     brokers = broker_pids()
     producer = watcher = None
     if client == "opening":  # running, waiting for its topic, before the fault
-        ready = ack_log.with_name(f"{run_id}.ready")
-        producer = start_producer(topic, ack_log, records, args.rate, run_id, ready)
-        lab.wait(ready.exists, 120, "the producer started, waiting for its topic")
-        ready.unlink()
+        ready_file = ack_log.with_name(f"{run_id}.ready")
+        producer = start_producer(topic, ack_log, records, args.rate, run_id, ready_file)
+        lab.wait(ready_file.exists, 120, "the producer started, waiting for its topic")
+        ready_file.unlink()
     if client == "writing":
         create_topic(topic)
         started_ms = int(time.time() * 1000)
