@@ -18,7 +18,8 @@ once its ZooKeeper session expires; the "failover" column is then the time until
 partition of the topic is led by broker 3). Client models: ``writing`` (an idempotent producer with
 acks=all is already writing through the brokers when the failure happens) and
 ``opening`` (a topic is created right after the failure, so its leaders open new
-segments on HDFS during the failover, and the producer starts on it). Each combination
+segments on HDFS during the failover; the producer, started before the failure, waits
+for the topic and writes as soon as it exists). Each combination
 runs ``--repetitions`` times; after each run the failed NameNode comes back (restarted,
 or its link restored) as the standby.
 
@@ -104,14 +105,18 @@ def run_tool(host: str, user: str, *cmd: str) -> subprocess.CompletedProcess:
     return lab.run_on(host, user, list(cmd), capture=True)
 
 
-def start_producer(topic: str, ack_log: Path, records: int, rate: float, run_id: str):
-    """ack-check.py produce on the edge host, in the background."""
+def start_producer(topic: str, ack_log: Path, records: int, rate: float, run_id: str,
+                   ready: Path | None = None):
+    """ack-check.py produce on the edge host, in the background. With ``ready`` it is
+    started before its topic exists: it waits for the topic (creating ``ready`` once
+    it runs), so that the outage measured is the cluster's, not a process start."""
+    wait = ["--wait-for-topic", "300", "--ready-file", str(ready)] if ready else []
     return subprocess.Popen(
         [sys.executable, str(Path(lab.__file__).resolve()), "run", "edge", "root",
          sys.executable, str(ACK_CHECK), "produce", "--bootstrap-server",
          f"{lab.fqdn('dn1')}:9092", "--topic", topic, "--ack-log", str(ack_log),
          "--records", str(records), "--rate", str(rate), "--size", "1024",
-         "--run-id", run_id],
+         "--run-id", run_id, *wait],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -248,6 +253,11 @@ def one_run(mode: str, client: str, rep: int, args, ack_log: Path) -> dict:
     records = int(args.rate * args.seconds)
     brokers = broker_pids()
     producer = watcher = None
+    if client == "opening":  # running, waiting for its topic, before the fault
+        ready_file = ack_log.with_name(f"{run_id}.ready")
+        producer = start_producer(topic, ack_log, records, args.rate, run_id, ready_file)
+        lab.wait(ready_file.exists, 120, "the producer started, waiting for its topic")
+        ready_file.unlink()
     if client == "writing":
         create_topic(topic)
         started_ms = int(time.time() * 1000)
@@ -263,9 +273,8 @@ def one_run(mode: str, client: str, rep: int, args, ack_log: Path) -> dict:
     failover = None
     try:
         if client == "opening":
-            started_ms = int(time.time() * 1000)
+            started_ms = t0_ms
             create_topic(topic)
-            producer = start_producer(topic, ack_log, records, args.rate, run_id)
             if mode == "broker-host":
                 watcher = leaders_moved_watch(topic, LOST_BROKER)
         if mode in ("process", "host"):

@@ -237,7 +237,7 @@ def make_network(state: State) -> None:
 def render_kit(root: Path, java_home: str) -> Path:
     """The kit with the lab's host names, install locations and heaps; returns its dir."""
     kit = root / "kit"
-    shutil.copytree(KIT, kit)
+    shutil.copytree(KIT, kit, ignore=shutil.ignore_patterns("__pycache__"))
     venv_bin = Path(sys.executable).parent
     install = {  # install locations of the kit -> the lab's
         "/opt/sparklog/venv/bin/": f"{venv_bin}/",

@@ -28,6 +28,7 @@ from sparklog.writer.producer.partitioner import murmur2, to_positive
 from tests.support.brokerproc import BrokerProcess
 from tests.support.clients import consume_all
 from tests.support.proxy import Proxy
+from tests.support.waiting import wait_until
 
 _names = itertools.count()
 
@@ -305,6 +306,28 @@ def test_buffer_memory_back_pressure_blocks_then_times_out(proxy):
         proxy.hold.clear()
         producer.flush(20)  # everything buffered is delivered afterwards
     assert len(consume_all(proxy.address, topic, 1, sent + 1)[0]) == sent + 1
+
+
+def test_a_timed_out_request_asks_for_the_leaders_before_its_retry(proxy):
+    """A broker on a lost host answers nothing; by the time a request to it times out its
+    partitions may have new leaders: the retry follows fresh metadata, not the cached
+    leader (which cost a connect timeout to the lost host more)."""
+    topic = new_topic(proxy.admin)
+    proxy.reset()
+    with Producer(proxy.address, enable_idempotence=True, acks="all", linger_ms=0,
+                  request_timeout_ms=1000, retry_backoff_ms=20) as producer:
+        producer.send(topic, b"warm").get(10)
+        proxy.hold.set()  # no answers: the next Produce request times out
+        future = producer.send(topic, b"after")
+        asked = proxy.metadata_requests
+        wait_until(lambda: proxy.produce_requests >= 2, 10, "the Produce request")
+        # past a Produce request's deadline (request_timeout_ms, plus as much again for
+        # the broker's own acks timeout): it has timed out
+        time.sleep(2.5)
+        proxy.hold.clear()
+        assert future.get(20).offset == 1  # retried once appended: no duplicate
+    assert proxy.metadata_requests > asked, "the retry did not refresh the metadata"
+    assert [r.value for r in consume_all(proxy.address, topic, 1, 2)[0]] == [b"warm", b"after"]
 
 
 def test_broker_restart_mid_stream_loses_and_duplicates_nothing(tmp_path):

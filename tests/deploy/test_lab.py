@@ -1,11 +1,14 @@
 """The deploy kit run for real (deploy/lab/): hosts as network namespaces, the kit's
 files rendered for them, its bring-up script, HDFS HA, YARN HA and sparklog brokers;
-operator tools from another host; one repetition of each combination of the NameNode
-failover matrix; nothing left behind.
+operator tools from another host; sparklog's ETL on YARN once; one repetition of each
+combination of the NameNode failover matrix; nothing left behind.
 
 Needs root (``ip netns``), a JDK and Apache Hadoop's jars from Maven Central (``sparklog
-classpath yarn``); skips saying which is missing. About 8 minutes on a loaded 2-core
-machine: the lab's bring-up 1-2 minutes, the matrix 5-6.
+classpath yarn``); skips saying which is missing. Measured with a load average near 15
+(other suites beside it): 15 minutes, of which the bring-up 3, the ETL 4.5 (the venv
+archive from pack-venv.sh's cache and its upload 1, one YARN run 3.3) and the matrix
+6.7 (the bring-up alone took 1.7 minutes on a quiet machine). Over the ~6 minutes CI
+should spend on it on this shared machine: see docs/deploy.md.
 """
 
 from __future__ import annotations

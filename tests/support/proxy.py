@@ -29,8 +29,9 @@ class Proxy:
     """Forwards TCP between clients and a broker on 127.0.0.1 (``target``, set once the
     broker runs). ``drop_produce`` drops that many Produce responses (closing the client
     connection, as a network failure after the broker appended); ``hold`` keeps
-    responses back until cleared; ``produce_requests`` and ``produce_responses`` count
-    what went through (responses when read from the broker, held ones included).
+    responses back until cleared; ``produce_requests``, ``produce_responses`` and
+    ``metadata_requests`` count what went through (responses when read from the broker,
+    held ones included).
     Metadata responses are rewritten to name the proxy as the broker, so every
     connection of a client goes through it."""
 
@@ -51,6 +52,7 @@ class Proxy:
         self.dropped = 0
         self.produce_requests = 0
         self.produce_responses = 0
+        self.metadata_requests = 0
         self.hold.clear()
 
     def _accept(self):
@@ -85,6 +87,8 @@ class Proxy:
                 api_key = struct.unpack_from(">h", body)[0]
                 if api_key == ApiKey.PRODUCE:
                     self.produce_requests += 1
+                elif api_key == ApiKey.METADATA:
+                    self.metadata_requests += 1
                 kinds.append(api_key)
                 dst.sendall(head + body)
         except (ConnectionError, OSError):

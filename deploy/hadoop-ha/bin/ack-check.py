@@ -3,6 +3,7 @@
 
     ack-check.py produce --bootstrap-server H:P --topic T --ack-log FILE
                          [--records N] [--size BYTES] [--rate PER_SECOND] [--run-id ID]
+                         [--wait-for-topic SECONDS [--ready-file FILE]]
     ack-check.py verify  (--path ROOT | --bootstrap-server H:P) --topic T --ack-log FILE
                          [--master local[2]]
 
@@ -29,11 +30,34 @@ import threading
 import time
 
 
+def wait_for_topic(args) -> None:
+    """Started before its topic exists (``--wait-for-topic``): say so through
+    ``--ready-file``, then poll the brokers until the topic is listed; errors while
+    they are unreachable count as not yet."""
+    from sparklog import Admin
+
+    if args.ready_file:
+        open(args.ready_file, "w").close()
+    deadline = time.monotonic() + args.wait_for_topic
+    while time.monotonic() < deadline:
+        try:
+            with Admin(args.bootstrap_server) as admin:
+                if args.topic in admin.list_topics():
+                    return
+        except Exception:  # noqa: BLE001 - a broker failing over: try again
+            pass
+        time.sleep(0.1)
+    raise SystemExit(f"ack-check: topic {args.topic} did not appear within "
+                     f"{args.wait_for_topic:.0f}s")
+
+
 def produce(args) -> int:
     """Send ``--records`` records, logging each acknowledgement as it arrives."""
     from sparklog.writer.producer import Producer
 
     run_id = args.run_id or f"{os.getpid()}-{int(time.time())}"
+    if args.wait_for_topic:
+        wait_for_topic(args)
     lock = threading.Lock()
     counts = {"acked": 0, "failed": 0}
     producer = Producer(args.bootstrap_server, acks="all", enable_idempotence=True,
@@ -166,6 +190,10 @@ def main(argv=None) -> int:
     p.add_argument("--size", type=int, default=512, help="value size in bytes")
     p.add_argument("--rate", type=float, default=0, help="records per second (0: no limit)")
     p.add_argument("--run-id", default=None, help="key prefix (default pid-time)")
+    p.add_argument("--wait-for-topic", type=float, default=0, metavar="SECONDS",
+                   help="start before the topic exists and wait up to SECONDS for it")
+    p.add_argument("--ready-file", default=None,
+                   help="with --wait-for-topic: created once the producer is started")
     p.set_defaults(func=produce)
     v = sub.add_parser("verify", help="read the topic with Spark, compare with the log")
     where = v.add_mutually_exclusive_group(required=True)

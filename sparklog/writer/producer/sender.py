@@ -46,6 +46,7 @@ from ...errors import (
     FencedLeaderEpochError,
     NotLeaderError,
     RecordTooLargeError,
+    RequestTimedOutError,
     SparklogError,
     UnknownTopicOrPartitionError,
 )
@@ -58,8 +59,13 @@ from .idempotence import IdempotenceManager, Recovery
 
 log = logging.getLogger(__name__)
 
+#: errors after which the topic's leaders are asked again before the retry. A request
+#: that timed out is one: its broker may be on a lost host whose partitions have new
+#: leaders by then (its ZooKeeper session is shorter than request.timeout.ms); retrying
+#: on the old leader first meant a connect timeout more to the lost host (as Kafka's
+#: client, which asks for metadata after a timed-out request).
 _METADATA_ERRORS = (NotLeaderError, UnknownTopicOrPartitionError, FencedLeaderEpochError,
-                    BrokerNotAvailableError)
+                    BrokerNotAvailableError, RequestTimedOutError)
 
 
 class Sender(threading.Thread):
