@@ -17,7 +17,8 @@ DataNodes, default 3, replication 3, on this machine's loopback) and measures:
   ``write`` + ``hsync()`` with Hadoop's client, one at a time. Target: p99 <= 10 ms.
 * **scan**: ``--records`` records in ``--partitions`` partitions written through the log
   into HDFS, and the same records as Parquet files put into the same HDFS; one local
-  Spark session counts and aggregates both (best of ``--repeat`` after a warm-up):
+  Spark session counts and aggregates both (best of ``--repeat`` after a warm-up, the
+  readers taking turns in each round):
   format("sparklog") on its JVM reader vs ``spark.read.parquet``, and beside it the same
   read whose schema and plan the Python source makes (``sparklog.jvmPlanning=false``: the
   path before the JVM provider planned path-mode scans). Target: ratio >= 1.0.
@@ -46,7 +47,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_broker_ingest import broker_ingest, build_requests  # noqa: E402
 from bench_latency import percentiles  # noqa: E402
-from bench_spark_scan import TOPIC, best_time, generate  # noqa: E402
+from bench_spark_scan import TOPIC, best_times_in_turn, generate  # noqa: E402
 
 from sparklog.admin import Admin  # noqa: E402
 from sparklog.protocol import Connection  # noqa: E402
@@ -247,13 +248,14 @@ def part_scan(cluster: HdfsCluster, work: Path, args) -> None:
     planned = "JVM" if "planned on the JVM" in plan else "Python"
     print(f"\nscan: {n:,} records of 100-byte values in {args.partitions} partitions in "
           f"HDFS; format('sparklog') on its {reader} (planned on {planned}; py-planned: "
-          f"{JVM_PLANNING_OPTION}=false) vs Parquet; best of {args.repeat}; load average "
+          f"{JVM_PLANNING_OPTION}=false) vs Parquet; best of {args.repeat}, in turn; load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(f"  {'query':<12} {'sparklog rows/s':>16} {'py-planned rows/s':>18} "
           f"{'parquet rows/s':>15} {'ratio':>6} {'py-planned ratio':>17}")
     for qname, query in queries.items():
-        rates = {s: n / best_time(lambda: query(make()), args.repeat)
-                 for s, make in sources.items()}
+        best = best_times_in_turn({s: (lambda make=make: query(make()))
+                                   for s, make in sources.items()}, args.repeat)
+        rates = {s: n / t for s, t in best.items()}
         print(f"  {qname:<12} {rates['sparklog']:>16,.0f} {rates['py-planned']:>18,.0f} "
               f"{rates['parquet']:>15,.0f} {rates['sparklog'] / rates['parquet']:>6.2f} "
               f"{rates['py-planned'] / rates['parquet']:>17.2f}")

@@ -151,6 +151,21 @@ def best_time(action, repeat: int) -> float:
     return min(times)
 
 
+def best_times_in_turn(actions: dict, repeat: int) -> dict:
+    """Best wall time of ``repeat`` runs of each of ``actions`` (name -> callable), after
+    one warm-up run of each, the actions taking turns in every round: none is measured
+    only while the JVM is colder (JIT, caches) or the machine busier than for the others."""
+    for action in actions.values():
+        action()
+    times: dict = {name: [] for name in actions}
+    for _ in range(repeat):
+        for name, action in actions.items():
+            start = time.perf_counter()
+            action()
+            times[name].append(time.perf_counter() - start)
+    return {name: min(t) for name, t in times.items()}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=2_000_000)

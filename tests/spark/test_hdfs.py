@@ -14,9 +14,13 @@ import pytest
 pytest.importorskip("pyspark", reason="pyspark is not installed")
 chispa = pytest.importorskip("chispa", reason="chispa is not installed")
 
+from sparklog.format.frame import encode_frame, raw_batch  # noqa: E402
+from sparklog.format.header import LENGTH, LOG_OVERHEAD, RECORD_COUNT  # noqa: E402
+from sparklog.log.partition import PartitionLog  # noqa: E402
 from sparklog.log.reader import LogReader  # noqa: E402
 from sparklog.metadata import TopicStore  # noqa: E402
 from sparklog.reader.jvm import JVM_READER_OPTION  # noqa: E402
+from sparklog.storage import open_fileio  # noqa: E402
 from tests.support.hdfscluster import HdfsCluster, hadoop_unavailable  # noqa: E402
 from tests.support.logdata import append_more, expected_rows, make_topic  # noqa: E402
 from tests.support.sparkread import (  # noqa: E402
@@ -88,6 +92,61 @@ def test_stream_with_checkpoint_and_output_on_hdfs(sl_spark, hdfs_env):
     listing = hdfs_env.run_tool("dfs", "-ls", "-R", "/spark-stream/ckpt").stdout
     assert "/spark-stream/ckpt/offsets/1" in listing and "/spark-stream/ckpt/commits/1" \
         in listing, listing
+
+
+def _far_frames():
+    """Frames of about 200 KB (50 records of 4000 bytes): a count() skips each body, far
+    beyond what an HDFS block reader skips without a new request. The fourth frame is a
+    compacted one (explicit offsets 150, 152, ..., 248: a gap after each record)."""
+    frames = []
+    for i, deltas in enumerate([None, None, None, list(range(0, 100, 2)), None, None, None]):
+        values = [bytes([(i * 50 + r) % 251]) * 4000 for r in range(50)]
+        kw = {"offset_deltas": deltas} if deltas else {}
+        frames.append(encode_frame(raw_batch(values), compression="none", **kw))
+    return frames
+
+
+def test_count_over_large_frames_on_hdfs(jspark, hdfs_env):
+    """count() on the JVM reader reads the header after each skipped body at its position
+    (HDFS positioned reads): the same counts as the Python reader over sealed and active
+    segments, a compacted frame and mid-log ranges, and a header damaged far into a
+    sealed segment is still reported with its file and position."""
+    root = f"{hdfs_env.hdfs_uri}/spark-far"
+    store = TopicStore(root, open_fileio(root))
+    config = {"segment.bytes": "700000"}
+    store.create_topic("far", 1, configs=config)
+    plog = PartitionLog.open(store.fileio, store.partition_dir("far", 0), config)
+    try:
+        for frame in _far_frames():
+            plog.append(frame)
+        plog.flush()
+    finally:
+        plog.close()
+    logs = sorted(f.path for f in store.fileio.list(store.partition_dir("far", 0))
+                  if f.path.endswith(".log"))
+    assert len(logs) >= 2, logs  # a sealed segment and the active one
+    for start, end in ((0, 399), (60, 300), (151, 249)):
+        jvm, python = jvm_and_python(jspark, root, subscribe="far",
+                                     startingOffsets=f'{{"far": {{"0": {start}}}}}',
+                                     endingOffsets=f'{{"far": {{"0": {end}}}}}')
+        want = len([o for o in [*range(150), *range(150, 249, 2), *range(249, 399)]
+                    if start <= o < end])
+        assert jvm.count() == python.count() == want, (start, end)
+    # damage the record count of the third frame of the sealed first segment
+    victim = logs[0]
+    data = bytearray(store.fileio.read_all(victim))
+    third = 0
+    for _ in range(2):
+        third += LENGTH.read(data, third) + LOG_OVERHEAD
+    assert third > 256 << 10 and third < len(data)
+    RECORD_COUNT.write(data, third, 7)
+    store.fileio.delete(victim)
+    store.fileio.write_atomic(victim, bytes(data))
+    with pytest.raises(Exception) as info:
+        load(jspark, root, subscribe="far").count()
+    text = str(info.value)
+    assert f"corrupt frame in {victim} at position {third}" in text, text
+    assert "record count 7, last offset delta 49 (implicit offsets)" in text, text
 
 
 # --- data locality ----------------------------------------------------------------------

@@ -24,6 +24,7 @@ import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FSDataInputStream;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.fs.StreamCapabilities;
 import org.apache.spark.sql.connector.metric.CustomTaskMetric;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
@@ -62,6 +63,12 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
   private static final int K_TIMESTAMP = 3;
   private static final int K_TIMESTAMP_TYPE = 4;
   private static final int K_RECORD = 5;
+  /** A skip up to this far is read through by the stream (HDFS's block reader skips up to
+   *  its TCP window, 128 KiB, without a new request); further, {@link #readAt} reads at
+   *  the position instead. */
+  private static final long STREAM_SKIP_BYTES = 128 << 10;
+  /** Reads up to this size at a far position are positioned reads (headers). */
+  private static final int PREAD_MAX_BYTES = 64 << 10;
 
   private final RangePartition range;
   private final StructField[] fields;
@@ -86,6 +93,8 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
   private int segIndex = -1;
   private FSDataInputStream in;
   private long streamPos;
+  /** Whether the open stream reads at a position by itself (HDFS), not by seeking. */
+  private boolean positionedReads;
   private long filePos;
   private long segLength;  // exact for indexed (sealed) segments, else read until EOF
   private boolean indexed;
@@ -243,6 +252,7 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
     indexed = seg.hasIndex;
     segLength = indexed ? seg.listedSize : Long.MAX_VALUE;
     filePos = LogFiles.indexedPosition(fs, seg, position);
+    positionedReads = in.hasCapability(StreamCapabilities.PREADBYTEBUFFER);
     return true;
   }
 
@@ -314,7 +324,23 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
 
   // --- frames -----------------------------------------------------------------------------
 
+  /**
+   * Reads {@code len} bytes at {@code pos} of the open segment. A short read that the open
+   * stream would reach only by a far seek (a frame header after a skipped body:
+   * {@code count()}) is a positioned read where the stream has positioned reads of its own
+   * ({@link #positionedReads}): on HDFS a seek past what the current block reader has
+   * buffered makes the next stream read open a new block reader from there to the block's
+   * end, a new DataNode request and connection that is then dropped unread, whereas a
+   * positioned read asks the DataNode for these bytes only and keeps its connection for
+   * the next one. Everything else (bodies, frames in sequence, short skips) reads the
+   * stream.
+   */
   private void readAt(long pos, byte[] dst, int off, int len) throws IOException {
+    if (pos != streamPos && len <= PREAD_MAX_BYTES && positionedReads
+        && (pos < streamPos || pos - streamPos > STREAM_SKIP_BYTES)) {
+      in.readFully(pos, dst, off, len);
+      return;
+    }
     if (pos != streamPos) {
       in.seek(pos);
     }
