@@ -9,6 +9,8 @@ is in test_producer.py.)"""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pyarrow as pa
 import pytest
 
@@ -54,6 +56,17 @@ def _producer(proxy, **configs) -> Producer:
 def _identity(producer) -> tuple[int, int]:
     m = producer.metrics()
     return m["producer_id"], m["producer_epoch"]
+
+
+@contextmanager
+def _warmed(proxy, first: bytes = b"warm", **topic_configs):
+    """A new topic and an idempotent producer through the reset proxy, once ``first``
+    is acknowledged: yields ``(topic, producer, identity)``."""
+    topic = topic_with(proxy.broker, **topic_configs)
+    proxy.reset()
+    with _producer(proxy) as producer:
+        producer.send(topic, first).get(20)
+        yield topic, producer, _identity(producer)
 
 
 def _stored(proxy, topic) -> list[tuple[int, int]]:
@@ -109,11 +122,7 @@ def test_out_of_order_behind_a_failed_batch_is_resequenced(proxy):
     # a batch refused for good while a later one is in flight: BUMP_NEEDED; the later
     # one comes back OutOfOrderSequence (the gap is the refused batch) and is sent again
     # under the new identity (RESEQUENCE)
-    topic = topic_with(proxy.broker, max_message_bytes=1 << 20)
-    proxy.reset()
-    with _producer(proxy) as producer:
-        producer.send(topic, b"warm").get(20)
-        old = _identity(producer)
+    with _warmed(proxy, max_message_bytes=1 << 20) as (topic, producer, old):
         _shrink(proxy, topic)
         proxy.hold.set()  # both requests reach the broker before any answer returns
         big = producer.send(topic, b"x" * (SHRUNK + 10_000))
@@ -134,12 +143,8 @@ def test_out_of_order_behind_a_split_batch_is_retried_unchanged(proxy):
     # sequence range) while a later batch is in flight: that one comes back
     # OutOfOrderSequence with an earlier batch pending (RETRY): the same bytes are sent
     # again after the halves, under the same identity
-    topic = topic_with(proxy.broker, max_message_bytes=1 << 20)
-    proxy.reset()
     values = [b"%03d" % i + b"." * 97 for i in range(300)]
-    with _producer(proxy) as producer:
-        producer.send(topic, b"warm").get(20)
-        identity = _identity(producer)
+    with _warmed(proxy, max_message_bytes=1 << 20) as (topic, producer, identity):
         _shrink(proxy, topic)
         proxy.hold.set()
         frame = producer.send_batch(topic, pa.table({"value": values}))
@@ -160,11 +165,7 @@ def test_a_partition_that_forgot_the_producer_gets_a_new_identity(proxy):
     # producer, whose next sequence is not 0: OutOfOrderSequence with nothing of ours
     # pending fails that batch and bumps the identity (READY -> BUMP_NEEDED), so the
     # next batch starts a new producer at sequence 0 instead of being refused forever
-    topic = topic_with(proxy.broker)
-    proxy.reset()
-    with _producer(proxy) as producer:
-        producer.send(topic, b"before").get(20)
-        old = _identity(producer)
+    with _warmed(proxy, b"before") as (topic, producer, old):
         proxy.broker.admin.delete_topics([topic])
         wait_until(lambda: proxy.broker.admin.create_topic(topic, 1) or True,
                    what=f"{topic} created again", ignore=(TopicExistsError,))
@@ -181,11 +182,7 @@ def test_a_retry_after_the_broker_crashed_is_a_duplicate(proxy):
     # producer; the retry goes to the restarted broker, whose producer state was
     # recovered from the log: acknowledged with the original offset, stored once,
     # identity unchanged
-    topic = topic_with(proxy.broker)
-    proxy.reset()
-    with _producer(proxy) as producer:
-        producer.send(topic, b"warm").get(20)
-        identity = _identity(producer)
+    with _warmed(proxy) as (topic, producer, identity):
         proxy.hold.set()
         future = producer.send(topic, b"appended before the crash")
         _held_answers(proxy, 2, "the warm-up and the batch")
