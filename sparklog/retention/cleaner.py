@@ -6,7 +6,10 @@ cleaning (:func:`sparklog.log.cleaner.needs_cleaning`) that no other thread is c
 and clean it with :func:`sparklog.log.cleaner.clean`; all of them share one I/O throttle
 of ``log.cleaner.io.max.bytes.per.second`` and each has a key map of
 ``log.cleaner.dedupe.buffer.size`` divided among the threads, as in Kafka. With no
-partition due, a thread waits ``log.cleaner.backoff.ms``. ``log.cleaner.enable=false``
+partition due, a thread waits ``log.cleaner.backoff.ms``. A due partition whose cleaning
+could clean nothing (a transaction still open from its first dirty offset on) is not
+tried again until its cleanable range changes (a segment sealed, the first dirty offset
+moved): the dirty bytes above the last stable offset are not cleanable, as in Kafka. ``log.cleaner.enable=false``
 starts no thread.
 
 With ``log.cleaner.process.enable`` (default true) the CPU-heavy part of each cleaning
@@ -41,6 +44,11 @@ class PartitionCleaning:
     dirty_ratio: float = 0.0
     last_clean_ms: int = -1
     cleanings: int = 0
+    #: ``(first dirty, first uncleanable)`` of the last due cleaning that could clean
+    #: nothing (a transaction open from the first dirty offset to the end of the sealed
+    #: segments: Kafka's last stable offset at the first dirty one); the partition is
+    #: not tried again until that range changes. None: not stalled.
+    stalled: tuple[int, int] | None = None
 
 
 class LogCleanerManager:
@@ -120,9 +128,10 @@ class LogCleanerManager:
         return self.stats.setdefault((writer.topic_name, writer.partition), PartitionCleaning())
 
     def _pick(self):
-        """The dirtiest due partition no thread is cleaning, marked busy; or None."""
+        """The dirtiest due partition no thread is cleaning nor stalled at its current
+        range, marked busy, with its cleanable state; or None."""
         now = self.clock()
-        best, best_ratio = None, -1.0
+        best, best_state, best_ratio = None, None, -1.0
         for w in list(self.partitions()):
             plog = w.log
             if plog.closed or not plog.config.compact or w.name in self._busy:
@@ -132,20 +141,26 @@ class LogCleanerManager:
             except SparklogError as exc:
                 log.warning("partition %s: cannot assess cleaning: %s", w.name, exc)
                 continue
-            self._stats(w).dirty_ratio = state.dirty_ratio
+            stats = self._stats(w)
+            stats.dirty_ratio = state.dirty_ratio
+            if stats.stalled == (state.first_dirty, state.first_uncleanable):
+                plog.delete_replaced_files(now)  # what a cleaning would have done first
+                continue
             if needs_cleaning(plog, now, state) and state.dirty_ratio > best_ratio:
-                best, best_ratio = w, state.dirty_ratio
-        if best is not None:
-            self._busy.add(best.name)
-        return best
+                best, best_state, best_ratio = w, state, state.dirty_ratio
+        if best is None:
+            return None
+        self._busy.add(best.name)
+        return best, best_state
 
     def clean_once(self) -> int:
         """One pass of one thread: clean the dirtiest due partition; returns the bytes
         it read (0 when none was due)."""
         with self._lock:
-            writer = self._pick()
-        if writer is None:
+            picked = self._pick()
+        if picked is None:
             return 0
+        writer, state = picked
         try:
             result = clean(writer.log, self.clock(),
                            dedupe_buffer_size=self.dedupe_buffer_size // max(self.threads, 1),
@@ -157,10 +172,12 @@ class LogCleanerManager:
         finally:
             with self._lock:
                 self._busy.discard(writer.name)
+        with self._lock:
+            s = self._stats(writer)
+            s.stalled = (state.first_dirty, state.first_uncleanable) if result is None else None
         if result is None:
             return 0
         with self._lock:
-            s = self._stats(writer)
             s.bytes_read += result.bytes_read
             s.bytes_written += result.bytes_written
             s.last_clean_ms = self.clock()
