@@ -811,4 +811,3 @@ def test_swap_on_hdfs_crashed_before_and_after_its_commit(hdfs_env):
             assert reopened.log_end_offset == 7
         assert records(fio, d) == want
         assert PartitionListing.scan(fio, d).uncommitted() == []
-
