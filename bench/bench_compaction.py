@@ -13,7 +13,9 @@ broker's produce rate while its cleaner runs beside the same broker idle (same r
    clean; no writeback nor discard of an earlier step pending), and deletes its copy
    and output after its clock stopped. ``--warmup`` rounds (default 1: JIT, Python
    workers, imports) are run first and not counted; before each job a trivial job on
-   every core keeps the Python workers warm (PySpark ends one idle for a minute). The
+   every core keeps the Python workers warm (PySpark ends one idle for a minute); the
+   session's JVM runs with ``--java-options`` (default ``-XX:TieredStopAtLevel=1``: its
+   optimizing compiler took more CPU per job than the JVM's own work in it). The
    order of the steps rotates from round to round; prints the median MB/s of each and
    the median of the per-round ratios (target >= 0.5). The default partition (5M
    records, 710 MB) is large enough that the job's fixed costs (three stages, their
@@ -29,7 +31,8 @@ broker's produce rate while its cleaner runs beside the same broker idle (same r
 
     .venv/bin/python bench/bench_compaction.py [--records 5000000] [--keys 500000]
         [--records-per-frame 1000] [--segment-bytes 16777216] [--mb 128] [--rounds 3]
-        [--warmup 1] [--skip-produce] [--skip-cleaning] [--spark] [--cleaner-thread]
+        [--warmup 1] [--skip-produce] [--skip-cleaning] [--spark]
+        [--java-options '-XX:TieredStopAtLevel=1'] [--cleaner-thread]
 """
 
 from __future__ import annotations
@@ -188,8 +191,12 @@ def bench_cleaning(root: str, args) -> None:
     if args.spark:
         from sparklog.spark import local_session
 
+        conf = {"spark.driver.extraJavaOptions": args.java_options} if args.java_options \
+            else None
         spark = local_session("bench-compaction", cores=2, shuffle_partitions=4,
-                              register_source=False, jvm_reader=False)
+                              register_source=False, jvm_reader=False, conf=conf)
+        print(f"Spark job's JVM options: {args.java_options or '(the JVM defaults)'}",
+              file=sys.stderr)
     steps = Steps(fileio, root, source, config, spark)
     names = ["raw", "broker"] + (["job"] if spark is not None else [])
     run = {"raw": lambda: (steps.raw(), None), "broker": steps.broker, "job": steps.job}
@@ -306,6 +313,10 @@ def main(argv=None) -> int:
     parser.add_argument("--spark", action="store_true",
                         help="also clean with the Spark job (sparklog compact --spark) on "
                              "local[2], beside the same raw copy")
+    parser.add_argument("--java-options", default="-XX:TieredStopAtLevel=1",
+                        help="--spark: spark.driver.extraJavaOptions of the local session "
+                             "(default: the client compiler only, see docs/operations.md "
+                             "Compaction; '' for the JVM's defaults)")
     args = parser.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="sparklog-bench-compaction-")
     try:
