@@ -71,7 +71,7 @@ from ..log.cleaner import (
     plain_keys,
     reached_at,
     segment_frames,
-    tombstone_flags,
+    tombstone_mask,
 )
 from ..log.segment import LogSegment
 from ..log.transactions import TransactionTracker
@@ -241,9 +241,9 @@ def _read_task(directory: str, key: CompactionKey, buckets: int, specs: list[dic
             if keys and k.type != keys[0].type:
                 k = k.cast(keys[0].type)
             code = _codes(frame)
-            flags = tombstone_flags(batch, key)
-            if any(flags):
-                code += np.asarray(flags, np.int64)
+            tombstones = tombstone_mask(batch, key)
+            if tombstones is not None:
+                code += tombstones
             keys.append(k)
             codes.append(code)
             pids.append(h.producer_id if h.is_transactional else -1)
