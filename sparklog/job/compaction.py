@@ -273,8 +273,8 @@ def _read_task(directory: str, key: CompactionKey, buckets: int, specs: list[dic
         if table.column("key").null_count:  # no key: never stays
             table = table.filter(pc.is_valid(table.column("key")))
         if dirty and not any_dirty_events:  # the last record of each key (highest code)
-            table = table.group_by("key", use_threads=False).aggregate([("code", "max")]) \
-                .rename_columns(["key", "code"])
+            table = table.select(["key", "code"]).group_by("key", use_threads=False) \
+                .aggregate([("code", "max")]).rename_columns(["key", "code"])
             table = table.append_column("pid", pa.array(np.full(table.num_rows, -1)))
         tables.append(table.append_column("dirty", pa.array(np.full(table.num_rows, dirty))))
     if len(tables) == 2 and tables[0].schema != tables[1].schema:
