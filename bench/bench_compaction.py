@@ -213,7 +213,8 @@ def bench_cleaning(root: str, args) -> None:
             t, out = run[name]()
             times[name].append(t)
             result = out if out is not None and name == "broker" else result
-        print(f"  round {r + 1} ({', '.join(order)}; load {os.getloadavg()[0]:.1f}): " + ", ".join(
+        load = os.getloadavg()[0]
+        print(f"  round {r + 1} ({', '.join(order)}; load {load:.1f}): " + ", ".join(
             f"{name} {nbytes / times[name][-1] / 1e6:.1f} MB/s" for name in names)
             + "".join(f", {name} ratio {times['raw'][-1] / times[name][-1]:.2f}"
                       for name in names[1:]), file=sys.stderr)
