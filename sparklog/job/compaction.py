@@ -215,7 +215,7 @@ def _read_task(directory: str, key: CompactionKey, buckets: int, specs: list[dic
     stays whenever the map lacks its key."""
     _task_start()
     fileio = open_fileio(directory)
-    sent = {True: [], False: []}  # dirty or not: [(keys, codes, pid)] per data frame
+    sent = {True: [], False: []}  # dirty or not: [(keys, codes, pids)] per segment
     events: list[tuple] = []
     chunk = specs[0]["chunk"]
     for spec in specs:
@@ -251,7 +251,9 @@ def _read_task(directory: str, key: CompactionKey, buckets: int, specs: list[dic
         layout = pa.table({n: pa.array(np.array(c, np.bool_ if n == "control" else np.int64))
                            for n, c in zip(_LAYOUT_FIELDS, columns)})
         yield spec["chunk"] % buckets, ("layout", spec["seg"], spec["chunk"], _ipc(layout))
-        sent[dirty] += zip(keys, codes, pids)
+        if keys:  # copied out of the segment's read buffers, which can then be freed
+            sent[dirty].append((pa.concat_arrays(keys), np.concatenate(codes), np.repeat(
+                np.array(pids, np.int64), [len(c) for c in codes])))
     if events:
         table = _ipc(pa.table({n: pa.array(list(c)) for n, c in
                                zip(_EVENT_FIELDS, zip(*events))}))
@@ -265,11 +267,10 @@ def _read_task(directory: str, key: CompactionKey, buckets: int, specs: list[dic
         if not parts:
             continue
         first = parts[0][0].type
-        pids = np.array([p for _, _, p in parts], np.int64)  # one per frame: repeated
         table = pa.table({"key": pa.concat_arrays([k if k.type == first else k.cast(first)
                                                    for k, _, _ in parts]),
                           "code": pa.array(np.concatenate([c for _, c, _ in parts])),
-                          "pid": pa.array(np.repeat(pids, [len(c) for _, c, _ in parts]))})
+                          "pid": pa.array(np.concatenate([p for _, _, p in parts]))})
         if table.column("key").null_count:  # no key: never stays
             table = table.filter(pc.is_valid(table.column("key")))
         if dirty and not any_dirty_events:  # the last record of each key (highest code)
