@@ -2,17 +2,24 @@
 broker's produce rate while its cleaner runs beside the same broker idle (same run).
 
 1. **Cleaning.** A compacted partition of N records (100-byte values, K distinct keys,
-   frames of R records) is written, then cleaned once (``sparklog.log.cleaner.clean``:
-   key map over the dirty segments, then every sealed segment read and rewritten). The
+   frames of R records) is written, then cleaned (``sparklog.log.cleaner.clean``: key
+   map over the dirty segments, then every sealed segment read and rewritten). The
    baseline reads the same segment files through the same FileIO in 8 MiB calls and
-   writes those bytes to a new file (synced at the end, as a cleaned segment is).
-   Rounds alternate the raw copy and a cleaning of a fresh copy of the partition;
-   prints the median MB/s of each and the median ratio (target >= 0.5). With
-   ``--spark`` each round also cleans a fresh copy with the Spark job
+   writes those bytes to a new file, synced (fsync) and closed before its clock stops,
+   as each cleaned segment is. With ``--spark`` the Spark job cleans too
    (:func:`sparklog.job.compaction.compact_partition` on local[2], timed from the call
-   to its return, planning included; the session is started before the rounds). The
-   default partition (5M records, 710 MB) is large enough that the job's fixed costs
-   (three stages, their tasks' start-up) are a small part of its time.
+   to its return: planning, the job, the driver's commits). Every measured step runs
+   on a fresh copy of the partition, after ``sync`` (the copy in the page cache,
+   clean; no writeback nor discard of an earlier step pending), and deletes its copy
+   and output after its clock stopped. ``--warmup`` rounds (default 1: JIT, Python
+   workers, imports) are run first and not counted; before each job a trivial job on
+   every core keeps the Python workers warm (PySpark ends one idle for a minute); the
+   session's JVM runs with ``--java-options`` (default ``-XX:TieredStopAtLevel=1``: its
+   optimizing compiler took more CPU per job than the JVM's own work in it). The
+   order of the steps rotates from round to round; prints the median MB/s of each and
+   the median of the per-round ratios (target >= 0.5). The default partition (5M
+   records, 710 MB) is large enough that the job's fixed costs (three stages, their
+   tasks' start-up) are a small part of its time.
 2. **Produce while cleaning.** A real broker process (``log.cleaner.backoff.ms=50``)
    gets pipelined acks=1 produce requests (bench_broker_ingest's client) to a
    delete-policy topic while a second producer process keeps overwriting 20k keys:
@@ -24,13 +31,15 @@ broker's produce rate while its cleaner runs beside the same broker idle (same r
 
     .venv/bin/python bench/bench_compaction.py [--records 5000000] [--keys 500000]
         [--records-per-frame 1000] [--segment-bytes 16777216] [--mb 128] [--rounds 3]
-        [--skip-produce] [--skip-cleaning] [--spark] [--cleaner-thread]
+        [--warmup 1] [--skip-produce] [--skip-cleaning] [--spark]
+        [--java-options '-XX:TieredStopAtLevel=1'] [--cleaner-thread]
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import shutil
 import statistics
 import sys
@@ -77,7 +86,8 @@ def build_log(fileio, directory, config, args) -> int:
 
 
 def raw_read_write(fileio, paths, out_path) -> float:
-    """Seconds to read ``paths`` in 8 MiB calls and write the bytes to ``out_path``."""
+    """Seconds to read ``paths`` in 8 MiB calls and write the bytes to ``out_path``,
+    synced (fsync, as each cleaned segment is) and closed before the clock stops."""
     start = time.perf_counter()
     out = fileio.create(out_path)
     for path in tqdm(paths, desc="raw read+write", unit="file", leave=False):
@@ -91,64 +101,138 @@ def raw_read_write(fileio, paths, out_path) -> float:
     return time.perf_counter() - start
 
 
+def settle() -> None:
+    """Write back every dirty page and finish pending discards (``sync(2)``), so that
+    the step measured next pays neither for the copy it reads (written just before)
+    nor for what the previous step wrote or deleted; the copy stays in the page cache,
+    clean."""
+    os.sync()
+
+
+def _warm_worker(_) -> int:
+    """Run in a Spark Python worker: import what the job's tasks import."""
+    import sparklog.job.compaction  # noqa: F401
+
+    return os.getpid()
+
+
+class Steps:
+    """The measured steps of :func:`bench_cleaning`, each on a fresh copy of the
+    partition (``source``), opened, then settled (:func:`settle`) as its clock
+    starts; each deletes its copy and output after its clock stopped."""
+
+    def __init__(self, fileio, root: str, source: Path, config: dict, spark=None):
+        self.fileio, self.root, self.source, self.config = fileio, root, source, config
+        self.spark = spark
+        self.segments = 0
+
+    def _copy(self, name: str) -> Path:
+        copy = Path(self.root, name)
+        shutil.copytree(self.source, copy)
+        return copy
+
+    def raw(self) -> float:
+        """The raw read + write of the copy's sealed segments."""
+        copy, out = self._copy("raw"), self.fileio.join(self.root, "raw.bin")
+        try:
+            with PartitionLog.open(self.fileio, str(copy), self.config) as plog:
+                paths = [s.path for s in plog.segments[:-1]]
+            self.segments = len(paths)
+            settle()
+            return raw_read_write(self.fileio, paths, out)
+        finally:
+            Path(out).unlink(missing_ok=True)
+            shutil.rmtree(copy, ignore_errors=True)
+
+    def broker(self):
+        """``(seconds, CleanResult)`` of the broker path's cleaning of a copy."""
+        copy = self._copy("broker")
+        try:
+            with PartitionLog.open(self.fileio, str(copy), self.config) as plog:
+                settle()
+                start = time.perf_counter()
+                result = clean(plog, force=True)
+                return time.perf_counter() - start, result
+        finally:
+            shutil.rmtree(copy, ignore_errors=True)
+
+    def job(self):
+        """``(seconds, CleanResult)`` of the Spark job's cleaning of a copy (planning,
+        the job and the driver's commits), its Python workers warm: a job runs first
+        on every core that imports what the tasks import, as the previous partition's
+        job of ``sparklog compact --spark`` leaves them (PySpark ends a worker idle for
+        a minute, and a new one pays the imports, seconds on a loaded machine)."""
+        from sparklog.job.compaction import compact_partition
+
+        copy = self._copy("job")
+        sc = self.spark.sparkContext
+        sc.parallelize(range(sc.defaultParallelism), sc.defaultParallelism) \
+            .map(_warm_worker).collect()
+        try:
+            with PartitionLog.open(self.fileio, str(copy), self.config) as plog:
+                settle()
+                start = time.perf_counter()
+                result = compact_partition(self.spark, plog, force=True)
+                return time.perf_counter() - start, result
+        finally:
+            shutil.rmtree(copy, ignore_errors=True)
+
+
 def bench_cleaning(root: str, args) -> None:
-    """Alternating rounds of the raw copy and a cleaning of a fresh copy of the same
-    partition; medians and the median of the per-round ratios."""
+    """Warm-up, then rounds of the raw copy, the broker path's cleaning and (``--spark``)
+    the Spark job, each on a fresh settled copy of the same partition, their order
+    rotating from round to round; medians and the medians of the per-round ratios."""
     fileio = open_fileio(root)
     source = Path(root, "source")
     config = {"cleanup.policy": "compact", "segment.bytes": args.segment_bytes,
               "file.delete.delay.ms": 0}
     nbytes = build_log(fileio, str(source), config, args)
-    raws, cleans, ratios, sparks, spark_ratios = [], [], [], [], []
     spark = None
     if args.spark:
         from sparklog.spark import local_session
 
+        conf = {"spark.driver.extraJavaOptions": args.java_options} if args.java_options \
+            else None
         spark = local_session("bench-compaction", cores=2, shuffle_partitions=4,
-                              register_source=False, jvm_reader=False)
+                              register_source=False, jvm_reader=False, conf=conf)
+        print(f"Spark job's JVM options: {args.java_options or '(the JVM defaults)'}",
+              file=sys.stderr)
+    steps = Steps(fileio, root, source, config, spark)
+    names = ["raw", "broker"] + (["job"] if spark is not None else [])
+    run = {"raw": lambda: (steps.raw(), None), "broker": steps.broker, "job": steps.job}
+    for w in range(args.warmup):  # JIT, Python workers, imports, allocators: warm
+        firsts = {name: run[name]()[0] for name in names}
+        print(f"  warm-up {w + 1} (not counted): " + ", ".join(
+            f"{name} {nbytes / t / 1e6:.1f} MB/s" for name, t in firsts.items()),
+            file=sys.stderr)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    result = None
     for r in range(args.rounds):
-        copy = Path(root, f"round-{r}")
-        shutil.copytree(source, copy)
-        with PartitionLog.open(fileio, str(copy), config) as plog:
-            paths = [s.path for s in plog.segments[:-1]]
-            t_raw = raw_read_write(fileio, paths, fileio.join(root, f"raw-{r}.bin"))
-            start = time.perf_counter()
-            result = clean(plog, force=True)
-            t_clean = time.perf_counter() - start
-        raws.append(t_raw)
-        cleans.append(t_clean)
-        ratios.append(t_raw / t_clean)
-        line = (f"  round {r + 1}: raw {nbytes / t_raw / 1e6:7.1f} MB/s, cleaning "
-                f"{nbytes / t_clean / 1e6:7.1f} MB/s, ratio {t_raw / t_clean:5.2f}")
-        shutil.rmtree(copy, ignore_errors=True)
-        if spark is not None:
-            from sparklog.job.compaction import compact_partition
-
-            shutil.copytree(source, copy)
-            with PartitionLog.open(fileio, str(copy), config) as plog:
-                start = time.perf_counter()
-                compact_partition(spark, plog, force=True)
-                t_spark = time.perf_counter() - start
-            sparks.append(t_spark)
-            spark_ratios.append(t_raw / t_spark)
-            line += (f"; Spark job {nbytes / t_spark / 1e6:7.1f} MB/s, ratio "
-                     f"{t_raw / t_spark:5.2f}")
-            shutil.rmtree(copy, ignore_errors=True)
-        print(line, file=sys.stderr)
-        Path(root, f"raw-{r}.bin").unlink(missing_ok=True)
+        order = names[r % len(names):] + names[:r % len(names)]
+        for name in order:
+            t, out = run[name]()
+            times[name].append(t)
+            result = out if out is not None and name == "broker" else result
+        load = os.getloadavg()[0]
+        print(f"  round {r + 1} ({', '.join(order)}; load {load:.1f}): " + ", ".join(
+            f"{name} {nbytes / times[name][-1] / 1e6:.1f} MB/s" for name in names)
+            + "".join(f", {name} ratio {times['raw'][-1] / times[name][-1]:.2f}"
+                      for name in names[1:]), file=sys.stderr)
     print(f"{args.records:,} records, {args.keys:,} keys, {nbytes / 1e6:.1f} MB in "
-          f"{len(paths)} segments; cleaned into {result.segments_written} segment(s), "
-          f"{result.bytes_written / 1e6:.1f} MB kept; medians of {args.rounds} round(s)")
-    t_raw, t_clean = statistics.median(raws), statistics.median(cleans)
+          f"{steps.segments} segments; cleaned into {result.segments_written} segment(s), "
+          f"{result.bytes_written / 1e6:.1f} MB kept; medians of {args.rounds} round(s) "
+          f"after {args.warmup} warm-up round(s); load average "
+          f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    t_raw = statistics.median(times["raw"])
     print(f"raw read + write       {nbytes / t_raw / 1e6:8.1f} MB/s  ({t_raw:6.2f} s)")
-    print(f"cleaning (broker path) {nbytes / t_clean / 1e6:8.1f} MB/s  ({t_clean:6.2f} s)"
-          f"   ratio vs raw: {statistics.median(ratios):5.2f} (per round: "
-          f"{', '.join(f'{x:.2f}' for x in ratios)}; target >= 0.5)")
-    if sparks:
-        t_spark = statistics.median(sparks)
-        print(f"cleaning (Spark job)   {nbytes / t_spark / 1e6:8.1f} MB/s  ({t_spark:6.2f} s)"
-              f"   ratio vs raw: {statistics.median(spark_ratios):5.2f} (per round: "
-              f"{', '.join(f'{x:.2f}' for x in spark_ratios)}; target >= 0.5)")
+    labels = {"broker": "cleaning (broker path)", "job": "cleaning (Spark job)  "}
+    for name in names[1:]:
+        t = statistics.median(times[name])
+        ratios = [a / b for a, b in zip(times["raw"], times[name])]
+        print(f"{labels[name]} {nbytes / t / 1e6:8.1f} MB/s  ({t:6.2f} s)   ratio vs raw: "
+              f"{statistics.median(ratios):5.2f} (per round: "
+              f"{', '.join(f'{x:.2f}' for x in ratios)}; target >= 0.5)")
+    if spark is not None:
         spark.stop()
 
 
@@ -220,6 +304,8 @@ def main(argv=None) -> int:
     parser.add_argument("--segment-bytes", type=int, default=16 << 20)
     parser.add_argument("--mb", type=int, default=128, help="MiB produced per round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="cleaning: rounds run first and not counted")
     parser.add_argument("--skip-produce", action="store_true")
     parser.add_argument("--skip-cleaning", action="store_true")
     parser.add_argument("--cleaner-thread", action="store_true",
@@ -228,6 +314,10 @@ def main(argv=None) -> int:
     parser.add_argument("--spark", action="store_true",
                         help="also clean with the Spark job (sparklog compact --spark) on "
                              "local[2], beside the same raw copy")
+    parser.add_argument("--java-options", default="-XX:TieredStopAtLevel=1",
+                        help="--spark: spark.driver.extraJavaOptions of the local session "
+                             "(default: the client compiler only, see docs/operations.md "
+                             "Compaction; '' for the JVM's defaults)")
     args = parser.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="sparklog-bench-compaction-")
     try:

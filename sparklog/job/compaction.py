@@ -71,7 +71,7 @@ from ..log.cleaner import (
     plain_keys,
     reached_at,
     segment_frames,
-    tombstone_flags,
+    tombstone_mask,
 )
 from ..log.segment import LogSegment
 from ..log.transactions import TransactionTracker
@@ -189,6 +189,16 @@ DATA, OTHER_CONTROL = -1, 2
 _EVENT_FIELDS = ("pid", "base", "last", "kind", "txn", "dirty", "chunk")
 
 
+def _codes(frame) -> np.ndarray:
+    """The offsets of ``frame``'s records times two (the ``code`` of :func:`_read_task`
+    before its tombstone bit): for implicit offsets straight from the header (one
+    numpy range, no Arrow array built per frame)."""
+    h = frame.header
+    if h.explicit_offsets:
+        return frame.offsets().to_numpy() * 2
+    return np.arange(2 * h.base_offset, 2 * (h.base_offset + h.record_count), 2, np.int64)
+
+
 def _read_task(directory: str, key: CompactionKey, buckets: int, specs: list[dict]):
     """Stage 1 (a task per chunk): read each segment once; yield its frames' layout,
     ``(bucket, ("layout", seg, chunk, IPC))`` (passed on to the chunk's writing task by
@@ -205,7 +215,7 @@ def _read_task(directory: str, key: CompactionKey, buckets: int, specs: list[dic
     stays whenever the map lacks its key."""
     _task_start()
     fileio = open_fileio(directory)
-    sent = {True: [], False: []}  # dirty or not: [(keys, codes, pids)]
+    sent = {True: [], False: []}  # dirty or not: [(keys, codes, pids)] per segment
     events: list[tuple] = []
     chunk = specs[0]["chunk"]
     for spec in specs:
@@ -213,8 +223,8 @@ def _read_task(directory: str, key: CompactionKey, buckets: int, specs: list[dic
         keys, codes, pids = [], [], []
         dirty = bool(spec["dirty"])
         for pos, frame in segment_frames(_segment(fileio, directory, spec), Throttle(),
-                                         CleanResult(0, 0)):
-            h = frame.header
+                                         CleanResult(0, 0), decoded=True):
+            h = frame.header  # decoded: frame.batch() below checks every data frame's body
             frames.append((pos, h.size, h.base_offset, h.next_offset, h.record_count,
                            h.is_control))
             if h.is_control:
@@ -230,19 +240,20 @@ def _read_task(directory: str, key: CompactionKey, buckets: int, specs: list[dic
             k = plain_keys(key.keys(batch))
             if keys and k.type != keys[0].type:
                 k = k.cast(keys[0].type)
-            code = frame.offsets().to_numpy() * 2
-            flags = tombstone_flags(batch, key)
-            if any(flags):
-                code += np.asarray(flags, np.int64)
+            code = _codes(frame)
+            tombstones = tombstone_mask(batch, key)
+            if tombstones is not None:
+                code += tombstones
             keys.append(k)
             codes.append(code)
-            pids.append(np.full(len(code), h.producer_id if h.is_transactional else -1,
-                                np.int64))
+            pids.append(h.producer_id if h.is_transactional else -1)
         columns = zip(*frames) if frames else [()] * len(_LAYOUT_FIELDS)
         layout = pa.table({n: pa.array(np.array(c, np.bool_ if n == "control" else np.int64))
                            for n, c in zip(_LAYOUT_FIELDS, columns)})
         yield spec["chunk"] % buckets, ("layout", spec["seg"], spec["chunk"], _ipc(layout))
-        sent[dirty] += zip(keys, codes, pids)
+        if keys:  # copied out of the segment's read buffers, which can then be freed
+            sent[dirty].append((pa.concat_arrays(keys), np.concatenate(codes), np.repeat(
+                np.array(pids, np.int64), [len(c) for c in codes])))
     if events:
         table = _ipc(pa.table({n: pa.array(list(c)) for n, c in
                                zip(_EVENT_FIELDS, zip(*events))}))
@@ -260,10 +271,11 @@ def _read_task(directory: str, key: CompactionKey, buckets: int, specs: list[dic
                                                    for k, _, _ in parts]),
                           "code": pa.array(np.concatenate([c for _, c, _ in parts])),
                           "pid": pa.array(np.concatenate([p for _, _, p in parts]))})
-        table = table.filter(pc.is_valid(table.column("key")))  # no key: never stays
+        if table.column("key").null_count:  # no key: never stays
+            table = table.filter(pc.is_valid(table.column("key")))
         if dirty and not any_dirty_events:  # the last record of each key (highest code)
-            table = table.group_by("key", use_threads=False).aggregate([("code", "max")]) \
-                .rename_columns(["key", "code"])
+            table = table.select(["key", "code"]).group_by("key", use_threads=False) \
+                .aggregate([("code", "max")]).rename_columns(["key", "code"])
             table = table.append_column("pid", pa.array(np.full(table.num_rows, -1)))
         tables.append(table.append_column("dirty", pa.array(np.full(table.num_rows, dirty))))
     if len(tables) == 2 and tables[0].schema != tables[1].schema:

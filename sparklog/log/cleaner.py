@@ -204,23 +204,23 @@ def key_columns(value: str) -> tuple[str, ...]:
     return columns
 
 
-def tombstone_flags(batch: pa.RecordBatch, key: CompactionKey) -> list[bool]:
-    """Per row: is it a tombstone (a null ``value``; for typed topics without a value
-    column, every column but the key columns null)."""
+def tombstone_mask(batch: pa.RecordBatch, key: CompactionKey) -> np.ndarray | None:
+    """Per row whether it is a tombstone (a null ``value``; for typed topics without a
+    value column, every column but the key columns null), as numpy bools; None when
+    no row is one (the common case, found from the columns' null counts alone)."""
     if VALUE_COLUMN in batch.schema.names and VALUE_COLUMN not in key.columns:
         values = batch.column(VALUE_COLUMN)
         if values.null_count == 0:
-            return [False] * batch.num_rows
-        return values.is_null().to_pylist()
+            return None
+        return values.is_null().to_numpy(zero_copy_only=False)
     cols = [batch.column(i) for i, n in enumerate(batch.schema.names)
             if n not in key.columns and not n.startswith("__")]
     if not cols or any(c.null_count == 0 for c in cols):
-        return [False] * batch.num_rows
-    out = [True] * batch.num_rows
+        return None
+    out = np.ones(batch.num_rows, np.bool_)
     for c in cols:
-        for i, null in enumerate(c.is_null().to_pylist()):
-            out[i] = out[i] and null
-    return out
+        out &= c.is_null().to_numpy(zero_copy_only=False)
+    return out if out.any() else None
 
 
 def cleanable_state(plog, now_ms: int, max_offset: int | None = None) -> CleanableState:
@@ -1040,10 +1040,11 @@ def cleaned_frame(frame, keep, cleanings, horizon, result, key: CompactionKey, *
         result.records_removed += n
         return None
     batch = frame.batch()
-    tombstones = tombstone_flags(batch, key)
-    if any(tombstones):  # few: their delete horizon is checked one by one
+    tombstones = tombstone_mask(batch, key)
+    if tombstones is not None:  # few: their delete horizon is checked one by one
         keep = keep.copy()
-        for i, (tomb, offset) in enumerate(zip(tombstones, frame.offsets().to_pylist())):
+        for i, (tomb, offset) in enumerate(zip(tombstones.tolist(),
+                                               frame.offsets().to_pylist())):
             if tomb and keep[i]:
                 reached = reached_at(cleanings, offset)
                 if reached is not None and reached <= horizon:

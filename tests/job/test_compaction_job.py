@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from sparklog.cli.main import main
-from sparklog.format.frame import encode_frame, raw_batch
+from sparklog.format.frame import decode_frame, encode_frame, raw_batch
 from sparklog.format.marker import ABORT, COMMIT, encode_marker
 from sparklog.job import compaction
 from sparklog.job.compaction import chunk_segments, compact_partition, key_hash
@@ -218,6 +218,20 @@ def test_key_hash_and_chunks():
     assert chunk_segments([10] * 9, cores=2, max_bytes=20) == \
         [[0, 1], [2, 3], [4, 5], [6, 7], [8]]
     assert chunk_segments([50, 1, 1], cores=4) == [[0], [1, 2]]
+
+
+def test_record_codes_of_implicit_and_explicit_offsets():
+    """A reading task's codes (offset times two) come from the header for implicit
+    offsets and from the body for explicit ones, as :meth:`Frame.offsets` gives them."""
+    implicit = decode_frame(encode_frame(raw_batch([b"a", b"b", b"c"], keys=[b"1", b"2", b"3"]),
+                                         base_offset=40))
+    explicit = decode_frame(encode_frame(raw_batch([b"a", b"c"], keys=[b"1", b"3"]),
+                                         base_offset=40, offset_deltas=[0, 2]))
+    assert compaction._codes(implicit).tolist() == [80, 82, 84]
+    assert compaction._codes(explicit).tolist() == [80, 84]
+    for frame in (implicit, explicit):
+        assert compaction._codes(frame).tolist() == \
+            [2 * o for o in frame.offsets().to_pylist()]
 
 
 #: A test-only hook (a ``sitecustomize`` on the job's PYTHONPATH, so it runs in the
