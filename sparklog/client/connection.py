@@ -391,8 +391,8 @@ class _Protocol(Exception):
 
 
 def wait_readable(conns, timeout: float) -> None:
-    """Wait up to ``timeout`` seconds until one of ``conns`` (polled connections) has
-    bytes to read, or was closed."""
+    """Wait up to ``timeout`` seconds until one of ``conns`` (polled connections, or
+    anything with a ``fileno()``) has bytes to read, or was closed."""
     poller = select.poll()
     for conn in conns:
         fd = conn.fileno()

@@ -207,22 +207,24 @@ class NetworkClient:
             conn = self.any_connection() if node_id < 0 else self.connection(node_id)
         return conn.send(api_key, body, **kwargs)
 
-    def poll(self, timeout: float) -> bool:
+    def poll(self, timeout: float, wakeup=None) -> bool:
         """Read the responses of the polled connections, waiting up to ``timeout``
         seconds for the first; their futures complete (callbacks run) in this thread,
-        and a request past its deadline fails its connection. False at once when no
-        polled request is waiting (nothing to read)."""
+        and a request past its deadline fails its connection. ``wakeup`` (a
+        :class:`~sparklog.client.wakeup.Wakeup`) ends the wait early when set by
+        another thread. Without ``wakeup``, returns False at once when no polled
+        request is waiting (nothing to read); else True."""
         with self._lock:
             conns = [c for c in self._polled.values() if c.connected and c.in_flight]
-        if not conns:
+        if not conns and wakeup is None:
             return False
-        if len(conns) == 1:
+        if len(conns) == 1 and wakeup is None:
             conns[0].poll(timeout)
             return True
         if not any(c.ready() for c in conns):
-            wait = min(timeout, min(c.next_deadline for c in conns) - time.monotonic())
+            wait = min([timeout] + [c.next_deadline - time.monotonic() for c in conns])
             if wait > 0:
-                wait_readable(conns, wait)
+                wait_readable(conns if wakeup is None else conns + [wakeup], wait)
         for conn in conns:
             conn.read_ready()
         return True

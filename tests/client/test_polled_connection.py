@@ -118,3 +118,22 @@ def test_the_consumer_fetches_without_a_reader_thread(broker, admin):
         assert len(reader_threads()) - before == 1
         client: NetworkClient = c._client
         assert [conn.polled for conn in client._polled.values()] == [True]
+
+
+def test_the_producer_sender_reads_its_own_answers_and_wakes_for_a_send(broker, admin):
+    admin.create_topic("polled-produce", 1)
+    before = len(reader_threads())
+    with Producer(broker.address, linger_ms=0) as producer:
+        producer.send("polled-produce", b"first").get(30)
+        acc = producer._accumulator
+        took = []
+        for i in range(5):  # each send meets a sender waiting in its poll (capped at 1 s)
+            wait_until(lambda: acc.sender_waiting, 30, "the sender to wait for work")
+            started = time.monotonic()
+            producer.send("polled-produce", b"v%d" % i).get(30)
+            took.append(time.monotonic() - started)
+        assert min(took) < 0.5, took  # woken by the send, not by the poll's 1 s cap
+        # one threaded connection (metadata); the Produce answers are read by the sender
+        assert len(reader_threads()) - before == 1
+        client: NetworkClient = producer._client
+        assert [conn.polled for conn in client._polled.values()] == [True]
