@@ -97,6 +97,7 @@ class BrokerConnection:
         self._error: SparklogError | None = None
         self.polled = polled
         self._reading = False  # a polled connection: a response is being read
+        self._reading_since = 0.0  # ... since then
         if security is not None:  # TLS and SASL before the reader starts
             self._sock = security.connect(host, self.port, connect_timeout_ms / 1000.0,
                                           client_id)
@@ -206,15 +207,18 @@ class BrokerConnection:
         checked here only while a response is being read (a peer that stops in the
         middle of one); otherwise :meth:`poll` checks its deadlines, after reading what
         arrived, so an answer that came in time is not failed because its owner polled
-        late (as Kafka's client handles completed receives before timeouts)."""
-        if self.polled and not self._reading:
-            return
-        self._check_deadline(now)
+        late (as Kafka's client handles completed receives before timeouts), and a
+        response whose reading begins after its deadline has ``request_timeout_ms``
+        from then to arrive in full."""
+        if not self.polled:
+            self._check_deadline(now)
+        elif self._reading:  # a response whose reading began late gets its own timeout
+            self._check_deadline(now, self._reading_since + self.request_timeout)
 
-    def _check_deadline(self, now: float) -> None:
+    def _check_deadline(self, now: float, floor: float = 0.0) -> None:
         with self._state:
             head = self._in_flight[0] if self._in_flight else None
-        if head is not None and now > head[3]:
+        if head is not None and now > max(head[3], floor):
             partial = self._announced
             self._fail(RequestTimedOutError(
                 f"{api_name(head[1])} request to broker {self.address} got no response "
@@ -286,6 +290,7 @@ class BrokerConnection:
         got = False
         try:
             while self._in_flight and not self._closed and self.ready():
+                self._reading_since = time.monotonic()
                 self._reading = True
                 try:
                     if not self._read_one():

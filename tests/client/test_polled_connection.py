@@ -17,6 +17,8 @@ from sparklog.client.network import NetworkClient
 from sparklog.client.types import TopicPartition
 from sparklog.errors import RequestTimedOutError
 from sparklog.protocol.apis import ApiKey
+from sparklog.protocol.codec import SIZE, encode_request
+from sparklog.protocol.stream import recv_message
 from sparklog.reader.consumer import Consumer
 from sparklog.writer.producer import Producer
 from tests.support.waiting import wait_until
@@ -97,6 +99,28 @@ def test_a_peer_that_stops_mid_response_is_cut_off_by_the_watchdog(silent_peer):
     conn.poll(30.0)  # blocks in the read until the watchdog closes the connection
     with pytest.raises(RequestTimedOutError, match="1000 bytes was announced"):
         future.get(0)
+
+
+def test_a_response_read_after_its_deadline_gets_its_own_timeout(broker, silent_peer):
+    # a real broker's answer to the first request, replayed by the peer in two parts
+    with socket.create_connection(broker.address.split(":")) as raw:
+        raw.sendall(encode_request(ApiKey.API_VERSIONS, {}, 1, ""))
+        answer = SIZE.pack(len(payload := recv_message(raw))) + bytes(payload)
+    port, accepted = silent_peer
+    conn = BrokerConnection("127.0.0.1", port, polled=True, request_timeout_ms=500)
+    try:
+        future = conn.send(ApiKey.API_VERSIONS, {})
+        deadline = conn.next_deadline
+        wait_until(lambda: accepted, 30, "the peer to accept")
+        accepted[0].sendall(answer[:8])
+        wait_until(lambda: time.monotonic() > deadline + 0.3, 5, "the request's deadline")
+        rest = threading.Timer(0.3, accepted[0].sendall, (answer[8:],))
+        rest.start()  # arrives while poll() reads, after the deadline
+        conn.poll(30.0)
+        rest.join()
+        assert future.succeeded() and future.value["api_versions"]
+    finally:
+        conn.close()
 
 
 def test_the_consumer_fetches_without_a_reader_thread(broker, admin):
