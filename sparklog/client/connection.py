@@ -397,17 +397,31 @@ class _Protocol(Exception):
 
 def wait_readable(conns, timeout: float) -> None:
     """Wait up to ``timeout`` seconds until one of ``conns`` (polled connections, or
-    anything with a ``fileno()``) has bytes to read, or was closed."""
-    poller = select.poll()
+    anything with a ``fileno()``) has bytes to read, or was closed. The wait has
+    microseconds' precision (``select``; a producer's linger deadline is a fraction of
+    a millisecond away), except for descriptors beyond ``select``'s limit, which wait
+    with ``poll`` (whole milliseconds)."""
+    fds = []
     for conn in conns:
         fd = conn.fileno()
         if fd < 0:
             return  # closed: its reading reports it at once
-        poller.register(fd, select.POLLIN | select.POLLPRI)
+        fds.append(fd)
+    timeout = max(0.0, timeout)
     try:
-        poller.poll(max(0.0, timeout) * 1000.0)
+        if max(fds) < _SELECT_LIMIT:
+            select.select(fds, (), (), timeout)
+            return
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN | select.POLLPRI)
+        poller.poll(timeout * 1000.0)
     except (OSError, ValueError):
         pass  # a socket closed meanwhile: its reading reports it
+
+
+#: descriptors ``select`` can wait on (FD_SETSIZE)
+_SELECT_LIMIT = 1024
 
 
 class _Watchdog:
