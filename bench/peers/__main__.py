@@ -140,9 +140,11 @@ def latency_rows(systems, table, rounds, seconds):
         ours, theirs = alternate(
             rounds,
             lambda: clients.percentiles(clients.sparklog_latency(
-                systems.sparklog, "latency", rate, seconds, 1)),
+                systems.sparklog, "latency", rate, seconds,
+                clients.SPARKLOG_LATENCY_LINGER_MS)),
             lambda: clients.percentiles(clients.kafka_latency(
-                systems.bootstrap, "latency", rate, seconds, 1)))
+                systems.bootstrap, "latency", rate, seconds,
+                clients.KAFKA_LATENCY_LINGER_MS)))
         for q in ("p50", "p99", "p99.9"):
             table.add(f"latency {q} at {rate // 1000}k records/s", [o[q] for o in ours],
                       [t[q] for t in theirs], "ms", higher_better=False,

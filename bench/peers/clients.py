@@ -157,6 +157,10 @@ def kafka_python_consume(bootstrap: str, topic: str, n: int) -> float:
 
 STAMP = struct.Struct(">q")
 PAD = b"p" * (100 - STAMP.size)
+#: linger.ms of each system's producer in the latency rows: each at its best setting
+#: (docs/performance.md, "Latency", has the sweep that chose sparklog's)
+KAFKA_LATENCY_LINGER_MS = 1
+SPARKLOG_LATENCY_LINGER_MS = 1
 
 
 def percentiles(samples: list[float]) -> dict:

@@ -1,9 +1,15 @@
 """One TCP connection to one broker, with several requests in flight.
 
 Requests are written in the caller's thread (under a lock, so writes never interleave)
-and get a correlation id; the broker answers in order, and a reader thread matches each
-response to the oldest in-flight request (checking the correlation id) and completes
-its :class:`~sparklog.client.future.Future` with the decoded body. At most
+and get a correlation id; the broker answers in order, and each response is matched to
+the oldest in-flight request (checking the correlation id) and completes its
+:class:`~sparklog.client.future.Future` with the decoded body. Who reads the responses
+depends on the connection's kind: a *threaded* connection has a reader thread of its
+own (any thread may send and wait); a *polled* one (``polled=True``) has none: its
+owner reads the responses that are ready by calling :meth:`~BrokerConnection.poll`,
+and the futures complete (their callbacks run) in that thread, as Kafka's clients read
+their connections in the thread that polls them. A polled connection serves one thread
+(the consumer's polling thread): a response reaches it without a thread hand-off. At most
 ``max_in_flight`` requests wait for answers: a further :meth:`send` blocks until one
 completes (back-pressure instead of growth). A response saying a quota throttled the
 client (``throttle_time_ms`` > 0) holds back the connection's next blocking
@@ -22,7 +28,9 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
+import select
 import socket
+import ssl
 import threading
 import time
 import weakref
@@ -65,12 +73,13 @@ class BrokerConnection:
     ``request_timeout_ms`` bounds how long a request may wait for its response (a fetch
     adds its own ``max_wait_ms``); ``node_id`` is the broker id (-1 for a bootstrap
     address not yet identified); ``security`` (a
-    :class:`~sparklog.security.client.ClientSecurity`) adds TLS and SASL.
+    :class:`~sparklog.security.client.ClientSecurity`) adds TLS and SASL; ``polled``:
+    no reader thread, the owner calls :meth:`poll` (see the module docstring).
     """
 
     def __init__(self, host: str, port: int, *, node_id: int = -1, client_id: str = "",
                  max_in_flight: int = 5, request_timeout_ms: int = 30000,
-                 connect_timeout_ms: int = 10000, security=None):
+                 connect_timeout_ms: int = 10000, security=None, polled: bool = False):
         self.host = host
         self.port = int(port)
         self.node_id = node_id
@@ -86,6 +95,9 @@ class BrokerConnection:
         self._announced = 0  # size of a response being received
         self._throttled_until = 0.0  # a quota's throttle_time_ms: no blocking send before
         self._error: SparklogError | None = None
+        self.polled = polled
+        self._reading = False  # a polled connection: a response is being read
+        self._reading_since = 0.0  # ... since then
         if security is not None:  # TLS and SASL before the reader starts
             self._sock = security.connect(host, self.port, connect_timeout_ms / 1000.0,
                                           client_id)
@@ -98,9 +110,11 @@ class BrokerConnection:
                     f"cannot connect to broker {host}:{port}: {exc.strerror or exc}") from None
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock.settimeout(None)  # deadlines are enforced by the watchdog thread
-        self._reader = threading.Thread(
-            target=self._read_loop, name=f"sparklog-conn-{host}:{port}", daemon=True)
-        self._reader.start()
+        self._reader: threading.Thread | None = None
+        if not polled:
+            self._reader = threading.Thread(
+                target=self._read_loop, name=f"sparklog-conn-{host}:{port}", daemon=True)
+            self._reader.start()
         _WATCHDOG.watch(self)
 
     def __repr__(self) -> str:
@@ -131,6 +145,9 @@ class BrokerConnection:
         RequestTimedOutError instead of waiting when ``max_in_flight`` are waiting.
         """
         future = Future()
+        if self.polled and block:  # nobody else reads this connection's answers
+            while not self._closed and len(self._in_flight) >= self.max_in_flight:
+                self.poll(0.5)
         with self._state:
             while not self._closed and len(self._in_flight) >= self.max_in_flight:
                 if not block:
@@ -170,7 +187,12 @@ class BrokerConnection:
     def request(self, api_key: int, body: dict | None, timeout: float | None = None):
         """Send and wait: the decoded response body (raises the request's error)."""
         wait = timeout if timeout is not None else self.request_timeout + 1.0
-        return self.send(api_key, body).get(wait)
+        future = self.send(api_key, body)
+        if self.polled:
+            deadline = time.monotonic() + wait
+            while not future.is_done and (left := deadline - time.monotonic()) > 0:
+                self.poll(left)
+        return future.get(wait)
 
     def _broken(self, what: str) -> SparklogError:
         if self._error is not None:
@@ -181,10 +203,22 @@ class BrokerConnection:
     # --- reading --------------------------------------------------------------------
     def check_deadline(self, now: float) -> None:
         """Close the connection if its oldest request is past its deadline (called by
-        the watchdog thread; closing unblocks the reader)."""
+        the watchdog thread; closing unblocks the reader). A polled connection is
+        checked here only while a response is being read (a peer that stops in the
+        middle of one); otherwise :meth:`poll` checks its deadlines, after reading what
+        arrived, so an answer that came in time is not failed because its owner polled
+        late (as Kafka's client handles completed receives before timeouts), and a
+        response whose reading begins after its deadline has ``request_timeout_ms``
+        from then to arrive in full."""
+        if not self.polled:
+            self._check_deadline(now)
+        elif self._reading:  # a response whose reading began late gets its own timeout
+            self._check_deadline(now, self._reading_since + self.request_timeout)
+
+    def _check_deadline(self, now: float, floor: float = 0.0) -> None:
         with self._state:
             head = self._in_flight[0] if self._in_flight else None
-        if head is not None and now > head[3]:
+        if head is not None and now > max(head[3], floor):
             partial = self._announced
             self._fail(RequestTimedOutError(
                 f"{api_name(head[1])} request to broker {self.address} got no response "
@@ -192,6 +226,7 @@ class BrokerConnection:
                                         "did not arrive in full)" if partial else "")))
 
     def _read_loop(self) -> None:
+        """The reader thread of a threaded connection."""
         try:
             while True:
                 with self._state:
@@ -199,47 +234,120 @@ class BrokerConnection:
                         self._state.wait()
                     if self._closed:
                         return
-                (size,) = SIZE.unpack(recv_exact(self._sock, 4))
-                with self._state:
-                    if not self._in_flight:  # failed meanwhile (timeout, close)
-                        return
-                    head = self._in_flight[0]
-                limit, why = head[4]
-                if not 0 <= size <= limit:
-                    raise _Protocol(
-                        f"{api_name(head[1])} response from {self.address} announces {size} "
-                        f"bytes, more than the {limit} the request can get ({why}): the peer "
-                        "is not a sparklog broker or the stream is corrupt" if size >= 0 else
-                        f"{api_name(head[1])} response from {self.address} announces a "
-                        f"negative size {size}: the peer is not a sparklog broker or the "
-                        "stream is corrupt")
-                self._announced = size
-                payload = recv_exact(self._sock, size)
-                self._announced = 0
-                with self._state:
-                    if not self._in_flight:  # failed meanwhile (timeout, close)
-                        return
-                    correlation_id, api_key, future, _, _ = self._in_flight.popleft()
-                    self._state.notify_all()
-                try:
-                    got_id, body = decode_response(payload, api_key)
-                except SparklogError as exc:
-                    future.failure(exc)
-                    raise _Protocol(f"malformed {api_name(api_key)} response from broker "
-                                    f"{self.address}: {exc}") from None
-                if got_id != correlation_id:
-                    future.failure(BrokerNotAvailableError("correlation id mismatch"))
-                    raise _Protocol(
-                        f"broker {self.address} answered correlation id {got_id}, "
-                        f"expected {correlation_id}")
-                self._note_throttle(body)
-                future.success(body)
+                if not self._read_one():
+                    return
         except _Protocol as exc:
             self._fail(BrokerNotAvailableError(str(exc)))
         except (OSError, ValueError, SparklogError) as exc:
             if not self._closed:
                 self._fail(BrokerNotAvailableError(
                     f"connection to broker {self.address} broke: {exc}"))
+
+    def fileno(self) -> int:
+        """The socket's file descriptor (-1 once closed), for waiting on readiness."""
+        return self._sock.fileno()
+
+    def ready(self) -> bool:
+        """True when bytes of a response can be read without waiting (TLS: decrypted
+        bytes buffered in the SSL object count too)."""
+        if isinstance(self._sock, ssl.SSLSocket) and self._sock.pending():
+            return True
+        fd = self._sock.fileno()
+        if fd < 0:
+            return True  # closed meanwhile: reading reports it
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLPRI)
+        try:
+            return bool(poller.poll(0))
+        except (OSError, ValueError):
+            return True
+
+    def poll(self, timeout: float) -> bool:
+        """A polled connection's reading (see the module docstring): wait up to
+        ``timeout`` seconds for a response, then read every response that is ready
+        and complete their futures in this thread. Fails the connection when the
+        oldest request is past its deadline with no answer. Returns True when it read
+        a response."""
+        if self._closed or not self._in_flight:
+            return False
+        if not self.ready():
+            wait = min(timeout, self.next_deadline - time.monotonic())
+            if wait > 0:
+                wait_readable([self], wait)
+        return self.read_ready()
+
+    @property
+    def next_deadline(self) -> float:
+        """When the oldest waiting request times out (``time.monotonic()``; infinity
+        when none waits)."""
+        with self._state:
+            return self._in_flight[0][3] if self._in_flight else float("inf")
+
+    def read_ready(self) -> bool:
+        """Read the responses that are ready (a polled connection; after a wait on
+        :meth:`fileno`); then check the oldest request's deadline. True when it read
+        a response."""
+        got = False
+        try:
+            while self._in_flight and not self._closed and self.ready():
+                self._reading_since = time.monotonic()
+                self._reading = True
+                try:
+                    if not self._read_one():
+                        break
+                finally:
+                    self._reading = False
+                got = True
+        except _Protocol as exc:
+            self._fail(BrokerNotAvailableError(str(exc)))
+        except (OSError, ValueError, SparklogError) as exc:
+            if not self._closed:
+                self._fail(BrokerNotAvailableError(
+                    f"connection to broker {self.address} broke: {exc}"))
+        if not self._closed:
+            self._check_deadline(time.monotonic())
+        return got
+
+    def _read_one(self) -> bool:
+        """Read one response and complete the oldest request's future with it. False
+        when the connection failed meanwhile (a timeout, a close); raises _Protocol for
+        a response that breaks the protocol, OSError when the stream breaks."""
+        (size,) = SIZE.unpack(recv_exact(self._sock, 4))
+        with self._state:
+            if not self._in_flight:  # failed meanwhile (timeout, close)
+                return False
+            head = self._in_flight[0]
+        limit, why = head[4]
+        if not 0 <= size <= limit:
+            raise _Protocol(
+                f"{api_name(head[1])} response from {self.address} announces {size} "
+                f"bytes, more than the {limit} the request can get ({why}): the peer "
+                "is not a sparklog broker or the stream is corrupt" if size >= 0 else
+                f"{api_name(head[1])} response from {self.address} announces a "
+                f"negative size {size}: the peer is not a sparklog broker or the "
+                "stream is corrupt")
+        self._announced = size
+        payload = recv_exact(self._sock, size)
+        self._announced = 0
+        with self._state:
+            if not self._in_flight:  # failed meanwhile (timeout, close)
+                return False
+            correlation_id, api_key, future, _, _ = self._in_flight.popleft()
+            self._state.notify_all()
+        try:
+            got_id, body = decode_response(payload, api_key)
+        except SparklogError as exc:
+            future.failure(exc)
+            raise _Protocol(f"malformed {api_name(api_key)} response from broker "
+                            f"{self.address}: {exc}") from None
+        if got_id != correlation_id:
+            future.failure(BrokerNotAvailableError("correlation id mismatch"))
+            raise _Protocol(
+                f"broker {self.address} answered correlation id {got_id}, "
+                f"expected {correlation_id}")
+        self._note_throttle(body)
+        future.success(body)
+        return True
 
     @property
     def throttled_for(self) -> float:
@@ -279,12 +387,41 @@ class BrokerConnection:
     def close(self) -> None:
         """Close the connection; waiting requests fail with BrokerNotAvailableError."""
         self._fail(BrokerNotAvailableError(f"connection to broker {self.address} closed"))
-        if self._reader is not threading.current_thread():
+        if self._reader is not None and self._reader is not threading.current_thread():
             self._reader.join(2.0)
 
 
 class _Protocol(Exception):
     pass
+
+
+def wait_readable(conns, timeout: float) -> None:
+    """Wait up to ``timeout`` seconds until one of ``conns`` (polled connections, or
+    anything with a ``fileno()``) has bytes to read, or was closed. The wait has
+    microseconds' precision (``select``; a producer's linger deadline is a fraction of
+    a millisecond away), except for descriptors beyond ``select``'s limit, which wait
+    with ``poll`` (whole milliseconds)."""
+    fds = []
+    for conn in conns:
+        fd = conn.fileno()
+        if fd < 0:
+            return  # closed: its reading reports it at once
+        fds.append(fd)
+    timeout = max(0.0, timeout)
+    try:
+        if max(fds) < _SELECT_LIMIT:
+            select.select(fds, (), (), timeout)
+            return
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN | select.POLLPRI)
+        poller.poll(timeout * 1000.0)
+    except (OSError, ValueError):
+        pass  # a socket closed meanwhile: its reading reports it
+
+
+#: descriptors ``select`` can wait on (FD_SETSIZE)
+_SELECT_LIMIT = 1024
 
 
 class _Watchdog:

@@ -1,10 +1,13 @@
 """The consumer's fetcher: pipelined Fetch requests and the decoding of their frames.
 
-One Fetch is in flight per broker at a time. When its response arrives (on the
-connection's reader thread) the frames are queued as they came, the partitions'
+One Fetch is in flight per broker at a time, on the broker's *polled* connection
+(:mod:`sparklog.client.network`): its response is read by the polling thread itself,
+in :meth:`Fetcher.read_responses` and :meth:`Fetcher.wait` (called from ``poll()``), as
+Kafka's consumer reads its fetches in ``poll()``: no reader thread hands the response
+over. When a response is read, the frames are queued as they came, the partitions'
 *fetch offsets* advance past them (read from the frame headers only), and the next
-Fetch to that broker is sent at once, so data is ready before the application calls
-``poll()`` again. A partition with about ``max_partition_fetch_bytes`` already buffered
+Fetch to that broker is sent at once, so it is answered while the application works
+on the records ``poll()`` returns. A partition with about ``max_partition_fetch_bytes`` already buffered
 is left out of the next fetch (bounded memory).
 
 Decoding happens in the polling thread: frames are validated (CRC32C when
@@ -158,7 +161,7 @@ class Fetcher:
                 "max_bytes": self.max_bytes,
                 "topics": [{"name": t, "partitions": p} for t, p in topics.items()]}
         try:
-            future = self.client.send(node, ApiKey.FETCH, body, block=False,
+            future = self.client.send(node, ApiKey.FETCH, body, block=False, polled=True,
                                       extra_timeout_ms=self.max_wait_ms)
         except SparklogError as exc:
             self._on_failure(node, parts, exc)
@@ -225,6 +228,20 @@ class Fetcher:
     def has_data(self) -> bool:
         """True when completed fetches are waiting (call with ``cond`` held)."""
         return bool(self._completed)
+
+    def read_responses(self) -> None:
+        """Read the fetch responses that have arrived, without waiting (their data is
+        queued and the next fetches are sent, in this thread)."""
+        self.client.poll(0.0)
+
+    def wait(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for a fetch response and read it (and any
+        other that is ready); with no fetch in flight (a backoff, paused or
+        unreachable partitions), wait for the consumer's condition instead."""
+        if not self.client.poll(timeout):
+            with self.cond:
+                if not self._completed:
+                    self.cond.wait(timeout)
 
     def next_error(self):
         """Pop and return the first completed fetch that carries an error, or None; an

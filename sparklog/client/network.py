@@ -6,6 +6,13 @@ strings (or ``(host, port)`` tuples). The first reachable bootstrap address answ
 first Metadata request; afterwards requests go to brokers by node id, as the metadata
 names them. A connection that broke is reopened on its next use.
 
+Two kinds of connections are kept (:mod:`sparklog.client.connection`): threaded ones,
+whose own reader thread completes the futures (metadata, offsets, groups, anything a
+thread may wait for), and, for a request sent with ``polled=True``, polled ones, read
+only when their owner calls :meth:`NetworkClient.poll` (the consumer's fetches, read in
+its polling thread). A broker gets one connection of each kind that is used, as Kafka's
+consumer keeps a connection for its group coordinator beside the one it fetches on.
+
 An address that refused a connection is not tried again before its reconnect backoff
 has passed (Kafka's ``reconnect.backoff.ms``, doubling per failure up to
 ``reconnect.backoff.max.ms``, with +-20% jitter; reset by a successful connection):
@@ -30,7 +37,7 @@ from ..names import validate_client_id
 from ..protocol.apis import SUPPORTED_VERSIONS, ApiKey, api_name
 from ..protocol.codec import raise_for_error
 from ..protocol.connection import parse_address
-from .connection import BrokerConnection
+from .connection import BrokerConnection, wait_readable
 from .metadata import ClusterMetadata, TopicInfo
 
 log = logging.getLogger(__name__)
@@ -93,15 +100,18 @@ class NetworkClient:
         self.metadata = ClusterMetadata()
         self._lock = threading.RLock()
         self._by_address: dict[tuple[str, int], BrokerConnection] = {}
+        self._polled: dict[tuple[str, int], BrokerConnection] = {}  # polled connections
         self._refresh_lock = threading.Lock()
         self._closed = False
 
     # --- connections ----------------------------------------------------------------
-    def _connect(self, host: str, port: int, node_id: int = -1) -> BrokerConnection:
+    def _connect(self, host: str, port: int, node_id: int = -1, *,
+                 polled: bool = False) -> BrokerConnection:
+        pool = self._polled if polled else self._by_address
         with self._lock:
             if self._closed:
                 raise BrokerNotAvailableError("the client is closed")
-            conn = self._by_address.get((host, port))
+            conn = pool.get((host, port))
             if conn is not None and conn.connected:
                 if node_id >= 0:
                     conn.node_id = node_id
@@ -116,7 +126,7 @@ class NetworkClient:
                                     max_in_flight=self.max_in_flight,
                                     request_timeout_ms=self.request_timeout_ms,
                                     connect_timeout_ms=self.connect_timeout_ms,
-                                    security=self.security)
+                                    security=self.security, polled=polled)
         except BrokerNotAvailableError as exc:
             backoff = min(self.reconnect_backoff_max, self.reconnect_backoff * 2 ** failures)
             with self._lock:
@@ -132,11 +142,14 @@ class NetworkClient:
             conn.close()
             raise
         with self._lock:
-            old = self._by_address.get((host, port))
+            old = pool.get((host, port))
             if old is not None and old.connected:  # another thread won the race
                 conn.close()
                 return old
-            self._by_address[(host, port)] = conn
+            if self._closed:  # closed meanwhile: close() did not see this one
+                conn.close()
+                raise BrokerNotAvailableError("the client is closed")
+            pool[(host, port)] = conn
         return conn
 
     def _check_versions(self, conn: BrokerConnection) -> None:
@@ -152,15 +165,16 @@ class NetworkClient:
                     f"{theirs[key][0]}-{theirs[key][1]}, this client {lo}-{hi}")
         conn.api_versions = theirs
 
-    def connection(self, node_id: int) -> BrokerConnection:
-        """The (re)opened connection to broker ``node_id`` (known from the metadata)."""
+    def connection(self, node_id: int, *, polled: bool = False) -> BrokerConnection:
+        """The (re)opened connection to broker ``node_id`` (known from the metadata);
+        ``polled``: its polled connection (see the module docstring)."""
         broker = self.metadata.broker(node_id)
         if broker is None:
             self.refresh_metadata()
             broker = self.metadata.broker(node_id)
             if broker is None:
                 raise BrokerNotAvailableError(f"broker {node_id} is not in the cluster metadata")
-        return self._connect(broker.host, broker.port, node_id)
+        return self._connect(broker.host, broker.port, node_id, polled=polled)
 
     def any_connection(self) -> BrokerConnection:
         """A connection to some live broker: an open one, a known broker, or a bootstrap
@@ -182,10 +196,38 @@ class NetworkClient:
             "no broker reachable: " + "; ".join(dict.fromkeys(errors)))
 
     # --- requests -------------------------------------------------------------------
-    def send(self, node_id: int, api_key: int, body: dict, **kwargs):
-        """Send a request to broker ``node_id`` (-1: any broker); return its future."""
-        conn = self.any_connection() if node_id < 0 else self.connection(node_id)
+    def send(self, node_id: int, api_key: int, body: dict, *, polled: bool = False,
+             **kwargs):
+        """Send a request to broker ``node_id`` (-1: any broker); return its future.
+        ``polled``: on the broker's polled connection, whose response is read (and the
+        future completed) by a later :meth:`poll` in the caller's thread."""
+        if polled and node_id >= 0:
+            conn = self.connection(node_id, polled=True)
+        else:
+            conn = self.any_connection() if node_id < 0 else self.connection(node_id)
         return conn.send(api_key, body, **kwargs)
+
+    def poll(self, timeout: float, wakeup=None) -> bool:
+        """Read the responses of the polled connections, waiting up to ``timeout``
+        seconds for the first; their futures complete (callbacks run) in this thread,
+        and a request past its deadline fails its connection. ``wakeup`` (a
+        :class:`~sparklog.client.wakeup.Wakeup`) ends the wait early when set by
+        another thread. Without ``wakeup``, returns False at once when no polled
+        request is waiting (nothing to read); else True."""
+        with self._lock:
+            conns = [c for c in self._polled.values() if c.connected and c.in_flight]
+        if not conns and wakeup is None:
+            return False
+        if len(conns) == 1 and wakeup is None:
+            conns[0].poll(timeout)
+            return True
+        if not any(c.ready() for c in conns):
+            wait = min([timeout] + [c.next_deadline - time.monotonic() for c in conns])
+            if wait > 0:
+                wait_readable(conns if wakeup is None else conns + [wakeup], wait)
+        for conn in conns:
+            conn.read_ready()
+        return True
 
     def request(self, api_key: int, body: dict, *, node_id: int = -1,
                 timeout: float | None = None, retries: int = 2) -> dict:
@@ -218,9 +260,10 @@ class NetworkClient:
     def _adopt_node_ids(self) -> None:
         with self._lock:
             for broker in self.metadata.brokers.values():
-                conn = self._by_address.get((broker.host, broker.port))
-                if conn is not None:
-                    conn.node_id = broker.node_id
+                for pool in (self._by_address, self._polled):
+                    conn = pool.get((broker.host, broker.port))
+                    if conn is not None:
+                        conn.node_id = broker.node_id
 
     def topic_info(self, topic: str, *, refresh: bool = False,
                    auto_create: bool = False) -> TopicInfo:
@@ -239,7 +282,8 @@ class NetworkClient:
         """Close every connection (waiting requests fail)."""
         with self._lock:
             self._closed = True
-            conns = list(self._by_address.values())
+            conns = list(self._by_address.values()) + list(self._polled.values())
             self._by_address.clear()
+            self._polled.clear()
         for conn in conns:
             conn.close()

@@ -6,7 +6,8 @@ splits them among the members of ``group_id`` (rebalancing as members come and g
 a consumer without a group gets all of them. Positions start at the group's committed offset, else at
 ``auto_offset_reset`` (``latest``, ``earliest`` or ``none``). ``poll()`` returns
 ``{TopicPartition: [ConsumerRecord]}`` from fetches that the
-:class:`~sparklog.client.fetcher.Fetcher` pipelines ahead of it; ``poll_batches()``
+:class:`~sparklog.client.fetcher.Fetcher` pipelines ahead of it (their responses are
+read in the polling thread, in ``poll()``, as Kafka's consumer does); ``poll_batches()``
 returns Arrow record batches instead (bulk readers). Offsets are committed to the broker
 for ``group_id`` (manually with ``commit()``, or every ``auto_commit_interval_ms``).
 
@@ -385,6 +386,7 @@ class Consumer:
                 time.sleep(min(left, self.config["retry_backoff_ms"] / 1000.0))
                 continue
             self._fetcher.send_fetches()
+            self._fetcher.read_responses()
             self._raise_fetch_errors()
             out = self._fetcher.collect(limit, batches=batches)
             if out:
@@ -393,9 +395,7 @@ class Consumer:
             left = deadline - time.monotonic()
             if left <= 0:
                 return {}
-            with self._cond:
-                if not self._fetcher.has_data():
-                    self._cond.wait(min(left, 0.1))
+            self._fetcher.wait(min(left, 0.1))
 
     def _maintain(self) -> None:
         if self._pattern is not None:

@@ -309,7 +309,8 @@ class InFlightBatch:
 
 class RecordAccumulator:
     """Per-partition batch queues; see the module docstring. Thread-safe: ``append``
-    runs in callers' threads, ``drain``/``requeue``/``release`` in the I/O threads."""
+    runs in callers' threads, ``drain``/``requeue``/``release`` in the sender's thread
+    (``release`` also in a closing thread)."""
 
     def __init__(self, *, batch_size: int = 16384, linger_ms: float = 5,
                  buffer_memory: int = 32 * 1024 * 1024, max_block_ms: int = 60000,
@@ -335,7 +336,20 @@ class RecordAccumulator:
         self._memory_waiters = 0
         self._completion_waiters = 0  # threads in await_complete (flush)
         self._batch_limits: dict[str, int] = {}
+        #: the sender is waiting (for answers and for this accumulator) in a poll
+        #: that ``wakeup`` (a :class:`~sparklog.client.wakeup.Wakeup`) ends
         self.sender_waiting = False
+        self.wakeup = None
+        self.sender_ident = None  # the sender's thread (which needs no wake-up)
+
+    def _notify(self) -> None:
+        """Wake the threads waiting on ``cond`` (flushes, sends blocked on
+        ``buffer.memory``) and a waiting sender, unless this is the sender's own thread
+        (reading its answers in the poll); call with ``cond`` held."""
+        self.cond.notify_all()
+        if self.sender_waiting and self.wakeup is not None \
+                and threading.get_ident() != self.sender_ident:
+            self.wakeup.set()
 
     def set_batch_limit(self, topic: str, limit: int) -> None:
         """Bytes of records (their estimated sizes) after which a batch of ``topic`` is
@@ -360,7 +374,7 @@ class RecordAccumulator:
                 batch = ProducerBatch(tp, time.monotonic())
                 queue.append(batch)
                 if self.sender_waiting:  # a new linger deadline, or a full batch before
-                    self.cond.notify_all()
+                    self._notify()
             index = batch.count
             batch.count = index + 1
             batch.size += size
@@ -376,7 +390,7 @@ class RecordAccumulator:
             self._used += size
             self._incomplete += 1
             if self.sender_waiting and batch.size >= limit:
-                self.cond.notify_all()  # full: ready now
+                self._notify()  # full: ready now
             return FutureRecordMetadata(batch.result, index, timestamp)
 
     def append_frame(self, tp: tuple, frame: bytes, count: int) -> ProduceRequestResult:
@@ -397,7 +411,7 @@ class RecordAccumulator:
             self._used += size
             self._incomplete += batch.count
             if self.sender_waiting:
-                self.cond.notify_all()
+                self._notify()
             return batch.result
 
     def _wait_for_memory(self, tp: tuple, size: int) -> None:
@@ -410,7 +424,7 @@ class RecordAccumulator:
         deadline = time.monotonic() + self.max_block
         self._memory_waiters += 1
         try:
-            self.cond.notify_all()  # let the sender drain at once
+            self._notify()  # let the sender drain at once
             while self._used + size > self.buffer_memory:
                 left = deadline - time.monotonic()
                 if left <= 0 or self._closing:
@@ -483,7 +497,7 @@ class RecordAccumulator:
             item.retry_at = time.monotonic() + backoff
             pending = self._retries.setdefault(item.tp, [])
             pending.insert(bisect.bisect([i.order for i in pending], item.order), item)
-            self.cond.notify_all()
+            self._notify()
 
     def push_front(self, tp: tuple, batches: list) -> None:
         """Put batches taken by a drain but not sent (pieces of a split frame that did not
@@ -492,7 +506,7 @@ class RecordAccumulator:
         with self.cond:
             queue = self._queues.setdefault(tp, collections.deque())
             queue.extendleft(reversed(batches))
-            self.cond.notify_all()
+            self._notify()
 
     def replace(self, item: InFlightBatch, pieces: list) -> None:
         """Replace a sent batch the broker refused (too large) by its ``pieces``, which
@@ -503,7 +517,7 @@ class RecordAccumulator:
             pending = self._retries.setdefault(item.tp, [])
             for piece in pieces:
                 pending.insert(bisect.bisect([i.order for i in pending], piece.order), piece)
-            self.cond.notify_all()
+            self._notify()
 
     def earlier_pending(self, item: InFlightBatch) -> bool:
         """True when a batch of the same partition drained before ``item`` is still in
@@ -533,7 +547,7 @@ class RecordAccumulator:
             sent = len(self._in_flight.get(item.tp, ()))
             if self._memory_waiters or self._completion_waiters or self._closing \
                     or sent == self.max_in_flight - 1 or (not sent and item.tp in self._retries):
-                self.cond.notify_all()
+                self._notify()
 
     def unsent(self) -> list[InFlightBatch]:
         """Remove and return everything not yet sent (used when closing without waiting)."""
@@ -556,7 +570,7 @@ class RecordAccumulator:
         """Make every batch ready at once (until end_flush)."""
         with self.cond:
             self._flushing += 1
-            self.cond.notify_all()
+            self._notify()
 
     def end_flush(self) -> None:
         """Undo one begin_flush."""
@@ -582,4 +596,4 @@ class RecordAccumulator:
         """Stop accepting waits for memory; every batch becomes ready."""
         with self.cond:
             self._closing = True
-            self.cond.notify_all()
+            self._notify()

@@ -41,6 +41,7 @@ from collections import defaultdict
 import pyarrow as pa
 
 from ...client.network import NetworkClient
+from ...client.wakeup import Wakeup
 from ...errors import (
     BrokerNotAvailableError,
     FencedLeaderEpochError,
@@ -109,32 +110,46 @@ class Sender(threading.Thread):
 
     # --- main loop ----------------------------------------------------------------
     def run(self) -> None:
-        """The sender thread: drain ready batches into requests until closed."""
+        """The sender thread: drain ready batches into requests and read the answers
+        until closed. Its requests go out on polled connections
+        (:mod:`sparklog.client.network`), whose answers this thread reads itself, as
+        Kafka's Sender does: while nothing is ready to send it waits in one poll for
+        an answer, the next linger deadline, or the accumulator's wake-up (a new
+        batch, a flush, a close)."""
         acc = self.acc
+        wakeup = Wakeup()
+        with acc.cond:
+            acc.wakeup, acc.sender_ident = wakeup, threading.get_ident()
         try:
             while True:
                 with acc.cond:
-                    while True:
-                        if self._forced:
-                            items = None
-                            break
-                        items, wait = acc.drain(time.monotonic())
-                        if items:
-                            break
+                    if self._forced:
+                        break
+                    items, wait = acc.drain(time.monotonic())
+                    if not items:
                         if self._closing and acc.incomplete <= 0:
                             return
                         acc.sender_waiting = True
-                        acc.cond.wait(min(wait, 1.0))
-                        acc.sender_waiting = False
-                if items is None:
-                    break
+                if items:
+                    try:
+                        self._send(items)
+                    except Exception as exc:  # a bug must not leave callers waiting forever
+                        log.exception("producer sender failed on %d batches", len(items))
+                        for item in items:
+                            self._finish_failed(item, exc)
+                    self.client.poll(0.0)  # the answers that arrived meanwhile
+                    continue
                 try:
-                    self._send(items)
-                except Exception as exc:  # a bug must not leave callers waiting forever
-                    log.exception("producer sender failed on %d batches", len(items))
-                    for item in items:
-                        self._finish_failed(item, exc)
+                    self.client.poll(min(wait, 1.0), wakeup)
+                finally:
+                    with acc.cond:
+                        acc.sender_waiting = False
+                        wakeup.clear()
         finally:
+            with acc.cond:
+                acc.sender_waiting = False
+                acc.wakeup = None
+            wakeup.close()
             self._drop_unsent()
 
     def _drop_unsent(self) -> None:
@@ -281,7 +296,7 @@ class Sender(threading.Thread):
         expect = self.acks != ACKS_NONE
         try:
             future = self.client.send(node_id, ApiKey.PRODUCE, body, expect_response=expect,
-                                      extra_timeout_ms=self.request_timeout_ms)
+                                      extra_timeout_ms=self.request_timeout_ms, polled=True)
         except SparklogError as exc:
             for item in group:
                 self._handle_error(item, exc, outcome_known=True)
@@ -292,7 +307,7 @@ class Sender(threading.Thread):
             future.add_callback(self._on_written, group)
         future.add_errback(self._on_failure, group, expect)
 
-    # --- completion (connection reader threads) --------------------------------------
+    # --- completion (this thread, reading its polled connections; a close's thread) ---
     def _on_written(self, group, _none) -> None:
         for item in group:  # acks=0: no offsets are known
             if item.complete(-1):
