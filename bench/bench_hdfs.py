@@ -47,10 +47,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import synctrace  # noqa: E402  (bench-only: loaded into the brokers with --trace)
 from bench_broker_ingest import broker_ingest, build_requests  # noqa: E402
 from bench_latency import percentiles  # noqa: E402
 from bench_spark_scan import TOPIC, best_times_in_turn, generate  # noqa: E402
-import synctrace  # noqa: E402  (bench-only: loaded into the brokers with --trace)
 
 from sparklog.admin import Admin  # noqa: E402
 from sparklog.protocol import Connection  # noqa: E402

@@ -5,14 +5,15 @@ broker itself).
 a ``sitecustomize`` module on the broker's ``PYTHONPATH`` that calls :func:`install`
 before the broker starts. :func:`install` wraps a few methods that every checkout the
 bench compares has (``PartitionWriter.submit``/``_append_batch``/``_answer``,
-``PartitionLog.start_sync``, the HDFS stream's ``_push_parts_for_persist`` and
+``PartitionLog.start_sync``, the segment streams' ``_push_parts_for_persist`` and
 ``_persist``) to time each stage, and writes a summary (JSON) when the process exits:
 
 * ``residence``: a request's time in the broker, queued at its partition to answered;
 * ``append``: one append batch (validation and the log append) and its requests;
 * ``to_sync``: the first durable append since the last sync returning -> the next
   ``PartitionLog.start_sync`` (the hand-off from the append to the sync);
-* ``push`` / ``hsync``: writing the buffered bytes into Hadoop's client, the hsync;
+* ``push`` / ``hsync``: writing the buffered bytes into Hadoop's client, the hsync (on
+  the local disk: the write and the fsync);
 * ``to_answer``: hsync returned -> the answers of a durable batch on the event loop;
 * ``bytes_per_sync``, ``syncs`` and their rate.
 """
@@ -45,6 +46,7 @@ def install(out_path: str) -> None:
     ``out_path`` at exit."""
     from sparklog.log.partition import PartitionLog
     from sparklog.storage.hdfs import HadoopOutputStream
+    from sparklog.storage.local import LocalOutputStream
     from sparklog.writer.broker.partition import PartitionWriter
 
     now = time.perf_counter
@@ -60,7 +62,6 @@ def install(out_path: str) -> None:
                               PartitionWriter._answer)
     start_sync = PartitionLog.start_sync
     handed = getattr(PartitionWriter, "_hand_to_sync", None)
-    push, persist = HadoopOutputStream._push_parts_for_persist, HadoopOutputStream._persist
 
     def t_submit(self, records, acks):
         fut = submit(self, records, acks)
@@ -109,23 +110,33 @@ def install(out_path: str) -> None:
                 rec["to_sync"].append(t - first)
         return start_sync(self)
 
-    def t_push(self, parts):
-        t0 = now()
-        push(self, parts)
-        with lock:
-            rec["push"].append(now() - t0)
+    def traced(cls) -> None:
+        """Time the segment syncs of stream class ``cls`` (push, then persist)."""
+        push, persist = cls._push_parts_for_persist, cls._persist
 
-    def t_persist(self):
-        before = state["pushed"].get(id(self), 0)
-        covered = self._pushed
-        t0 = now()
-        persist(self)
-        t1 = now()
-        with lock:
-            rec["hsync"].append(t1 - t0)
-            rec["bytes_per_sync"].append(covered - before)
-            state["pushed"][id(self)] = covered
-            state["hsync_end"] = t1
+        def t_push(self, parts):
+            t0 = now()
+            push(self, parts)
+            if self.path.endswith(".log"):
+                with lock:
+                    rec["push"].append(now() - t0)
+
+        def t_persist(self):
+            if not self.path.endswith(".log"):
+                return persist(self)
+            before = state["pushed"].get(id(self), 0)
+            covered = self._pushed
+            t0 = now()
+            persist(self)
+            t1 = now()
+            with lock:
+                rec["hsync"].append(t1 - t0)
+                rec["bytes_per_sync"].append(covered - before)
+                state["pushed"][id(self)] = covered
+                state["hsync_end"] = t1
+
+        cls._push_parts_for_persist = t_push
+        cls._persist = t_persist
 
     PartitionWriter.submit = t_submit
     PartitionWriter._append_batch = t_append
@@ -133,8 +144,8 @@ def install(out_path: str) -> None:
     if handed is not None:
         PartitionWriter._hand_to_sync = t_hand
     PartitionLog.start_sync = t_start_sync
-    HadoopOutputStream._push_parts_for_persist = t_push
-    HadoopOutputStream._persist = t_persist
+    traced(HadoopOutputStream)
+    traced(LocalOutputStream)  # a sanity run on the local disk (fsync)
 
     def dump() -> None:
         with lock:
