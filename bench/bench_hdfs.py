@@ -15,6 +15,8 @@ DataNodes, default 3, replication 3, on this machine's loopback) and measures:
   records/s for ``--seconds``; each record's latency is send() to its acknowledgement.
   The baseline is what one acks=all write costs the cluster at least: a 100-byte
   ``write`` + ``hsync()`` with Hadoop's client, one at a time. Target: p99 <= 10 ms.
+  ``--trace`` times each broker's stages (append, hand-off to the sync, hsync, answer:
+  bench/synctrace.py, loaded into the broker processes by the bench only).
 * **scan**: ``--records`` records in ``--partitions`` partitions written through the log
   into HDFS, and the same records as Parquet files put into the same HDFS; one local
   Spark session counts and aggregates both (best of ``--repeat`` after a warm-up, the
@@ -25,7 +27,7 @@ DataNodes, default 3, replication 3, on this machine's loopback) and measures:
 
     .venv/bin/python bench/bench_hdfs.py [--part ingest,latency,scan] [--datanodes 3]
         [--mb 256] [--in-flight 8] [--rate 10000] [--seconds 5] [--records 1000000]
-        [--partitions 4] [--repeat 3] [--rounds 1] [--baseline-src DIR]
+        [--partitions 4] [--repeat 3] [--rounds 1] [--baseline-src DIR] [--trace]
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import synctrace  # noqa: E402  (bench-only: loaded into the brokers with --trace)
 from bench_broker_ingest import broker_ingest, build_requests  # noqa: E402
 from bench_latency import percentiles  # noqa: E402
 from bench_spark_scan import TOPIC, best_times_in_turn, generate  # noqa: E402
@@ -190,9 +193,11 @@ def part_latency(cluster: HdfsCluster, work: Path, args) -> None:
         order = list(variants) if r % 2 == 0 else list(variants)[::-1]
         for name in order:
             tag = "".join(c for c in name if c.isalnum())
+            trace = work / f"trace-{tag}-{r}.json"
+            env = synctrace.preload_env(work / "trace", trace) if args.trace else None
             with BrokerProcess(f"{cluster.hdfs_uri}/bench-latency-{tag}-{r}",
                                log_path=work / f"broker-lat-{tag}.log", log_level="WARNING",
-                               start_timeout=120, source=variants[name]) as broker:
+                               start_timeout=120, source=variants[name], env=env) as broker:
                 with Admin(broker.address) as admin:
                     admin.create_topic("latency", 1)
                 res = percentiles(produce_latencies(broker.address, args.rate, args.seconds))
@@ -200,6 +205,9 @@ def part_latency(cluster: HdfsCluster, work: Path, args) -> None:
             print(f"  round {r + 1} {name:<14}: p50 {res['p50']:6.2f} ms  p99 "
                   f"{res['p99']:7.2f} ms  (hsync floor p50 {floor[-1]['p50']:.2f} ms, p99 "
                   f"{floor[-1]['p99']:.2f} ms; load {os.getloadavg()[0]:.1f})", file=sys.stderr)
+            if args.trace:
+                print(f"    broker stages, p50/p99 ms: {synctrace.summary_line(trace)}",
+                      file=sys.stderr)
     print(f"\nproduce latency, acks=all, 100-byte records at {args.rate} records/s for "
           f"{args.seconds:g} s, one partition, {args.datanodes} DataNodes; medians of "
           f"{args.rounds} round(s); load average {os.getloadavg()[0]:.1f} on "
@@ -280,6 +288,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=1,
                     help="latency: rounds (medians are reported)")
+    ap.add_argument("--trace", action="store_true",
+                    help="latency: time each broker's stages (bench/synctrace.py) and "
+                         "print them after each run")
     ap.add_argument("--baseline-src", action="append", default=[],
                     help="latency: a sparklog checkout whose broker runs beside this "
                          "tree's in every round (e.g. an export of the previous commit); "

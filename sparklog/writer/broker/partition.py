@@ -4,12 +4,15 @@ Produce requests for a partition are queued; one writer task per partition drain
 queue and hands the whole batch to an I/O thread, which validates each request's
 frames (size, CRC32C, record columns against the topic's schema, producer sequences),
 appends them, and then does ONE flush — or one sync when any request in the batch asked
-for acks=all — for all of them (group commit). The sync runs beside the appends: while
-one sync waits for the storage (HDFS's DataNodes fsyncing), the writer validates and
-appends the next batches, and the next sync, started as soon as this one returns,
-covers all of them. A request is answered only once a sync started after its bytes
-were written has completed, so no acks=all answer precedes the durability of its
-records. Fetches that found too little data wait on the partition until the next flush
+for acks=all — for all of them (group commit). The sync runs beside the appends, on an
+I/O thread of its own turn (the sync worker): the thread that appended a batch for
+acks=all hands it to the worker directly, starting it when none runs, without a trip
+through the event loop; while one sync waits for the storage (HDFS's DataNodes
+fsyncing), the writer validates and appends the next batches, and the worker's next
+sync, started in the same thread as soon as this one returns, covers all of them. The
+worker posts each sync's answers to the event loop. A request is answered only once a
+sync started after its bytes were written has completed, so no acks=all answer
+precedes the durability of its records. Fetches that found too little data wait on the partition until the next flush
 or sync advances the high watermark, or their timeout; the frames each request appended
 are kept, once visible, in the partition's :class:`~.tail.TailCache`, from which such a
 fetch is answered.
@@ -28,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -63,6 +67,9 @@ MAX_BATCH_REQUESTS = 1024
 WAKE_BATCH = 128
 #: largest batch (request bytes) appended on the event loop when the log is local
 INLINE_APPEND_BYTES = 64 << 10
+#: syncs one turn of a partition's sync worker runs back to back before it gives its
+#: I/O thread to the other queued work (and queues itself again if more is waiting)
+SYNC_TURN = 8
 
 
 @dataclass
@@ -215,10 +222,12 @@ class PartitionWriter:
         self.not_null = NotNullChecker(topic) if constrained_fields(topic.schema) else None
         self.keys = KeyChecker(topic)
         self._queue: asyncio.Queue = asyncio.Queue()
-        #: (batch, results, runs) appended for acks=all, waiting for the next sync
+        #: (batch, results, runs) appended for acks=all, waiting for the next sync; with
+        #: ``_sync_turn`` (the sync worker's queued or running turn, None when idle),
+        #: guarded by ``_sync_lock`` (appending threads and the worker share them)
         self._unsynced: list[tuple[list[ProduceItem], list[ProduceResult], list]] = []
-        self._sync_wanted = asyncio.Event()
-        self._draining = False
+        self._sync_turn = None
+        self._sync_lock = threading.Lock()
         self._waiters: dict[asyncio.Future, None] = {}
         self._last_snapshot = time.monotonic()
         #: batches up to this many bytes are appended on the event loop (0: never;
@@ -265,7 +274,6 @@ class PartitionWriter:
         return future
 
     async def _run(self) -> None:
-        syncer = self.loop.create_task(self._sync_loop(), name=f"syncer-{self.name}")
         try:
             while True:
                 item = await self._queue.get()
@@ -295,40 +303,87 @@ class PartitionWriter:
                 except BaseException as exc:  # the log failed as a whole
                     self._append_failed(batch, exc)
                 else:
-                    if durable:  # visible (cached, answered) after the next sync
-                        self._unsynced.append((batch, results, runs))
-                        self._sync_wanted.set()
-                    else:  # flushed: visible
+                    # a durable batch is the sync worker's now (answered after its sync);
+                    # a flushed one is visible
+                    if not durable:
                         self._visible(batch, results, runs)
                 if stop:
                     break
         finally:
-            self._draining = True
-            self._sync_wanted.set()
-            await syncer
+            await self._syncs_done()
 
-    async def _sync_loop(self) -> None:
-        """Group commit with the appends overlapped: one sync at a time, started for
-        every batch whose append has completed; the batches appended while it waits
-        for the storage are synced together by the next one."""
+    # --- group commit: the sync worker (I/O threads) ------------------------------------------
+    def _hand_to_sync(self, batch: list[ProduceItem], results: list[ProduceResult],
+                      runs: list) -> None:
+        """I/O thread, right after ``batch`` was appended for acks=all: queue it for the
+        next sync, starting a turn of the sync worker when none is queued or running."""
+        with self._sync_lock:
+            self._unsynced.append((batch, results, runs))
+            if self._sync_turn is None:
+                try:
+                    self._sync_turn = self.pool.submit(self._sync_worker)
+                except BaseException:  # the pool is shut down: the batch fails
+                    self._unsynced.pop()
+                    raise
+
+    def _sync_worker(self) -> None:
+        """I/O thread: one turn of the partition's sync worker. Syncs everything appended
+        so far (``PartitionLog.start_sync``: the log's lock is held only to start, so
+        the writer keeps appending meanwhile), posts the answers of what that sync
+        covered to the event loop, and starts the next sync at once, in this thread,
+        for the batches appended meanwhile; ends when nothing waits, or after
+        ``SYNC_TURN`` syncs queues its next turn behind the pool's other work."""
+        syncs = 0
         while True:
-            await self._sync_wanted.wait()
-            self._sync_wanted.clear()
-            if not self._unsynced:
-                if self._draining:
+            with self._sync_lock:
+                if not self._unsynced:
+                    self._sync_turn = None
                     return
-                continue
-            group, self._unsynced = self._unsynced, []
+                if syncs >= SYNC_TURN:
+                    try:
+                        self._sync_turn = self.pool.submit(self._sync_worker)
+                        return
+                    except RuntimeError:  # the pool is shutting down: go on here
+                        pass
+                group, self._unsynced = self._unsynced, []
+            syncs += 1
             try:
                 # started after every append of ``group`` returned: covers their bytes
-                await self.loop.run_in_executor(self.pool, self._sync_blocking)
+                self.log.start_sync()()
             except BaseException as exc:
-                for batch, _, _ in group:
-                    self._append_failed(batch, exc)
+                if isinstance(exc, StorageError):
+                    self.failed = True
+                self._post(self._sync_failed, group, exc)
             else:
-                for batch, results, runs in group:
-                    self._visible(batch, results, runs)
-            self._sync_wanted.set()  # the batches appended meanwhile, or the drain
+                self._post(self._synced, group)
+
+    def _post(self, callback, *args) -> None:
+        try:
+            self.loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:  # the event loop is closed: nobody waits for answers
+            pass
+
+    def _synced(self, group: list) -> None:
+        for batch, results, runs in group:
+            self._visible(batch, results, runs)
+
+    def _sync_failed(self, group: list, exc: BaseException) -> None:
+        for batch, _, _ in group:
+            self._append_failed(batch, exc)
+
+    async def _syncs_done(self) -> None:
+        """Wait until the sync worker has synced (and posted the answers of) every batch
+        handed to it."""
+        while True:
+            with self._sync_lock:
+                turn = self._sync_turn
+            if turn is None:
+                return
+            try:
+                await asyncio.wrap_future(turn)
+            except BaseException:  # the turn's failure was posted as the batches' answers
+                pass
+            await asyncio.sleep(0)  # let the answers posted before the turn ended run
 
     def _visible(self, batch: list[ProduceItem], results: list[ProduceResult],
                  runs: list) -> None:
@@ -351,15 +406,6 @@ class PartitionWriter:
         self.tail.clear()
         log.error("partition %s: append failed: %s", self.name, exc)
         self._answer(batch, [ProduceResult(error=exc)] * len(batch))
-
-    def _sync_blocking(self) -> None:
-        """I/O thread: sync everything appended so far, holding the log's lock only to
-        start (``PartitionLog.start_sync``): the writer keeps appending meanwhile."""
-        try:
-            self.log.start_sync()()
-        except StorageError:
-            self.failed = True
-            raise
 
     def _inline(self, batch: list[ProduceItem]) -> bool:
         """True when ``batch`` may be appended on the event loop (module docstring)."""
@@ -403,9 +449,10 @@ class PartitionWriter:
 
     def _append_batch(self, batch: list[ProduceItem]):
         """I/O thread: validate, de-duplicate and append every request, then one flush
-        for all unless one asked for acks=all: the results, whether the batch waits for
-        a sync (the sync loop's) before its answers, and the runs of frames appended
-        (for the tail cache once they are visible)."""
+        for all unless one asked for acks=all, in which case the batch is handed to the
+        sync worker (which answers it): the results, whether the batch was handed to a
+        sync, and the runs of frames appended (for the tail cache once they are
+        visible)."""
         plog, state = self.log, self.state
         max_size = plog.config.max_message_bytes
         results: list[ProduceResult] = []
@@ -446,6 +493,8 @@ class PartitionWriter:
         if state.changed and (time.monotonic() - self._last_snapshot) * 1000 \
                 >= self.snapshot_interval_ms:
             self._snapshot()
+        if durable:  # answered by the sync worker once a sync covers it
+            self._hand_to_sync(batch, results, appended)
         return results, durable, appended
 
     def _append_sequenced(self, records: memoryview, frames, appended: list,
@@ -516,7 +565,8 @@ class PartitionWriter:
     def busy(self) -> bool:
         """True while produce requests are queued or wait for a sync, or fetches wait on
         the partition."""
-        return bool(self._waiters) or not self._queue.empty() or bool(self._unsynced)
+        return bool(self._waiters) or not self._queue.empty() or bool(self._unsynced) \
+            or self._sync_turn is not None
 
     # --- closing --------------------------------------------------------------------------------
     async def close(self) -> None:
