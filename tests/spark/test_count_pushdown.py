@@ -249,3 +249,24 @@ def test_damaged_frames_fail_as_the_row_scan_does(jspark, storage_root):
         pushed = outcome(lambda: df.selectExpr("count(*)").collect()[0][0])
         rows = outcome(lambda: row_count(df))
         assert pushed == rows == "corrupt", (where, pushed, rows)
+
+
+def test_typed_topic_counts_rows_and_not_null_columns(jspark, storage_root):
+    import pyarrow as pa
+
+    import sparklog
+    from tests.support.logfiles import NOT_NULL_SCHEMA
+
+    rows = [{"sym": "A", "px": 1.5, "qty": 1, "tags": ["x"], "p": {"a": 1, "b": None}},
+            {"sym": "B", "px": None, "qty": 2, "tags": None, "p": None}]
+    with sparklog.connect(storage_root) as s:
+        s.admin().create_topic("declared", 2, schema=NOT_NULL_SCHEMA)
+        with s.producer() as producer:
+            for i in range(5):
+                producer.send_batch("declared", pa.Table.from_pylist(rows),
+                                    partition=i % 2).get(30)
+    df = load(jspark, storage_root, subscribe="declared")
+    assert check(df, "driver") == 10
+    assert check(df, "driver", "count(qty)") == 10      # declared not null
+    assert how_counted(df, "count(px)") == "scan"       # nullable: the rows decide
+    assert df.selectExpr("count(px)").collect()[0][0] == 5

@@ -75,6 +75,20 @@ def test_jvm_planning_on_hdfs_equals_the_python_planners(jspark, hdfs_env):
     assert_rows(df, expected_rows("pl", {0: range(60), 1: range(60)}))
 
 
+def test_count_pushed_down_on_hdfs(jspark, hdfs_env):
+    """COUNT(*) on HDFS: answered on the driver from the summaries read through HDFS and
+    the planning walk of the active segments (sealed and active segments); a range
+    starting inside a sealed segment is counted by the tasks. Each equals the rows."""
+    from tests.spark.test_count_pushdown import check
+
+    root = f"{hdfs_env.hdfs_uri}/spark-count"
+    make_topic(root, "ct", partitions=2, count=30, per_frame=4,
+               config={"segment.bytes": "2000"})
+    assert check(load(jspark, root, subscribe="ct"), "driver") == 60
+    cut = load(jspark, root, subscribe="ct", startingOffsets='{"ct": {"0": 3, "1": -2}}')
+    assert check(cut, "tasks") == 57
+
+
 def test_stream_with_checkpoint_and_output_on_hdfs(sl_spark, hdfs_env):
     base = f"{hdfs_env.hdfs_uri}/spark-stream"
     root, out, ckpt = f"{base}/log", f"{base}/out", f"{base}/ckpt"
