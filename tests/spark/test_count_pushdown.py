@@ -18,7 +18,7 @@ from sparklog.format.marker import ABORT, COMMIT, encode_marker  # noqa: E402
 from sparklog.log.index import FLAG_NO_CONTROL, INDEX_HEADER_SIZE  # noqa: E402
 from sparklog.log.partition import PartitionLog  # noqa: E402
 from sparklog.metadata import TopicStore  # noqa: E402
-from sparklog.reader.jvm import JVM_PLANNING_OPTION, JVM_READER_OPTION  # noqa: E402
+from sparklog.reader.jvm import COUNT_PUSHDOWN_OPTION, JVM_PLANNING_OPTION, JVM_READER_OPTION  # noqa: E402
 from sparklog.storage import open_fileio  # noqa: E402
 from tests.support.logdata import BASE_TS, make_topic  # noqa: E402
 from tests.support.sparkread import load, scan_of  # noqa: E402
@@ -99,6 +99,7 @@ def test_not_pushed_where_it_must_not_be(jspark, storage_root):
     by_value = df.where("length(value) > 0")
     assert how_counted(by_value) == "scan" and by_value.count() == 80
     for options in ({JVM_PLANNING_OPTION: "false"}, {JVM_READER_OPTION: "false"},
+                    {COUNT_PUSHDOWN_OPTION: "false"},
                     {"kafka.isolation.level": "read_committed"}):
         other = load(jspark, storage_root, subscribe="ev", **options)
         assert how_counted(other) == "scan"

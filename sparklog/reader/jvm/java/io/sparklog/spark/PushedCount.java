@@ -62,7 +62,8 @@ final class PushedCount {
   /**
    * The pushed count of {@code agg} over a read of {@code options} whose table schema is
    * {@code fullSchema}, or null when it is not pushed ({@code filtersPushed}, the JVM
-   * reader off, another aggregate, or a scan the Python source plans).
+   * reader off, {@code sparklog.countPushDown=false}, another aggregate, or a scan the
+   * Python source plans).
    */
   static PushedCount of(Aggregation agg, StructType fullSchema,
       CaseInsensitiveStringMap options, boolean filtersPushed) {
@@ -70,6 +71,9 @@ final class PushedCount {
       return null;
     }
     try {
+      if (!PlanOptions.countPushDown(options)) {
+        return null;
+      }
       Configuration conf = SparklogScan.hadoopConf();
       BatchPlanner.Planned planned = BatchPlanner.planToCount(options, conf);
       long exact = RecordCount.exact(planned.ranges, planned.snapshots);
