@@ -94,9 +94,10 @@ final class RecordCount {
       this.dataRecords = dataRecords;
     }
 
-    /** The summary of {@code seg}'s sound {@code .index}, or null. */
+    /** The summary of {@code seg}'s {@code .index} when it is sound, or null (its first
+     *  72 bytes only: {@link LogFiles#validSummary}). */
     static Sealed of(FileSystem fs, LogFiles.Segment seg) {
-      ByteBuffer index = LogFiles.validIndex(fs, seg);
+      ByteBuffer index = LogFiles.validSummary(fs, seg);
       if (index == null) {
         return null;
       }
