@@ -34,27 +34,28 @@ import org.slf4j.LoggerFactory;
  * to a scan that {@link BatchPlanner} plans ({@link SparklogScanBuilder}, Spark's
  * {@code SupportsPushDownAggregates}): no filter pushed, the JVM reader on, no grouping.
  *
- * <p>When {@link RecordCount} finds the exact count from what planning read (the frames of
- * the active segments, the summaries of the sealed ones), the push-down is complete and
- * the scan is a {@link LocalScan}: the driver returns the single row, no task runs.
- * Otherwise it is partial: each task counts its range as the row scan reads it
- * ({@link SparklogPartitionReader} with no column: frame headers) and returns one row,
- * which Spark sums.
+ * <p>{@link RecordCount} counts what it can from what planning read (the frames of the
+ * active segments, the summaries of the sealed ones). When that is everything, the
+ * push-down is complete and the scan is a {@link LocalScan}: the driver returns the
+ * single row, no task runs. Otherwise it is partial: each piece of range it could not
+ * count is a task that counts it as the row scan reads it ({@link SparklogPartitionReader}
+ * with no column: frame headers) and returns one row, one more task returns what the
+ * driver counted, and Spark sums the rows.
  */
 final class PushedCount {
   private static final Logger LOG = LoggerFactory.getLogger(PushedCount.class);
 
   private final StructType schema;
-  /** The count, or -1 when the tasks count. */
-  private final long exact;
-  /** The planned ranges, given their hosts (partial push-down only). */
+  /** Records the driver counted. */
+  private final long known;
+  /** Pieces of the planned ranges the tasks count, given their hosts (none: complete). */
   private final RangePartition[] ranges;
   private final Configuration conf;
 
-  private PushedCount(StructType schema, long exact, RangePartition[] ranges,
+  private PushedCount(StructType schema, long known, RangePartition[] ranges,
       Configuration conf) {
     this.schema = schema;
-    this.exact = exact;
+    this.known = known;
     this.ranges = ranges;
     this.conf = conf;
   }
@@ -76,10 +77,10 @@ final class PushedCount {
       }
       Configuration conf = SparklogScan.hadoopConf();
       BatchPlanner.Planned planned = BatchPlanner.planToCount(options, conf);
-      long exact = RecordCount.exact(planned.ranges, planned.snapshots);
-      RangePartition[] ranges = exact >= 0 ? new RangePartition[0]
-          : PlannedRanges.finish(planned.ranges, new StructType(), conf, new HashMap<>());
-      return new PushedCount(schema(agg), exact, ranges, conf);
+      RecordCount.Split split = RecordCount.split(planned.ranges, planned.snapshots);
+      RangePartition[] rest = PlannedRanges.finish(split.rest, new StructType(), conf,
+          new HashMap<>());
+      return new PushedCount(schema(agg), split.known, rest, conf);
     } catch (PlanOptions.Unsupported e) {
       LOG.debug("sparklog: count not pushed down, the Python source plans: {}", e.getMessage());
     } catch (Exception e) {
@@ -90,7 +91,7 @@ final class PushedCount {
 
   /** Whether the driver knows the count (complete push-down). */
   boolean complete() {
-    return exact >= 0;
+    return ranges.length == 0;
   }
 
   /** The scan answering the count. */
@@ -158,16 +159,17 @@ final class PushedCount {
 
     @Override
     public InternalRow[] rows() {
-      return new InternalRow[] {row(schema.size(), exact)};
+      return new InternalRow[] {row(schema.size(), known)};
     }
 
     @Override
     public String description() {
-      return "sparklog [count pushed down: " + exact + " records, answered on the driver]";
+      return "sparklog [count pushed down: " + known + " records, answered on the driver]";
     }
   }
 
-  /** Partial push-down: one row per range, the count of its task. */
+  /** Partial push-down: one row per piece of range, the count of its task, and one row of
+   *  what the driver counted. */
   private final class TaskCount implements Scan, Batch {
     @Override
     public StructType readSchema() {
@@ -176,8 +178,8 @@ final class PushedCount {
 
     @Override
     public String description() {
-      return "sparklog [count pushed down: per-task counts of " + ranges.length
-          + " ranges planned on the JVM]";
+      return "sparklog [count pushed down: " + known + " records counted on the driver, "
+          + ranges.length + " ranges by the tasks]";
     }
 
     @Override
@@ -192,7 +194,9 @@ final class PushedCount {
 
     @Override
     public InputPartition[] planInputPartitions() {
-      return ranges.clone();
+      InputPartition[] all = Arrays.copyOf(ranges, ranges.length + 1, InputPartition[].class);
+      all[ranges.length] = new Counted(known);
+      return all;
     }
 
     @Override
@@ -214,21 +218,37 @@ final class PushedCount {
 
     @Override
     public PartitionReader<InternalRow> createReader(InputPartition partition) {
-      return new Reader((RangePartition) partition, width, conf.value().value());
+      if (partition instanceof Counted) {
+        return new Reader(null, width, ((Counted) partition).records, null);
+      }
+      return new Reader((RangePartition) partition, width, 0, conf.value().value());
+    }
+  }
+
+  /** The task of the records the driver counted: returns their number. */
+  static final class Counted implements InputPartition {
+    private static final long serialVersionUID = 1L;
+    final long records;
+
+    Counted(long records) {
+      this.records = records;
     }
   }
 
   /** Counts one range as the row scan reads it (no column: frame headers) and returns the
-   *  count as its single row. */
+   *  count, plus {@code counted}, as its single row; no range: {@code counted} alone. */
   static final class Reader implements PartitionReader<InternalRow> {
     private final SparklogPartitionReader rows;
     private final int width;
+    private final long counted;
     private InternalRow row;
     private boolean done;
 
-    Reader(RangePartition range, int width, Configuration conf) {
-      this.rows = new SparklogPartitionReader(range, new StructType(), conf);
+    Reader(RangePartition range, int width, long counted, Configuration conf) {
+      this.rows = range == null ? null : new SparklogPartitionReader(range, new StructType(),
+          conf);
       this.width = width;
+      this.counted = counted;
     }
 
     @Override
@@ -236,8 +256,8 @@ final class PushedCount {
       if (done) {
         return false;
       }
-      long n = 0;
-      while (rows.next()) {
+      long n = counted;
+      while (rows != null && rows.next()) {
         ColumnarBatch b = rows.get();
         n += b.numRows();
       }
@@ -253,12 +273,14 @@ final class PushedCount {
 
     @Override
     public org.apache.spark.sql.connector.metric.CustomTaskMetric[] currentMetricsValues() {
-      return rows.currentMetricsValues();
+      return rows == null ? ReaderMetrics.values(0, 0, 0) : rows.currentMetricsValues();
     }
 
     @Override
     public void close() throws IOException {
-      rows.close();
+      if (rows != null) {
+        rows.close();
+      }
     }
   }
 }

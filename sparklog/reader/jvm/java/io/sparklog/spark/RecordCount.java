@@ -17,7 +17,7 @@ import org.apache.hadoop.fs.FileSystem;
  * when the summary says the segment holds no control frame). Anything these cannot
  * answer exactly (a sealed segment only partly in the ranges or without that flag, a
  * range cutting through a frame with explicit offsets, a frame whose header the row scan
- * would reject) makes {@link #exact} answer -1: the tasks then count.
+ * would reject) is left to the tasks as pieces of the ranges ({@link #split}).
  *
  * <p>The count is the row scan's: records of frames that are not control frames
  * (transaction markers), aborted transactions included, with offsets in the ranges.
@@ -57,25 +57,21 @@ final class RecordCount {
       n++;
     }
 
-    /** Records of {@code [lo, hi)} in these frames, or -1 when the headers cannot say. */
-    long count(long lo, long hi) {
+    /** Records of {@code [lo, hi)} in these frames that their headers count; the spans of
+     *  the frames they cannot are added to {@code unknown}, in offset order. */
+    long count(long lo, long hi, List<long[]> unknown) {
       long total = 0;
       for (int i = 0; i < n; i++) {
-        if (last[i] < lo || base[i] >= hi) {
+        if (last[i] < lo || base[i] >= hi || kind[i] == CONTROL) {
           continue;
         }
-        if (kind[i] == UNSURE) {
-          return -1;
-        }
-        if (kind[i] == CONTROL) {
-          continue;
-        }
-        if (lo <= base[i] && last[i] < hi) {
+        if (kind[i] != UNSURE && lo <= base[i] && last[i] < hi) {
           total += records[i];
         } else if (kind[i] == IMPLICIT) {
           total += Math.min(hi, last[i] + 1) - Math.max(lo, base[i]);
         } else {
-          return -1;  // which of its explicit offsets fall inside: only the body says
+          // a frame the row scan may refuse, or explicit offsets cut by the range: a read
+          unknown.add(new long[] {Math.max(lo, base[i]), Math.min(hi, last[i] + 1)});
         }
       }
       return total;
@@ -108,70 +104,114 @@ final class RecordCount {
     }
   }
 
+  /** What the driver counted of a scan, and the pieces of its ranges left to the tasks. */
+  static final class Split {
+    /** Records counted from the planning's snapshots. */
+    final long known;
+    /** Pieces of the planned ranges only a read can count (in the ranges' order). */
+    final List<RangePartition> rest;
+
+    Split(long known, List<RangePartition> rest) {
+      this.known = known;
+      this.rest = rest;
+    }
+  }
+
   /**
-   * The exact number of records the row scan of {@code ranges} returns, read from the
-   * {@code snapshots} planning took of their partitions (with their frames and summaries:
-   * {@link BatchPlanner#planToCount}), or -1 when the tasks must count.
+   * The records the row scan of {@code ranges} returns, counted from the {@code snapshots}
+   * planning took of their partitions (with their frames and summaries:
+   * {@link BatchPlanner#planToCount}) where they say it exactly, and the pieces of the
+   * ranges where they do not (a sealed segment without a usable count or only partly in a
+   * range, a frame the row scan might refuse or cut by a range with explicit offsets).
    */
-  static long exact(List<RangePartition> ranges, List<BatchPlanner.Snapshot> snapshots) {
+  static Split split(List<RangePartition> ranges, List<BatchPlanner.Snapshot> snapshots) {
+    Map<String, BatchPlanner.Snapshot> snapshotOf = new TreeMap<>();
+    for (BatchPlanner.Snapshot s : snapshots) {
+      snapshotOf.put(s.topic + "\u0000" + s.partition, s);
+    }
     Map<String, List<RangePartition>> byPartition = new TreeMap<>();
     for (RangePartition r : ranges) {
       byPartition.computeIfAbsent(r.topic + "\u0000" + r.partition, k -> new ArrayList<>())
           .add(r);
     }
-    long total = 0;
-    for (BatchPlanner.Snapshot s : snapshots) {
-      List<RangePartition> mine = byPartition.get(s.topic + "\u0000" + s.partition);
-      if (mine == null) {
-        continue;
-      }
-      long lo = Long.MAX_VALUE;
-      long hi = Long.MIN_VALUE;
-      long covered = 0;
+    long known = 0;
+    List<RangePartition> rest = new ArrayList<>();
+    for (Map.Entry<String, List<RangePartition>> e : byPartition.entrySet()) {
+      List<RangePartition> mine = e.getValue();
+      mine.sort((a, b) -> Long.compare(a.start, b.start));
+      BatchPlanner.Snapshot s = snapshotOf.get(e.getKey());
+      // the ranges of a partition joined where they meet (a split counts as the whole)
+      List<long[]> unknown = new ArrayList<>();
+      long[] span = null;
       for (RangePartition r : mine) {
-        lo = Math.min(lo, r.start);
-        hi = Math.max(hi, r.end);
-        covered += r.end - r.start;
+        if (span != null && span[1] == r.start) {
+          span[1] = r.end;
+          continue;
+        }
+        if (span != null) {
+          known += count(s, span[0], span[1], unknown);
+        }
+        span = new long[] {r.start, r.end};
       }
-      if (covered != hi - lo) {
-        return -1;  // not one contiguous span (the planner's splits always are)
+      if (span != null) {
+        known += count(s, span[0], span[1], unknown);
       }
-      long n = count(s, lo, hi);
-      if (n < 0) {
-        return -1;
+      for (RangePartition r : mine) {  // what is unknown, cut as the planner split it
+        long[] open = null;
+        for (long[] u : unknown) {
+          long lo = Math.max(r.start, u[0]);
+          long hi = Math.min(r.end, u[1]);
+          if (lo >= hi) {
+            continue;
+          }
+          if (open != null && open[1] == lo) {
+            open[1] = hi;
+            continue;
+          }
+          if (open != null) {
+            rest.add(piece(r, open));
+          }
+          open = new long[] {lo, hi};
+        }
+        if (open != null) {
+          rest.add(piece(r, open));
+        }
       }
-      total += n;
     }
-    return total;
+    return new Split(known, rest);
   }
 
-  /** Records of {@code [lo, hi)} in the partition of {@code s}, or -1. */
-  private static long count(BatchPlanner.Snapshot s, long lo, long hi) {
+  private static RangePartition piece(RangePartition r, long[] span) {
+    return new RangePartition(r.topic, r.partition, span[0], span[1], r.root, r.failOnDataLoss);
+  }
+
+  /** Records of {@code [lo, hi)} in the partition of {@code s} that its snapshot counts;
+   *  the spans it cannot count are added to {@code unknown}, in offset order. */
+  private static long count(BatchPlanner.Snapshot s, long lo, long hi, List<long[]> unknown) {
+    if (s == null) {
+      unknown.add(new long[] {lo, hi});
+      return 0;
+    }
     long total = 0;
     int last = s.bases.length - 1;
     for (int i = 0; i <= last; i++) {
       long base = s.bases[i];
-      long bound = i < last ? s.bases[i + 1] : Long.MAX_VALUE;  // no offset of it reaches
+      long bound = i < last ? s.bases[i + 1] : hi;  // no offset of segment i reaches it
       if (base >= hi || bound <= lo) {
         continue;
       }
       if (i == last && s.active != null) {
-        long n = s.active.count(lo, hi);
-        if (n < 0) {
-          return -1;
-        }
-        total += n;
+        total += s.active.count(lo, hi, unknown);
         continue;
       }
       Sealed sum = s.sealed == null ? null : s.sealed[i];
-      if (sum == null) {
-        return -1;
-      }
-      if (sum.nextOffset <= lo) {
+      if (sum != null && sum.nextOffset <= lo) {
         continue;
       }
-      if (base < lo || sum.nextOffset > hi || sum.dataRecords < 0) {
-        return -1;  // partly in the span, or a count the summary does not have
+      if (sum == null || base < lo || sum.nextOffset > hi || sum.dataRecords < 0) {
+        // no summary, partly in the range, or a count the summary does not have
+        unknown.add(new long[] {Math.max(lo, base), Math.min(hi, bound)});
+        continue;
       }
       total += sum.dataRecords;
     }
