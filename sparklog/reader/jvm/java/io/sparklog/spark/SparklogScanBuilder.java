@@ -34,8 +34,10 @@ public class SparklogScanBuilder implements ScanBuilder, SupportsPushDownFilters
   private final PinnedReadInfo plan;
   private final Supplier<Scan> uncapped;
   private StructType required;
-  /** The count considered for push-down, once asked (null inside: not pushable). */
+  /** The count considered for push-down of {@link #countOf}, once asked (empty: not
+   *  pushable). */
   private java.util.Optional<PushedCount> count;
+  private Aggregation countOf;
   private boolean countPushed;
 
   /** A builder over the Python source's {@code delegate} for a table of {@code fullSchema},
@@ -82,11 +84,12 @@ public class SparklogScanBuilder implements ScanBuilder, SupportsPushDownFilters
     required = new StructType(kept.toArray(new StructField[0]));
   }
 
-  /** The pushed count of {@code agg}, planned once (Spark asks twice). */
+  /** The pushed count of {@code agg}, planned once per aggregation (Spark asks twice). */
   private PushedCount count(Aggregation agg) {
-    if (count == null) {
+    if (count == null || !agg.equals(countOf)) {
       count = java.util.Optional.ofNullable(
           PushedCount.of(agg, fullSchema, options, plan.filtersPushed()));
+      countOf = agg;
     }
     return count.orElse(null);
   }
