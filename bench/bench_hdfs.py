@@ -271,7 +271,7 @@ def part_scan(cluster: HdfsCluster, work: Path, args) -> None:
               f"{rates['sparklog'] / rates['parquet']:>6.2f} "
               f"{rates['unpushed'] / rates['parquet']:>15.2f} "
               f"{rates['py-planned'] / rates['parquet']:>17.2f}")
-    print("  target: ratio >= 1.0")
+    print(f"  target: ratio >= 1.0 (load average at the end {os.getloadavg()[0]:.1f})")
     spark.stop()
 
 
