@@ -149,7 +149,8 @@ def dump_index(fileio, path: str, out) -> int:
     print(f"baseOffset: {summary.base_offset} nextOffset: {summary.next_offset} "
           f"size: {summary.size} maxTimestamp: {summary.max_timestamp} "
           f"maxTimestampOffset: {summary.max_timestamp_offset} records: {summary.record_count} "
-          f"frames: {summary.frame_count}", file=out)
+          f"frames: {summary.frame_count} noControl: {str(summary.no_control).lower()}",
+          file=out)
     for offset, position in index.entries():
         print(f"offset: {offset} position: {position}", file=out)
     return 0

@@ -904,7 +904,8 @@ class CleanedSegmentWriter:
         self._expected = h.next_offset
         self._out.write(data)
         self.segment.track(h.base_offset, h.next_offset, h.max_timestamp,
-                           RECORD_COUNT.read(data, 0), len(data), self._position)
+                           RECORD_COUNT.read(data, 0), len(data), self._position,
+                           control=h.is_control)
         self._position += len(data)
         self.throttle.account(len(data))
         result.bytes_written += len(data)

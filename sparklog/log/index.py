@@ -8,14 +8,17 @@ the segment is sealed, with :meth:`FileIO.write_atomic`. Lookups use ``bisect``.
 
     0   4  magic b"SLOI"            40  8  max_timestamp_offset (-1 if empty)
     4   2  version (1)              48  8  record_count
-    6   2  reserved (0)             56  4  frame_count
+    6   2  flags                    56  4  frame_count
     8   8  base_offset              60  4  entry_count
     16  8  next_offset              64  4  CRC32C of bytes [0, 64)
     24  8  size of the .log         68  4  CRC32C of the entries
     32  8  max_timestamp (-1)       72  .. entries: u32 relative offset, u32 position
 
 The first 72 bytes are the :class:`SegmentSummary`: what the log needs to know about a
-sealed segment (end offset, size, max timestamp) without reading its ``.log``.
+sealed segment (end offset, size, max timestamp) without reading its ``.log``. Flags:
+bit 0 (:data:`FLAG_NO_CONTROL`) says the segment holds no control frame, so
+``record_count`` is what a read of the whole segment returns (a count answered without
+the ``.log``); indexes written before the flags existed have 0 there (unknown).
 
 ``.timeindex`` file::
 
@@ -42,6 +45,8 @@ from ..format.frame import crc32c
 INDEX_MAGIC = b"SLOI"
 TIMEINDEX_MAGIC = b"SLTI"
 INDEX_VERSION = 1
+FLAG_NO_CONTROL = 1
+"""``.index`` flag: no control frame in the segment (``record_count`` is all data)."""
 
 _SUMMARY = struct.Struct(">4sHHqqqqqqii")
 _INDEX_HEADER = struct.Struct(">4sHHqqqqqqiiII")
@@ -59,7 +64,9 @@ class SegmentSummary:
 
     ``next_offset`` is one past the last offset, ``size`` the ``.log`` length,
     ``max_timestamp`` the largest record timestamp (-1 if none) and
-    ``max_timestamp_offset`` the first offset of the frame that carries it.
+    ``max_timestamp_offset`` the first offset of the frame that carries it;
+    ``no_control`` is True when the segment is known to hold no control frame (then
+    ``record_count`` counts exactly the records a read returns).
     """
 
     base_offset: int
@@ -69,6 +76,7 @@ class SegmentSummary:
     max_timestamp_offset: int = -1
     record_count: int = 0
     frame_count: int = 0
+    no_control: bool = False
 
 
 def _entries_to_bytes(fmt: str, columns) -> bytes:
@@ -117,7 +125,8 @@ class OffsetIndex:
         """The ``.index`` file: summary header followed by the entries."""
         body = _entries_to_bytes("II", (self.relative_offsets, self.positions))
         head = _SUMMARY.pack(
-            INDEX_MAGIC, INDEX_VERSION, 0, summary.base_offset, summary.next_offset,
+            INDEX_MAGIC, INDEX_VERSION, FLAG_NO_CONTROL if summary.no_control else 0,
+            summary.base_offset, summary.next_offset,
             summary.size, summary.max_timestamp, summary.max_timestamp_offset,
             summary.record_count, summary.frame_count, len(self))
         return head + struct.pack(">II", crc32c(head), crc32c(body)) + body
@@ -148,7 +157,7 @@ def parse_index_header(data, path: str = "") -> tuple[SegmentSummary, int, int]:
         raise CorruptRecordError(
             f"offset index {path}: {len(data)} bytes, its header needs {INDEX_HEADER_SIZE}",
             path=path, position=0)
-    (magic, version, _, base, next_offset, size, max_ts, max_ts_off, records, frames,
+    (magic, version, flags, base, next_offset, size, max_ts, max_ts_off, records, frames,
      count, head_crc, body_crc) = _INDEX_HEADER.unpack_from(data, 0)
     if magic != INDEX_MAGIC or version != INDEX_VERSION:
         raise CorruptRecordError(
@@ -157,7 +166,8 @@ def parse_index_header(data, path: str = "") -> tuple[SegmentSummary, int, int]:
     if crc32c(memoryview(data)[:_SUMMARY.size]) != head_crc:
         raise CorruptRecordError(f"offset index {path}: header fails its CRC32C",
                                  path=path, position=0)
-    summary = SegmentSummary(base, next_offset, size, max_ts, max_ts_off, records, frames)
+    summary = SegmentSummary(base, next_offset, size, max_ts, max_ts_off, records, frames,
+                             bool(flags & FLAG_NO_CONTROL))
     return summary, count, body_crc
 
 

@@ -429,7 +429,8 @@ class PartitionLog:
                     after = offset + header.last_offset_delta + 1
                     seg.track(offset, after,
                               append_time if append_time >= 0 else header.max_timestamp,
-                              header.record_count, header.size, position + pos - start)
+                              header.record_count, header.size, position + pos - start,
+                              control=header.is_control)
                     self._unsynced_records += header.record_count
                     offset = after
                 self._leo = next_offset

@@ -114,6 +114,7 @@ class LogSegment:
         self._max_timestamp_offset = -1
         self._record_count = 0
         self._frame_count = 0
+        self._no_control = True
         self._bytes_since_index = 0
 
     @classmethod
@@ -151,12 +152,13 @@ class LogSegment:
             self._load_summary()
         return SegmentSummary(self.base_offset, self._next_offset, self._size,
                               self._max_timestamp, self._max_timestamp_offset,
-                              self._record_count, self._frame_count)
+                              self._record_count, self._frame_count, self._no_control)
 
     def _set_summary(self, s: SegmentSummary) -> None:
         self._size, self._next_offset = s.size, s.next_offset
         self._max_timestamp, self._max_timestamp_offset = s.max_timestamp, s.max_timestamp_offset
         self._record_count, self._frame_count = s.record_count, s.frame_count
+        self._no_control = s.no_control
         self._lazy = False
 
     def _load_summary(self) -> None:
@@ -179,9 +181,10 @@ class LogSegment:
 
     # --- appending ---------------------------------------------------------------------
     def track(self, base_offset: int, next_offset: int, max_timestamp: int,
-              record_count: int, size: int, position: int) -> None:
+              record_count: int, size: int, position: int, *, control: bool) -> None:
         """Account for a frame of ``size`` bytes at ``position`` (appended or found by a
-        scan): counters, and a sparse index entry every ``index.interval.bytes``."""
+        scan; ``control``: a control frame): counters, and a sparse index entry every
+        ``index.interval.bytes``."""
         if self._bytes_since_index >= self.index_interval_bytes:
             self.offset_index.append(base_offset, position)
             if self._max_timestamp >= 0:
@@ -196,6 +199,8 @@ class LogSegment:
         self._next_offset = next_offset
         self._record_count += record_count
         self._frame_count += 1
+        if control:
+            self._no_control = False
         self._size = position + size
 
     def scan(self, position: int = 0, end: int | None = None, *, contiguous: bool = False,
@@ -255,7 +260,7 @@ class LogSegment:
         for pos, frame in scan:
             h = frame.header
             self.track(h.base_offset, h.next_offset, h.max_timestamp, h.record_count,
-                       h.size, pos)
+                       h.size, pos, control=h.is_control)
             yield pos, frame
 
     def extend(self, end: int | None = None, *, contiguous: bool = True,
@@ -335,6 +340,7 @@ class LogSegment:
         self._size, self._next_offset, self._bytes_since_index = 0, self.base_offset, 0
         self._max_timestamp = self._max_timestamp_offset = -1
         self._record_count = self._frame_count = 0
+        self._no_control = True
         self.first_frame_max_timestamp = None
         self._lazy = False
         scan = self.extend(contiguous=True)

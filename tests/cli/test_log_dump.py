@@ -68,7 +68,7 @@ def test_indexes_and_urls(capsys, pdir, tmp_path):
     url = (tmp_path / "topics" / "events" / "0" / "00000000000000000000.index").as_uri()
     status, out, _ = dump(capsys, url)
     assert status == 0
-    assert "baseOffset: 0 nextOffset: 4" in out and "frames: 2" in out
+    assert "baseOffset: 0 nextOffset: 4" in out and "frames: 2 noControl: true" in out
     assert "offset: 2 position: " in out
     status, out, _ = dump(capsys, os.path.join(pdir, "00000000000000000000.timeindex"))
     assert status == 0 and "timestamp: 1001 offset: 2" in out

@@ -62,6 +62,9 @@ public final class GoldenCheck {
           pos += size;
         }
         if (seg.hasIndex) {
+          RecordCount.Sealed summary = RecordCount.Sealed.of(fs, seg);
+          System.out.println("summary " + topic + " " + seg.baseOffset + " "
+              + summary.nextOffset + " " + summary.dataRecords);
           for (long offset = seg.baseOffset; offset < seg.baseOffset + 6; offset++) {
             System.out.println("indexed " + topic + " " + offset + " "
                 + LogFiles.indexedPosition(fs, seg, offset));

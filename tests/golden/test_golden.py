@@ -56,8 +56,10 @@ FRAMES = [
 #: sealed segments of the raw topic: summary in the .index header, index entries
 #: (offset, position), time index entries (timestamp, offset)
 SEALED = {
-    0: (SegmentSummary(0, 6, 2250, TS + 5000, 3, 6, 2), [(3, 1117)], [(TS + 2000, 3)]),
-    6: (SegmentSummary(6, 12, 2250, TS + 11000, 9, 6, 2), [(9, 1117)], [(TS + 8000, 9)]),
+    0: (SegmentSummary(0, 6, 2250, TS + 5000, 3, 6, 2, no_control=True), [(3, 1117)],
+        [(TS + 2000, 3)]),
+    6: (SegmentSummary(6, 12, 2250, TS + 11000, 9, 6, 2, no_control=True), [(9, 1117)],
+        [(TS + 8000, 9)]),
 }
 
 RAW_CONFIG_JSON = {"configs": {"index.interval.bytes": 1, "message.timestamp.type": "CreateTime",
@@ -227,6 +229,14 @@ def test_jvm_finds_positions_in_the_offset_index(jvm_check):
             pos = max([p for o, p in entries if o <= offset], default=0)
             want.append(f"indexed raw {offset} {pos}")
     assert [line for line in jvm_check if line.startswith("indexed ")] == want
+
+
+def test_jvm_reads_the_record_counts_of_the_summaries(jvm_check):
+    """The no-control flag and record count of each sealed segment's summary, as the
+    pushed-down count reads them (io.sparklog.spark.RecordCount)."""
+    want = [f"summary raw {base} {s.next_offset} {s.record_count}"
+            for base, (s, _, _) in SEALED.items()]
+    assert [line for line in jvm_check if line.startswith("summary ")] == want
 
 
 def test_jvm_reads_the_typed_schema_and_the_planned_range(jvm_check):

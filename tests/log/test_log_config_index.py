@@ -69,6 +69,32 @@ def test_offset_index_lookup_and_round_trip():
     got_summary, got = OffsetIndex.from_bytes(data, "x.index")
     assert got_summary == summary
     assert got.entries() == index.entries()
+    # the no-control flag (bit 0 of the u16 at byte 6) round-trips; 0 reads as unknown
+    flagged = index.to_bytes(SegmentSummary(1000, 1055, 16000, 77, 1040, 55, 4,
+                                            no_control=True))
+    assert flagged[6:8] == b"\x00\x01" and data[6:8] == b"\x00\x00"
+    assert OffsetIndex.from_bytes(flagged, "x.index")[0].no_control
+
+
+def test_segment_summaries_say_whether_the_segment_has_control_frames(tmp_path):
+    """Appends set the flag until a control frame (transaction marker) comes; a
+    segment rebuilt by scanning finds the same."""
+    from sparklog.format.frame import encode_frame, raw_batch
+    from sparklog.format.marker import COMMIT, encode_marker
+    from sparklog.log.partition import PartitionLog
+    from sparklog.storage import open_fileio
+
+    d = str(tmp_path / "p")
+    with PartitionLog.open(open_fileio(tmp_path.as_uri()), d, {"segment.bytes": "1000000"}) as plog:
+        plog.append(encode_frame(raw_batch([b"a", b"b"]), timestamps=[1, 2]))
+        plog.roll()
+        plog.append(encode_frame(raw_batch([b"c"]), timestamps=[3], producer_id=9,
+                                 producer_epoch=0, base_sequence=0, transactional=True))
+        plog.append(encode_marker(COMMIT, producer_id=9, producer_epoch=0, timestamp=4))
+        plog.roll()
+        first, second = [s.summary for s in plog.segments[:2]]
+    assert (first.no_control, first.record_count) == (True, 2)
+    assert (second.no_control, second.record_count) == (False, 2)
 
 
 def test_time_index_lookup_and_round_trip():

@@ -19,7 +19,7 @@ from sparklog.format.header import LENGTH, LOG_OVERHEAD, RECORD_COUNT  # noqa: E
 from sparklog.log.partition import PartitionLog  # noqa: E402
 from sparklog.log.reader import LogReader  # noqa: E402
 from sparklog.metadata import TopicStore  # noqa: E402
-from sparklog.reader.jvm import JVM_READER_OPTION  # noqa: E402
+from sparklog.reader.jvm import COUNT_PUSHDOWN_OPTION, JVM_READER_OPTION  # noqa: E402
 from sparklog.storage import open_fileio  # noqa: E402
 from tests.support.hdfscluster import HdfsCluster, hadoop_unavailable  # noqa: E402
 from tests.support.logdata import append_more, expected_rows, make_topic  # noqa: E402
@@ -75,6 +75,20 @@ def test_jvm_planning_on_hdfs_equals_the_python_planners(jspark, hdfs_env):
     assert_rows(df, expected_rows("pl", {0: range(60), 1: range(60)}))
 
 
+def test_count_pushed_down_on_hdfs(jspark, hdfs_env):
+    """COUNT(*) on HDFS: answered on the driver from the summaries read through HDFS and
+    the planning walk of the active segments (sealed and active segments); a range
+    starting inside a sealed segment is counted by the tasks. Each equals the rows."""
+    from tests.spark.test_count_pushdown import check
+
+    root = f"{hdfs_env.hdfs_uri}/spark-count"
+    make_topic(root, "ct", partitions=2, count=30, per_frame=4,
+               config={"segment.bytes": "2000"})
+    assert check(load(jspark, root, subscribe="ct"), "driver") == 60
+    cut = load(jspark, root, subscribe="ct", startingOffsets='{"ct": {"0": 3, "1": -2}}')
+    assert check(cut, "tasks") == 57
+
+
 def test_stream_with_checkpoint_and_output_on_hdfs(sl_spark, hdfs_env):
     base = f"{hdfs_env.hdfs_uri}/spark-stream"
     root, out, ckpt = f"{base}/log", f"{base}/out", f"{base}/ckpt"
@@ -107,8 +121,9 @@ def _far_frames():
 
 
 def test_count_over_large_frames_on_hdfs(jspark, hdfs_env):
-    """count() on the JVM reader reads the header after each skipped body at its position
-    (HDFS positioned reads): the same counts as the Python reader over sealed and active
+    """count() on the JVM reader (its push-down off, so that the tasks count) reads the
+    header after each skipped body at its position (HDFS positioned reads): the same
+    counts as the Python reader and the pushed-down count over sealed and active
     segments, a compacted frame and mid-log ranges, and a header damaged far into a
     sealed segment is still reported with its file and position."""
     root = f"{hdfs_env.hdfs_uri}/spark-far"
@@ -126,12 +141,14 @@ def test_count_over_large_frames_on_hdfs(jspark, hdfs_env):
                   if f.path.endswith(".log"))
     assert len(logs) >= 2, logs  # a sealed segment and the active one
     for start, end in ((0, 399), (60, 300), (151, 249)):
-        jvm, python = jvm_and_python(jspark, root, subscribe="far",
-                                     startingOffsets=f'{{"far": {{"0": {start}}}}}',
-                                     endingOffsets=f'{{"far": {{"0": {end}}}}}')
+        # count() from the frames (push-down off): the header reads are the subject here
+        opts = {"subscribe": "far", "startingOffsets": f'{{"far": {{"0": {start}}}}}',
+                "endingOffsets": f'{{"far": {{"0": {end}}}}}'}
+        jvm, python = jvm_and_python(jspark, root, **opts, **{COUNT_PUSHDOWN_OPTION: "false"})
         want = len([o for o in [*range(150), *range(150, 249, 2), *range(249, 399)]
                     if start <= o < end])
         assert jvm.count() == python.count() == want, (start, end)
+        assert load(jspark, root, **opts).count() == want  # pushed down
     # damage the record count of the third frame of the sealed first segment
     victim = logs[0]
     data = bytearray(store.fileio.read_all(victim))
@@ -143,7 +160,7 @@ def test_count_over_large_frames_on_hdfs(jspark, hdfs_env):
     store.fileio.delete(victim)
     store.fileio.write_atomic(victim, bytes(data))
     with pytest.raises(Exception) as info:
-        load(jspark, root, subscribe="far").count()
+        load(jspark, root, subscribe="far", **{COUNT_PUSHDOWN_OPTION: "false"}).count()
     text = str(info.value)
     assert f"corrupt frame in {victim} at position {third}" in text, text
     assert "record count 7, last offset delta 49 (implicit offsets)" in text, text

@@ -32,7 +32,7 @@ from sparklog.format.header import (
 )
 from sparklog.log.partition import PartitionLog
 from sparklog.metadata import TopicStore
-from sparklog.reader.jvm import JVM_READER_OPTION, jar_path
+from sparklog.reader.jvm import COUNT_PUSHDOWN_OPTION, JVM_READER_OPTION, jar_path
 from sparklog.storage import open_fileio
 from tests.support.logdata import BASE_TS, append_more, expected_rows, make_topic, record, ts
 from tests.support.sparkread import (
@@ -215,26 +215,39 @@ def test_corrupt_frame_names_file_and_position(jspark, storage_root, tmp_path):
 
 
 def test_count_checks_the_headers_it_reads(jspark, storage_root, tmp_path):
-    """count() takes record counts from frame headers without their CRC, so a header whose
-    record count disagrees with its implicit offsets is reported; the same damage is a
-    CRC mismatch for a query that reads the body."""
+    """A count read from frame headers takes their record counts without the CRC, so a
+    header whose record count disagrees with its implicit offsets is reported; the same
+    damage is a CRC mismatch for a query that reads the body. A pushed-down count
+    (docs/spark.md, Counting) reads no frame of a sealed segment with a summary count:
+    it answers from the summary, as Parquet's count() from footers, and reports the same
+    damage in the active segment, whose headers it reads."""
 
     make_topic(storage_root, "hdr", partitions=1, count=40, per_frame=10,
                config={"segment.bytes": "1500"})
+    make_topic(storage_root, "act", partitions=1, count=40, per_frame=10)  # all active
     segments = sorted((tmp_path / "log" / "topics" / "hdr" / "0").glob("*.log"))
     assert len(segments) >= 3
-    victim = segments[1]  # sealed: the log's end does not depend on it
-    data = bytearray(victim.read_bytes())
-    RECORD_COUNT.write(data, 0, 7)  # the first frame's record count: 10 -> 7
-    victim.write_bytes(bytes(data))
-    df = load(jspark, storage_root, subscribe="hdr")
-    with pytest.raises(Exception) as info:
-        df.count()
-    text = str(info.value)
-    assert f"corrupt frame in file:{victim} at position 0" in text, text
-    assert "record count 7, last offset delta 9 (implicit offsets)" in text, text
-    with pytest.raises(Exception, match="CRC32C mismatch"):
-        df.select("value").collect()
+    active = sorted((tmp_path / "log" / "topics" / "act" / "0").glob("*.log"))
+    assert len(active) == 1
+    # a sealed segment (the log's end does not depend on it), then the first frame of an
+    # active segment (not its last, which the planner reads whole)
+    for topic, victim in (("hdr", segments[1]), ("act", active[0])):
+        data = bytearray(victim.read_bytes())
+        RECORD_COUNT.write(data, 0, 7)  # the first frame's record count: 10 -> 7
+        victim.write_bytes(bytes(data))
+        unpushed = load(jspark, storage_root, subscribe=topic,
+                        **{COUNT_PUSHDOWN_OPTION: "false"})
+        pushed = load(jspark, storage_root, subscribe=topic)
+        for count in [unpushed.count] + ([pushed.count] if topic == "act" else []):
+            with pytest.raises(Exception) as info:
+                count()
+            text = str(info.value)
+            assert f"corrupt frame in file:{victim} at position 0" in text, text
+            assert "record count 7, last offset delta 9 (implicit offsets)" in text, text
+        if topic == "hdr":
+            assert pushed.count() == 40  # from the summary: the frames are not read
+        with pytest.raises(Exception, match="CRC32C mismatch"):
+            pushed.select("value").collect()
 
 
 # header fields a reader uses, with their (start, length) in the 61-byte header; the base
@@ -277,7 +290,9 @@ def test_fuzzed_frames_read_right_or_fail_cleanly(jspark, storage_root, tmp_path
     while pos < len(pristine):
         frames.append(pos)
         pos += LOG_OVERHEAD + LENGTH.read(pristine, pos)
-    df = load(jspark, storage_root, subscribe="fz", **{JVM_READER_OPTION: str(jvm).lower()})
+    # count() from the frames (a pushed-down count would answer from the index summary)
+    df = load(jspark, storage_root, subscribe="fz", **{JVM_READER_OPTION: str(jvm).lower(),
+                                                      COUNT_PUSHDOWN_OPTION: "false"})
     assert (JVM in scan_of(df)) == jvm
     want = sorted(r.value for r in df.select("value").collect())
     rng = random.Random(20261122)

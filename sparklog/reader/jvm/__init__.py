@@ -34,6 +34,9 @@ JVM_READER_OPTION = "sparklog.jvmReader"
 #: Read option: "false" leaves a batch scan's planning and schema to the Python source
 #: (the JVM provider plans path-mode batch scans itself; see docs/spark.md).
 JVM_PLANNING_OPTION = "sparklog.jvmPlanning"
+#: Read option: "false" keeps COUNT(*) from being pushed down to a scan the JVM plans
+#: (it is then counted from the rows; see docs/spark.md, "Counting").
+COUNT_PUSHDOWN_OPTION = "sparklog.countPushDown"
 
 
 def cache_dir() -> Path:
@@ -194,4 +197,5 @@ def register_python_source(spark, source_cls) -> None:
 
 
 __all__ = ["jar_path", "cache_dir", "source_hash", "register_python_source", "SOURCE_DIR",
-           "JVM_READER_OPTION", "JVM_PLANNING_OPTION", "PROVIDER_CLASS", "provider_loaded", "class_loaded"]
+           "JVM_READER_OPTION", "JVM_PLANNING_OPTION", "COUNT_PUSHDOWN_OPTION",
+           "PROVIDER_CLASS", "provider_loaded", "class_loaded"]

@@ -50,26 +50,58 @@ public final class BatchPlanner {
     final long highWatermark;
     /** Base offsets of the live segments, ascending. */
     final long[] bases;
+    /** When planning to count: the frames of an active last segment (else null). */
+    final RecordCount.ActiveFrames active;
+    /** When planning to count: the sound summary of each sealed segment, by the index of
+     *  {@link #bases} (null entries: none; the array null when not counting). */
+    final RecordCount.Sealed[] sealed;
 
-    Snapshot(String topic, int partition, long logStart, long highWatermark, long[] bases) {
+    Snapshot(String topic, int partition, long logStart, long highWatermark, long[] bases,
+        RecordCount.ActiveFrames active, RecordCount.Sealed[] sealed) {
       this.topic = topic;
       this.partition = partition;
       this.logStart = logStart;
       this.highWatermark = highWatermark;
       this.bases = bases;
+      this.active = active;
+      this.sealed = sealed;
+    }
+  }
+
+  /** A planned batch scan: its ranges and the snapshots of the partitions they read. */
+  static final class Planned {
+    final List<RangePartition> ranges;
+    final List<Snapshot> snapshots;
+
+    Planned(List<RangePartition> ranges, List<Snapshot> snapshots) {
+      this.ranges = ranges;
+      this.snapshots = snapshots;
     }
   }
 
   /** The ranges of the batch scan {@code options}, or {@link PlanOptions.Unsupported}. */
   static List<RangePartition> plan(CaseInsensitiveStringMap options, Configuration conf)
       throws IOException, PlanOptions.Unsupported {
+    return plan(options, conf, false).ranges;
+  }
+
+  /** As {@link #plan(CaseInsensitiveStringMap, Configuration)}, with snapshots that also
+   *  hold what {@link RecordCount} counts from: the frames of each active segment (found
+   *  by the same walk that finds the log end) and the summaries of the sealed ones. */
+  static Planned planToCount(CaseInsensitiveStringMap options, Configuration conf)
+      throws IOException, PlanOptions.Unsupported {
+    return plan(options, conf, true);
+  }
+
+  private static Planned plan(CaseInsensitiveStringMap options, Configuration conf,
+      boolean counting) throws IOException, PlanOptions.Unsupported {
     PlanOptions o = PlanOptions.parse(options);
     FileSystem fs = LogFiles.fileSystem(o.root, conf);
     Map<String, Integer> topics = subscribed(fs, o);
     List<String[]> keys = partitionKeys(o, topics);
     checkSpec(o.starting, keys);
     checkSpec(o.ending, keys);
-    List<Snapshot> states = snapshots(fs, o.root, keys);
+    List<Snapshot> states = snapshots(fs, o.root, keys, counting);
     List<RangePartition> ranges = new ArrayList<>();
     Map<String, long[]> bases = new TreeMap<>();
     for (Snapshot s : states) {
@@ -85,7 +117,8 @@ public final class BatchPlanner {
       }
       bases.put(s.topic + "\u0000" + s.partition, s.bases);
     }
-    return split(ranges, bases, o.minPartitions, o.maxRecordsPerPartition);
+    return new Planned(split(ranges, bases, o.minPartitions, o.maxRecordsPerPartition),
+        states);
   }
 
   /**
@@ -143,7 +176,7 @@ public final class BatchPlanner {
     FileSystem fs = LogFiles.fileSystem(o.root, conf);
     List<String[]> keys = partitionKeys(o, subscribed(fs, o));
     com.fasterxml.jackson.databind.node.ObjectNode out = JSON.createObjectNode();
-    for (Snapshot s : snapshots(fs, o.root, keys)) {
+    for (Snapshot s : snapshots(fs, o.root, keys, false)) {
       com.fasterxml.jackson.databind.node.ObjectNode parts =
           out.has(s.topic) ? (com.fasterxml.jackson.databind.node.ObjectNode) out.get(s.topic)
               : out.putObject(s.topic);
@@ -283,12 +316,12 @@ public final class BatchPlanner {
   }
 
   /** The snapshots of {@code keys} (topic, partition), read in parallel. */
-  private static List<Snapshot> snapshots(FileSystem fs, String root, List<String[]> keys)
-      throws IOException, PlanOptions.Unsupported {
+  private static List<Snapshot> snapshots(FileSystem fs, String root, List<String[]> keys,
+      boolean counting) throws IOException, PlanOptions.Unsupported {
     if (keys.size() <= 1) {
       List<Snapshot> out = new ArrayList<>();
       for (String[] k : keys) {
-        out.add(snapshot(fs, root, k[0], Integer.parseInt(k[1])));
+        out.add(snapshot(fs, root, k[0], Integer.parseInt(k[1]), counting));
       }
       return out;
     }
@@ -296,7 +329,8 @@ public final class BatchPlanner {
     try {
       List<Future<Snapshot>> futures = new ArrayList<>();
       for (String[] k : keys) {
-        futures.add(pool.submit(() -> snapshot(fs, root, k[0], Integer.parseInt(k[1]))));
+        futures.add(pool.submit(() -> snapshot(fs, root, k[0], Integer.parseInt(k[1]),
+            counting)));
       }
       List<Snapshot> out = new ArrayList<>();
       for (Future<Snapshot> f : futures) {
@@ -322,8 +356,8 @@ public final class BatchPlanner {
     }
   }
 
-  static Snapshot snapshot(FileSystem fs, String root, String topic, int partition)
-      throws IOException, PlanOptions.Unsupported {
+  static Snapshot snapshot(FileSystem fs, String root, String topic, int partition,
+      boolean counting) throws IOException, PlanOptions.Unsupported {
     Path dir = LogFiles.partitionDir(root, topic, partition);
     List<LogFiles.Segment> segments;
     try {
@@ -332,12 +366,19 @@ public final class BatchPlanner {
       throw new PlanOptions.Unsupported("no directory " + dir);
     }
     long start = LogFiles.logStartOffset(fs, dir, segments);
-    long end = LogEnd.of(fs, segments, start);
+    boolean active = !segments.isEmpty() && !segments.get(segments.size() - 1).hasIndex;
+    RecordCount.ActiveFrames frames = counting && active ? new RecordCount.ActiveFrames() : null;
+    long end = LogEnd.of(fs, segments, start, frames);
     long[] bases = new long[segments.size()];
+    RecordCount.Sealed[] sealed = counting ? new RecordCount.Sealed[bases.length] : null;
     for (int i = 0; i < bases.length; i++) {
-      bases[i] = segments.get(i).baseOffset;
+      LogFiles.Segment seg = segments.get(i);
+      bases[i] = seg.baseOffset;
+      if (sealed != null && seg.hasIndex && seg.baseOffset < end) {
+        sealed[i] = RecordCount.Sealed.of(fs, seg);
+      }
     }
-    return new Snapshot(topic, partition, start, end, bases);
+    return new Snapshot(topic, partition, start, end, bases, frames, sealed);
   }
 
   // --- splitting: planning.py's split_ranges, _split and _snap, rule for rule ---------------

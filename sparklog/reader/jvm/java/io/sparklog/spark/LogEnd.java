@@ -37,6 +37,15 @@ final class LogEnd {
    *  log starts at {@code logStart}. */
   static long of(FileSystem fs, List<LogFiles.Segment> segments, long logStart)
       throws IOException, PlanOptions.Unsupported {
+    return of(fs, segments, logStart, null);
+  }
+
+  /** As {@link #of(FileSystem, List, long)}; the frames of an active last segment are
+   *  added to {@code frames} (null: not kept) as the row scan would take them, its control
+   *  frames and frames with explicit offsets read whole and CRC-checked
+   *  ({@link RecordCount}). */
+  static long of(FileSystem fs, List<LogFiles.Segment> segments, long logStart,
+      RecordCount.ActiveFrames frames) throws IOException, PlanOptions.Unsupported {
     if (segments.isEmpty()) {
       return logStart;
     }
@@ -48,11 +57,11 @@ final class LogEnd {
       }
       return index.getLong(OffsetIndexHeader.NEXT_OFFSET_OFFSET);
     }
-    return scanActive(fs, last);
+    return scanActive(fs, last, frames);
   }
 
-  private static long scanActive(FileSystem fs, LogFiles.Segment seg)
-      throws IOException, PlanOptions.Unsupported {
+  private static long scanActive(FileSystem fs, LogFiles.Segment seg,
+      RecordCount.ActiveFrames frames) throws IOException, PlanOptions.Unsupported {
     try (FSDataInputStream in = fs.open(seg.log)) {
       long end = LogFiles.visibleLength(fs, seg.log, in);
       byte[] window = new byte[0];
@@ -88,6 +97,9 @@ final class LogEnd {
             || !(base == expected || (base > expected && explicit))) {
           throw new PlanOptions.Unsupported(seg.log + ": unexpected frame at " + pos);
         }
+        if (frames != null) {
+          frames.add(base, base + delta, count, kind(in, h, pos, (int) size));
+        }
         lastPos = pos;
         lastSize = (int) size;
         want = lastSize;
@@ -105,5 +117,26 @@ final class LogEnd {
       }
       return expected;
     }
+  }
+
+  /** The {@link RecordCount} kind of the frame of header {@code h} at {@code pos}: what the
+   *  row scan checks of it (a header alone for implicit offsets, the whole frame's CRC32C
+   *  for control frames and explicit offsets) decides whether its count is sure. */
+  private static byte kind(FSDataInputStream in, ByteBuffer h, long pos, int size)
+      throws IOException {
+    int attributes = FrameHeader.attributes(h);
+    if ((attributes & (FrameHeader.CONTROL_BIT | FrameHeader.EXPLICIT_OFFSETS_BIT)) == 0) {
+      return FrameHeader.lastOffsetDelta(h) == FrameHeader.recordCount(h) - 1
+          ? RecordCount.IMPLICIT : RecordCount.UNSURE;
+    }
+    byte[] frame = new byte[size];
+    in.readFully(pos, frame, 0, size);
+    CRC32C crc = new CRC32C();
+    crc.update(frame, FrameHeader.CRC_START, size - FrameHeader.CRC_START);
+    if ((int) crc.getValue() != FrameHeader.crc(ByteBuffer.wrap(frame))) {
+      return RecordCount.UNSURE;
+    }
+    return (attributes & FrameHeader.CONTROL_BIT) != 0 ? RecordCount.CONTROL
+        : RecordCount.EXPLICIT;
   }
 }

@@ -329,6 +329,45 @@ final class LogFiles {
     } catch (IOException e) {
       return null;
     }
+    ByteBuffer b = soundHeader(bytes, seg);
+    if (b == null) {
+      return null;
+    }
+    CRC32C crc = new CRC32C();
+    int entries = b.getInt(OffsetIndexHeader.ENTRY_COUNT_OFFSET);
+    long entryBytes = (long) OffsetIndexHeader.ENTRY_SIZE * entries;
+    if (entries < 0 || OffsetIndexHeader.SIZE + entryBytes != bytes.length) {
+      return null;
+    }
+    crc.reset();
+    crc.update(bytes, OffsetIndexHeader.SIZE, (int) entryBytes);
+    if ((int) crc.getValue() != b.getInt(OffsetIndexHeader.ENTRIES_CRC_OFFSET)) {
+      return null;
+    }
+    return b;
+  }
+
+  /**
+   * The 72-byte summary of a sealed segment's {@code .index} when it is sound (magic,
+   * version, base offset, the size of the {@code .log} as listed, its CRC32C), else null;
+   * the entries are not read (a count needs the summary alone: {@link RecordCount}).
+   */
+  static ByteBuffer validSummary(FileSystem fs, Segment seg) {
+    if (!seg.hasIndex) {
+      return null;
+    }
+    byte[] bytes = new byte[OffsetIndexHeader.SIZE];
+    try (FSDataInputStream in = fs.open(seg.index())) {
+      in.readFully(bytes);
+    } catch (IOException e) {
+      return null;  // missing, or shorter than a summary
+    }
+    return soundHeader(bytes, seg);
+  }
+
+  /** {@code bytes} (an {@code .index} file or its first 72 bytes) as a buffer when its
+   *  summary is sound for {@code seg}, else null. */
+  private static ByteBuffer soundHeader(byte[] bytes, Segment seg) {
     if (bytes.length < OffsetIndexHeader.SIZE) {
       return null;
     }
@@ -344,16 +383,6 @@ final class LogFiles {
     CRC32C crc = new CRC32C();
     crc.update(bytes, 0, OffsetIndexHeader.HEADER_CRC_OFFSET);
     if ((int) crc.getValue() != b.getInt(OffsetIndexHeader.HEADER_CRC_OFFSET)) {
-      return null;
-    }
-    int entries = b.getInt(OffsetIndexHeader.ENTRY_COUNT_OFFSET);
-    long entryBytes = (long) OffsetIndexHeader.ENTRY_SIZE * entries;
-    if (entries < 0 || OffsetIndexHeader.SIZE + entryBytes != bytes.length) {
-      return null;
-    }
-    crc.reset();
-    crc.update(bytes, OffsetIndexHeader.SIZE, (int) entryBytes);
-    if ((int) crc.getValue() != b.getInt(OffsetIndexHeader.ENTRIES_CRC_OFFSET)) {
       return null;
     }
     return b;

@@ -35,11 +35,14 @@ final class PlanOptions {
   /** Read option: {@code false} leaves the planning (and schema) to the Python source
    *  (for comparisons; the Python source ignores it). */
   static final String PLANNING_KEY = "sparklog.jvmPlanning";
+  /** Read option: {@code false} keeps {@code COUNT(*)} from being pushed down to the scan
+   *  ({@link PushedCount}; for comparisons; the Python source ignores it). */
+  static final String COUNT_KEY = "sparklog.countPushDown";
   /** Option names (lower case) this parser understands. */
   private static final Set<String> KNOWN = Set.of("path", "subscribe", "subscribepattern",
       "assign", "startingoffsets", "endingoffsets", "failondataloss", "includeheaders",
       "minpartitions", "maxrecordsperpartition", JvmReaderOption.KEY.toLowerCase(Locale.ROOT),
-      PLANNING_KEY.toLowerCase(Locale.ROOT));
+      PLANNING_KEY.toLowerCase(Locale.ROOT), COUNT_KEY.toLowerCase(Locale.ROOT));
   /** Patterns made of these characters mean the same to Java's and Python's regexes. */
   private static final Pattern PLAIN_PATTERN = Pattern.compile("[A-Za-z0-9._\\-*+?|()^$]+");
   /** Kafka's topic names (sparklog/names.py): also a safe single path component. */
@@ -278,6 +281,11 @@ final class PlanOptions {
       values.put(e.getKey(), parts);
     }
     return new Spec("offsets", values);
+  }
+
+  /** Whether {@link #COUNT_KEY} lets a count be pushed down (default true). */
+  static boolean countPushDown(CaseInsensitiveStringMap options) throws Unsupported {
+    return bool(options.get(COUNT_KEY), true);
   }
 
   private static boolean bool(String raw, boolean dflt) throws Unsupported {

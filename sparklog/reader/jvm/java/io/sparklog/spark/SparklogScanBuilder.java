@@ -6,8 +6,10 @@ import java.util.List;
 import java.util.Set;
 import java.util.function.Supplier;
 
+import org.apache.spark.sql.connector.expressions.aggregate.Aggregation;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.read.SupportsPushDownAggregates;
 import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
 import org.apache.spark.sql.sources.Filter;
@@ -20,15 +22,23 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * deciding which it takes) and the plan they leave is pinned to this scan
  * ({@link PinnedReadInfo}); column pruning is handled here, by whole top-level columns
  * (the JVM reader decodes only what the query needs; the Python fallback projects).
+ * A {@code COUNT(*)} with no filter pushed, over a scan the JVM plans, is pushed down
+ * ({@link PushedCount}): answered on the driver when planning found the exact count,
+ * else counted by the tasks.
  */
-public class SparklogScanBuilder
-    implements ScanBuilder, SupportsPushDownFilters, SupportsPushDownRequiredColumns {
+public class SparklogScanBuilder implements ScanBuilder, SupportsPushDownFilters,
+    SupportsPushDownRequiredColumns, SupportsPushDownAggregates {
   private final ScanBuilder delegate;
   private final CaseInsensitiveStringMap options;
   private final StructType fullSchema;
   private final PinnedReadInfo plan;
   private final Supplier<Scan> uncapped;
   private StructType required;
+  /** The count considered for push-down of {@link #countOf}, once asked (empty: not
+   *  pushable). */
+  private java.util.Optional<PushedCount> count;
+  private Aggregation countOf;
+  private boolean countPushed;
 
   /** A builder over the Python source's {@code delegate} for a table of {@code fullSchema},
    *  whose Python read plan {@code plan} holds; {@code uncapped} makes the Python scan
@@ -74,8 +84,36 @@ public class SparklogScanBuilder
     required = new StructType(kept.toArray(new StructField[0]));
   }
 
+  /** The pushed count of {@code agg}, planned once per aggregation (Spark asks twice). */
+  private PushedCount count(Aggregation agg) {
+    if (count == null || !agg.equals(countOf)) {
+      count = java.util.Optional.ofNullable(
+          PushedCount.of(agg, fullSchema, options, plan.filtersPushed()));
+      countOf = agg;
+    }
+    return count.orElse(null);
+  }
+
+  /** True when the driver knows the exact count of the scan (see {@link PushedCount}). */
+  @Override
+  public boolean supportCompletePushDown(Aggregation agg) {
+    PushedCount c = count(agg);
+    return c != null && c.complete();
+  }
+
+  /** Takes COUNT(*) and COUNT of never-null columns, ungrouped, when no filter was pushed
+   *  and the JVM plans the scan. */
+  @Override
+  public boolean pushAggregation(Aggregation agg) {
+    countPushed = count(agg) != null;
+    return countPushed;
+  }
+
   @Override
   public Scan build() {
+    if (countPushed) {
+      return count.get().scan();
+    }
     Scan scan = delegate.build();
     boolean jvm = JvmReaderOption.enabled(options);
     // only the JVM reader prunes; with the opt-out the Python scan reads every column
