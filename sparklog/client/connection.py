@@ -26,6 +26,7 @@ out) every waiting request fails with a retriable
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import logging
 import select
@@ -34,6 +35,7 @@ import ssl
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 
 from ..errors import BrokerNotAvailableError, RequestTimedOutError, SparklogError
 from ..protocol.apis import ApiKey, api_name
@@ -227,7 +229,7 @@ class BrokerConnection:
 
     def _read_loop(self) -> None:
         """The reader thread of a threaded connection."""
-        try:
+        with self._failing():
             while True:
                 with self._state:
                     while not self._in_flight and not self._closed:
@@ -236,6 +238,13 @@ class BrokerConnection:
                         return
                 if not self._read_one():
                     return
+
+    @contextlib.contextmanager
+    def _failing(self) -> Iterator[None]:
+        """Fail the connection when reading breaks the protocol or the socket breaks
+        (the one rule of the reader thread and of a polled connection's reading)."""
+        try:
+            yield
         except _Protocol as exc:
             self._fail(BrokerNotAvailableError(str(exc)))
         except (OSError, ValueError, SparklogError) as exc:
@@ -288,7 +297,7 @@ class BrokerConnection:
         :meth:`fileno`); then check the oldest request's deadline. True when it read
         a response."""
         got = False
-        try:
+        with self._failing():
             while self._in_flight and not self._closed and self.ready():
                 self._reading_since = time.monotonic()
                 self._reading = True
@@ -298,12 +307,6 @@ class BrokerConnection:
                 finally:
                     self._reading = False
                 got = True
-        except _Protocol as exc:
-            self._fail(BrokerNotAvailableError(str(exc)))
-        except (OSError, ValueError, SparklogError) as exc:
-            if not self._closed:
-                self._fail(BrokerNotAvailableError(
-                    f"connection to broker {self.address} broke: {exc}"))
         if not self._closed:
             self._check_deadline(time.monotonic())
         return got

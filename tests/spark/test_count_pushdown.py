@@ -20,7 +20,7 @@ from sparklog.log.partition import PartitionLog  # noqa: E402
 from sparklog.metadata import TopicStore  # noqa: E402
 from sparklog.reader.jvm import COUNT_PUSHDOWN_OPTION, JVM_PLANNING_OPTION, JVM_READER_OPTION  # noqa: E402
 from sparklog.storage import open_fileio  # noqa: E402
-from tests.support.logdata import BASE_TS, make_topic  # noqa: E402
+from tests.support.logdata import BASE_TS, cleaned_topic, make_topic  # noqa: E402
 from tests.support.sparkread import load, scan_of  # noqa: E402
 
 pytestmark = pytest.mark.spark
@@ -147,22 +147,7 @@ def test_transactions_count_as_the_row_scan(jspark, storage_root):
 def test_compacted_topic_counts_its_summaries(jspark, storage_root):
     """Cleaned segments (offset gaps, explicit offsets) carry the no-control flag and
     their record count; a range cutting one is counted by the tasks."""
-    from sparklog.log.cleaner import clean
-
-    store = TopicStore(storage_root, open_fileio(storage_root))
-    config = {"cleanup.policy": "compact", "segment.bytes": "3000",
-              "min.cleanable.dirty.ratio": "0.01", "file.delete.delay.ms": "600000"}
-    store.create_topic("cp", 1, configs=config)
-    plog = PartitionLog.open(store.fileio, store.partition_dir("cp", 0), config)
-    try:
-        for i in range(0, 80, 5):
-            plog.append(encode_frame(
-                raw_batch([b"v%d" % o for o in range(i, i + 5)],
-                          [f"k{o % 6}".encode() for o in range(i, i + 5)]),
-                timestamps=[BASE_TS + o for o in range(i, i + 5)]))
-        assert clean(plog) is not None
-    finally:
-        plog.close()
+    cleaned_topic(storage_root)
     df = load(jspark, storage_root, subscribe="cp")
     n = check(df, "driver")
     assert n < 80

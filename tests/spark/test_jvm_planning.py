@@ -10,15 +10,11 @@ import pytest
 pytest.importorskip("pyspark", reason="pyspark is not installed")
 pytest.importorskip("chispa", reason="chispa is not installed")
 
-from sparklog.format.frame import encode_frame, raw_batch  # noqa: E402
-from sparklog.log.partition import PartitionLog  # noqa: E402
-from sparklog.metadata import TopicStore  # noqa: E402
 from sparklog.reader.jvm import JVM_PLANNING_OPTION  # noqa: E402
 from sparklog.reader.spark.catalog import StorageCatalog  # noqa: E402
 from sparklog.reader.spark.options import parse_options  # noqa: E402
 from sparklog.reader.spark.planning import plan_batch  # noqa: E402
-from sparklog.storage import open_fileio  # noqa: E402
-from tests.support.logdata import BASE_TS, expected_rows, make_topic  # noqa: E402
+from tests.support.logdata import BASE_TS, cleaned_topic, expected_rows, make_topic  # noqa: E402
 from tests.support.sparkread import JVM, assert_same, load, scan_of  # noqa: E402
 
 pytestmark = pytest.mark.spark
@@ -109,23 +105,8 @@ def test_what_the_jvm_leaves_to_the_python_planner(jspark, storage_root):
 
 
 def test_compacted_topic_plans_the_live_set(jspark, storage_root):
-    from sparklog.log.cleaner import clean
-
-    store = TopicStore(storage_root, open_fileio(storage_root))
-    config = {"cleanup.policy": "compact", "segment.bytes": "3000",
-              "min.cleanable.dirty.ratio": "0.01", "file.delete.delay.ms": "600000"}
-    store.create_topic("cp", 1, configs=config)
-    plog = PartitionLog.open(store.fileio, store.partition_dir("cp", 0), config)
-    try:
-        for i in range(0, 80, 5):
-            plog.append(encode_frame(
-                raw_batch([b"v%d" % o for o in range(i, i + 5)],
-                          [f"k{o % 6}".encode() for o in range(i, i + 5)]),
-                timestamps=[BASE_TS + o for o in range(i, i + 5)]))
-        cleaned = clean(plog)  # replaced segments stay beside the cleaned ones
-        assert cleaned is not None and cleaned.segments_replaced >= 2
-    finally:
-        plog.close()
+    cleaned = cleaned_topic(storage_root)  # replaced segments stay beside the cleaned ones
+    assert cleaned.segments_replaced >= 2
     for options in ({"subscribe": "cp"}, {"subscribe": "cp", "minPartitions": "4"},
                     {"subscribe": "cp", "maxRecordsPerPartition": "7"}):
         assert_same_plan(jspark, storage_root, options)

@@ -86,3 +86,27 @@ def expected_rows(topic: str, ranges: dict, *, headers=None) -> list:
 def append_more(store, topic, partition, offsets):
     """Append the records of ``offsets`` (as :func:`record` makes them) to a partition."""
     append_records(store, topic, partition, [record(topic, partition, o) for o in offsets])
+
+
+def cleaned_topic(root: str, topic: str = "cp"):
+    """A compacted topic of one partition (segments of 3000 bytes, replaced files kept
+    ten minutes for planned readers): 80 records over 6 keys in frames of 5, then one
+    cleaning, which must have cleaned something; returns its CleanResult."""
+    from sparklog.log.cleaner import clean
+
+    store = TopicStore(root, open_fileio(root))
+    config = {"cleanup.policy": "compact", "segment.bytes": "3000",
+              "min.cleanable.dirty.ratio": "0.01", "file.delete.delay.ms": "600000"}
+    store.create_topic(topic, 1, configs=config)
+    plog = PartitionLog.open(store.fileio, store.partition_dir(topic, 0), config)
+    try:
+        for i in range(0, 80, 5):
+            plog.append(encode_frame(
+                raw_batch([b"v%d" % o for o in range(i, i + 5)],
+                          [f"k{o % 6}".encode() for o in range(i, i + 5)]),
+                timestamps=[BASE_TS + o for o in range(i, i + 5)]))
+        result = clean(plog)
+        assert result is not None, f"{topic}: the cleaning cleaned nothing"
+        return result
+    finally:
+        plog.close()
