@@ -3,9 +3,10 @@
 :class:`ZooKeeperServer` runs Debian's ZooKeeper (``/usr/share/java/zookeeper.jar``; its
 manifest's Class-Path names the other jars it needs, plus an SLF4J binding) as
 ``java -cp ... org.apache.zookeeper.server.ZooKeeperServerMain zoo.cfg`` on a free
-127.0.0.1 port with a temporary dataDir, waits until it answers ``ruok``, and stops it
-by pid. When java or the jars are missing, :func:`zookeeper_unavailable` says why and the
-fixtures skip with that reason (``scripts/ci-deps.sh`` installs them on CI).
+127.0.0.1 port with a temporary dataDir, waits until it serves (``srvr`` names its
+mode), and stops it by pid. When java or the jars are missing,
+:func:`zookeeper_unavailable` says why and the fixtures skip with that reason
+(``scripts/ci-deps.sh`` installs them on CI).
 
 Fixtures (registered for every test by ``tests/conftest.py``'s ``pytest_plugins``):
 
@@ -124,7 +125,9 @@ class ZooKeeperServer(ManagedProcess):
         return cfg
 
     def start(self, timeout: float = 30.0) -> "ZooKeeperServer":
-        """Start the server and wait until it answers ``ruok``."""
+        """Start the server and wait until it serves: ``srvr`` names its mode. (``ruok``
+        answers ``imok`` as soon as the port listens, while a session request is still
+        refused with "ZooKeeperServer not running" until the database is loaded.)"""
         if self.pid is not None:
             return self
         cfg = self._write_config()
@@ -144,7 +147,7 @@ class ZooKeeperServer(ManagedProcess):
                 raise RuntimeError(f"ZooKeeper exited with {self.proc.returncode}: "
                                    f"{self.log_tail()}")
             try:
-                if four_letter(self.host, self.port, "ruok", 1.0) == "imok":
+                if "Mode:" in four_letter(self.host, self.port, "srvr", 1.0):
                     return self
             except OSError:
                 pass
