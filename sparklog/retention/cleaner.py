@@ -9,8 +9,8 @@ of ``log.cleaner.io.max.bytes.per.second`` and each has a key map of
 partition due, a thread waits ``log.cleaner.backoff.ms``. A due partition whose cleaning
 could clean nothing (a transaction still open from its first dirty offset on) is not
 tried again until its cleanable range changes (a segment sealed, the first dirty offset
-moved): the dirty bytes above the last stable offset are not cleanable, as in Kafka. ``log.cleaner.enable=false``
-starts no thread.
+moved): the dirty bytes above the last stable offset are not cleanable, as in Kafka.
+``log.cleaner.enable=false`` starts no thread.
 
 With ``log.cleaner.process.enable`` (default true) the CPU-heavy part of each cleaning
 runs in a helper process (:mod:`.cleaner_process`), so it does not hold the GIL the
