@@ -5,8 +5,15 @@ broker's produce rate while its cleaner runs beside the same broker idle (same r
    frames of R records) is written, then cleaned (``sparklog.log.cleaner.clean``: key
    map over the dirty segments, then every sealed segment read and rewritten). The
    baseline reads the same segment files through the same FileIO in 8 MiB calls and
-   writes those bytes to a new file, synced (fsync) and closed before its clock stops,
-   as each cleaned segment is. With ``--spark`` the Spark job cleans too
+   writes those bytes to one file, synced (fsync) and closed before its clock stops,
+   as each cleaned segment is, in several ways (``--raw``, all by default), each
+   measured every round: a new file through the FileIO (as the cleanings write), a new
+   file with write(2), a file preallocated (fallocate, synced) before the clock starts,
+   and a new file written with O_DIRECT from aligned buffers (left out, the reason
+   printed, where the filesystem refuses it). A copy's speed on a virtual disk swings by itself
+   from run to run; each cleaner is judged against the fastest way (by median: the
+   strictest baseline), its ratios against the others printed beside.
+   With ``--spark`` the Spark job cleans too
    (:func:`sparklog.job.compaction.compact_partition` on local[2], timed from the call
    to its return: planning, the job, the driver's commits). Every measured step runs
    on a fresh copy of the partition, after ``sync`` (the copy in the page cache,
@@ -33,11 +40,13 @@ broker's produce rate while its cleaner runs beside the same broker idle (same r
         [--records-per-frame 1000] [--segment-bytes 16777216] [--mb 128] [--rounds 3]
         [--warmup 1] [--skip-produce] [--skip-cleaning] [--spark]
         [--java-options '-XX:TieredStopAtLevel=1'] [--cleaner-thread]
+        [--raw fileio,new,prealloc,direct]
 """
 
 from __future__ import annotations
 
 import argparse
+import mmap
 import multiprocessing
 import os
 import shutil
@@ -85,20 +94,117 @@ def build_log(fileio, directory, config, args) -> int:
         return sum(s.size for s in plog.segments[:-1])
 
 
-def raw_read_write(fileio, paths, out_path) -> float:
-    """Seconds to read ``paths`` in 8 MiB calls and write the bytes to ``out_path``,
-    synced (fsync, as each cleaned segment is) and closed before the clock stops."""
-    start = time.perf_counter()
-    out = fileio.create(out_path)
+#: the raw read + write's ways of writing (``--raw``): what each does, in the report
+RAW_WAYS = {
+    "fileio": "new file through the FileIO",
+    "new": "new file, write(2)",
+    "prealloc": "preallocated file (fallocate)",
+    "direct": "new file, O_DIRECT from aligned buffers",
+}
+#: O_DIRECT's alignment of offsets, lengths and buffers (a multiple of any block size
+#: a Linux filesystem asks for; the buffer is an anonymous mmap: page-aligned)
+DIRECT_ALIGN = 4096
+
+
+def _chunks(fileio, paths):
+    """The bytes of ``paths``, read through ``fileio`` in 8 MiB calls (every raw way
+    reads so, as the cleanings read: from the page cache, the copy being clean there)."""
     for path in tqdm(paths, desc="raw read+write", unit="file", leave=False):
         size, pos = fileio.size(path), 0
         while pos < size:
             data = fileio.read_range(path, pos, CHUNK)
-            out.write(data)
+            yield data
             pos += len(data)
-    out.sync()
-    out.close()
-    return time.perf_counter() - start
+
+
+def _write_all(fd: int, data) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _write_direct(fd: int, chunks) -> None:
+    """Write ``chunks`` to ``fd`` (opened O_DIRECT) through one page-aligned 8 MiB
+    buffer; the last block is padded to :data:`DIRECT_ALIGN` and the file cut back to
+    the bytes written."""
+    buf = mmap.mmap(-1, CHUNK)
+    view, fill, total = memoryview(buf), 0, 0
+    try:
+        for data in chunks:
+            src = memoryview(data)
+            while src:
+                n = min(len(src), CHUNK - fill)
+                view[fill:fill + n] = src[:n]
+                fill, src = fill + n, src[n:]
+                if fill == CHUNK:
+                    _write_all(fd, view)
+                    total, fill = total + CHUNK, 0
+        if fill:
+            aligned = -(-fill // DIRECT_ALIGN) * DIRECT_ALIGN
+            view[fill:aligned] = bytes(aligned - fill)
+            _write_all(fd, view[:aligned])
+            os.ftruncate(fd, total + fill)
+    finally:
+        view.release()
+        buf.close()
+
+
+def direct_refused(directory: str) -> str | None:
+    """Why O_DIRECT writes cannot run in ``directory`` (None when they can): the
+    filesystem (tmpfs, some overlays) or the OS may refuse the flag or the write."""
+    if not hasattr(os, "O_DIRECT"):
+        return "this OS has no O_DIRECT"
+    probe = os.path.join(directory, "o_direct.probe")
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_DIRECT, 0o644)
+        try:
+            _write_direct(fd, [b"x" * DIRECT_ALIGN])
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        return f"the filesystem of {directory} refuses it ({exc.strerror or exc})"
+    finally:
+        Path(probe).unlink(missing_ok=True)
+    return None
+
+
+def raw_read_write(fileio, paths, out_path: str, way: str = "fileio",
+                   nbytes: int = 0) -> float:
+    """Seconds to read ``paths`` (:func:`_chunks`) and write the bytes to the new file
+    ``out_path``, synced (fsync, as each cleaned segment is) and closed before the clock
+    stops; ``way`` (:data:`RAW_WAYS`) says how it is written: ``fileio`` through the
+    FileIO (its lease and checks, as the cleanings write), ``new`` with write(2),
+    ``prealloc`` with write(2) into ``nbytes`` allocated (fallocate) and synced before
+    the clock starts, ``direct`` with O_DIRECT (no page cache: the fsync waits for no
+    writeback).
+    """
+    if way == "fileio":
+        start = time.perf_counter()
+        out = fileio.create(out_path)
+        for data in _chunks(fileio, paths):
+            out.write(data)
+        out.sync()
+        out.close()
+        return time.perf_counter() - start
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | (os.O_DIRECT if way == "direct" else 0)
+    fd = os.open(out_path, flags, 0o644)
+    try:
+        if way == "prealloc":  # allocated and durable before the clock starts
+            os.posix_fallocate(fd, 0, nbytes)
+            os.fsync(fd)
+        start = time.perf_counter()
+        if way == "direct":
+            _write_direct(fd, _chunks(fileio, paths))
+        else:
+            for data in _chunks(fileio, paths):
+                _write_all(fd, data)
+        os.fsync(fd)
+        os.close(fd)
+        fd = -1
+        return time.perf_counter() - start
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 def settle() -> None:
@@ -131,15 +237,17 @@ class Steps:
         shutil.copytree(self.source, copy)
         return copy
 
-    def raw(self) -> float:
-        """The raw read + write of the copy's sealed segments."""
-        copy, out = self._copy("raw"), self.fileio.join(self.root, "raw.bin")
+    def raw(self, way: str) -> float:
+        """The raw read + write of the copy's sealed segments, written ``way``
+        (:func:`raw_read_write`)."""
+        copy, out = self._copy("raw"), os.path.join(self.root, "raw.bin")
         try:
             with PartitionLog.open(self.fileio, str(copy), self.config) as plog:
                 paths = [s.path for s in plog.segments[:-1]]
             self.segments = len(paths)
+            nbytes = sum(self.fileio.size(p) for p in paths)
             settle()
-            return raw_read_write(self.fileio, paths, out)
+            return raw_read_write(self.fileio, paths, out, way, nbytes)
         finally:
             Path(out).unlink(missing_ok=True)
             shutil.rmtree(copy, ignore_errors=True)
@@ -178,11 +286,68 @@ class Steps:
             shutil.rmtree(copy, ignore_errors=True)
 
 
+def raw_ways(root: str, wanted: str) -> list[str]:
+    """The raw ways of ``--raw`` (comma-separated) that run in ``root``; an unknown
+    name is an error, a way the filesystem refuses is left out with the reason printed."""
+    ways = [w.strip() for w in wanted.split(",") if w.strip()]
+    unknown = [w for w in ways if w not in RAW_WAYS]
+    if unknown or not ways:
+        raise SystemExit(f"--raw {wanted!r}: unknown way(s) {', '.join(unknown) or '(none)'}; "
+                         f"choose among {', '.join(RAW_WAYS)}")
+    if "direct" in ways:
+        reason = direct_refused(root)
+        if reason:
+            print(f"raw read + write with O_DIRECT left out: {reason}", file=sys.stderr)
+            ways.remove("direct")
+            if not ways:
+                raise SystemExit("--raw: no raw way left to measure")
+    return ways
+
+
+def _ratios(base: list[float], times: list[float]) -> list[float]:
+    return [a / b for a, b in zip(base, times)]
+
+
+def report_cleaning(nbytes: int, times: dict[str, list[float]], ways: list[str],
+                    cleaners: list[str]) -> None:
+    """Print each raw way's median, then each cleaner's, its ratio against the fastest
+    raw way (by median: the strictest baseline, the one the target is judged against)
+    round by round, and its ratios against the other raw ways beside it."""
+    def rate(ts):
+        return nbytes / statistics.median(ts) / 1e6
+
+    fastest = max(ways, key=lambda w: rate(times[f"raw-{w}"]))
+    width = max(len(RAW_WAYS[w]) for w in ways) + 2
+    for w in ways:
+        ts = times[f"raw-{w}"]
+        mark = "   <- the fastest: the baseline" if w == fastest and len(ways) > 1 else ""
+        print(f"raw read + write, {RAW_WAYS[w] + ':':{width}} {rate(ts):8.1f} MB/s "
+              f"({statistics.median(ts):6.2f} s; per round: "
+              f"{', '.join(f'{nbytes / t / 1e6:.0f}' for t in ts)}){mark}")
+    labels = {"broker": "cleaning (broker path)", "job": "cleaning (Spark job)"}
+    for name in cleaners:
+        ts = times[name]
+        per_round = _ratios(times[f"raw-{fastest}"], ts)
+        ratio = statistics.median(per_round)
+        print(f"{labels[name] + ':':{width + 18}} {rate(ts):8.1f} MB/s "
+              f"({statistics.median(ts):6.2f} s)")
+        print(f"  ratio vs the fastest raw way ({fastest}): {ratio:5.2f} (per round: "
+              f"{', '.join(f'{x:.2f}' for x in per_round)}); target >= 0.5: "
+              f"{'met' if ratio >= 0.5 else 'NOT met'}")
+        others = [w for w in ways if w != fastest]
+        if others:
+            print("  beside it, vs " + ", vs ".join(
+                f"{w} {statistics.median(_ratios(times[f'raw-{w}'], ts)):.2f}"
+                for w in others))
+
+
 def bench_cleaning(root: str, args) -> None:
-    """Warm-up, then rounds of the raw copy, the broker path's cleaning and (``--spark``)
-    the Spark job, each on a fresh settled copy of the same partition, their order
-    rotating from round to round; medians and the medians of the per-round ratios."""
+    """Warm-up, then rounds of each raw way's copy (``--raw``), the broker path's
+    cleaning and (``--spark``) the Spark job, each on a fresh settled copy of the same
+    partition, their order rotating from round to round; medians and the medians of
+    the per-round ratios (:func:`report_cleaning`)."""
     fileio = open_fileio(root)
+    ways = raw_ways(root, args.raw)
     source = Path(root, "source")
     config = {"cleanup.policy": "compact", "segment.bytes": args.segment_bytes,
               "file.delete.delay.ms": 0}
@@ -198,8 +363,10 @@ def bench_cleaning(root: str, args) -> None:
         print(f"Spark job's JVM options: {args.java_options or '(the JVM defaults)'}",
               file=sys.stderr)
     steps = Steps(fileio, root, source, config, spark)
-    names = ["raw", "broker"] + (["job"] if spark is not None else [])
-    run = {"raw": lambda: (steps.raw(), None), "broker": steps.broker, "job": steps.job}
+    cleaners = ["broker"] + (["job"] if spark is not None else [])
+    names = [f"raw-{w}" for w in ways] + cleaners
+    run = {f"raw-{w}": (lambda w=w: (steps.raw(w), None)) for w in ways}
+    run.update({"broker": steps.broker, "job": steps.job})
     for w in range(args.warmup):  # JIT, Python workers, imports, allocators: warm
         firsts = {name: run[name]()[0] for name in names}
         print(f"  warm-up {w + 1} (not counted): " + ", ".join(
@@ -215,23 +382,14 @@ def bench_cleaning(root: str, args) -> None:
             result = out if out is not None and name == "broker" else result
         load = os.getloadavg()[0]
         print(f"  round {r + 1} ({', '.join(order)}; load {load:.1f}): " + ", ".join(
-            f"{name} {nbytes / times[name][-1] / 1e6:.1f} MB/s" for name in names)
-            + "".join(f", {name} ratio {times['raw'][-1] / times[name][-1]:.2f}"
-                      for name in names[1:]), file=sys.stderr)
+            f"{name} {nbytes / times[name][-1] / 1e6:.1f} MB/s" for name in names),
+            file=sys.stderr)
     print(f"{args.records:,} records, {args.keys:,} keys, {nbytes / 1e6:.1f} MB in "
           f"{steps.segments} segments; cleaned into {result.segments_written} segment(s), "
           f"{result.bytes_written / 1e6:.1f} MB kept; medians of {args.rounds} round(s) "
           f"after {args.warmup} warm-up round(s); load average "
           f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    t_raw = statistics.median(times["raw"])
-    print(f"raw read + write       {nbytes / t_raw / 1e6:8.1f} MB/s  ({t_raw:6.2f} s)")
-    labels = {"broker": "cleaning (broker path)", "job": "cleaning (Spark job)  "}
-    for name in names[1:]:
-        t = statistics.median(times[name])
-        ratios = [a / b for a, b in zip(times["raw"], times[name])]
-        print(f"{labels[name]} {nbytes / t / 1e6:8.1f} MB/s  ({t:6.2f} s)   ratio vs raw: "
-              f"{statistics.median(ratios):5.2f} (per round: "
-              f"{', '.join(f'{x:.2f}' for x in ratios)}; target >= 0.5)")
+    report_cleaning(nbytes, times, ways, cleaners)
     if spark is not None:
         spark.stop()
 
@@ -314,6 +472,10 @@ def main(argv=None) -> int:
     parser.add_argument("--spark", action="store_true",
                         help="also clean with the Spark job (sparklog compact --spark) on "
                              "local[2], beside the same raw copy")
+    parser.add_argument("--raw", default=",".join(RAW_WAYS),
+                        help="cleaning: the raw read + write's ways of writing, each "
+                             "measured every round (default: all of "
+                             f"{', '.join(RAW_WAYS)}); the fastest is the baseline")
     parser.add_argument("--java-options", default="-XX:TieredStopAtLevel=1",
                         help="--spark: spark.driver.extraJavaOptions of the local session "
                              "(default: the client compiler only, see docs/operations.md "

@@ -3,7 +3,8 @@
 A real broker process on a temporary local storage root, one partition, acks=1. A
 Producer sends 100-byte records at ``--rate`` records/s (paced); a Consumer in another
 thread polls them; each record's latency is the time from ``send()`` to the consumer
-handing it out (both clocks are the same process's ``perf_counter``). The baseline,
+handing it out (both on ``time.monotonic_ns``, the clock every process of the host
+shares: bench/pathtrace.py stamps the broker's stages on it too). The baseline,
 measured in the same run at the same pace, is the round trip of a Produce request
 carrying one pre-built record on a plain connection: what the machine (its load, its
 scheduler) and the broker give a bare request; a record cannot reach a consumer faster.
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import struct
 import sys
 import tempfile
 import threading
@@ -30,6 +30,8 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from pathtrace import PAD, STAMP  # noqa: E402  (a record's value: its send() time, padding)
+
 from sparklog.admin import Admin  # noqa: E402
 from sparklog.client.types import TopicPartition  # noqa: E402
 from sparklog.format.frame import encode_frame, raw_batch  # noqa: E402
@@ -37,8 +39,6 @@ from sparklog.protocol import ApiKey, Connection  # noqa: E402
 from sparklog.reader.consumer import Consumer  # noqa: E402
 from sparklog.writer.producer import Producer  # noqa: E402
 from tests.support.brokerproc import BrokerProcess  # noqa: E402  (the tests' broker process helper)
-
-STAMP = struct.Struct(">q")
 
 
 def percentiles(samples: list[float]) -> dict:
@@ -72,7 +72,7 @@ def consume_latencies(address: str, topic: str, total: int, latencies: list,
                       ready: threading.Event, done: threading.Event) -> None:
     """Consumer side of a latency run: from the end of partition 0 of ``topic`` (``ready``
     set once positioned), append each record's produce-to-consume latency in seconds
-    (its value starts with its send time, :data:`STAMP`) until ``total`` arrived or
+    (its value starts with its send time, :data:`pathtrace.STAMP`) until ``total`` arrived or
     ``done`` is set."""
     with Consumer(bootstrap_servers=address, fetch_max_wait_ms=500) as consumer:
         tp = TopicPartition(topic, 0)
@@ -82,7 +82,7 @@ def consume_latencies(address: str, topic: str, total: int, latencies: list,
         ready.set()
         while len(latencies) < total and not done.is_set():
             for records in consumer.poll(timeout_ms=100).values():
-                now = time.perf_counter_ns()
+                now = time.monotonic_ns()
                 latencies.extend((now - STAMP.unpack_from(r.value)[0]) / 1e9
                                  for r in records)
 
@@ -99,10 +99,9 @@ def produce_consume(address: str, rate: int, seconds: float, linger_ms: float,
                               args=(address, "latency", total, latencies, ready, done))
     thread.start()
     ready.wait(30)
-    pad = b"p" * (100 - STAMP.size)
     with Producer(address, acks=1, linger_ms=linger_ms,
                   max_in_flight_requests_per_connection=in_flight) as producer:
-        producer.send("latency", STAMP.pack(time.perf_counter_ns()) + pad).get(10)
+        producer.send("latency", STAMP.pack(time.monotonic_ns()) + PAD).get(10)
         deadline = time.monotonic() + 30  # the warm-up record reached the consumer
         while not latencies and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -115,7 +114,7 @@ def produce_consume(address: str, rate: int, seconds: float, linger_ms: float,
             delay = due - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
-            producer.send("latency", STAMP.pack(time.perf_counter_ns()) + pad)
+            producer.send("latency", STAMP.pack(time.monotonic_ns()) + PAD)
             if i % 1000 == 999:
                 bar.update(1000)
         producer.flush()

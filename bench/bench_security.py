@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import statistics
 import sys
 import tempfile
@@ -42,6 +41,7 @@ from sparklog.admin import Admin  # noqa: E402
 from sparklog.security.acl import AclBinding  # noqa: E402
 from sparklog.writer.producer import Producer  # noqa: E402
 from tests.support.brokerproc import BrokerProcess  # noqa: E402  (the tests' helpers)
+from tests.support.processes import cpu_seconds  # noqa: E402
 from tests.support.tlscerts import make_pki  # noqa: E402
 from tests.support.waiting import wait_until  # noqa: E402
 
@@ -66,12 +66,6 @@ class SecuredBroker(BrokerProcess):
         line = wait_until(lambda: next((s for s in self._lines if s.startswith(prefix)),
                                        None), 30, f"the {name} listener's address")
         return line.rsplit(" ", 1)[1].strip()
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def interleaved_round(producers: dict, records: int, chunk: int, broker_pid: int,

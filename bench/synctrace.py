@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import atexit
 import json
-import os
 import sys
 import threading
 import time
 from pathlib import Path
+
+import preload
 
 #: the environment variable naming the summary file (set only by the bench)
 ENV = "SPARKLOG_BENCH_SYNCTRACE"
@@ -162,17 +163,9 @@ def install(out_path: str) -> None:
 
 def preload_env(work: Path, out_path: Path) -> dict:
     """The environment that makes a broker process call :func:`install` at start-up
-    (a ``sitecustomize`` module in ``work``), its summary going to ``out_path``."""
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "sitecustomize.py").write_text(
-        "import os, sys\n"
-        f"sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
-        f"if os.environ.get({ENV!r}):\n"
-        "    import synctrace\n"
-        f"    synctrace.install(os.environ[{ENV!r}])\n")
-    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(work),
-                                                          os.environ.get("PYTHONPATH")])),
-            ENV: str(out_path)}
+    (a ``sitecustomize`` module in ``work``: :func:`preload.preload_env`), its summary
+    going to ``out_path``."""
+    return preload.preload_env(work, "synctrace", ENV, out_path)
 
 
 def summary_line(path: Path) -> str:

@@ -13,10 +13,12 @@ import sys
 
 import pytest
 
-#: The fixture modules of tests/support/, registered once for every test: ``hdfs_cluster``
-#: (one HDFS cluster per run, on demand), ``zookeeper_server`` and ``zookeeper``,
-#: ``kafka_broker``.
-pytest_plugins = ["tests.support.hdfscluster", "tests.support.zkserver", "tests.support.kafkaserver"]
+#: The fixture modules of tests/support/, registered once for every test: the run's check
+#: that it leaves no multiprocessing child running (``no_leftover_processes``, autouse),
+#: ``hdfs_cluster`` (one HDFS cluster per run, on demand), ``zookeeper_server`` and
+#: ``zookeeper``, ``kafka_broker``.
+pytest_plugins = ["tests.support.leftovers", "tests.support.hdfscluster",
+                  "tests.support.zkserver", "tests.support.kafkaserver"]
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

@@ -8,9 +8,10 @@ partition."""
 
 from __future__ import annotations
 
-import struct
 import threading
 import time
+
+from pathtrace import PAD, STAMP  # a latency record's value: its send() time, padding
 
 VALUE = b"v" * 100
 LINGER_MS = 5
@@ -155,8 +156,6 @@ def kafka_python_consume(bootstrap: str, topic: str, n: int) -> float:
 
 # --- latency: produce -> consume at a fixed rate ------------------------------------------
 
-STAMP = struct.Struct(">q")
-PAD = b"p" * (100 - STAMP.size)
 #: linger.ms of each system's producer in the latency rows: each at its best setting
 #: (docs/performance.md, "Latency", has the sweep that chose sparklog's)
 KAFKA_LATENCY_LINGER_MS = 1
@@ -178,7 +177,7 @@ def _paced(total: int, rate: int, send) -> None:
         delay = start + i / rate - time.perf_counter()
         if delay > 0:
             time.sleep(delay)
-        send(STAMP.pack(time.perf_counter_ns()) + PAD)
+        send(STAMP.pack(time.monotonic_ns()) + PAD)
 
 
 def _warm_up(send_one, latencies: list, timeout: float = 60.0) -> None:
@@ -218,7 +217,7 @@ def kafka_latency(bootstrap: str, topic: str, rate: int, seconds: float,
         while len(latencies) < total and not done.is_set():
             m = consumer.poll(0.1)  # returns at the first record (consume() waits it out)
             if m is not None and m.error() is None:
-                latencies.append((time.perf_counter_ns() - STAMP.unpack_from(m.value())[0]) / 1e9)
+                latencies.append((time.monotonic_ns() - STAMP.unpack_from(m.value())[0]) / 1e9)
         consumer.close()
 
     thread = threading.Thread(target=consume)
@@ -227,7 +226,7 @@ def kafka_latency(bootstrap: str, topic: str, rate: int, seconds: float,
     producer = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": linger_ms})
 
     def warm_up():
-        producer.produce(topic, STAMP.pack(time.perf_counter_ns()) + PAD)
+        producer.produce(topic, STAMP.pack(time.monotonic_ns()) + PAD)
         producer.flush(10)
 
     _warm_up(warm_up, latencies)
@@ -264,7 +263,7 @@ def sparklog_latency(address: str, topic: str, rate: int, seconds: float,
     thread.start()
     ready.wait(30)
     with Producer(address, acks=1, linger_ms=linger_ms) as producer:
-        _warm_up(lambda: producer.send(topic, STAMP.pack(time.perf_counter_ns()) + PAD)
+        _warm_up(lambda: producer.send(topic, STAMP.pack(time.monotonic_ns()) + PAD)
                  .get(10), latencies)
         send = producer.send
         _paced(total, rate, lambda value: send(topic, value))

@@ -399,10 +399,18 @@ def run_on(host: str, user: str, cmd: list[str], capture: bool = False):
 
 
 # --- the lab's Hadoop, ZooKeeper and systemd commands ----------------------------------------
+#: java.io.tmpdir of the lab's daemons and tools, in the host's private /var/lib: the
+#: web servers' ``jetty-*`` work directories (one per daemon start) go with the lab on
+#: ``down`` instead of piling up in the machine's shared temp directory
+JAVA_TMP_DIR = "/var/lib/hadoop/tmp"
+
+
 def _java(main: str, heap: str, log_name: str | None, args: list[str]) -> list[str]:
     conf = os.environ["HADOOP_CONF_DIR"]
     jars = (lab_dir() / "classpath").read_text()
+    os.makedirs(JAVA_TMP_DIR, exist_ok=True)
     opts = [f"-Xmx{heap}", "-XX:+UseSerialGC", "-Djava.net.preferIPv4Stack=true", *ADD_OPENS,
+            f"-Djava.io.tmpdir={JAVA_TMP_DIR}",
             "-Dhadoop.log.dir=/var/log/hadoop", "-Dyarn.log.dir=/var/log/hadoop",
             f"-Dhadoop.id.str={os.environ.get('HADOOP_USER_NAME', '')}"]
     if log_name:

@@ -177,13 +177,15 @@ class NetworkClient:
         return self._connect(broker.host, broker.port, node_id, polled=polled)
 
     def any_connection(self) -> BrokerConnection:
-        """A connection to some live broker: an open one, a known broker, or a bootstrap
-        address, in that order. Raises BrokerNotAvailableError naming every address
-        tried."""
+        """A connection to some live broker: the open one with the fewest requests in
+        flight (Kafka's least loaded node, so that a broker that stopped answering, its
+        requests waiting for their timeout, is not asked again while another is idle),
+        else a known broker, else a bootstrap address. Raises BrokerNotAvailableError
+        naming every address tried."""
         with self._lock:
-            for conn in self._by_address.values():
-                if conn.connected:
-                    return conn
+            open_ = [c for c in self._by_address.values() if c.connected]
+            if open_:
+                return min(open_, key=lambda c: c.in_flight)
         addresses = [(b.host, b.port, b.node_id) for b in self.metadata.brokers.values()]
         addresses += [(h, p, -1) for h, p in self.bootstrap]
         errors = []

@@ -110,6 +110,7 @@ class ZkCoordinationStore(CoordinationStore):
         self._broker: BrokerInfo | None = None
         self._lock = threading.RLock()
         self._closed = False
+        self._cluster_id: str | None = None
         self.client.add_listener(self._on_session_state)
         self.view.start()
         if not self.view.wait_refreshed(max(5.0, session_timeout_ms / 1000.0)):
@@ -140,16 +141,22 @@ class ZkCoordinationStore(CoordinationStore):
 
     # --- cluster and brokers -----------------------------------------------------------------
     def cluster_id(self) -> str:
-        """The cluster id in ``/cluster/id`` (created on first use, Kafka's node)."""
+        """The cluster id in ``/cluster/id`` (created on first use, Kafka's node). Read
+        once: the node never changes, and every Metadata and ApiVersions answer names
+        it, so that an answer needs no ZooKeeper round trip and no storage I/O thread
+        (the watched view already holds its leaders and brokers)."""
         from kazoo.exceptions import NodeExistsError
 
+        if self._cluster_id is not None:
+            return self._cluster_id
         try:
             self.client.create(CLUSTER_ID, dumps({"version": "1", "id": uuid.uuid4().hex}),
                                makepath=True)
         except NodeExistsError:
             pass
         data, _ = self.client.get(CLUSTER_ID)
-        return str(loads(data, CLUSTER_ID)["id"])
+        self._cluster_id = str(loads(data, CLUSTER_ID)["id"])
+        return self._cluster_id
 
     def register_broker(self, broker: BrokerInfo) -> None:
         """Register ``broker`` (ephemeral) and enter the controller election.

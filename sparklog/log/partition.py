@@ -483,6 +483,13 @@ class PartitionLog:
         with self._lock:
             self.start_sync()()
 
+    @property
+    def pipelines_syncs(self) -> bool:
+        """True when the storage overlaps syncs: several threads' :meth:`start_sync`
+        functions may wait at once, each returning once its own records are durable
+        (HDFS's hsync; see ``OutputStream.pipelined_persist``)."""
+        return self._out.pipelined_persist
+
     def start_sync(self) -> Callable[[], None]:
         """Start a :meth:`sync` of everything appended so far and return the function
         that completes it: it returns once those records are durable (raising as

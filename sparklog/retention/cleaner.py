@@ -76,6 +76,8 @@ class LogCleanerManager:
         self._stop = threading.Event()
         self._wake = threading.Condition(self._lock)
         self._threads: list[threading.Thread] = []
+        #: the threads leave together, once none cleans (see :meth:`_run`)
+        self._leaving = threading.Barrier(max(threads, 1), action=self._close_worker)
 
     @classmethod
     def for_broker(cls, partitions, config, storage=None) -> "LogCleanerManager":
@@ -109,13 +111,17 @@ class LogCleanerManager:
             self._threads.append(t)
 
     def stop(self) -> None:
-        """Stop the threads (a cleaning in progress finishes its current partition)."""
+        """Stop the threads (a cleaning in progress finishes its current partition) and
+        then the helper processes, if any."""
         self._stop.set()
         with self._wake:
             self._wake.notify_all()
         for t in self._threads:
             t.join()
         self._threads = []
+        self._close_worker()  # also when no thread ever started
+
+    def _close_worker(self) -> None:
         if self.worker is not None:
             self.worker.close()
 
@@ -200,6 +206,14 @@ class LogCleanerManager:
                 with self._wake:
                     if not self._stop.is_set():
                         self._wake.wait(self.backoff)
+        # A helper process dies with the thread that started it (its parent-death
+        # signal follows the thread, not the process), and any thread's cleaning may
+        # run on any helper: so no thread ends while another still cleans; the last
+        # to arrive stops the helpers (the barrier's action), then all end.
+        try:
+            self._leaving.wait()
+        except threading.BrokenBarrierError:
+            pass
 
     # --- metrics ---------------------------------------------------------------------
     def describe(self):

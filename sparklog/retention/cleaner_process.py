@@ -15,7 +15,8 @@ does in one process.
 A helper that dies (killed, out of memory) fails the cleaning it ran: it leaves only
 uncommitted files, which the partition's next cleaning (or its recovery on open)
 deletes, and a new helper is started for the next cleaning. A helper dies with the
-broker (Linux's parent-death signal), so a killed broker leaves no helper writing.
+broker (Linux's parent-death signal; a helper that finds its broker gone when it starts
+exits), so a killed broker leaves no helper writing nor waiting.
 Each helper opens its own FileIO on the broker's storage (same options) and throttles
 its reads and writes to ``log.cleaner.io.max.bytes.per.second`` divided by the
 threads.
@@ -42,15 +43,22 @@ _FILEIO: dict = {}
 _PR_SET_PDEATHSIG = 1
 
 
-def _init_helper() -> None:
+def _init_helper(parent: int) -> None:
     """In a new helper: be killed when the broker thread that started it ends (the
-    broker exits or is killed; Linux only, elsewhere a no-op)."""
+    broker exits or is killed; Linux only, elsewhere a no-op). The signal is asked for
+    only once the helper runs this, a second or more after it was started; a broker
+    killed before that has already left it to another parent (init), which sends no
+    signal, and the helper would wait for work forever, keeping the broker's resource
+    tracker alive with it: so a helper whose parent is no longer ``parent`` (the
+    broker's pid) exits at once."""
     try:
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
     except (OSError, AttributeError):
         pass
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def _run(storage_uri: str, options: dict, rate: float | None, task: CleaningTask):
@@ -90,7 +98,7 @@ class CleanerProcesses:
             if self._pool is None:
                 self._pool = ProcessPoolExecutor(
                     self.workers, mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_init_helper)
+                    initializer=_init_helper, initargs=(os.getpid(),))
             return self._pool
 
     def __call__(self, task: CleaningTask):

@@ -48,6 +48,15 @@ class OutputStream(abc.ABC):
     """
 
     path: str
+    #: True when the function returned by :meth:`start_sync` waits for the storage
+    #: while other threads write and flush (an fsync(2) or an hsync outside the
+    #: stream's lock), so appends are not held up by a sync in progress
+    concurrent_persist: bool = False
+    #: True when such functions of several threads may also wait at once and the
+    #: storage pipelines them, each returning once its own bytes are durable and a
+    #: later one soon after an earlier one (HDFS's hsync: packets acknowledged in
+    #: order); a second fsync(2) of a local file only queues behind the first
+    pipelined_persist: bool = False
 
     @abc.abstractmethod
     def write(self, data, *, borrow: bool = False) -> int:

@@ -32,6 +32,7 @@ no per-byte conversion.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -60,6 +61,7 @@ _LEASE_LOST_WORDS = ("not under construction", "is not under construction",
                      "does not have any open files", "is not the lease owner")
 
 _local = threading.local()
+log = logging.getLogger(__name__)
 
 
 def _says_lease_lost(exc) -> bool:
@@ -137,12 +139,13 @@ def _read_java(jin, n: int) -> list:
 class HadoopOutputStream(BufferedOutputStream):
     """A DFSOutputStream under its own DFSClient's lease; flush = hflush, sync = hsync.
 
-    Syncs pipeline (``concurrent_persist``): ``DFSOutputStream.hsync`` queues its packet
+    Syncs pipeline (``pipelined_persist``): ``DFSOutputStream.hsync`` queues its packet
     under the stream's monitor and waits for that packet's acknowledgement outside it,
     and the DataNodes acknowledge packets in order, so an hsync started while another
     waits covers its own bytes and returns after the earlier one."""
 
     concurrent_persist = True
+    pipelined_persist = True
 
     def __init__(self, fileio: "HadoopFileIO", path: str, hpath: str, client, jout,
                  length: int):
@@ -183,6 +186,21 @@ class HadoopOutputStream(BufferedOutputStream):
             return False if _says_lease_lost(e) else None
         except Exception:  # no client left (closed)
             return None
+
+    def _steer(self, address) -> None:
+        """Point this writer's failover proxy at the NameNode at ``address`` (the probe
+        saw it become active), without a call: its next block, sync of a new block's
+        location, close or lease renewal goes there rather than to the lost NameNode
+        (:func:`~sparklog.storage.nnprobe.steer`). Never raises."""
+        client = self._client
+        if client is None:
+            return
+        from sparklog.storage.nnprobe import steer
+
+        try:
+            steer(client.getClient().getNamenode(), address)
+        except Exception as e:  # noqa: BLE001 - the writer's own calls still fail over
+            log.debug("%s: failover proxy not moved: %s", self._url, e)
 
     def _push(self, data: memoryview) -> None:
         self._push_parts([data])
@@ -348,7 +366,11 @@ class HadoopFileIO(FileIO):
     ``replication`` and ``block_size`` of new files (0: the cluster's defaults),
     ``buffer_size`` (bytes a writer buffers before it pushes), ``recover_lease_timeout``
     (seconds ``recover_lease`` waits for the NameNode to close the file),
-    ``sync_update_length`` (``sync()`` also records the length on the NameNode).
+    ``sync_update_length`` (``sync()`` also records the length on the NameNode),
+    ``namenode_probe_interval`` (seconds; 0, the default, is off: a long-lived process,
+    a broker, sets it: :mod:`sparklog.storage.nnprobe` then calls each NameNode that
+    often, finds a connection to a lost NameNode host within the IPC timeout, and gives
+    the clients made after a failover the active NameNode first).
     """
 
     scheme = "hdfs"
@@ -358,7 +380,8 @@ class HadoopFileIO(FileIO):
                  replication: int = 0, block_size: int = 0,
                  buffer_size: int = DEFAULT_BUFFER_SIZE, recover_lease_timeout: float = 60.0,
                  sync_update_length: bool = False, principal: str | None = None,
-                 keytab: str | None = None, renew_interval: float | None = None):
+                 keytab: str | None = None, renew_interval: float | None = None,
+                 namenode_probe_interval: float = 0.0):
         self.root = check_path(url, "url")
         parts = urlsplit(self.root)
         if parts.scheme != "hdfs" or not parts.hostname:
@@ -390,9 +413,20 @@ class HadoopFileIO(FileIO):
         self.buffer_size = check_int(buffer_size, "buffer_size", 1)
         self.recover_lease_timeout = float(recover_lease_timeout)
         self.sync_update_length = bool(sync_update_length)
+        if not isinstance(namenode_probe_interval, (int, float)) \
+                or isinstance(namenode_probe_interval, bool) or namenode_probe_interval < 0:
+            raise InvalidArgumentError(
+                f"{url}: namenode_probe_interval must be a number of seconds >= 0 (0: off), "
+                f"got {namenode_probe_interval!r}")
+        self.namenode_probe_interval = float(namenode_probe_interval)
         self._lock = threading.Lock()
         self._main = None
+        self._main_stale = False   # the probe saw a NameNode failover: make a new one
+        self._retired = None       # the namespace client before the last failover
         self._conf = None
+        self._probe = None         # NameNodeProbe (namenode_probe_interval > 0)
+        self._ordered: dict = {}   # active NameNode id -> Configuration naming it first
+        self._closed = False
         self._writers: weakref.WeakSet = weakref.WeakSet()
 
     # the Java side (lazy: open_fileio never starts a JVM or touches the network) --------
@@ -409,7 +443,8 @@ class HadoopFileIO(FileIO):
             raise jvm.storage_error(e, op, display) from None
 
     def _new_client(self):
-        """A new DistributedFileSystem (its own DFSClient and lease holder name)."""
+        """A new DistributedFileSystem (its own DFSClient and lease holder name); with a
+        probe, its failover proxy tries the NameNode last seen active first."""
         if self._conf is None:
             conf = jvm.configuration(self.conf_dir, self.extra_conf)
             if self.kerb_ticket:
@@ -425,14 +460,15 @@ class HadoopFileIO(FileIO):
                 if not ugi_cls.isSecurityEnabled():
                     ugi_cls.setConfiguration(conf)
             self._conf = conf
+        conf = self._client_conf()
         uri = jvm.jclass("java.net.URI")(f"hdfs://{self.authority}")
         fs_cls = jvm.jclass("org.apache.hadoop.fs.FileSystem")
         if self._login is not None:
             client = self._java_call("connect", self.root, self._login.run_as,
-                                     fs_cls.newInstance, uri, self._conf)
+                                     fs_cls.newInstance, uri, conf)
         else:
             client = self._java_call("connect", self.root, fs_cls.newInstance, uri,
-                                     self._conf, self.user)
+                                     conf, self.user)
         if not isinstance(client, jvm.jclass("org.apache.hadoop.hdfs.DistributedFileSystem")):
             client.close()
             raise StorageError(f"{self.url('/')}: fs.hdfs.impl is {client.getClass()}, "
@@ -441,12 +477,77 @@ class HadoopFileIO(FileIO):
 
     @property
     def _fs(self):
-        """The DistributedFileSystem of reads and namespace operations."""
-        if self._main is None:
+        """The DistributedFileSystem of reads and namespace operations (a new one after
+        the probe saw a NameNode failover: its proxy starts at the active NameNode; the
+        old one finishes the calls it has in flight and is closed at the next swap)."""
+        if self._main is None or self._main_stale:
             with self._lock:
-                if self._main is None:
-                    self._main = self._new_client()
+                if self._main is None or self._main_stale:
+                    self._main_stale = False
+                    old, self._main = self._main, self._new_client()
+                    if old is not None:
+                        _close_quietly(self._retired)
+                        self._retired = old
+                    if self._probe is None and self.namenode_probe_interval > 0 \
+                            and not self._closed:
+                        self._start_probe()
         return self._main
+
+    # the NameNode probe (namenode_probe_interval > 0) ------------------------------------
+    def _start_probe(self) -> None:
+        from sparklog.storage.nnprobe import NameNodeProbe
+
+        try:
+            self._probe = NameNodeProbe(
+                self.authority, self._conf, self.namenode_probe_interval,
+                run_as=self._login.run_as if self._login is not None else None,
+                on_active=self._on_active, display=self.url("/")).start()
+        except Exception as e:  # noqa: BLE001 - the storage works without its probe
+            log.warning("%s: NameNode probe not started: %s", self.url("/"), e)
+
+    def _client_conf(self):
+        """The Configuration of a new client: with a probe that knows the active
+        NameNode of an HA nameservice, a copy listing that NameNode first
+        (``dfs.ha.namenodes.<ns>``, ``dfs.client.failover.random.order.<ns>=false``),
+        so that the client's first call does not go to a lost NameNode's host."""
+        probe = self._probe
+        active = probe.active if probe is not None else None
+        if active is None or len(probe.namenodes) < 2:
+            return self._conf
+        conf = self._ordered.get(active)
+        if conf is None:
+            ids = [active] + [nn for nn, _ in probe.namenodes if nn != active]
+            conf = jvm.jclass("org.apache.hadoop.conf.Configuration")(self._conf)
+            conf.set(f"dfs.ha.namenodes.{self.authority}", ",".join(ids))
+            conf.set(f"dfs.client.failover.random.order.{self.authority}", "false")
+            self._ordered[active] = conf
+        return conf
+
+    def _on_active(self, nn: str, was: str | None) -> None:
+        """The probe saw NameNode ``nn`` become active, after ``was`` (probe thread).
+        After a failover (``was`` not None): the namespace client is replaced on its
+        next use, and each open writer's failover proxy is pointed at ``nn`` at once,
+        before its next block or close needs it (no call: one to the old NameNode
+        would wait on its lost host)."""
+        if was is None:
+            return
+        with self._lock:
+            if self._closed:
+                return
+            self._main_stale = True
+            probe = self._probe
+        address = dict(probe.namenodes).get(nn) if probe is not None else None
+        if address is None:
+            return
+        writers: list = []
+        for _ in range(3):  # a writer opened meanwhile changes the set: take it again
+            try:
+                writers = list(self._writers)
+                break
+            except RuntimeError:
+                continue
+        for w in writers:
+            w._steer(address)
 
     def _path(self, hpath: str):
         return jvm.jclass("org.apache.hadoop.fs.Path")(hpath)
@@ -700,17 +801,29 @@ class HadoopFileIO(FileIO):
         self._java_call("mkdirs", self.url(p), self._fs.mkdirs, self._path(p))
 
     def close(self) -> None:
-        """Close the reading client (writers keep their own until they close)."""
+        """Stop the NameNode probe and close the reading client (writers keep their own
+        until they close)."""
         with self._lock:
+            self._closed = True
+            probe, self._probe = self._probe, None
             main, self._main = self._main, None
-        if main is not None:
-            try:
-                main.close()
-            except Exception:  # closing a client of a dead NameNode: nothing to save
-                pass
+            retired, self._retired = self._retired, None
+        if probe is not None:
+            probe.close()
+        for client in (main, retired):
+            _close_quietly(client)
 
     def __repr__(self):
         return f"HadoopFileIO({self.root!r})"
+
+
+def _close_quietly(client) -> None:
+    """Close a DistributedFileSystem (None: nothing); a failure has nothing to save."""
+    if client is not None:
+        try:
+            client.close()
+        except Exception:  # noqa: BLE001 - closing a client of a dead NameNode
+            pass
 
 
 def _under_construction(status) -> bool:

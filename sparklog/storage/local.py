@@ -79,7 +79,14 @@ _IOV_MAX = 1024
 
 
 class LocalOutputStream(BufferedOutputStream):
-    """Append-only writer of one local file under a lease (see module docstring)."""
+    """Append-only writer of one local file under a lease (see module docstring).
+
+    The fsync(2) of a sync started with ``start_sync`` runs outside the stream's lock
+    (``concurrent_persist``): the partition's next batches are written while the disk
+    syncs, and the next sync covers them all (group commit). It covers every byte
+    written before it started, as fsync does."""
+
+    concurrent_persist = True
 
     def __init__(self, path: str, os_path: str, fd: int, lease: dict, length: int,
                  buffer_size: int, sync_behind_writes: int = 0):

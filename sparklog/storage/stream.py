@@ -7,13 +7,14 @@ the storage so new readers see them: write(2), Java write + hflush, WebHDFS APPE
 is gone by raising :class:`LeaseLost`; the stream then drops its buffer, refuses every
 later write/flush/sync with LeaseExpiredError and reports ``closed``.
 
-Pipelined syncs: ``start_sync`` pushes the buffered bytes under the stream's lock and
+Syncs beside writes: ``start_sync`` pushes the buffered bytes under the stream's lock and
 returns a function that makes them durable. A backend whose ``_persist`` may run while
-other threads write and push (``concurrent_persist``: HDFS's ``hsync`` waits for its own
-packet's acknowledgement outside the DFSOutputStream's lock) runs it outside the lock,
-so the next batch is written and its sync started while this one waits for the
-DataNodes; every persist still covers at least the bytes pushed before it started.
-``close`` waits for the persists in flight.
+other threads write and push (``concurrent_persist``: a local fsync(2); HDFS's ``hsync``
+waits for its own packet's acknowledgement outside the DFSOutputStream's lock) runs it
+outside the lock, so the next batch is written (and on HDFS its sync started:
+``pipelined_persist``) while this one waits for the disk or the DataNodes; every persist
+still covers at least the bytes pushed before it started. ``close`` waits for the
+persists in flight, and a writer fenced meanwhile drops its handle only after them.
 
 Borrowed writes (``write(data, borrow=True)``) are not copied: the stream keeps a view
 of the caller's memory and hands it to ``_push_parts`` with the rest at the next push,
@@ -55,7 +56,7 @@ class BufferedOutputStream(OutputStream):
 
     #: ``_persist`` may run outside the stream's lock, beside writes, pushes and other
     #: persists of other threads (see the module docstring); default False
-    concurrent_persist = False
+    concurrent_persist: bool = False
 
     def __init__(self, path: str, length: int, buffer_size: int):
         self.path = path
@@ -124,10 +125,8 @@ class BufferedOutputStream(OutputStream):
         self._buf.clear()
         self._held, self._held_bytes = [], 0
         self._lost = True
-        try:
-            self._abandon()
-        except Exception:  # the handle is useless anyway
-            pass
+        if not self._persisting:  # else the last persist in flight drops the handle
+            self._drop_handle()
         if vanished:
             return StorageFileNotFoundError(
                 f"{self.path}: the file was deleted or replaced while being written; {op} "
@@ -136,6 +135,13 @@ class BufferedOutputStream(OutputStream):
         return LeaseExpiredError(
             f"{self.path}: lease lost (the file was recovered or deleted by another "
             f"writer); {op} refused, {dropped} unflushed bytes dropped")
+
+    def _drop_handle(self) -> None:
+        """Drop the handle of a fenced writer (lock held)."""
+        try:
+            self._abandon()
+        except Exception:  # the handle is useless anyway
+            pass
 
     def _check_open(self, op: str) -> None:
         if self._lost:
@@ -221,7 +227,7 @@ class BufferedOutputStream(OutputStream):
         """Push the buffered bytes now; return the function that makes them (and every
         byte pushed before) durable, raising as :meth:`sync` does. With
         ``concurrent_persist`` that function runs outside the stream's lock, so other
-        threads keep writing and syncing meanwhile (pipelined syncs); otherwise the
+        threads keep writing (and with ``pipelined_persist`` syncing) meanwhile; otherwise the
         sync is done before ``start_sync`` returns."""
         with self._lock:
             self._check_open("sync")
@@ -243,6 +249,8 @@ class BufferedOutputStream(OutputStream):
                 with self._lock:
                     self._persisting -= 1
                     self._idle.notify_all()
+                    if self._lost and not self._persisting:  # fenced meanwhile
+                        self._drop_handle()
             with self._lock:
                 if self._pushed == covered:  # nothing pushed since: all durable
                     self._dirty = False

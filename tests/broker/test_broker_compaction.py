@@ -6,8 +6,6 @@ ratio."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from sparklog.admin import Admin
@@ -19,27 +17,15 @@ from sparklog.storage import open_fileio
 from sparklog.writer.producer import Producer
 from tests.support.brokerproc import BrokerProcess
 from tests.support.metrics import sample, scrape
-from tests.support.processes import free_port
+from tests.support.processes import child_processes, free_port
 from tests.support.shell import ok, sparklog
 from tests.support.waiting import wait_until
 
 
 def cleaner_helpers(pid: int) -> list[int]:
     """The multiprocessing (spawn) children of process ``pid``: the log cleaner's
-    helper processes (read from /proc)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = open(f"/proc/{entry}/stat").read()
-            cmdline = open(f"/proc/{entry}/cmdline", "rb").read()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == pid and b"spawn_main" in cmdline:
-            out.append(int(entry))
-    return out
+    helper processes."""
+    return [p.pid for p in child_processes(pid) if "spawn_main" in p.cmdline]
 
 
 @pytest.fixture

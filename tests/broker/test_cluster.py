@@ -4,6 +4,7 @@ shutdown, and a broker cut off from ZooKeeper that stops acknowledging."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -21,6 +22,7 @@ from sparklog.protocol import ApiKey, Connection  # noqa: E402
 from tests.support.brokerproc import ROOT, BrokerProcess  # noqa: E402
 from tests.support.clusterproc import BrokerCluster, produce_accepted, produce_one  # noqa: E402
 from tests.support.waiting import wait_until  # noqa: E402
+from tests.support.wire import read_values  # noqa: E402
 
 pytestmark = pytest.mark.zookeeper
 
@@ -231,7 +233,21 @@ def test_config_altered_on_one_broker_applies_on_the_leader(cluster, storage_roo
     assert "config version 2 applied" in cluster.brokers[leader].log_text()
 
 
-def test_zookeeper_down_stops_acks_until_it_returns(storage_root, tmp_path):
+def _signal_all(cluster, sig) -> None:
+    """Send ``sig`` to every broker process of ``cluster``."""
+    for broker in cluster.brokers.values():
+        os.kill(broker.pid, sig)
+
+
+@pytest.mark.parametrize("expire", [False, True], ids=["sessions-resume", "sessions-expire"])
+def test_zookeeper_down_stops_acks_until_it_returns(storage_root, tmp_path, expire):
+    """The whole ensemble stops: the leader refuses to acknowledge. It starts again:
+    the partition's leader acknowledges again and the record acknowledged before is
+    there once. ``sessions-expire``: the brokers stay paused until the restarted server
+    has expired their sessions (as a slow reconnect on a loaded machine does), so they
+    register anew and the controller may move the partition to another broker."""
+    import signal
+
     from tests.support.zkserver import ZooKeeperServer
 
     zk = ZooKeeperServer(str(tmp_path / "zk")).start()
@@ -250,8 +266,94 @@ def test_zookeeper_down_stops_acks_until_it_returns(storage_root, tmp_path):
                         produce_one(conn, "t", 0, b"during")),
                     what="the leader refusing to acknowledge without ZooKeeper")
                 assert item["error_code"] == NotLeaderError.code, item
-                zk.start()  # same port and data: sessions resume, leadership is re-proved
-                wait_until(lambda: produce_one(conn, "t", 0, b"after")["error_code"] == 0,
-                           what="the leader acknowledging again once ZooKeeper is back")
+                if not expire:
+                    zk.start()  # same port and data
+                else:
+                    _signal_all(cluster, signal.SIGSTOP)
+                    try:
+                        zk.start()
+                        cluster.wait(lambda: cluster.view.view.trusted
+                                     and not cluster.view.live_brokers(), 60,
+                                     what="the paused brokers' sessions expired")
+                    finally:
+                        _signal_all(cluster, signal.SIGCONT)
+            # Sessions resume and the leader re-proves its leadership; or, when a broker
+            # reconnects after its session timed out on the restarted server (a loaded
+            # machine's slow reconnect), the session expired and the controller may have
+            # moved the partition: either way the partition's leader acknowledges again.
+
+            def leader_acknowledges():
+                leader = cluster.leader_of("t", 0)
+                if leader not in cluster.brokers:
+                    return None
+                with Connection(cluster.brokers[leader].address) as c:
+                    if produce_one(c, "t", 0, b"after")["error_code"] == 0:
+                        return read_values(c, "t", 0)
+                return None
+
+            values = wait_until(leader_acknowledges, ignore=(OSError,), what=(
+                "the partition's leader acknowledging again once ZooKeeper is back"))
+            assert values.count(b"before") == 1 and values[-1] == b"after", values
     finally:
         zk.stop()
+
+
+def test_metadata_names_the_new_leader_of_a_lost_broker_with_every_io_thread_held(
+        zookeeper, storage_root, tmp_path):
+    """A broker host lost (its process paused: no answers, its ZooKeeper session
+    expires): another broker's Metadata answer names the partitions' new leaders within
+    the session timeout plus 2 s (plus this loaded test machine's slack), even while every
+    storage I/O thread of the answering broker is held, as a write pipeline through the
+    lost host's DataNode holds them until ``dfs.client.socket-timeout``. The answer comes
+    from the broker's watched view of ZooKeeper; it used to read the cluster id on an I/O
+    thread first and so waited behind the stalled writes."""
+    import os
+    import signal
+    import threading
+
+    from sparklog.writer.broker import EmbeddedBroker
+
+    slack = 8.0  # the lab's target is the session timeout + 2 s; CI shares its cores
+    with BrokerCluster(storage_root, zookeeper.connect, 2, log_dir=tmp_path) as cluster:
+        answering = EmbeddedBroker(storage_root, {
+            "broker.id": "3", "zookeeper.connect": zookeeper.connect,
+            "zookeeper.session.timeout.ms": str(cluster.session_ms),
+            "num.io.threads": "2"}).start()
+        held = threading.Event()
+        lost = None
+        try:
+            cluster.wait(lambda: len(cluster.view.live_brokers()) == 3,
+                         what="broker 3 (in this process) registered")
+            with Admin(cluster.bootstrap) as admin:
+                admin.create_topic("t", 6)
+            cluster.wait(lambda: all(cluster.leader_of("t", p) > 0 for p in range(6)),
+                         what="a leader for every partition of t")
+            lost = cluster.leader_of("t", 0) if cluster.leader_of("t", 0) != 3 else \
+                next(cluster.leader_of("t", p) for p in range(6)
+                     if cluster.leader_of("t", p) != 3)
+            moved = [p for p in range(6) if cluster.leader_of("t", p) == lost]
+            with Connection(answering.address) as conn:
+
+                def leaders() -> dict:
+                    meta = conn.request(ApiKey.METADATA, {"topics": ["t"]})
+                    return {x["partition"]: x["leader"] for x in meta["topics"][0]["partitions"]}
+
+                assert {leaders()[p] for p in moved} == {lost}  # t's config now cached
+                pool = answering.broker.pool
+                holds = [pool.submit(held.wait) for _ in range(answering.config.num_io_threads)]
+                os.kill(cluster.brokers[lost].pid, signal.SIGSTOP)  # the test's own process
+                new = wait_until(
+                    lambda: (lambda got: got if all(got[p] not in (-1, lost) for p in moved)
+                             else None)(leaders()),
+                    timeout=cluster.session_ms / 1000 + 2 + slack,
+                    what=f"broker 3's Metadata answer naming new leaders of {moved} (broker "
+                         f"{lost} paused) within the session timeout + 2 s, its I/O threads "
+                         "held")
+                assert not any(h.done() for h in holds)  # held throughout
+                cluster.wait(lambda: all(new[p] == cluster.leader_of("t", p) for p in moved),
+                             what="the test's own view of ZooKeeper naming the same leaders")
+        finally:
+            held.set()
+            if lost is not None:
+                os.kill(cluster.brokers[lost].pid, signal.SIGCONT)
+            answering.stop()

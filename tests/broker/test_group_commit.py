@@ -9,6 +9,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from sparklog.errors import LeaseExpiredError
 from sparklog.format.frame import encode_frame, iter_frames, raw_batch
 from sparklog.metadata.store import TopicStore
@@ -16,7 +18,7 @@ from sparklog.protocol import Connection
 from sparklog.storage.local import LocalOutputStream
 from sparklog.storage.stream import LeaseLost
 from sparklog.writer.broker import EmbeddedBroker
-from sparklog.writer.broker.partition import PartitionWriter
+from sparklog.writer.broker.partition import SYNCS_IN_FLIGHT, PartitionWriter
 from tests.support.waiting import wait_until
 from tests.support.wire import create, produce, read_values
 
@@ -55,22 +57,39 @@ def _clients(address: str, topic: str, count: int, requests: int) -> list:
     return answers
 
 
-def test_acks_all_answers_follow_a_covering_fsync_and_syncs_group(storage_root, monkeypatch):
-    """Four connections, 30 acks=all requests each, every fsync slowed by 20 ms: each
-    answer leaves only after an fsync that covered the request's bytes had returned
-    (checked against the frames' end positions read back), and the requests appended
-    while a sync waited were synced together (fewer syncs than requests)."""
+@pytest.mark.parametrize("pipelined", [False, True], ids=["serial", "pipelined"])
+def test_acks_all_answers_follow_a_covering_fsync_and_syncs_group(storage_root, monkeypatch,
+                                                                  pipelined):
+    """Four connections per sync allowed in flight, 30 acks=all requests each, every
+    fsync slowed by 20 ms: each answer leaves only after an fsync that covered the
+    request's bytes had returned (checked against the frames' end positions read
+    back), and the requests appended
+    while a sync waited were synced together (fewer syncs than requests). On storage
+    that pipelines syncs (as HDFS's hsync does: here the local stream is declared so),
+    a second sync starts while the first waits, and never more than
+    ``SYNCS_IN_FLIGHT`` run at once; elsewhere they run one at a time."""
     lock = threading.Lock()
     durable = [0]            # bytes of the segment covered by completed fsyncs
     syncs = [0]
+    running = [0, 0]         # fsyncs of the segment running now, most at once
     answered: list = []      # (base offset, durable bytes when answered)
     persist, answer = LocalOutputStream._persist, PartitionWriter._answer
 
     def slow_persist(self):
         covered = self._pushed  # start_sync pushed everything before this persist
-        time.sleep(0.02)
-        persist(self)
-        if self.path.endswith(".log"):
+        segment = self.path.endswith(".log")
+        if segment:
+            with lock:
+                running[0] += 1
+                running[1] = max(running)
+        try:
+            time.sleep(0.02)
+            persist(self)
+        finally:
+            if segment:
+                with lock:
+                    running[0] -= 1
+        if segment:
             with lock:
                 durable[0] = max(durable[0], covered)
                 syncs[0] += 1
@@ -84,18 +103,30 @@ def test_acks_all_answers_follow_a_covering_fsync_and_syncs_group(storage_root, 
         answer(self, batch, results)
 
     monkeypatch.setattr(LocalOutputStream, "_persist", slow_persist)
+    monkeypatch.setattr(LocalOutputStream, "pipelined_persist", pipelined)
     monkeypatch.setattr(PartitionWriter, "_answer", spy_answer)
+    # with k syncs in flight, each waits for about 1/k of the requests outstanding:
+    # the connections grow with k so that every sync still has several to group
+    clients = 4 * (SYNCS_IN_FLIGHT if pipelined else 1)
+    requests = clients * 30
     with EmbeddedBroker(storage_root) as broker:
         with Connection(broker.address) as c:
             assert create(c, "grouped", 1)["error_code"] == 0
-        answers = _clients(broker.address, "grouped", 4, 30)
+        answers = _clients(broker.address, "grouped", clients, 30)
         assert all(a["error_code"] == 0 for a in answers), answers[:3]
         synced = syncs[0]
-    assert len(answered) == 120
+    assert len(answered) == requests
     ends = _segment_ends(storage_root, "grouped")
     late = [(base, ends[base], seen) for base, seen in answered if seen < ends[base]]
     assert not late, f"answered before an fsync covered their bytes: {late[:5]}"
-    assert synced < 120 * 3 // 4, f"{synced} fsyncs for 120 requests: no group commit"
+    assert synced < requests * 3 // 4, \
+        f"{synced} fsyncs for {requests} requests: no group commit"
+    most = running[1]
+    if pipelined:
+        assert most == SYNCS_IN_FLIGHT, \
+            f"at most {most} fsyncs at once with pipelined syncs ({SYNCS_IN_FLIGHT} allowed)"
+    else:
+        assert most == 1, f"{most} fsyncs at once on storage that does not pipeline them"
 
 
 def test_a_failed_sync_fails_its_requests_and_the_partition_recovers(storage_root,

@@ -33,6 +33,9 @@ from tests.support.waiting import wait_until as _wait_until  # noqa: E402
 pytestmark = pytest.mark.zookeeper
 
 SESSION_MS = 2000
+#: how long a connect may wait for the server: longer than the short session the tests
+#: expire on purpose, so that a loaded machine's slow first answer is not a failure
+CONNECT_MS = 20000
 
 
 def wait_until(cond, timeout=DEFAULT_WAIT, what="condition"):
@@ -47,6 +50,7 @@ def cluster(zookeeper, storage_root):
 
     def make(broker_id=None, connect=None, **kw):
         kw.setdefault("session_timeout_ms", SESSION_MS)
+        kw.setdefault("connection_timeout_ms", CONNECT_MS)
         store = ZkCoordinationStore(connect or zookeeper.connect,
                                     topic_store=TopicStore(storage_root), **kw)
         stores.append(store)
@@ -67,7 +71,8 @@ def leaders(store, topic, n):
 
 
 def test_connect_creates_chroot_and_kafka_layout(zookeeper):
-    client = connect_zk(zookeeper.connect, session_timeout_ms=SESSION_MS)
+    client = connect_zk(zookeeper.connect, session_timeout_ms=SESSION_MS,
+                        connection_timeout_ms=CONNECT_MS)
     try:
         assert set(client.get_children("/")) >= {"brokers", "admin", "config", "consumers"}
         assert client.exists("/brokers/ids") and client.exists("/brokers/topics")

@@ -198,6 +198,16 @@ BROKEN = {  # name: (file, edit, expected message, number of problems)
                                                       "zookeeper.session.timeout.ms=60000"),
                                      "zookeeper.session.timeout.ms=60000 is outside "
                                      "ZooKeeper's session range 4000..40000 ms", 1),
+    "NameNode probe off": (BROKER, _replace("storage.namenode.probe.interval.ms=1000",
+                                            "storage.namenode.probe.interval.ms=0"),
+                           "storage.namenode.probe.interval.ms=0: brokers would find a lost "
+                           "NameNode host only on their first NameNode call after the "
+                           "failover", 1),
+    "NameNode probe slower than the IPC timeout": (
+        BROKER, _replace("storage.namenode.probe.interval.ms=1000",
+                         "storage.namenode.probe.interval.ms=10000"),
+        "storage.namenode.probe.interval.ms=10000 is not shorter than core-site's "
+        "ipc.client.rpc-timeout.ms=10000", 1),
     "stop timeout too short": (UNIT, _replace("TimeoutStopSec=60", "TimeoutStopSec=20s"),
                                "TimeoutStopSec=20s is not longer than broker "
                                "controlled.shutdown.timeout.ms=30000", 1),
@@ -533,3 +543,58 @@ def test_ack_check_finds_every_acknowledged_record_once(tmp_path, storage_root, 
     assert f"moved: {doctored[1].split()[0]} acknowledged at" in text
     assert f"corrupt: {doctored[2].split()[0]}: value checksum differs" in text
     assert "ack-check: FAILED" in text
+
+
+def test_failover_matrix_results_file_gives_the_table_back_without_a_lab(tmp_path):
+    """deploy/lab/failover.py --report: the table of a results file that a cut run left
+    (its last line cut short by the kill is skipped; a failed run is counted, not
+    measured), and the whole matrix's combinations with broker-host x opening skipped and
+    the ResourceManager fault with its ETL."""
+    import json
+
+    rows = [
+        {"mode": "host", "client": "writing", "rep": 1, "topic": "a", "failover_s": 13.1,
+         "outage_s": 14.0, "acked": 3000, "failed": 0, "broker_crashes": []},
+        {"mode": "host", "client": "writing", "rep": 2, "topic": "b", "failover_s": 12.0,
+         "outage_s": 15.5, "acked": 3000, "failed": 1, "broker_crashes": []},
+        {"mode": "host", "client": "opening", "rep": 1, "error": "RuntimeError: restore"},
+        {"mode": "resourcemanager", "client": "etl", "rep": 1, "topic": "c",
+         "failover_s": 10.7, "outage_s": None, "acked": 600, "failed": 0,
+         "job": "completed", "broker_crashes": []},
+    ]
+    results = tmp_path / "failover.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"mode": "proc')
+    lab = REPO / "deploy" / "lab"
+    proc = subprocess.run([sys.executable, str(lab / "failover.py"), "--report",
+                           str(results)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "| host | writing | 2 | 12.6 / 13.1 | 14.8 / 15.5 | 3.5 | 1 | 1 | 6000 | 0 | 0 |" \
+        in proc.stdout, proc.stdout
+    assert "| host | opening | 0 | - | - | - | - | 0 | 0 | 0 | 1 |" in proc.stdout
+    # the ResourceManager fault's run is a job, not a producer: no outage
+    assert "| resourcemanager | etl | 1 | 10.7 / 10.7 | - | - | - | 0 | 600 | 0 | 0 |" \
+        in proc.stdout, proc.stdout
+    script = ("import sys; sys.path.insert(0, sys.argv[1]); import failover; "
+              "print(failover.combinations(list(failover.MODES), None))")
+    combos = subprocess.run([sys.executable, "-c", script, str(lab)], capture_output=True,
+                            text=True, timeout=60)
+    assert combos.stdout.strip() == str([
+        ("process", "writing"), ("process", "opening"), ("host", "writing"),
+        ("host", "opening"), ("journalnode", "writing"), ("datanode-host", "writing"),
+        ("broker-host", "writing"), ("resourcemanager", "etl")]), \
+        combos.stdout + combos.stderr
+    skipped = subprocess.run(
+        [sys.executable, "-c", script.replace("None", "['writing', 'opening']")
+         .replace("list(failover.MODES)", "['broker-host']"), str(lab)],
+        capture_output=True, text=True, timeout=60)
+    assert "[('broker-host', 'writing')]" in skipped.stdout
+    assert "skipping broker-host x opening" in skipped.stderr
+    # an --alternate-probe run's results: one table per probe setting
+    ab = tmp_path / "ab.jsonl"
+    ab.write_text("".join(json.dumps({**rows[0], "probe_ms": ms, "outage_s": outage}) + "\n"
+                          for ms, outage in ((1000, 14.0), (0, 24.0))))
+    proc = subprocess.run([sys.executable, str(lab / "failover.py"), "--report", str(ab)],
+                          capture_output=True, text=True, timeout=60)
+    assert "storage.namenode.probe.interval.ms=1000 (median outage - failover: 0.9 s)" \
+        in proc.stdout and "storage.namenode.probe.interval.ms=0 (median outage - " \
+        "failover: 10.9 s)" in proc.stdout, proc.stdout + proc.stderr

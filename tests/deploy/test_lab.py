@@ -132,11 +132,21 @@ def test_etl_on_yarn_once_commits_every_record_once(lab_up):
 
 
 @pytest.mark.timeout(900)  # four failovers, each NameNode restored, then Spark's read-back
-def test_failover_matrix_once_loses_no_acknowledged_record(lab_up):
+def test_failover_matrix_once_loses_no_acknowledged_record(lab_up, tmp_path):
+    results = tmp_path / "failover.jsonl"
     proc = subprocess.run([sys.executable, str(LAB / "failover.py"), "--repetitions", "1",
-                           "--seconds", "10"], capture_output=True, text=True, timeout=850)
+                           "--seconds", "10", "--modes", "process,host",
+                           "--results", str(results)],
+                          capture_output=True, text=True, timeout=850)
     print(proc.stdout)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     assert "ack-check: OK: every acknowledged record read back once" in proc.stdout
     rows = re.findall(r"^\| (process|host) \| (writing|opening) \| 1 \|", proc.stdout, re.M)
     assert len(rows) == 4, proc.stdout
+    # every run was appended as it ended, and the file alone gives the table back
+    assert len(results.read_text().splitlines()) == 4 + 1  # the runs, then the verdict
+    report = subprocess.run([sys.executable, str(LAB / "failover.py"), "--report",
+                             str(results)], capture_output=True, text=True, timeout=60)
+    assert report.returncode == 0 and len(re.findall(
+        r"^\| (process|host) \| (writing|opening) \| 1 \|", report.stdout, re.M)) == 4, \
+        report.stdout + report.stderr

@@ -4,7 +4,6 @@ epochs, leases and bad input."""
 from __future__ import annotations
 
 import os
-import threading
 
 import pytest
 
@@ -22,6 +21,7 @@ from sparklog.format.frame import decode_frame, iter_frames, validate_frame
 from sparklog.format.header import unpack_header
 from sparklog.log import LogReader, PartitionLog
 from sparklog.storage import open_fileio
+from tests.support.logdata import lock_held_elsewhere
 from tests.support.logfiles import RecordingFileIO, raw_frame, typed_frame
 
 
@@ -391,21 +391,9 @@ def test_view_is_one_moment_and_try_lock_never_waits(fio, pdir):
         assert [(s.base_offset, n) for s, n in view.segments] == [(0, 3 * size), (15, size)]
         with plog.try_lock() as locked:
             assert locked
-        held, release = threading.Event(), threading.Event()
-
-        def holder():
+        with lock_held_elsewhere(plog):
             with plog.try_lock() as locked:
-                assert locked
-                held.set()
-                release.wait(30)
-
-        t = threading.Thread(target=holder)
-        t.start()
-        assert held.wait(30), "the other thread never took the log's lock"
-        with plog.try_lock() as locked:
-            assert not locked  # held by the other thread: no wait
-        release.set()
-        t.join(30)
+                assert not locked  # held by the other thread: no wait
         with plog.try_lock() as locked:
             assert locked
 

@@ -287,7 +287,7 @@ def test_started_syncs_overlap_later_writes_and_close_waits_for_them(backend):
     """``start_sync`` (pipelined syncs): writes and a second sync go on before the first
     sync's finish is called, each finish returns once its bytes are synced (and
     visible); close waits for a sync still running. On HDFS the first ``hsync`` is
-    still waiting for the DataNodes while the second starts (``concurrent_persist``)."""
+    still waiting for the DataNodes while the second starts (``pipelined_persist``)."""
     fs, root, _ = backend
     path = fs.join(root, "pipelined.log")
     out = fs.create(path)
@@ -307,6 +307,33 @@ def test_started_syncs_overlap_later_writes_and_close_waits_for_them(backend):
     done.join(60)
     assert not done.is_alive()
     assert fs.read_all(path) == b"first|second|third"
+
+
+def test_a_writer_fenced_while_its_sync_waits_refuses_it_and_then_drops_its_handle(backend):
+    """The lease is recovered between ``start_sync`` and its finish (on storage whose
+    persist runs beside writes, the finish still needs the handle): the next write is
+    refused, the finish raises LeaseExpiredError instead of syncing a closed or reused
+    handle, and the writer is closed afterwards. The bytes of an earlier sync are kept;
+    those of the unfinished one were never promised (HDFS ships them with the hsync)."""
+    fs, root, _ = backend
+    fs_out = fs.create(fs.join(root, "fenced-sync.log"))
+    if not fs_out.concurrent_persist:
+        fs_out.close()
+        pytest.skip(f"{type(fs_out).__name__} syncs before start_sync returns")
+    path = fs_out.path
+    fs_out.write(b"kept|")
+    fs_out.sync()
+    fs_out.write(b"pending|")
+    finish = fs_out.start_sync()
+    fs.recover_lease(path)
+    with pytest.raises(LeaseExpiredError):
+        fs_out.write(b"refused")
+        fs_out.flush()
+    with pytest.raises(LeaseExpiredError):
+        finish()
+    assert fs_out.closed
+    fs_out.close()  # silent: the writer was told of the loss
+    assert fs.read_all(path) in (b"kept|", b"kept|pending|")
 
 
 # --- single writer (leases) ---------------------------------------------------------------

@@ -1,6 +1,7 @@
 """hdfs:// beyond the shared contract: bad input (a NameNode that is down, a nameservice
 missing from the configuration, a directory without permission) gives one clear error
-naming the URL and the cause, in seconds; the cluster fixture's API (block locations).
+naming the URL and the cause, in seconds; the cluster fixture's API (block locations)
+and its daemons' temporary files (kept in the cluster's directory).
 
 The storage contract itself runs on the cluster in tests/storage/test_storage_contract.py.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
@@ -144,6 +146,19 @@ def test_fixture_reports_block_locations(hdfs_cluster):
         assert len(hosts) == hdfs_cluster.replication and set(hosts) <= datanodes
     fs.delete(hdfs_cluster.hdfs_uri + path, recursive=True)
     fs.close()
+
+
+def test_daemons_keep_their_temporary_files_in_the_cluster_directory(hdfs_cluster):
+    """The daemons' web servers put their ``jetty-*`` work directories (one per daemon
+    start) under the cluster's own directory (java.io.tmpdir), removed with it, and
+    none in the system's temporary directory (checked for the NameNode's web port, the
+    one fixed port among them: a DataNode's Jetty listens on an ephemeral one)."""
+    ours = [n for n in os.listdir(hdfs_cluster.java_tmp_dir) if n.startswith("jetty-")]
+    assert len(ours) >= 1 + len(hdfs_cluster.datanodes), ours
+    assert any(f"-{hdfs_cluster.http_port}-" in n for n in ours), ours
+    leaked = [n for n in os.listdir(tempfile.gettempdir())
+              if n.startswith("jetty-") and f"-{hdfs_cluster.http_port}-" in n]
+    assert leaked == []
 
 
 def _namenode_length(cluster, url: str) -> int:

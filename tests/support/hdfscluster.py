@@ -118,9 +118,12 @@ ADD_OPENS = [f"--add-opens=java.base/{pkg}=ALL-UNNAMED"
 
 
 def _java_command(heap: str, conf_dir: str, classpath: list[str], log_dir: str,
-                  main: str, *args: str, jvm_options: tuple = ()) -> list[str]:
+                  main: str, *args: str, tmp_dir: str, jvm_options: tuple = ()) -> list[str]:
+    """The ``java`` command of a daemon or tool; its ``java.io.tmpdir`` is ``tmp_dir``
+    (the cluster's own): the web servers' ``jetty-*`` work directories, one per daemon
+    start, go with the cluster instead of piling up in the system's temp directory."""
     return ["java", f"-Xmx{heap}", "-XX:+UseSerialGC", "-Djava.net.preferIPv4Stack=true",
-            *ADD_OPENS, *jvm_options,
+            *ADD_OPENS, *jvm_options, f"-Djava.io.tmpdir={tmp_dir}",
             f"-Dhadoop.log.dir={log_dir}", "-Dhadoop.security.logger=WARN,console",
             "-cp", os.pathsep.join([conf_dir, *classpath]), main, *args]
 
@@ -207,7 +210,9 @@ class HdfsCluster:
         self.conf_dir = os.path.join(self.base_dir, "conf")
         self.log_dir = os.path.join(self.base_dir, "logs")
         self.name_dir = os.path.join(self.base_dir, "name")
-        for d in (self.conf_dir, self.log_dir):
+        #: java.io.tmpdir of the daemons and tools (Jetty's work directories)
+        self.java_tmp_dir = os.path.join(self.base_dir, "java-tmp")
+        for d in (self.conf_dir, self.log_dir, self.java_tmp_dir):
             os.makedirs(d, exist_ok=True)
         self.kdc = kdc
         self.service_keytab: str | None = None
@@ -223,7 +228,8 @@ class HdfsCluster:
         self._write_conf(self.conf_dir, self._site)
         self.namenode = DaemonProcess(
             "namenode", _java_command(heap, self.conf_dir, self.classpath, self.log_dir,
-                                      NAMENODE_CLASS, jvm_options=self.jvm_options),
+                                      NAMENODE_CLASS, tmp_dir=self.java_tmp_dir,
+                                      jvm_options=self.jvm_options),
             self.conf_dir, os.path.join(self.log_dir, "namenode.log"), self._daemon_env())
         self.datanodes = [self._datanode(i) for i in range(datanodes)]
 
@@ -334,7 +340,8 @@ class HdfsCluster:
                                     "dfs.datanode.data.dir": f"file://{root}/data"})
         dn = DaemonProcess(f"datanode-{i}",
                            _java_command(self.heap, conf_dir, self.classpath, self.log_dir,
-                                         DATANODE_CLASS, jvm_options=self.jvm_options),
+                                         DATANODE_CLASS, tmp_dir=self.java_tmp_dir,
+                                         jvm_options=self.jvm_options),
                            conf_dir, os.path.join(self.log_dir, f"datanode-{i}.log"),
                            self._daemon_env())
         dn.addresses = addresses
@@ -355,7 +362,7 @@ class HdfsCluster:
             return
         cmd = _java_command(self.heap, self.conf_dir, self.classpath, self.log_dir,
                             NAMENODE_CLASS, "-format", "-nonInteractive", "-force",
-                            jvm_options=self.jvm_options)
+                            tmp_dir=self.java_tmp_dir, jvm_options=self.jvm_options)
         with open(os.path.join(self.log_dir, "format.log"), "ab") as log:
             rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=self._daemon_env(),

@@ -3,7 +3,9 @@ and the rows Spark's Kafka-shaped output should hold for them."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import threading
 
 from sparklog.format.frame import encode_frame, raw_batch
 from sparklog.log.partition import PartitionLog
@@ -16,6 +18,28 @@ BASE_TS = 1_700_000_000_000  # ms
 def ts(ms: int) -> dt.datetime:
     """The Spark (UTC session) value of a timestamp in ms."""
     return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).replace(tzinfo=None)
+
+
+@contextlib.contextmanager
+def lock_held_elsewhere(plog: PartitionLog, timeout: float = 30):
+    """Within the block, another thread holds ``plog``'s lock (as retention or the
+    cleaner would, on an I/O thread); released and joined on the way out."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with plog.try_lock() as locked:
+            if locked:
+                held.set()
+                release.wait(2 * timeout)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    try:
+        assert held.wait(timeout), "the other thread did not take the log's lock"
+        yield
+    finally:
+        release.set()
+        holder.join(timeout)
 
 
 def record(topic: str, partition: int, offset: int, *, headers=False, ts_ms=None):

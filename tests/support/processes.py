@@ -1,6 +1,7 @@
 """Server processes started by test helpers (ZooKeeper, Kafka, the HDFS daemons): free
-loopback ports, and stopping or killing exactly the process a helper started (by its
-Popen, never by name)."""
+loopback ports, stopping or killing exactly the process a helper started (by its
+Popen, never by name), and what /proc says of a process (:func:`process_info`,
+:func:`child_processes`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
 #: ports for servers are chosen below the kernel's ephemeral range, from where the
 #: ports of outgoing connections come: a port the OS handed out (``bind(0)``) and then
@@ -124,6 +126,23 @@ def serve_until_interrupted(what: str) -> None:
         pass
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def context_switches(pid: int) -> int:
+    """Voluntary context switches of process ``pid``'s main thread so far (Linux /proc;
+    0 when it does not say): how often it waited (a blocking call) and was woken."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    return 0
+
+
 def rss_bytes(pid) -> int:
     """Resident memory of process ``pid`` in bytes (0 when /proc does not say)."""
     with open(f"/proc/{pid}/status") as f:
@@ -131,3 +150,50 @@ def rss_bytes(pid) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """One process as /proc shows it: its id, its parent's, its state letter (``Z``: a
+    zombie) and its command line (arguments joined by spaces)."""
+
+    pid: int
+    ppid: int
+    state: str
+    cmdline: str
+
+    def environ(self) -> dict[str, str]:
+        """The environment the process started with ({} when /proc does not show it)."""
+        try:
+            with open(f"/proc/{self.pid}/environ", "rb") as f:
+                raw = f.read()
+        except OSError:
+            return {}
+        pairs = (item.decode("utf-8", "replace").partition("=")
+                 for item in raw.split(b"\0") if item)
+        return {k: v for k, _, v in pairs}
+
+
+def process_info(pid: int) -> ProcessInfo | None:
+    """Process ``pid`` from /proc (None when it is gone or /proc does not show it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # the name in parentheses may hold spaces
+    args = cmdline.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+    return ProcessInfo(pid, int(fields[1]), fields[0], args)
+
+
+def all_processes() -> list[ProcessInfo]:
+    """Every process /proc shows (Linux)."""
+    found = (process_info(int(e)) for e in os.listdir("/proc") if e.isdigit())
+    return [p for p in found if p is not None]
+
+
+def child_processes(pid: int) -> list[ProcessInfo]:
+    """The processes whose parent is ``pid``, zombies left out."""
+    return [p for p in all_processes() if p.ppid == pid and p.state != "Z"]

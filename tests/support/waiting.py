@@ -15,9 +15,11 @@ import time
 DEFAULT_WAIT = 60.0
 
 
-def wait_until(cond, timeout: float = DEFAULT_WAIT, what: str = "condition", ignore=()):
-    """Poll ``cond()`` until it returns a truthy value (returned), raising AssertionError
-    naming ``what`` after ``timeout`` seconds; exceptions in ``ignore`` count as falsy."""
+def wait_until(cond, timeout: float = DEFAULT_WAIT, what: str = "condition", ignore=(),
+               interval: float = 0.02):
+    """Poll ``cond()`` every ``interval`` seconds until it returns a truthy value
+    (returned), raising AssertionError naming ``what`` after ``timeout`` seconds;
+    exceptions in ``ignore`` count as falsy."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -26,5 +28,5 @@ def wait_until(cond, timeout: float = DEFAULT_WAIT, what: str = "condition", ign
             value = None
         if value:
             return value
-        time.sleep(0.02)
+        time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")

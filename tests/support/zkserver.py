@@ -197,7 +197,9 @@ class TcpProxy:
     """Forward ``127.0.0.1:<port>`` to ``target`` (host, port) on threads.
 
     ``cut()`` closes every open connection and refuses new ones until ``restore()``:
-    a network partition between the proxied clients and the target.
+    a network partition between the proxied clients and the target. ``silence()`` is a
+    lost host instead: open connections stay open but nothing passes either way, and
+    new ones are accepted and never answered (no reset, no data), until ``restore()``.
     """
 
     def __init__(self, target: tuple[str, int]):
@@ -205,6 +207,7 @@ class TcpProxy:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self._cut = threading.Event()
+        self._silent = threading.Event()
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._conns: list[socket.socket] = []
@@ -226,6 +229,10 @@ class TcpProxy:
             if self._cut.is_set():
                 client.close()
                 continue
+            if self._silent.is_set():  # accepted by the "kernel", never answered
+                with self._lock:
+                    self._conns.append(client)
+                continue
             try:
                 upstream = socket.create_connection(self.target, timeout=5)
             except OSError:
@@ -243,7 +250,8 @@ class TcpProxy:
                 data = src.recv(65536)
                 if not data or self._cut.is_set():
                     break
-                dst.sendall(data)
+                if not self._silent.is_set():
+                    dst.sendall(data)
         except OSError:
             pass
         finally:
@@ -260,9 +268,14 @@ class TcpProxy:
             conns, self._conns = self._conns, []
         close_sockets(conns)
 
+    def silence(self) -> None:
+        """Forward nothing and answer nothing, closing nothing: a lost host."""
+        self._silent.set()
+
     def restore(self) -> None:
         """Accept and forward connections again."""
         self._cut.clear()
+        self._silent.clear()
 
     def close(self) -> None:
         """Stop the proxy and close everything."""

@@ -234,6 +234,7 @@ class Checker:
         self.check_client_failover(hdfs, core or {})
         if core is not None:
             self.check_rpc_timeout(core)
+            self.check_namenode_probe(core)
         if not hdfs.get(f"dfs.client.failover.proxy.provider.{ns}"):
             self.problem("hdfs", f"dfs.client.failover.proxy.provider.{ns} is not set: clients "
                                  f"cannot find the active NameNode of {ns}")
@@ -291,6 +292,30 @@ class Checker:
                                  f"lost NameNode host would wait longer than "
                                  f"ha.zookeeper.session-timeout.ms={session} before the "
                                  f"client fails over; set it to at most that")
+
+    def check_namenode_probe(self, core: dict) -> None:
+        """The brokers probe the NameNodes (storage.namenode.probe.interval.ms, 1000 by
+        default) more often than the IPC timeout: a broker that does not finds a lost
+        NameNode host only on its first write after the failover, up to
+        ipc.client.rpc-timeout.ms late (docs/deploy.md)."""
+        broker = self.conf["broker"]
+        if broker is None:
+            return
+        key = "storage.namenode.probe.interval.ms"
+        try:
+            interval = int(broker.get(key, "1000"))
+        except ValueError:
+            return  # check_broker names the value
+        timeout = self._int("core", core, "ipc.client.rpc-timeout.ms", 120000)
+        if interval == 0:
+            self.problem("broker", f"{key}=0: brokers would find a lost NameNode host only "
+                                   "on their first NameNode call after the failover, up to "
+                                   f"ipc.client.rpc-timeout.ms={timeout} late")
+        elif 0 < timeout <= interval:
+            self.problem("broker", f"{key}={interval} is not shorter than core-site's "
+                                   f"ipc.client.rpc-timeout.ms={timeout}: a lost NameNode "
+                                   "host's connection would be found later than a call "
+                                   "on it times out")
 
     def check_qjournal(self, hdfs: dict, ns: str) -> None:
         """qjournal://h:p;h:p;h:p/journalId with an odd number >= 3 of JournalNodes."""

@@ -88,7 +88,8 @@ class Broker:
         # the address clients are told must be reachable: a wildcard is refused here,
         # before anything is opened (InvalidConfigError naming the key and value)
         self.config.advertised_host_port
-        self.fileio = fileio or open_fileio(self.storage_uri, **self._storage_options())
+        self.fileio = fileio or open_fileio(self.storage_uri,
+                                            **self._storage_options(probe=True))
         self._own_fileio = fileio is None  # helper processes can open the same one
         self.topics = TopicStore(self.storage_uri, self.fileio,
                                  dir_mode=self.config.topic_dir_mode,
@@ -143,6 +144,8 @@ class Broker:
         if self.metrics is not None:
             self.metrics.watch_logs(lambda: list(self.partitions.writers.values()), self.store)
         self.stopping = False
+        #: the cluster id (read by :meth:`start`)
+        self.cluster_id = ""
         self.host, self.port = self.config.listen_host_port
         self._server: Acceptor | None = None  # the first listener's
         self._servers: list[Acceptor] = []
@@ -158,17 +161,23 @@ class Broker:
         """``host:port`` the broker listens on (the real port after binding port 0)."""
         return f"{self.host}:{self.port}"
 
-    def _storage_options(self) -> dict:
-        """The FileIO options the broker's settings give its storage's backend."""
+    def _storage_options(self, probe: bool = False) -> dict:
+        """The FileIO options the broker's settings give its storage's backend;
+        ``probe``: with the NameNode probe (the broker's own storage, not its helper
+        processes': one probe per broker)."""
         scheme = url_scheme(self.storage_uri)
         if scheme in ("", "file"):
             return {"sync_behind_writes": self.config.sync_behind_writes_bytes}
         if scheme == "hdfs":
             from ...storage.kerberos import kerberos_options
 
-            return kerberos_options(self.config.storage_kerberos_principal,
-                                    self.config.storage_kerberos_keytab,
-                                    self.config.storage_kerberos_renew_period_ms)
+            options = kerberos_options(self.config.storage_kerberos_principal,
+                                       self.config.storage_kerberos_keytab,
+                                       self.config.storage_kerberos_renew_period_ms)
+            if probe:
+                options["namenode_probe_interval"] = \
+                    self.config.storage_namenode_probe_interval_ms / 1000.0
+            return options
         return {}
 
     async def run_io(self, fn, *args):
@@ -185,7 +194,8 @@ class Broker:
             min_session_ms=self.config.group_min_session_timeout_ms,
             max_session_ms=self.config.group_max_session_timeout_ms)
         started = time.monotonic()
-        await self.run_io(self.store.cluster_id)
+        # read once: Metadata and ApiVersions answers name it without an I/O thread
+        self.cluster_id = await self.run_io(self.store.cluster_id)
         fence_all = False
         if self.store.assigns_leaders:
             # partitions open when the controller makes this broker their leader
@@ -293,7 +303,8 @@ class Broker:
                              refusals=self.refusals, metrics=self.metrics)
         topics = TopicApis(self.partitions, self.store, self.config, run_io=self.run_io,
                            leadership=self.leadership, listener=self.advertised_address,
-                           storage_uri=self.storage_uri, cleaner=self.cleaner)
+                           storage_uri=self.storage_uri, cleaner=self.cleaner,
+                           cluster_id=self.cluster_id)
         groups = GroupApis(self.groups, self.store, self.partitions, run_io=self.run_io,
                            cluster=self.leadership is not None)
         return {ApiKey.API_VERSIONS: self._api_versions, **records.handlers(),
@@ -335,6 +346,8 @@ class Broker:
                 await self.run_io(self.store.close)
             if self.metrics is not None:
                 self.metrics.close()
+            if self._own_fileio:  # its client resources (hdfs://: the NameNode probe)
+                await self.run_io(self.fileio.close)
             log.info("broker %d stopped: %d partition(s) synced and closed", self.broker_id,
                      closed)
         finally:
@@ -376,4 +389,4 @@ class Broker:
 
     async def _api_versions(self, body, ctx) -> dict:
         return {**_NO_ERROR, **self._versions_body(),
-                "cluster_id": await self.run_io(self.store.cluster_id)}
+                "cluster_id": self.cluster_id or await self.run_io(self.store.cluster_id)}

@@ -33,7 +33,11 @@ behind each segment's writer, see :class:`~sparklog.storage.local.LocalFileIO`).
 Kerberized HDFS, ``storage.kerberos.principal`` and ``storage.kerberos.keytab`` are the
 broker's identity (logged in from the keytab, the ticket checked every
 ``storage.kerberos.ticket.renew.period.ms``, default 60000, and renewed before it
-expires: :mod:`sparklog.storage.kerberos`).
+expires: :mod:`sparklog.storage.kerberos`). On ``hdfs://`` storage,
+``storage.namenode.probe.interval.ms`` (default 1000; 0 = off) is how often the broker
+calls each NameNode to find a lost NameNode host's dead connection and the new active
+NameNode while a failover happens, not on its next write after it
+(:mod:`sparklog.storage.nnprobe`).
 
 Resource limits (``max.connections``, ``max.connections.per.ip``,
 ``connections.max.idle.ms``, ``request.read.timeout.ms``, ``max.topic.partitions``,
@@ -122,6 +126,10 @@ BROKER_SETTINGS = {
     "storage.kerberos.keytab": ("storage_kerberos_keytab", str, "", None),
     "storage.kerberos.ticket.renew.period.ms": ("storage_kerberos_renew_period_ms", int,
                                                 60000, 1),
+    # hdfs:// storage: how often the broker calls each NameNode (0 = never), so that its
+    # HDFS client follows a NameNode failover while it happens (sparklog.storage.nnprobe)
+    "storage.namenode.probe.interval.ms": ("storage_namenode_probe_interval_ms", int,
+                                           1000, 0),
     # topic directories made with this mode (octal), owner and group (empty: as the
     # storage makes them): HDFS permissions govern the Spark source's broker-less reads
     "storage.topic.dir.permission": ("topic_dir_permission", str, "", None),
@@ -218,6 +226,7 @@ class BrokerConfig:
     storage_kerberos_principal: str = ""
     storage_kerberos_keytab: str = ""
     storage_kerberos_renew_period_ms: int = 60000
+    storage_namenode_probe_interval_ms: int = 1000
     topic_dir_permission: str = ""
     topic_dir_owner: str = ""
     topic_dir_group: str = ""

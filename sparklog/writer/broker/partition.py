@@ -9,8 +9,15 @@ I/O thread of its own turn (the sync worker): the thread that appended a batch f
 acks=all hands it to the worker directly, starting it when none runs, without a trip
 through the event loop; while one sync waits for the storage (HDFS's DataNodes
 fsyncing), the writer validates and appends the next batches, and the worker's next
-sync, started in the same thread as soon as this one returns, covers all of them. The
-worker posts each sync's answers to the event loop. A request is answered only once a
+sync, started in the same thread as soon as this one returns, covers all of them. On
+storage that pipelines syncs (HDFS: an ``hsync`` waits for its own packet's
+acknowledgement outside the stream's lock, so several threads' hsyncs overlap, each
+returning once its own bytes are durable), up to ``SYNCS_IN_FLIGHT`` turns of the
+worker run at once: a batch appended while one sync waits starts a sync of its own at
+once instead of waiting for that one to return first, so an acks=all request waits for
+about one sync rather than the rest of the running one plus its own (as HBase's WAL
+runs several sync threads). The worker posts each sync's outcome to the event loop,
+which answers the syncs in the order they started. A request is answered only once a
 sync started after its bytes were written has completed, so no acks=all answer
 precedes the durability of its records. Fetches that found too little data wait on the partition until the next flush
 or sync advances the high watermark, or their timeout; the frames each request appended
@@ -23,7 +30,11 @@ are network round trips), with one exception: on the local disk, where a flush i
 acks=all, no ``flush.messages``/``flush.ms``, no segment roll and no producer-state
 snapshot due: nothing that syncs or creates files), while no other thread holds the
 log's lock, is appended on the event loop itself, saving the two thread hand-offs that
-cost more than the append.
+cost more than the append. When the writer is idle (nothing queued, no batch in
+progress), such a request is appended by :meth:`PartitionWriter.submit` itself, in the
+handler's own turn of the event loop (as Kafka's request handler appends to the log and
+completes the waiting fetches itself): its answer and the fetches it wakes need no
+turn of the writer task in between.
 """
 
 from __future__ import annotations
@@ -70,6 +81,9 @@ INLINE_APPEND_BYTES = 64 << 10
 #: syncs one turn of a partition's sync worker runs back to back before it gives its
 #: I/O thread to the other queued work (and queues itself again if more is waiting)
 SYNC_TURN = 8
+#: turns of a partition's sync worker running at once on storage that pipelines syncs
+#: (``PartitionLog.pipelines_syncs``); 1 elsewhere
+SYNCS_IN_FLIGHT = 2
 
 
 @dataclass
@@ -223,11 +237,20 @@ class PartitionWriter:
         self.keys = KeyChecker(topic)
         self._queue: asyncio.Queue = asyncio.Queue()
         #: (batch, results, runs) appended for acks=all, waiting for the next sync; with
-        #: ``_sync_turn`` (the sync worker's queued or running turn, None when idle),
-        #: guarded by ``_sync_lock`` (appending threads and the worker share them)
+        #: ``_sync_running`` (turns of the sync worker queued or running), their futures
+        #: and ``_sync_ticket`` (the number of the next group taken), guarded by
+        #: ``_sync_lock`` (appending threads and the worker's turns share them)
         self._unsynced: list[tuple[list[ProduceItem], list[ProduceResult], list]] = []
-        self._sync_turn = None
+        self._sync_running = 0
+        self._sync_turns: list = []
+        self._sync_ticket = 0
         self._sync_lock = threading.Lock()
+        #: most turns of the sync worker at once (module docstring)
+        self.syncs_in_flight = SYNCS_IN_FLIGHT if plog.pipelines_syncs else 1
+        #: event loop: outcomes of syncs that ended before an earlier one, by ticket,
+        #: and the ticket of the next sync to answer
+        self._sync_outcomes: dict[int, tuple] = {}
+        self._next_answer = 0
         self._waiters: dict[asyncio.Future, None] = {}
         self._last_snapshot = time.monotonic()
         #: batches up to this many bytes are appended on the event loop (0: never;
@@ -235,6 +258,9 @@ class PartitionWriter:
         self.inline_append_bytes = inline_append_bytes
         #: the newest appended frames, for the fetches that follow the tail
         self.tail = TailCache()
+        #: True while the writer task holds a batch (appending it, on the loop or an
+        #: I/O thread): a request submitted meanwhile queues behind it
+        self._appending = False
         self._task = loop.create_task(self._run(), name=f"writer-{self.name}")
         self._closing = False
         #: True once the log failed (storage error): the broker reopens the partition
@@ -264,13 +290,19 @@ class PartitionWriter:
 
     # --- produce --------------------------------------------------------------------------------
     def submit(self, records: bytes, acks: int) -> asyncio.Future:
-        """Queue one request's records; the future gets a ProduceResult."""
+        """Queue one request's records; the future gets a ProduceResult (already, when
+        the request was appended on the spot: module docstring)."""
         future = self.loop.create_future()
         if self._closing:
             future.set_result(ProduceResult(error=SparklogError(
                 f"partition {self.name} is shutting down")))
             return future
-        self._queue.put_nowait(ProduceItem(records, acks, future))
+        item = ProduceItem(records, acks, future)
+        # an idle writer (nothing queued, no batch of its own in progress) would take
+        # this request alone at its next turn: when it may be appended on the event
+        # loop, append it now, in the caller's turn (the future is done on return)
+        if self._appending or not self._queue.empty() or not self._append_inline([item]):
+            self._queue.put_nowait(item)
         return future
 
     async def _run(self) -> None:
@@ -287,75 +319,82 @@ class PartitionWriter:
                         stop = True
                         break
                     batch.append(nxt)
+                self._appending = True
                 try:
-                    # inline only when the log is not busy in another thread (retention,
-                    # the cleaner, a stuck storage call): the event loop never waits for
-                    # its lock
-                    appended = None
-                    if self._inline(batch):
-                        with self.log.try_lock() as locked:
-                            if locked:
-                                appended = self._append_batch(batch)
-                    if appended is None:
-                        appended = await self.loop.run_in_executor(
-                            self.pool, self._append_batch, batch)
-                    results, durable, runs = appended
-                except BaseException as exc:  # the log failed as a whole
-                    self._append_failed(batch, exc)
-                else:
-                    # a durable batch is the sync worker's now (answered after its sync);
-                    # a flushed one is visible
-                    if not durable:
-                        self._visible(batch, results, runs)
+                    await self._append_queued(batch)
+                finally:
+                    self._appending = False
                 if stop:
                     break
         finally:
             await self._syncs_done()
 
+    async def _append_queued(self, batch: list[ProduceItem]) -> None:
+        """The writer task's turn: append ``batch`` on the event loop when allowed, else
+        on an I/O thread, and answer it (a durable batch: once synced)."""
+        try:
+            if self._append_inline(batch):
+                return
+            results, durable, runs = await self.loop.run_in_executor(
+                self.pool, self._append_batch, batch)
+        except BaseException as exc:  # the log failed as a whole
+            self._append_failed(batch, exc)
+            return
+        # a durable batch is the sync worker's now (answered after its sync); a flushed
+        # one is visible
+        if not durable:
+            self._visible(batch, results, runs)
+
     # --- group commit: the sync worker (I/O threads) ------------------------------------------
     def _hand_to_sync(self, batch: list[ProduceItem], results: list[ProduceResult],
                       runs: list) -> None:
         """I/O thread, right after ``batch`` was appended for acks=all: queue it for the
-        next sync, starting a turn of the sync worker when none is queued or running."""
+        next sync, starting a turn of the sync worker when fewer than
+        ``syncs_in_flight`` are queued or running."""
         with self._sync_lock:
             self._unsynced.append((batch, results, runs))
-            if self._sync_turn is None:
+            if self._sync_running < self.syncs_in_flight:
                 try:
-                    self._sync_turn = self.pool.submit(self._sync_worker)
+                    turn = self.pool.submit(self._sync_worker)
                 except BaseException:  # the pool is shut down: the batch fails
                     self._unsynced.pop()
                     raise
+                self._sync_running += 1
+                self._sync_turns = [t for t in self._sync_turns if not t.done()] + [turn]
 
     def _sync_worker(self) -> None:
         """I/O thread: one turn of the partition's sync worker. Syncs everything appended
-        so far (``PartitionLog.start_sync``: the log's lock is held only to start, so
-        the writer keeps appending meanwhile), posts the answers of what that sync
-        covered to the event loop, and starts the next sync at once, in this thread,
-        for the batches appended meanwhile; ends when nothing waits, or after
-        ``SYNC_TURN`` syncs queues its next turn behind the pool's other work."""
+        so far and not taken by another turn (``PartitionLog.start_sync``: the log's
+        lock is held only to start, so the writer appends, and another turn starts its
+        own sync, meanwhile), posts that sync's outcome to the event loop, and starts
+        the next sync at once, in this thread, for the batches appended meanwhile; ends
+        when nothing waits, or after ``SYNC_TURN`` syncs queues its next turn behind the
+        pool's other work."""
         syncs = 0
         while True:
             with self._sync_lock:
                 if not self._unsynced:
-                    self._sync_turn = None
+                    self._sync_running -= 1
                     return
                 if syncs >= SYNC_TURN:
                     try:
-                        self._sync_turn = self.pool.submit(self._sync_worker)
+                        self._sync_turns.append(self.pool.submit(self._sync_worker))
                         return
                     except RuntimeError:  # the pool is shutting down: go on here
                         pass
                 group, self._unsynced = self._unsynced, []
+                ticket = self._sync_ticket  # groups are taken in log order
+                self._sync_ticket += 1
             syncs += 1
+            failure: BaseException | None = None
             try:
                 # started after every append of ``group`` returned: covers their bytes
                 self.log.start_sync()()
             except BaseException as exc:
+                failure = exc
                 if isinstance(exc, StorageError):
                     self.failed = True
-                self._post(self._sync_failed, group, exc)
-            else:
-                self._post(self._synced, group)
+            self._post(self._sync_ended, ticket, group, failure)
 
     def _post(self, callback, *args) -> None:
         try:
@@ -363,27 +402,36 @@ class PartitionWriter:
         except RuntimeError:  # the event loop is closed: nobody waits for answers
             pass
 
-    def _synced(self, group: list) -> None:
-        for batch, results, runs in group:
-            self._visible(batch, results, runs)
-
-    def _sync_failed(self, group: list, exc: BaseException) -> None:
-        for batch, _, _ in group:
-            self._append_failed(batch, exc)
+    def _sync_ended(self, ticket: int, group: list, failure: BaseException | None) -> None:
+        """Event loop: a sync ended; answer its group, and the groups after it whose
+        syncs ended first, in log order (the order the tail cache is fed in)."""
+        self._sync_outcomes[ticket] = (group, failure)
+        while self._next_answer in self._sync_outcomes:
+            group, failure = self._sync_outcomes.pop(self._next_answer)
+            self._next_answer += 1
+            for batch, results, runs in group:
+                if failure is None:
+                    self._visible(batch, results, runs)
+                else:
+                    self._append_failed(batch, failure)
 
     async def _syncs_done(self) -> None:
         """Wait until the sync worker has synced (and posted the answers of) every batch
         handed to it."""
         while True:
             with self._sync_lock:
-                turn = self._sync_turn
-            if turn is None:
+                running = self._sync_running
+                self._sync_turns = turns = [t for t in self._sync_turns if not t.done()]
+            if not running:
                 return
-            try:
-                await asyncio.wrap_future(turn)
-            except BaseException:  # the turn's failure was posted as the batches' answers
-                pass
-            await asyncio.sleep(0)  # let the answers posted before the turn ended run
+            if not turns:  # a turn between its last check and its return
+                await asyncio.sleep(0.001)
+            for turn in turns:
+                try:
+                    await asyncio.wrap_future(turn)
+                except BaseException:  # a turn's failure was posted as its answers
+                    pass
+            await asyncio.sleep(0)  # let the answers posted before the turns ended run
 
     def _visible(self, batch: list[ProduceItem], results: list[ProduceResult],
                  runs: list) -> None:
@@ -406,6 +454,27 @@ class PartitionWriter:
         self.tail.clear()
         log.error("partition %s: append failed: %s", self.name, exc)
         self._answer(batch, [ProduceResult(error=exc)] * len(batch))
+
+    def _append_inline(self, batch: list[ProduceItem]) -> bool:
+        """Append and answer ``batch`` on the event loop when :meth:`_inline` allows it
+        and no other thread holds the log's lock (retention, the cleaner, a stuck
+        storage call: the event loop never waits for it); False when the batch must go
+        to an I/O thread instead."""
+        if not self._inline(batch):
+            return False
+        error = None
+        with self.log.try_lock() as locked:
+            if not locked:
+                return False
+            try:
+                results, _, runs = self._append_batch(batch)  # never durable: no acks=all
+            except BaseException as exc:  # the log failed as a whole
+                error = exc
+        if error is not None:
+            self._append_failed(batch, error)
+        else:
+            self._visible(batch, results, runs)
+        return True
 
     def _inline(self, batch: list[ProduceItem]) -> bool:
         """True when ``batch`` may be appended on the event loop (module docstring)."""
@@ -550,10 +619,13 @@ class PartitionWriter:
         if end < len(waiters):
             self.loop.call_soon(self._wake, waiters, end)
 
-    def data_waiter(self) -> asyncio.Future:
-        """A future completed at the next advance of the high watermark (or close); give
-        it back with :meth:`forget_waiter` once no longer waited for."""
-        future = self.loop.create_future()
+    def data_waiter(self, future: asyncio.Future | None = None) -> asyncio.Future:
+        """A future completed at the next advance of the high watermark (or close): the
+        given one (a fetch of several partitions waits on one future all of them
+        complete) or a new one; give it back with :meth:`forget_waiter` once no longer
+        waited for."""
+        if future is None:
+            future = self.loop.create_future()
         self._waiters[future] = None
         return future
 
@@ -566,7 +638,7 @@ class PartitionWriter:
         """True while produce requests are queued or wait for a sync, or fetches wait on
         the partition."""
         return bool(self._waiters) or not self._queue.empty() or bool(self._unsynced) \
-            or self._sync_turn is not None
+            or self._sync_running > 0
 
     # --- closing --------------------------------------------------------------------------------
     async def close(self) -> None:

@@ -12,6 +12,7 @@ the event loop, as are fetches that find nothing to read.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 
 from ...errors import (
@@ -45,6 +46,13 @@ def _nothing_to_read(plog, offset: int) -> bool:
     past the high watermark, within the log (a read would answer empty)."""
     return plog.high_watermark <= offset <= plog.log_end_offset \
         and offset >= plog.log_start_offset
+
+
+def _complete(future: asyncio.Future, *_) -> None:
+    """Complete a parked fetch's future (new data, its timeout, its connection closed),
+    unless done already."""
+    if not future.done():
+        future.set_result(None)
 
 
 def _time_out(futures, timeout_ms: int) -> None:
@@ -98,7 +106,10 @@ class RecordApis:
                                         w.submit(p["records"], acks), len(p["records"])))
                     except SparklogError as exc:
                         pending.append((t["name"], p["partition"], exc, 0))
-        futures = [(t, p, f) for t, p, f, _ in pending if isinstance(f, asyncio.Future)]
+        # a small append to an idle local partition is already answered (appended in
+        # submit()): no timer, no wait
+        futures = [(t, p, f) for t, p, f, _ in pending
+                   if isinstance(f, asyncio.Future) and not f.done()]
         if futures:
             # one timer answers what is still pending at the deadline (the writer skips
             # a future already done); cheaper per request than asyncio.wait
@@ -141,7 +152,9 @@ class RecordApis:
     async def fetch(self, body, ctx) -> dict:
         """Fetch: reads up to ``max_bytes`` (a FileRegion sent with sendfile from local
         storage); with less than ``min_bytes`` it waits on the partitions until more is
-        flushed or ``max_wait_ms`` passed (Kafka's fetch purgatory)."""
+        flushed or ``max_wait_ms`` passed (Kafka's fetch purgatory): on one future that
+        the partitions' next appends complete, so the append resumes it at the next
+        turn of the event loop, which answers it from the tail cache."""
         deadline = self.loop.time() + max(body["max_wait_ms"], 0) / 1000
         while True:
             results, total, waiters, errors = await self._fetch_once(body, ctx)
@@ -152,17 +165,24 @@ class RecordApis:
                 for w, fut in waiters:
                     w.forget_waiter(fut)
                 break
-            futures = [fut for _, fut in waiters]
+            # parked on the one future every fetched partition completes at its next
+            # append (the timeout and a closed connection complete it too): the append
+            # that completes it resumes this handler at the next turn of the loop
+            wake = waiters[0][1]
+            done = functools.partial(_complete, wake)
+            timer = self.loop.call_later(remaining, done)
             if ctx.closed is not None:
-                futures.append(ctx.closed)
+                ctx.closed.add_done_callback(done)
             if self.metrics is not None:
                 self.metrics.purgatory.inc()
             parked = self.loop.time()
             try:
-                await asyncio.wait(futures, timeout=remaining,
-                                   return_when=asyncio.FIRST_COMPLETED)
+                await wake
             finally:
                 ctx.parked += self.loop.time() - parked
+                timer.cancel()
+                if ctx.closed is not None:
+                    ctx.closed.remove_done_callback(done)
                 for w, fut in waiters:
                     w.forget_waiter(fut)
                 if self.metrics is not None:
@@ -179,12 +199,14 @@ class RecordApis:
         errors)."""
         wanted = []
         waiters = []   # (writer, future): given back to the writer once done
+        wake = self.loop.create_future()  # one for all the partitions (see fetch())
         errors = 0
         for t in body["topics"]:
             for p in t["partitions"]:
                 try:
                     w = await self.partitions.writer(t["name"], p["partition"])
-                    waiters.append((w, w.data_waiter()))  # before reading: no lost wake-up
+                    # registered before reading: no lost wake-up
+                    waiters.append((w, w.data_waiter(wake)))
                     wanted.append((t["name"], p, w, None))
                 except SparklogError as exc:
                     wanted.append((t["name"], p, None, exc))

@@ -2,7 +2,10 @@
 
 Each connection has a reader (reads size-prefixed requests and starts one handler task
 per request, so several requests are in flight) and a sender (awaits the handler tasks
-in arrival order and writes their responses, so answers keep the request order).
+in arrival order and writes their responses, so answers keep the request order). A
+handler that finishes while the sender already waits for it (a long poll woken by an
+append, a produce that waited for its append) writes its answer itself, in the same
+turn of the event loop, instead of waking the sender to write it one turn later.
 Memory stays bounded:
 
 * at most ``queued.max.requests`` requests per connection wait for their answers; a
@@ -132,6 +135,10 @@ class ClientConnection:
         self.throttled: dict[int, int] = {}
         #: requests handled: correlation id -> (api key, client id, seconds of handling)
         self.work: dict[int, tuple] = {}
+        #: the handler task the sender waits for (the oldest unanswered request)
+        self._head: asyncio.Task | None = None
+        #: True once writing an answer failed: nothing more is written
+        self._broken = False
         receiver.read_timeout = broker.config.request_read_timeout_ms / 1000
         self.session = broker.security.session(listener, receiver.transport,
                                                self.client_host, broker.run_io)
@@ -227,15 +234,23 @@ class ClientConnection:
 
     async def _handle(self, header, payload, position: int, ctx: RequestContext):
         """The broker's answer to one request; the time it took (less a long poll's
-        wait) is kept for the ``request_percentage`` quota."""
+        wait) is kept for the ``request_percentage`` quota. When the sender already
+        waits for this very request (every earlier one is answered: a long poll woken
+        by an append, a produce that waited for its append), the answer is written
+        here, in this turn of the event loop, rather than one turn later by the sender
+        (:data:`_ANSWERED` is returned then)."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
-            return await self.broker.handle(header, payload, position, ctx)
+            response = await self.broker.handle(header, payload, position, ctx)
         finally:
             self.work[header.correlation_id] = (
                 header.api_key, header.client_id,
                 max(0.0, loop.time() - started - ctx.parked))
+        if self._head is not None and self._head is asyncio.current_task():
+            await self._respond(loop, header.correlation_id, response)
+            return _ANSWERED
+        return response
 
     def _throttle(self, kind: str, client_id: str, amount: float) -> int:
         """Count ``amount`` against the connection's quota ``kind``; mute the
@@ -297,41 +312,50 @@ class ClientConnection:
         await self.io.discard(size - len(head))
 
     async def _send_loop(self) -> None:
+        """Answer the requests in their arrival order: wait for each one's handler (the
+        :attr:`_head`), then write its answer, unless the handler wrote it itself."""
         loop = asyncio.get_running_loop()
-        broken = False
         while True:
             item = await self.queue.get()
             if item is None:
                 return
             correlation_id, task = item
+            self._head = task
             try:
                 response = await task
             except BaseException as exc:  # handler crashed: answer with the error
                 log.exception("request %d from %s failed", correlation_id, self.peer)
                 response = error_fields(exc)
             finally:
+                self._head = None
                 self.pending -= 1
-            throttle_ms = self.throttled.pop(correlation_id, 0)
-            work = self.work.pop(correlation_id, None)
-            if work is not None and not broken:
-                api_key, client_id, seconds = work
-                throttle_ms = max(throttle_ms, self._throttle("request_percentage",
-                                                              client_id, seconds))
-                if api_key == ApiKey.FETCH and response is not None:
-                    # a consumer's quota counts the response it is about to get
-                    throttle_ms = max(throttle_ms, self._throttle(
-                        "consumer_byte_rate", client_id, _records_size(response)))
-            if response is None or broken:
-                continue
-            if throttle_ms and work is not None and work[0] in _THROTTLE_REPORTED:
-                response["throttle_time_ms"] = throttle_ms
-            try:
-                await self._write(loop, correlation_id, response)
-            except (OSError, ConnectionError, SparklogError) as exc:
-                log.warning("connection from %s: cannot send response %d: %s", self.peer,
-                            correlation_id, exc)
-                broken = True
-                self.stop_reading()
+            if response is not _ANSWERED:
+                await self._respond(loop, correlation_id, response)
+
+    async def _respond(self, loop, correlation_id: int, response: dict | None) -> None:
+        """Count a handled request against the quotas and write its answer (None: no
+        answer is due); once a write failed, nothing more is written."""
+        throttle_ms = self.throttled.pop(correlation_id, 0)
+        work = self.work.pop(correlation_id, None)
+        if work is not None and not self._broken:
+            api_key, client_id, seconds = work
+            throttle_ms = max(throttle_ms, self._throttle("request_percentage",
+                                                          client_id, seconds))
+            if api_key == ApiKey.FETCH and response is not None:
+                # a consumer's quota counts the response it is about to get
+                throttle_ms = max(throttle_ms, self._throttle(
+                    "consumer_byte_rate", client_id, _records_size(response)))
+        if response is None or self._broken:
+            return
+        if throttle_ms and work is not None and work[0] in _THROTTLE_REPORTED:
+            response["throttle_time_ms"] = throttle_ms
+        try:
+            await self._write(loop, correlation_id, response)
+        except (OSError, ConnectionError, SparklogError) as exc:
+            log.warning("connection from %s: cannot send response %d: %s", self.peer,
+                        correlation_id, exc)
+            self._broken = True
+            self.stop_reading()
 
     async def _write(self, loop, correlation_id: int, response: dict) -> int:
         """Send one response; return its size in bytes."""
@@ -353,6 +377,10 @@ class ClientConnection:
                 io.write(part)
         await io.drain()
         return total
+
+
+#: what a handler returns when it wrote its answer itself (ClientConnection._handle)
+_ANSWERED = object()
 
 
 def accept(broker, receiver, listener=None) -> None:

@@ -64,7 +64,8 @@ class TopicApis:
     None when ``log.cleaner.enable=false``)."""
 
     def __init__(self, partitions: PartitionManager, store, config: BrokerConfig, *, run_io,
-                 leadership=None, listener, storage_uri: str, cleaner=None):
+                 leadership=None, listener, storage_uri: str, cleaner=None,
+                 cluster_id: str = ""):
         self.partitions = partitions
         self.topics = partitions.topics
         self.store = store
@@ -75,6 +76,10 @@ class TopicApis:
         self.listener = listener
         self.storage_uri = storage_uri
         self.cleaner = cleaner
+        # the broker's, read at its start: a Metadata answer (leaders and brokers from
+        # the watched view, topic configs cached) then waits for no storage I/O thread,
+        # which a stalled HDFS write pipeline can hold for many seconds
+        self.cluster_id = cluster_id
 
     def _dirty_ratio(self, topic: str, partition: int) -> float:
         """The log cleaner's last dirty ratio of a compacted partition led here (-1
@@ -134,7 +139,7 @@ class TopicApis:
             topics.append(item)
         host, port = self.listener(getattr(ctx, "session", None))
         brokers = [{"node_id": self.broker_id, "host": host, "port": port}]
-        return {**_OK, "cluster_id": await self.run_io(self.store.cluster_id),
+        return {**_OK, "cluster_id": self.cluster_id or await self.run_io(self.store.cluster_id),
                 "controller_id": cluster["controller_id"] if cluster else self.broker_id,
                 "brokers": cluster["brokers"] if cluster else brokers,
                 "topics": topics}
