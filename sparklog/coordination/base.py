@@ -168,6 +168,21 @@ class CoordinationStore(abc.ABC):
     def delete_offsets(self, group: str, topics=None) -> None:
         """Forget ``group``'s offsets (of ``topics`` only, if given)."""
 
+    # --- shared documents ----------------------------------------------------------------
+    @abc.abstractmethod
+    def read_document(self, name: str) -> dict:
+        """The JSON object stored as the document ``name`` (a relative path such as
+        ``security/acls``), ``{}`` when it was never written. CoordinationError names
+        the place when what is stored there is not a JSON object."""
+
+    @abc.abstractmethod
+    def update_document(self, name: str, change) -> dict:
+        """Read-modify-write the document ``name``: ``change(doc) -> new doc`` is written
+        with compare-and-set and retried on a fresh read when another writer got there
+        first, so two concurrent changes both land, one after the other. Returns the
+        document written. Documents hold cluster-private state (credentials, ACLs):
+        with ``zookeeper.set.acl`` only the brokers' identity can read them."""
+
     def close(self) -> None:
         """Release the store's resources (ephemeral registrations vanish)."""
 

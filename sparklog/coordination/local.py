@@ -9,6 +9,7 @@ other re-reads and retries)::
     partitions/<topic>/<p>/<v>.json         {"leader", "leader_epoch"}
     producer-ids/<v>.json                   {"block_end"}: ids below it are handed out
     groups/<group>/<v>.json                 {"offsets": {topic: {p: [offset, metadata, ts]}}}
+    <document name>/<v>.json                a shared document (security/users, security/acls)
 
 Broker registrations are ephemeral: kept in this process's memory only.
 """
@@ -91,6 +92,19 @@ class LocalCoordinationStore(CoordinationStore):
                 return version + 1, new
             except FileAlreadyExistsError:
                 continue
+
+    # --- shared documents ------------------------------------------------------------------
+    def read_document(self, name: str) -> dict:
+        """See :meth:`CoordinationStore.read_document`: the latest version of the
+        versioned file ``<coordination dir>/<name>``."""
+        return self._latest_json(self._file(*name.split("/")))[1]
+
+    def update_document(self, name: str, change) -> dict:
+        """See :meth:`CoordinationStore.update_document`: the next version of the
+        versioned file (threads of this process take turns; processes race on the
+        version and the loser retries)."""
+        with self._lock:
+            return self._update(self._file(*name.split("/")), change)[1]
 
     # --- cluster and brokers --------------------------------------------------------------
     def cluster_id(self) -> str:

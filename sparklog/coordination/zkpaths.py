@@ -19,6 +19,9 @@ schema (``version`` 1), so Kafka operators' habits (``zkCli.sh get /brokers/ids/
   ``{"version","subscription":{topic:1},"pattern","timestamp"}``
 * ``/consumers/<group>/owners/<topic>/<p>`` (ephemeral): the owning consumer id
 * ``/consumers/<group>/offsets/<topic>/<p>``: the committed offset (the next to read)
+* ``/sparklog/<name>``: sparklog's own shared documents (JSON objects:
+  ``/sparklog/security/users``, ``/sparklog/security/acls``; readable by the brokers'
+  identity only under ``zookeeper.set.acl``)
 
 Every node not marked ephemeral is persistent. With HDFS replication in place of Kafka's ISR, a partition's ``isr`` is just ``[leader]``
 and the assignment list of ``/brokers/topics/<topic>`` is every broker that may lead it,
@@ -44,6 +47,7 @@ CONFIG_TOPICS = "/config/topics"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 CLUSTER_ID = "/cluster/id"
 CONSUMERS = "/consumers"
+DOCUMENTS = "/sparklog"
 
 #: persistent nodes created on first connection (Kafka creates the same set)
 PERSISTENT_PATHS = (BROKERS_IDS, BROKERS_TOPICS, ADMIN_DELETE_TOPICS,
@@ -138,6 +142,11 @@ def group_offsets_path(group: str, topic: str) -> str:
     return f"{group_path(group)}/offsets/{validate_topic_name(topic)}"
 
 
+def document_path(name: str) -> str:
+    """``/sparklog/<name>``: a shared document (``name`` a relative path)."""
+    return f"{DOCUMENTS}/{name}"
+
+
 def check_broker_id(broker_id) -> int:
     """Return ``broker_id`` if it is a non-negative int (broker.id), else InvalidConfigError."""
     if isinstance(broker_id, bool) or not isinstance(broker_id, int) or broker_id < 0:
@@ -170,6 +179,18 @@ def decode_node(data: bytes, path: str, what: str, convert):
         return convert(value)
     except (TypeError, KeyError, ValueError, AttributeError):
         raise CoordinationError(f"ZooKeeper node {path} is not {what}: {value!r}") from None
+
+
+def decode_document(data: bytes, path: str) -> dict:
+    """A shared document's JSON object ({} for an empty node); CoordinationError names
+    the path when the node holds something else."""
+    value = loads(data, path)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise CoordinationError(f"ZooKeeper node {path} holds {type(value).__name__}, "
+                                "not a JSON object")
+    return value
 
 
 def now_ms() -> int:

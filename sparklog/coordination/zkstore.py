@@ -50,6 +50,8 @@ from .zkpaths import (
     broker_path,
     check_broker_id,
     controlled_shutdown_path,
+    decode_document,
+    document_path,
     dumps,
     encode_broker,
     group_offsets_path,
@@ -419,6 +421,50 @@ class ZkCoordinationStore(CoordinationStore):
         else:
             for topic in topics:
                 self._delete_quietly(group_offsets_path(group, topic), recursive=True)
+
+    # --- shared documents -------------------------------------------------------------------------
+    def read_document(self, name: str) -> dict:
+        """See :meth:`CoordinationStore.read_document`: the node ``/sparklog/<name>``."""
+        from kazoo.exceptions import NoNodeError
+
+        path = document_path(name)
+        try:
+            data, _ = self.client.get(path)
+        except NoNodeError:
+            return {}
+        return decode_document(data, path)
+
+    def update_document(self, name: str, change) -> dict:
+        """See :meth:`CoordinationStore.update_document`: a versioned ``set`` of the node
+        ``/sparklog/<name>``, or its ``create`` (with the brokers-only ACL of
+        ``zookeeper.set.acl``, else the client's default) the first time."""
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+        path = document_path(name)
+        for _ in cas_attempts(f"update of {path}"):
+            try:
+                data, stat = self.client.get(path)
+            except NoNodeError:
+                new = change({})
+                try:
+                    self.client.create(path, dumps(new), makepath=True,
+                                       acl=self._private_acl())
+                    return new
+                except NodeExistsError:
+                    continue
+            new = change(decode_document(data, path))
+            try:
+                self.client.set(path, dumps(new), version=stat.version)
+                return new
+            except (BadVersionError, NoNodeError):
+                continue
+
+    def _private_acl(self):
+        """The digest entries of the client's default ACL (``zookeeper.set.acl``: the
+        brokers' identity, :mod:`sparklog.security.zkacl`), leaving out world-readable
+        ones; None (the default ACL) without it."""
+        acl = [a for a in (self.client.default_acl or ()) if a.id.scheme == "digest"]
+        return acl or None
 
     # --- lifecycle ----------------------------------------------------------------------------------
     def _delete_quietly(self, path: str, recursive: bool = False) -> None:

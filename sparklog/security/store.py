@@ -7,24 +7,22 @@ administrators changing them at once both succeed, one after the other):
   (Kafka's credential text; never a password);
 * ``acls``: ``{"acls": [binding, ...]}`` (see :class:`~sparklog.security.acl.AclBinding`).
 
-In cluster mode they are the znodes ``/sparklog/security/users`` and
-``/sparklog/security/acls`` under the chroot; in standalone mode versioned files of the
-storage root's coordination directory (``security/users``, ``security/acls``), next to
-the consumer offsets.
+They are the coordination store's shared documents ``security/users`` and
+``security/acls`` (:meth:`~sparklog.coordination.base.CoordinationStore.update_document`):
+in cluster mode the znodes ``/sparklog/security/users`` and ``/sparklog/security/acls``
+under the chroot, readable by the brokers only under ``zookeeper.set.acl``; in standalone
+mode versioned files of the storage root's coordination directory, next to the consumer
+offsets.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 
-from ..coordination.base import CoordinationStore, cas_attempts
-from ..errors import CoordinationError
+from ..coordination.base import CoordinationStore
 from .scram import HASHES, ScramCredential
-
-ZK_ROOT = "/sparklog/security"
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +31,7 @@ class SecurityStore:
     """Credentials and ACL documents over a coordination store (module docstring)."""
 
     def __init__(self, store: CoordinationStore):
-        from ..coordination.zkstore import ZkCoordinationStore
-
         self.store = store
-        self._zk = store.client if isinstance(store, ZkCoordinationStore) else None
-        self._lock = threading.Lock()
         #: name -> [doc, read at (monotonic), refresh running]
         self._cache: dict[str, list] = {}
 
@@ -71,56 +65,11 @@ class SecurityStore:
     # --- documents ---------------------------------------------------------------------
     def read(self, name: str) -> dict:
         """The document ``name`` ({} when never written)."""
-        if self._zk is not None:
-            from kazoo.exceptions import NoNodeError
-
-            try:
-                data, _ = self._zk.get(f"{ZK_ROOT}/{name}")
-            except NoNodeError:
-                return {}
-            return self._decode(data, name)
-        return self.store._latest_json(self.store._file("security", name))[1]
+        return self.store.read_document(f"security/{name}")
 
     def update(self, name: str, change) -> dict:
         """Read-modify-write ``change(doc) -> new doc``; return the new document."""
-        if self._zk is None:
-            with self._lock:
-                return self.store._update(self.store._file("security", name),
-                                          lambda doc: change(json.loads(json.dumps(doc))))[1]
-        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
-
-        path = f"{ZK_ROOT}/{name}"
-        for _ in cas_attempts(f"update of {path}"):
-            try:
-                data, stat = self._zk.get(path)
-                new = change(self._decode(data, name))
-                self._zk.set(path, json.dumps(new, sort_keys=True).encode(),
-                             version=stat.version)
-                return new
-            except NoNodeError:
-                new = change({})
-                try:
-                    self._zk.create(path, json.dumps(new, sort_keys=True).encode(),
-                                    makepath=True, acl=self._private_acl())
-                    return new
-                except NodeExistsError:
-                    continue
-            except BadVersionError:
-                continue
-
-    def _private_acl(self):
-        """With zookeeper.set.acl the documents are readable by the brokers' identity
-        only (:mod:`sparklog.security.zkacl`); else the client's default."""
-        acl = [a for a in (self._zk.default_acl or ()) if a.id.scheme == "digest"]
-        return acl or None
-
-    @staticmethod
-    def _decode(data: bytes, name: str) -> dict:
-        try:
-            doc = json.loads(data or b"{}")
-        except ValueError:
-            raise CoordinationError(f"{ZK_ROOT}/{name} does not hold JSON") from None
-        return doc if isinstance(doc, dict) else {}
+        return self.store.update_document(f"security/{name}", change)
 
     # --- SCRAM credentials ---------------------------------------------------------------
     def credential(self, user: str, mechanism: str) -> ScramCredential | None:
@@ -159,4 +108,4 @@ class SecurityStore:
         return {u: sorted(m) for u, m in sorted(self.read("users").items())}
 
 
-__all__ = ["SecurityStore", "ZK_ROOT"]
+__all__ = ["SecurityStore"]
