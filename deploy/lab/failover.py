@@ -139,6 +139,22 @@ def run_tool(host: str, user: str, *cmd: str) -> subprocess.CompletedProcess:
     return lab.run_on(host, user, list(cmd), capture=True)
 
 
+def verify_verdict(check: subprocess.CompletedProcess | None) -> str:
+    """The ``ack-check`` lines of a verify run; when it failed without giving its verdict
+    (Spark or HDFS broke before it counted), its exit status and the end of its output,
+    so that a failed matrix says why."""
+    if check is None:
+        return "no run to verify"
+    lines = [line for line in check.stdout.splitlines() if line.startswith("ack-check")]
+    if check.returncode != 0 and not any(line.startswith("ack-check: FAILED")
+                                         for line in lines):
+        tail = (check.stdout + check.stderr).strip().splitlines()[-40:]
+        lines.append(f"ack-check: verify exited {check.returncode} without a verdict; "
+                     "the end of its output:")
+        lines.extend("  " + line for line in tail)
+    return "\n".join(lines)
+
+
 def start_producer(topic: str, ack_log: Path, records: int, rate: float, run_id: str,
                    ready: Path | None = None):
     """ack-check.py produce on the edge host, in the background. With ``ready`` it is
@@ -652,8 +668,7 @@ def main(argv=None) -> int:
     check = run_tool("edge", "sparklog", sys.executable, str(ACK_CHECK), "verify", "--path",
                      "hdfs://ns1/sparklog", "--topic", topics, "--ack-log", str(ack_log),
                      "--master", "local[2]") if topics else None
-    verdict = "\n".join(line for line in check.stdout.splitlines()
-                        if line.startswith("ack-check")) if check else "no run to verify"
+    verdict = verify_verdict(check)
     print(verdict)
     with open(results_path, "a") as f:
         f.write(json.dumps({"verify": verdict,

@@ -598,3 +598,30 @@ def test_failover_matrix_results_file_gives_the_table_back_without_a_lab(tmp_pat
     assert "storage.namenode.probe.interval.ms=1000 (median outage - failover: 0.9 s)" \
         in proc.stdout and "storage.namenode.probe.interval.ms=0 (median outage - " \
         "failover: 10.9 s)" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_failover_matrix_says_why_a_verify_gave_no_verdict(tmp_path):
+    """A verify that dies before it counts (here its ack log is missing) leaves the
+    matrix's verdict with its exit status and the end of its output, not an empty line;
+    a verify that counted and found problems keeps its own lines only."""
+    import json
+
+    dead = subprocess.run([sys.executable, str(BIN / "ack-check.py"), "verify", "--path",
+                           tmp_path.as_uri(), "--topic", "t", "--ack-log",
+                           str(tmp_path / "no-such-acks.log")],
+                          capture_output=True, text=True, timeout=120)
+    assert dead.returncode != 0
+    failed = {"rc": 1, "out": "ack-check: 3 acknowledged\nack-check: FAILED\n", "err": "x"}
+    script = ("import json, subprocess, sys; sys.path.insert(0, sys.argv[1]); "
+              "import failover; print(failover.verify_verdict(subprocess.CompletedProcess("
+              "[], *json.loads(sys.argv[2]))))")
+    verdicts = [subprocess.run([sys.executable, "-c", script, str(REPO / "deploy" / "lab"),
+                                json.dumps(list(run))], capture_output=True, text=True,
+                               timeout=60)
+                for run in ((dead.returncode, dead.stdout, dead.stderr),
+                            tuple(failed.values()))]
+    crashed, counted = (v.stdout for v in verdicts)
+    assert f"ack-check: verify exited {dead.returncode} without a verdict" in crashed, \
+        crashed + verdicts[0].stderr
+    assert "no-such-acks.log" in crashed  # the verify's own error, from its output
+    assert counted.splitlines() == ["ack-check: 3 acknowledged", "ack-check: FAILED"]
