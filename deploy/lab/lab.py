@@ -24,17 +24,23 @@ the brokers by a ``systemctl`` that runs the kit's unit file.
 
 ``up`` removes whatever it made when a step fails. ``down`` stops every process in the
 lab's namespaces (SIGTERM, then SIGKILL), deletes the namespaces, the bridge, the
-``/etc/netns`` entries, ``/data`` if the lab created it, and the lab directory
-(``$SPARKLOG_LAB_DIR``, default ``~/.cache/sparklog/lab``). Needs root (``ip netns``).
+``/etc/netns`` entries, the lab directory (``$SPARKLOG_LAB_DIR``, default
+``~/.cache/sparklog/lab``) and, when it is the last lab up, the shared directories
+(``/etc/netns``, the mount point ``/data``) that a lab created. Needs root (``ip netns``).
 
 Several labs on one machine: ``SPARKLOG_LAB_PREFIX=l2`` names the namespaces ``l2nn1``,
 ``l2dn1``..., the bridge ``l2br0``, gives them a subnet of their own (derived from the
 prefix; ``SPARKLOG_LAB_SUBNET=10.213.9`` chooses it) and the directory ``lab-l2``. ``up``
-refuses to start when a namespace or bridge of its names exists already.
+refuses to start when a namespace or bridge of its names exists already. The labs
+share the mount points of the hosts' private directories and ``/etc/netns``: a registry
+in ``/run/sparklog-lab`` (``$SPARKLOG_LAB_SHARED``) counts the labs up, so that one lab's
+``down`` does not remove ``/data`` from under another lab's hosts.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -183,12 +189,65 @@ class State:
         self.root = root
         self.path = root / "lab.json"
         self.data = json.loads(self.path.read_text()) if self.path.exists() else {
-            "namespaces": [], "links": [], "netns_etc": [], "made_dirs": []}
+            "namespaces": [], "links": [], "netns_etc": [], "shared_dirs": []}
 
     def add(self, kind: str, item: str) -> None:
         """Record ``item`` before it is created (down tolerates it missing)."""
         self.data[kind].append(item)
         self.path.write_text(json.dumps(self.data, indent=1))
+
+
+class SharedDirs:
+    """The directories every lab on the machine shares (``/etc/netns`` and the mount
+    points of :data:`PRIVATE_DIRS`): the first lab that needs one makes it, the last lab
+    to go down removes what labs made, and a directory that was there before any lab is
+    never removed. The registry (``made.json``, one ``up-<lab>`` file per lab up, a lock)
+    lives in ``/run``, which is cleared at boot as the namespaces are."""
+
+    def __init__(self, registry: Path, lab: str):
+        self.registry, self.lab = registry, lab
+
+    @contextlib.contextmanager
+    def _locked(self):
+        self.registry.mkdir(parents=True, exist_ok=True)
+        with open(self.registry / "lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield self.registry / "made.json"
+
+    def claim(self, paths) -> None:
+        """Count this lab as up; make those of ``paths`` that are missing."""
+        with self._locked() as record:
+            made = json.loads(record.read_text()) if record.exists() else []
+            for path in paths:
+                if not os.path.exists(path):
+                    os.makedirs(path)
+                    made.append(path)
+            record.write_text(json.dumps(made))
+            (self.registry / f"up-{self.lab}").touch()
+
+    def release(self) -> list[str]:
+        """Count this lab as down; the last one removes the directories labs made.
+        Returns what was left in place, with why."""
+        with self._locked() as record:
+            (self.registry / f"up-{self.lab}").unlink(missing_ok=True)
+            if any(self.registry.glob("up-*")) or not record.exists():
+                return []
+            left = []
+            for path in reversed(json.loads(record.read_text())):
+                try:
+                    os.rmdir(path)
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:
+                    left.append(f"{path} left in place: {exc}")
+            record.unlink()
+            return left
+
+
+def shared_dirs() -> SharedDirs:
+    """This lab's view of the machine's shared directories (:class:`SharedDirs`)."""
+    return SharedDirs(Path(os.environ.get("SPARKLOG_LAB_SHARED", "/run/sparklog-lab")),
+                      PREFIX or "default")
 
 
 # --- up ----------------------------------------------------------------------------------
@@ -212,8 +271,8 @@ def make_network(state: State) -> None:
     sh("ip", "link", "set", BRIDGE, "up")
     hosts = "127.0.0.1 localhost\n::1 localhost\n" + "".join(
         f"{address(h)} {fqdn(h)} {h}\n" for h in HOSTS)
-    if not os.path.exists("/etc/netns"):
-        state.add("made_dirs", "/etc/netns")
+    state.add("shared_dirs", "claimed")
+    shared_dirs().claim(["/etc/netns", *PRIVATE_DIRS])
     for host in HOSTS:
         ns, link = netns(host), veth(host)
         state.add("namespaces", ns)
@@ -228,10 +287,6 @@ def make_network(state: State) -> None:
         state.add("netns_etc", str(etc))
         etc.mkdir(parents=True, exist_ok=True)
         (etc / "hosts").write_text(hosts)
-    for path in PRIVATE_DIRS:
-        if not os.path.exists(path):
-            state.add("made_dirs", path)
-            os.makedirs(path)
 
 
 def render_kit(root: Path, java_home: str) -> Path:
@@ -631,11 +686,9 @@ def down(args) -> int:
     for etc in state.data["netns_etc"]:
         if Path(etc).parent == Path("/etc/netns"):
             shutil.rmtree(etc, ignore_errors=True)
-    for path in reversed(state.data["made_dirs"]):
-        try:
-            os.rmdir(path)
-        except OSError as exc:
-            print(f"lab down: {path} left in place: {exc}", file=sys.stderr)
+    if state.data.get("shared_dirs"):
+        for why in shared_dirs().release():
+            print(f"lab down: {why}", file=sys.stderr)
     shutil.rmtree(root, ignore_errors=True)
     left = [ns for ns in hosts if Path(f"/run/netns/{ns}").exists()]
     print("== lab down" + (f" (namespaces still present: {left})" if left else ""))

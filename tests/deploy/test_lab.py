@@ -150,3 +150,23 @@ def test_failover_matrix_once_loses_no_acknowledged_record(lab_up, tmp_path):
     assert report.returncode == 0 and len(re.findall(
         r"^\| (process|host) \| (writing|opening) \| 1 \|", report.stdout, re.M)) == 4, \
         report.stdout + report.stderr
+
+
+def test_a_lab_going_down_leaves_the_shared_directories_to_the_labs_still_up(tmp_path):
+    """Two labs up at once share the hosts' mount points: the first to go down must not
+    remove them (a second lab's next command on a host failed to bind-mount ``/data``);
+    the last one removes what labs made, and never a directory that was there before."""
+    registry, before = tmp_path / "registry", tmp_path / "there-before"
+    before.mkdir()
+    made = [str(tmp_path / "data"), str(tmp_path / "netns")]
+    first, second = (lab.SharedDirs(registry, name) for name in ("default", "l2"))
+    first.claim([*made, str(before)])
+    second.claim([*made, str(before)])
+    assert all(Path(p).is_dir() for p in made)
+    assert first.release() == []
+    assert all(Path(p).is_dir() for p in made)  # the second lab still mounts on them
+    Path(made[1], "entry").mkdir()  # something not the labs' in a shared directory
+    left = second.release()
+    assert not Path(made[0]).exists() and before.is_dir()
+    assert len(left) == 1 and made[1] in left[0]  # left in place, and said why
+    assert second.release() == []  # a second down is harmless
