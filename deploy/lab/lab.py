@@ -244,9 +244,12 @@ class SharedDirs:
             return left
 
 
-def shared_dirs() -> SharedDirs:
-    """This lab's view of the machine's shared directories (:class:`SharedDirs`)."""
-    return SharedDirs(Path(os.environ.get("SPARKLOG_LAB_SHARED", "/run/sparklog-lab")),
+def shared_dirs(registry: Path | None = None) -> SharedDirs:
+    """This lab's view of the machine's shared directories (:class:`SharedDirs`), in
+    ``registry`` (default ``$SPARKLOG_LAB_SHARED`` or ``/run/sparklog-lab``; ``down``
+    uses the one its ``up`` recorded)."""
+    return SharedDirs(registry or Path(os.environ.get("SPARKLOG_LAB_SHARED",
+                                                      "/run/sparklog-lab")),
                       PREFIX or "default")
 
 
@@ -271,8 +274,9 @@ def make_network(state: State) -> None:
     sh("ip", "link", "set", BRIDGE, "up")
     hosts = "127.0.0.1 localhost\n::1 localhost\n" + "".join(
         f"{address(h)} {fqdn(h)} {h}\n" for h in HOSTS)
-    state.add("shared_dirs", "claimed")
-    shared_dirs().claim(["/etc/netns", *PRIVATE_DIRS])
+    shared = shared_dirs()
+    state.add("shared_dirs", str(shared.registry))
+    shared.claim(["/etc/netns", *PRIVATE_DIRS])
     for host in HOSTS:
         ns, link = netns(host), veth(host)
         state.add("namespaces", ns)
@@ -686,8 +690,8 @@ def down(args) -> int:
     for etc in state.data["netns_etc"]:
         if Path(etc).parent == Path("/etc/netns"):
             shutil.rmtree(etc, ignore_errors=True)
-    if state.data.get("shared_dirs"):
-        for why in shared_dirs().release():
+    for registry in state.data.get("shared_dirs", []):
+        for why in shared_dirs(Path(registry)).release():
             print(f"lab down: {why}", file=sys.stderr)
     shutil.rmtree(root, ignore_errors=True)
     left = [ns for ns in hosts if Path(f"/run/netns/{ns}").exists()]
