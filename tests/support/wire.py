@@ -45,9 +45,19 @@ def fetch(conn, topic, partition, offset, max_wait_ms=0, min_bytes=1, max_bytes=
 
 def read_values(conn, topic, partition, start=0):
     """Every value from ``start`` to the high watermark, in offset order."""
+    values = try_read_values(conn, topic, partition, start, strict=True)
+    assert values is not None
+    return values
+
+
+def try_read_values(conn, topic, partition, start=0, strict=False):
+    """As :func:`read_values`, or None when the broker answers a fetch with an error
+    (it no longer leads the partition, for one) and ``strict`` is false."""
     values, offset = [], start
     while True:
         item = fetch(conn, topic, partition, offset)
+        if item["error_code"] and not strict:
+            return None
         assert item["error_code"] == 0, item
         if not item["records"]:
             return values
