@@ -67,6 +67,15 @@ def leaders(store, topic, n):
     return [store.view.state(topic, p) for p in range(n)]
 
 
+def all_led(store, topic, n, what=None):
+    """The states of ``topic``'s ``n`` partitions once ``store``'s view shows a leader for
+    each (``zkadmin.create_topic`` waits for that only up to its ``wait_s``)."""
+    return wait_until(
+        lambda: (lambda st: st if all(s is not None and s.leader != NO_LEADER for s in st)
+                 else None)(leaders(store, topic, n)),
+        what=what or f"a leader for each of {topic}'s {n} partitions")
+
+
 # --- connecting --------------------------------------------------------------------------
 
 
@@ -157,7 +166,7 @@ def test_topic_leaders_balanced_and_failover_bumps_epoch(cluster):
     a, b, c = cluster(1), cluster(2), cluster(3)
     wait_until(lambda: len(a.live_brokers()) == 3, what="3 brokers")
     zkadmin.create_topic(a, "orders", 6)
-    states = leaders(a, "orders", 6)
+    states = all_led(a, "orders", 6)
     assert all(s is not None and s.leader in (1, 2, 3) for s in states)
     counts = {b_: sum(s.leader == b_ for s in states) for b_ in (1, 2, 3)}
     assert sorted(counts.values()) == [2, 2, 2], counts
@@ -189,7 +198,7 @@ def test_broker_arrival_rebalances_leaders(cluster):
     a = cluster(1)
     wait_until(lambda: a.controller.active, what="controller")
     zkadmin.create_topic(a, "t", 4)
-    assert all(s.leader == 1 for s in leaders(a, "t", 4))
+    assert all(s.leader == 1 for s in all_led(a, "t", 4))
     cluster(2)
     wait_until(lambda: sum(s.leader == 2 for s in leaders(a, "t", 4)) == 2,
                what="two partitions moved to broker 2")
@@ -216,7 +225,7 @@ def test_controlled_shutdown_moves_leadership_first(cluster):
     a, b = cluster(1), cluster(2)
     wait_until(lambda: len(a.live_brokers()) == 2, what="2 brokers")
     zkadmin.create_topic(a, "t", 4)
-    before = leaders(a, "t", 4)
+    before = all_led(a, "t", 4)
     assert any(s.leader == 1 for s in before)
     t0 = time.monotonic()
     assert a.controlled_shutdown(1, timeout_s=10)
@@ -380,10 +389,11 @@ def test_topic_create_alter_delete_through_controller(cluster, storage_root):
         zkadmin.create_topic(b, "t", 2)
     assert TopicStore(storage_root).describe_topic("t").partitions == 2
     zkadmin.alter_topic(b, "t", partitions=4, configs={"retention.ms": "1000"})
-    states = leaders(a, "t", 4)
-    assert all(s is not None and s.leader in (1, 2) for s in states)
+    # alter_topic waited for b's view; a's view follows its own watches
+    assert all(s.leader in (1, 2) for s in all_led(a, "t", 4, what=(
+        "broker 1's view of a leader for each of t's 4 partitions")))
     assert a.view.topics()["t"] == 4
-    zkadmin.delete_topic(b, "t", wait_s=10)
+    zkadmin.delete_topic(b, "t")
     assert not TopicStore(storage_root).topic_exists("t")
     wait_until(lambda: "t" not in a.view.topics(), what="views drop the topic")
     assert a.view.state("t", 0) is None
