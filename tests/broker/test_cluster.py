@@ -39,13 +39,19 @@ def test_metadata_names_every_broker_and_spread_leaders(cluster):
         desc = admin.describe_topics(["t"])[0]
     leaders = {p.leader for p in desc.partitions}
     assert leaders == {1, 2, 3}, desc.partitions
-    for b in cluster.brokers.values():  # every broker answers the same metadata
+    expected = {p.partition: p.leader for p in desc.partitions}
+
+    def answer(b):
         with Connection(b.address) as conn:
-            meta = conn.request(ApiKey.METADATA, {"topics": ["t"]})
+            return conn.request(ApiKey.METADATA, {"topics": ["t"]})
+
+    for i, b in cluster.brokers.items():  # every broker answers the same metadata
+        # (each once its own watched view has caught up with the controller's writes)
+        meta = cluster.wait(lambda b=b: (lambda m: m if {
+            p["partition"]: p["leader"] for p in m["topics"][0]["partitions"]} == expected
+            else None)(answer(b)), what=f"broker {i}'s metadata naming t's leaders")
         assert sorted(x["node_id"] for x in meta["brokers"]) == [1, 2, 3]
         assert meta["controller_id"] in (1, 2, 3)
-        got = {p["partition"]: p["leader"] for p in meta["topics"][0]["partitions"]}
-        assert got == {p.partition: p.leader for p in desc.partitions}
 
 
 def test_produce_and_consume_through_any_bootstrap_broker(cluster):
@@ -99,9 +105,14 @@ def test_a_non_leader_refuses_writes_with_not_leader(cluster):
         produce_accepted(conn, "t", 0, b"x")
     other = next(i for i in cluster.brokers if i != leader)
     with Connection(cluster.brokers[other].address) as conn:
-        item = produce_one(conn, "t", 0, b"x")
+        # the other broker's watched view may not know the topic or its leader yet: it
+        # refuses then too, naming no leader; wait until it names the leader (an accepted
+        # write ends the wait and fails the test)
+        item = cluster.wait(lambda: (lambda it: it if it["error_code"] == 0
+                                     or f"leader: broker {leader}" in it["error_message"]
+                                     else None)(produce_one(conn, "t", 0, b"x")),
+                            what=f"broker {other} naming broker {leader} as t-0's leader")
     assert item["error_code"] == NotLeaderError.code, item
-    assert f"leader: broker {leader}" in item["error_message"]
 
 
 def test_duplicate_broker_id_process_exits_with_a_clear_error(cluster, storage_root, zookeeper):
@@ -122,8 +133,10 @@ def test_sigterm_moves_leadership_before_exit(cluster):
     t0 = time.monotonic()
     assert cluster.brokers[leader].stop() == 0
     elapsed = time.monotonic() - t0
-    after = cluster.state("t", 0)
     # the controller moved the partition while the broker was still shutting down
+    # (the test's own watched view learns it a moment later)
+    after = cluster.wait(lambda: (lambda st: st if st.leader != leader else None)(
+        cluster.state("t", 0)), what="the test's view of t-0's new leader")
     assert after.leader not in (-1, leader) and after.leader_epoch == before.leader_epoch + 1
     assert "controlled shutdown" not in cluster.brokers[leader].log_text() or elapsed < 30
     with Connection(cluster.brokers[after.leader].address) as conn:
