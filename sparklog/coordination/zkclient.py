@@ -111,10 +111,30 @@ def close_zk(client) -> None:
         log.debug("closing ZooKeeper client failed", exc_info=True)
 
 
+def _connection_errors() -> tuple:
+    """kazoo's errors of a lost connection or session (not of the request itself)."""
+    try:
+        from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, SessionExpiredError
+    except ImportError:  # the zookeeper extra is not installed: no worker meets them
+        return ()
+    return (ConnectionClosedError, ConnectionLoss, SessionExpiredError)
+
+
+_CONNECTION_ERRORS = _connection_errors()
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is kazoo's error of a lost connection or an expired session, which
+    the client's reconnection cures (worth a line in the log, not a traceback)."""
+    return isinstance(exc, _CONNECTION_ERRORS)
+
+
 class EventWorker:
     """One daemon thread running submitted callables in order.
 
-    Exceptions of a callable are logged (with its name) and do not stop the worker.
+    Exceptions of a callable are logged (with its name) and do not stop the worker: a
+    lost connection or session as one WARNING line (its users redo their work when the
+    client is CONNECTED again), anything else with its traceback.
     ``stop()`` lets queued work finish, then joins the thread.
     """
 
@@ -149,6 +169,12 @@ class EventWorker:
             fn, args = item
             try:
                 fn(*args)
+            except _CONNECTION_ERRORS as exc:
+                # the session was lost or expired under the handler: every user of a
+                # worker re-reads its state when the client is CONNECTED again
+                log.warning("%s: event %s interrupted by the ZooKeeper connection (%s); "
+                            "it is redone once the client reconnects", self.name,
+                            getattr(fn, "__name__", fn), type(exc).__name__)
             except Exception:  # noqa: BLE001 - a handler bug must not kill the worker
                 log.exception("%s: event %s failed", self.name, getattr(fn, "__name__", fn))
 

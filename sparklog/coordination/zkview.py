@@ -24,7 +24,7 @@ import logging
 import threading
 
 from .base import NO_LEADER, BrokerInfo, LeaderAndEpoch
-from .zkclient import EventWorker
+from .zkclient import EventWorker, is_connection_error
 from .zkpaths import (
     BROKERS_IDS,
     BROKERS_TOPICS,
@@ -53,8 +53,8 @@ class ClusterView:
 
     def __init__(self, client, broker_id: int | None = None):
         self.client = client
+        self.worker = EventWorker("cluster-view")
         self.broker_id = broker_id
-        self.worker = EventWorker(f"cluster-view-{broker_id}")
         self._lock = threading.Lock()
         self._brokers: dict[int, BrokerInfo] = {}
         self._controller = NO_LEADER
@@ -67,6 +67,17 @@ class ClusterView:
         self._refreshed = threading.Condition(self._lock)
         self._generation = 0  # full refreshes done
         self._stopped = False
+
+    @property
+    def broker_id(self) -> int | None:
+        """The broker this view serves (None: an admin's or a client's view); set when
+        the broker registers. Names the view's worker in log lines."""
+        return self._broker_id
+
+    @broker_id.setter
+    def broker_id(self, value: int | None) -> None:
+        self._broker_id = value
+        self.worker.name = "cluster-view" if value is None else f"cluster-view-{value}"
 
     # --- lifecycle -------------------------------------------------------------------------
     def start(self) -> "ClusterView":
@@ -280,9 +291,10 @@ class ClusterView:
                 self._drop_topic(topic)
             for topic in sorted(topics):
                 self._refresh_topic(topic)
-        except Exception:  # noqa: BLE001 - retried shortly (and on the next CONNECTED)
-            log.warning("broker %s: cluster view refresh failed; retrying", self.broker_id,
-                        exc_info=True)
+        except Exception as exc:  # noqa: BLE001 - retried shortly (and on the next CONNECTED)
+            log.warning("broker %s: cluster view refresh failed (%s); retrying",
+                        self.broker_id, type(exc).__name__,
+                        exc_info=not is_connection_error(exc))
             timer = threading.Timer(0.2, self.worker.submit, (self._full_refresh,))
             timer.daemon = True
             timer.start()

@@ -49,9 +49,13 @@ class SecurityStore:
             def refresh():
                 try:
                     entry[0] = self.read(name)
-                except Exception:  # noqa: BLE001 - keep the last copy; retried later
-                    log.warning("reading %s from the coordination store failed; the "
-                                "last copy is used", name, exc_info=True)
+                except Exception as exc:  # noqa: BLE001 - keep the last copy; retried later
+                    # (a ZooKeeper session lost or expired is the usual cause: one line,
+                    # the traceback at DEBUG)
+                    log.warning("reading %s from the coordination store failed (%s); "
+                                "the last copy is used", name,
+                                ": ".join(filter(None, (type(exc).__name__, str(exc)))))
+                    log.debug("reading %s failed", name, exc_info=True)
                 finally:
                     entry[1], entry[2] = time.monotonic(), False
             threading.Thread(target=refresh, name=f"sparklog-{name}-refresh",

@@ -311,6 +311,9 @@ def test_zookeeper_down_stops_acks_until_it_returns(storage_root, tmp_path, expi
             values = wait_until(lambda: on_leader(lambda c: try_read_values(c, "t", 0)),
                                 ignore=(OSError,), what="the partition's leader's values")
             assert values.count(b"before") == 1 and values[-1] == b"after", values
+            # a lost session is a WARNING line in each log, not a burst of tracebacks
+            for i, b in cluster.brokers.items():
+                assert "Traceback" not in b.log_text(), f"broker {i}:\n{b.log_text()}"
     finally:
         zk.stop()
 
