@@ -503,6 +503,15 @@ def test_spark_registers_the_source_through_pyspark_sparklog(tmp_path, storage_r
     assert "COUNT 7" in result.stdout, result.stderr[-3000:]
 
 
+def test_ack_check_pauses_are_measured_within_a_run():
+    """Runs appended to one ack log one after another: the time between two runs is
+    not a stall of either (a matrix's log read 59 s, the gap between its runs)."""
+    ack_check = _load_script("ack_check", "ack-check.py")
+    times = {"a": [1000, 1100, 1400], "b": [60000, 62500, 62600], "c": [70000]}
+    assert ack_check.longest_pause(times) == (2.5, "b")
+    assert ack_check.longest_pause({"c": [70000]}) is None
+
+
 @pytest.mark.spark
 def test_ack_check_finds_every_acknowledged_record_once(tmp_path, storage_root, spark):
     from sparklog.admin import Admin, NewTopic
@@ -525,6 +534,7 @@ def test_ack_check_finds_every_acknowledged_record_once(tmp_path, storage_root, 
         assert ack_check.main(verify) == 0
     assert "300 acknowledged, 0 failed sends" in out.getvalue()
     assert "longest pause between acknowledgements" in out.getvalue()
+    assert "(run r1)" in out.getvalue()
 
     # the same log with a record the topic lacks, one acknowledged elsewhere, one whose
     # checksum differs: each is reported

@@ -16,7 +16,7 @@ once.
 ``verify`` reads the whole topic with Spark (``format("sparklog")``) and checks each
 acknowledged key: present exactly once, at the acknowledged partition and offset, with
 the same SHA-256. It prints a summary, the longest pause between two acknowledgements
-(how long the failure stalled the producer) and every problem (at most 20 of a kind),
+of one run (how long the failure stalled the producer) and every problem (at most 20 of a kind),
 and exits 1 if there is any. See deploy/hadoop-ha/README.md (failover test matrix).
 """
 
@@ -96,10 +96,11 @@ def produce(args) -> int:
     return 0
 
 
-def read_ack_log(path: str) -> tuple[dict, set, list]:
+def read_ack_log(path: str) -> tuple[dict, set, dict]:
     """{key: (partition, offset, sha256)} of acknowledged records, failed keys, and the
-    acknowledgement times (ms)."""
-    acked, failed, times = {}, set(), []
+    acknowledgement times (ms) of each run (``{run id: [ms, ...]}``, sorted; a key is
+    ``<run id>-<number>``)."""
+    acked, failed, times = {}, set(), {}
     with open(path, encoding="ascii") as f:
         for number, line in enumerate(f, 1):
             parts = line.split()
@@ -110,8 +111,16 @@ def read_ack_log(path: str) -> tuple[dict, set, list]:
                 failed.add(parts[0])
             else:
                 acked[parts[0]] = (int(parts[1]), int(parts[2]), parts[3])
-                times.append(int(parts[4]))
-    return acked, failed, sorted(times)
+                times.setdefault(parts[0].rpartition("-")[0], []).append(int(parts[4]))
+    return acked, failed, {run: sorted(ms) for run, ms in times.items()}
+
+
+def longest_pause(times: dict) -> tuple[float, str] | None:
+    """The longest pause between two acknowledgements of one run, in seconds, and that
+    run's id (None without two acknowledgements in a run). Runs of one ack log follow
+    each other: the time between them is nobody's stall."""
+    pauses = [((b - a) / 1000, run) for run, ms in times.items() for a, b in zip(ms, ms[1:])]
+    return max(pauses) if pauses else None
 
 
 def read_topic(args) -> list[tuple]:
@@ -163,9 +172,10 @@ def verify(args) -> int:
     print(f"ack-check: {len(acked)} acknowledged, {len(failed)} failed sends "
           f"({unacked_present} of them in the log), {sum(map(len, seen.values()))} records "
           f"read")
-    if len(times) > 1:
-        pause = max(b - a for a, b in zip(times, times[1:])) / 1000
-        print(f"ack-check: longest pause between acknowledgements: {pause:.2f} s")
+    pause = longest_pause(times)
+    if pause is not None:
+        print(f"ack-check: longest pause between acknowledgements: {pause[0]:.2f} s "
+              f"(run {pause[1]})")
     bad = 0
     for kind, items in problems.items():
         bad += len(items)
