@@ -327,7 +327,6 @@ def test_metadata_names_the_new_leader_of_a_lost_broker_with_every_io_thread_hel
     lost host's DataNode holds them until ``dfs.client.socket-timeout``. The answer comes
     from the broker's watched view of ZooKeeper; it used to read the cluster id on an I/O
     thread first and so waited behind the stalled writes."""
-    import os
     import signal
     import threading
 
@@ -377,3 +376,27 @@ def test_metadata_names_the_new_leader_of_a_lost_broker_with_every_io_thread_hel
             if lost is not None:
                 os.kill(cluster.brokers[lost].pid, signal.SIGCONT)
             answering.stop()
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+def test_a_broker_stopped_during_handovers_leaves_no_task_behind(zookeeper, storage_root,
+                                                                 caplog):
+    """A broker stopped right after a topic of many partitions was created, while it is
+    still opening their logs: the handovers end (or are cancelled) before its event loop
+    closes. A handover left pending was destroyed with the loop ("Task was destroyed but
+    it is pending"), and with another handover of the partition waiting for its lock,
+    the lock's release raised "Event loop is closed" (unraisable: an error here)."""
+    import gc
+
+    from sparklog.writer.broker import EmbeddedBroker
+
+    for i in range(3):
+        with EmbeddedBroker(storage_root, {
+                "broker.id": "1", "zookeeper.connect": zookeeper.connect,
+                "zookeeper.session.timeout.ms": "4000"}) as broker:
+            with Admin(broker.bootstrap_servers) as admin:
+                admin.create_topic(f"many-{i}", 24)
+            leadership = broker.broker.leadership
+        assert not leadership._tasks, leadership._tasks
+        gc.collect()
+    assert "Task was destroyed but it is pending" not in caplog.text

@@ -3,8 +3,9 @@
 A :class:`Broker` runs on one asyncio event loop. ``await broker.start()`` recovers
 every partition found on the storage, registers the broker in the coordination store and
 listens; ``await broker.stop()`` shuts down gracefully: stop accepting, stop reading new
-requests, answer those already read, drain every partition's queue, sync, snapshot
-producer state, close the logs (releasing their leases) and withdraw the registration.
+requests, answer those already read, let leadership handovers under way end, drain
+every partition's queue, sync, snapshot producer state, close the logs (releasing their
+leases) and withdraw the registration.
 
 The broker assembles its collaborators (as Kafka's ``KafkaServer`` builds a
 ``ReplicaManager`` and a ``GroupCoordinator`` and hands them to ``KafkaApis``), and owns
@@ -337,12 +338,13 @@ class Broker:
             self.partitions.wake_fetchers()  # long polls answer now with what they have
             if conns:
                 await asyncio.wait([c.task for c in conns], timeout=timeout)
+            if self.leadership is not None:
+                await self.leadership.stop(timeout)
             closed = await self.partitions.close_all()
             await self.run_io(self.store.unregister_broker, self.broker_id)
             if self.instance is not None:
                 await self.run_io(self.instance.release)
             if self.leadership is not None:
-                self.leadership.stop()
                 await self.run_io(self.store.close)
             if self.metrics is not None:
                 self.metrics.close()

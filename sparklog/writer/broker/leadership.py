@@ -63,9 +63,21 @@ class BrokerLeadership:
         for tp in self.store.view.led_partitions():
             loop.call_soon_threadsafe(self._apply, {tp: self.store.view.state(*tp)})
 
-    def stop(self) -> None:
-        """Stop reacting (the broker closes its writers itself on shutdown)."""
+    async def stop(self, timeout: float) -> None:
+        """Stop reacting, and let the handovers under way end (up to ``timeout`` seconds;
+        then they are cancelled), so that no task is left on the event loop when it
+        closes. Call on the broker's loop before it closes its writers: a handover that
+        was opening a log finishes first, and the broker then closes that log too."""
         self._stopping = True
+        tasks = list(self._tasks)
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=timeout)
+        for task in pending:
+            log.warning("broker %d: a leadership handover still running at shutdown was "
+                        "cancelled", self.broker_id)
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
     # --- reacting (view thread -> event loop) ----------------------------------------------
     def _on_changes(self, changes: dict) -> None:
