@@ -47,9 +47,9 @@ def test_metadata_names_every_broker_and_spread_leaders(cluster):
 
     for i, b in cluster.brokers.items():  # every broker answers the same metadata
         # (each once its own watched view has caught up with the controller's writes)
-        meta = cluster.wait(lambda b=b: (lambda m: m if {
-            p["partition"]: p["leader"] for p in m["topics"][0]["partitions"]} == expected
-            else None)(answer(b)), what=f"broker {i}'s metadata naming t's leaders")
+        meta = wait_until(lambda b=b: answer(b), accept=lambda m: {
+            p["partition"]: p["leader"] for p in m["topics"][0]["partitions"]} == expected,
+            what=f"broker {i}'s metadata naming t's leaders")
         assert sorted(x["node_id"] for x in meta["brokers"]) == [1, 2, 3]
         assert meta["controller_id"] in (1, 2, 3)
 
@@ -108,10 +108,10 @@ def test_a_non_leader_refuses_writes_with_not_leader(cluster):
         # the other broker's watched view may not know the topic or its leader yet: it
         # refuses then too, naming no leader; wait until it names the leader (an accepted
         # write ends the wait and fails the test)
-        item = cluster.wait(lambda: (lambda it: it if it["error_code"] == 0
-                                     or f"leader: broker {leader}" in it["error_message"]
-                                     else None)(produce_one(conn, "t", 0, b"x")),
-                            what=f"broker {other} naming broker {leader} as t-0's leader")
+        item = wait_until(lambda: produce_one(conn, "t", 0, b"x"),
+                          accept=lambda it: it["error_code"] == 0
+                          or f"leader: broker {leader}" in it["error_message"],
+                          what=f"broker {other} naming broker {leader} as t-0's leader")
     assert item["error_code"] == NotLeaderError.code, item
 
 
@@ -135,8 +135,8 @@ def test_sigterm_moves_leadership_before_exit(cluster):
     elapsed = time.monotonic() - t0
     # the controller moved the partition while the broker was still shutting down
     # (the test's own watched view learns it a moment later)
-    after = cluster.wait(lambda: (lambda st: st if st.leader != leader else None)(
-        cluster.state("t", 0)), what="the test's view of t-0's new leader")
+    after = wait_until(lambda: cluster.state("t", 0), accept=lambda st: st.leader != leader,
+                       what="the test's view of t-0's new leader")
     assert after.leader not in (-1, leader) and after.leader_epoch == before.leader_epoch + 1
     assert "controlled shutdown" not in cluster.brokers[leader].log_text() or elapsed < 30
     with Connection(cluster.brokers[after.leader].address) as conn:

@@ -38,9 +38,9 @@ SESSION_MS = 2000
 CONNECT_MS = 20000
 
 
-def wait_until(cond, timeout=DEFAULT_WAIT, what="condition"):
+def wait_until(cond, timeout=DEFAULT_WAIT, what="condition", accept=bool):
     # a view that has not seen the partition yet raises AttributeError/TypeError
-    return _wait_until(cond, timeout, what, ignore=(AttributeError, TypeError))
+    return _wait_until(cond, timeout, what, ignore=(AttributeError, TypeError), accept=accept)
 
 
 @pytest.fixture
@@ -70,10 +70,9 @@ def leaders(store, topic, n):
 def all_led(store, topic, n, what=None):
     """The states of ``topic``'s ``n`` partitions once ``store``'s view shows a leader for
     each (``zkadmin.create_topic`` waits for that only up to its ``wait_s``)."""
-    return wait_until(
-        lambda: (lambda st: st if all(s is not None and s.leader != NO_LEADER for s in st)
-                 else None)(leaders(store, topic, n)),
-        what=what or f"a leader for each of {topic}'s {n} partitions")
+    return wait_until(lambda: leaders(store, topic, n),
+                      accept=lambda st: all(s is not None and s.leader != NO_LEADER for s in st),
+                      what=what or f"a leader for each of {topic}'s {n} partitions")
 
 
 # --- connecting --------------------------------------------------------------------------

@@ -16,17 +16,18 @@ DEFAULT_WAIT = 60.0
 
 
 def wait_until(cond, timeout: float = DEFAULT_WAIT, what: str = "condition", ignore=(),
-               interval: float = 0.02):
-    """Poll ``cond()`` every ``interval`` seconds until it returns a truthy value
-    (returned), raising AssertionError naming ``what`` after ``timeout`` seconds;
-    exceptions in ``ignore`` count as falsy."""
+               interval: float = 0.02, accept=bool):
+    """Poll ``cond()`` every ``interval`` seconds until ``accept`` holds for its value
+    (by default: until it is truthy), and return that value; raise AssertionError naming
+    ``what`` after ``timeout`` seconds. Exceptions in ``ignore`` count as not accepted."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             value = cond()
+            accepted = accept(value)
         except ignore:
-            value = None
-        if value:
+            accepted = False
+        if accepted:
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")

@@ -45,9 +45,7 @@ def fetch(conn, topic, partition, offset, max_wait_ms=0, min_bytes=1, max_bytes=
 
 def read_values(conn, topic, partition, start=0):
     """Every value from ``start`` to the high watermark, in offset order."""
-    values = try_read_values(conn, topic, partition, start, strict=True)
-    assert values is not None
-    return values
+    return try_read_values(conn, topic, partition, start, strict=True)
 
 
 def try_read_values(conn, topic, partition, start=0, strict=False):
