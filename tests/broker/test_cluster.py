@@ -275,9 +275,8 @@ def test_zookeeper_down_stops_acks_until_it_returns(storage_root, tmp_path, expi
                 produce_accepted(conn, "t", 0, b"before")
                 zk.stop()  # the whole ensemble is gone
                 item = wait_until(
-                    lambda: (lambda it: it if it["error_code"] else None)(
-                        produce_one(conn, "t", 0, b"during")),
-                    what="the leader refusing to acknowledge without ZooKeeper")
+                    lambda: produce_one(conn, "t", 0, b"during"),
+                    accept=lambda it: it["error_code"], what="the leader refusing to acknowledge without ZooKeeper")
                 assert item["error_code"] == NotLeaderError.code, item
                 if not expire:
                     zk.start()  # same port and data
@@ -362,8 +361,7 @@ def test_metadata_names_the_new_leader_of_a_lost_broker_with_every_io_thread_hel
                 holds = [pool.submit(held.wait) for _ in range(answering.config.num_io_threads)]
                 os.kill(cluster.brokers[lost].pid, signal.SIGSTOP)  # the test's own process
                 new = wait_until(
-                    lambda: (lambda got: got if all(got[p] not in (-1, lost) for p in moved)
-                             else None)(leaders()),
+                    leaders, accept=lambda got: all(got[p] not in (-1, lost) for p in moved),
                     timeout=cluster.session_ms / 1000 + 2 + slack,
                     what=f"broker 3's Metadata answer naming new leaders of {moved} (broker "
                          f"{lost} paused) within the session timeout + 2 s, its I/O threads "

@@ -184,8 +184,9 @@ def test_topic_leaders_balanced_and_failover_bumps_epoch(cluster):
     # broker 3 dies (session closed): its partitions move, epochs bump, others keep theirs
     victims = [p for p, s in enumerate(states) if s.leader == 3]
     c.close()
-    after = wait_until(lambda: (lambda st: st if all(x.leader in (1, 2) for x in st) else None)(
-        leaders(a, "orders", 6)), what="leaders moved off broker 3")
+    after = wait_until(lambda: leaders(a, "orders", 6),
+                       accept=lambda st: all(x.leader in (1, 2) for x in st),
+                       what="leaders moved off broker 3")
     for p in range(6):
         if p in victims:
             assert after[p].leader_epoch == states[p].leader_epoch + 1
