@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from ..errors import CorruptRecordError, DataLossError, InvalidArgumentError, RecordTooLargeError
+from . import rawipc
 from .header import (
     ATTRIBUTES,
     BASE_OFFSET,
@@ -320,15 +321,46 @@ def encode_frame(
     if transactional:
         attributes |= TRANSACTIONAL_BIT
     body_batch = pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields))
-    body = encode_body(body_batch, codec)
-    length = HEADER_SIZE - LOG_OVERHEAD + len(body)
-    header = FrameHeader(
-        base_offset, length, leader_epoch, MAGIC, 0, attributes, last_delta, first_ts,
-        max_ts, producer_id, producer_epoch, base_sequence, n)
-    out = bytearray(header.pack())
+    return _sealed(encode_body(body_batch, codec), FrameHeader(
+        base_offset, 0, leader_epoch, MAGIC, 0, attributes, last_delta, first_ts,
+        max_ts, producer_id, producer_epoch, base_sequence, n))
+
+
+def _sealed(body, header: FrameHeader) -> bytes:
+    """The frame of ``body`` under ``header`` (its length set here), CRC computed."""
+    out = bytearray(header._replace(length=HEADER_SIZE - LOG_OVERHEAD + len(body)).pack())
     out += body
     reseal(out)
     return bytes(out)
+
+
+_I64_MIN, _I64_MAX = -(2 ** 63), 2 ** 63 - 1
+#: the body schema of a raw topic's frames: the record columns, then the timestamps
+RAW_BODY_SCHEMA = pa.schema(list(RAW_SCHEMA) + [
+    pa.field(TIMESTAMP_COLUMN, TIMESTAMP_TYPE, nullable=False)])
+
+
+def encode_raw_frame(values: list, keys: list | None = None, headers: list | None = None,
+                     *, timestamps: list, compression: str | None = "none") -> bytes:
+    """``encode_frame(raw_batch(values, keys, headers), timestamps=timestamps,
+    compression=compression)``: the frame of a producer's batch of a raw topic
+    (``timestamps``: ints, milliseconds). Uncompressed, without headers, and with bytes
+    values and keys, the body's record batch is written by
+    :mod:`~sparklog.format.rawipc` (the same bytes, without pyarrow's Python layer: what
+    a small frame's latency is made of); otherwise through pyarrow."""
+    n = len(values)
+    message = None
+    if headers is None and n and len(timestamps) == n \
+            and _normalise_compression(compression) == "none" \
+            and all(t.__class__ is int and _I64_MIN <= t <= _I64_MAX for t in timestamps):
+        message = rawipc.record_batch_message(RAW_BODY_SCHEMA, values, keys, timestamps)
+    if message is None:  # pyarrow's path (which also raises what is wrong with the input)
+        return encode_frame(raw_batch(values, keys, headers), timestamps=timestamps,
+                            compression=compression)
+    body = b"".join((_schema_message(RAW_BODY_SCHEMA), message, _IPC_EOS))
+    return _sealed(body, FrameHeader(
+        0, 0, -1, MAGIC, 0, CODEC_IDS["none"], n - 1, timestamps[0], max(timestamps),
+        NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, n))
 
 
 def _compact(column: pa.Array) -> pa.Array:

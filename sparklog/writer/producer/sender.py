@@ -51,7 +51,7 @@ from ...errors import (
     SparklogError,
     UnknownTopicOrPartitionError,
 )
-from ...format.frame import decode_frame, encode_frame, raw_batch, to_record_batch
+from ...format.frame import decode_frame, encode_frame, encode_raw_frame, to_record_batch
 from ...format.nullability import check_not_null
 from ...protocol.apis import ACKS_NONE, ApiKey
 from ...protocol.codec import error_from
@@ -243,14 +243,15 @@ class Sender(threading.Thread):
     def _encode(self, b, info) -> None:
         """Encode the records of a ``send()`` batch as its frame (no producer id yet)."""
         if info.schema is None:
-            records = raw_batch(b.values, b.keys if b.has_keys else None, b.headers)
+            b.frame = encode_raw_frame(b.values, b.keys if b.has_keys else None, b.headers,
+                                       timestamps=b.timestamps, compression=self.compression)
         else:
             records = to_record_batch(b.values, info.schema)
             if info.not_null:  # send() checked each row; this is the last line
                 check_not_null(records, info.not_null,
                                f"records for {b.tp[0]}-{b.tp[1]}")
-        b.frame = encode_frame(records, timestamps=b.timestamps,
-                               compression=self.compression)
+            b.frame = encode_frame(records, timestamps=b.timestamps,
+                                   compression=self.compression)
         b.values = b.keys = b.timestamps = b.headers = None
 
     def _fit(self, b, cap: int, info, fitting: list, failed: list) -> None:

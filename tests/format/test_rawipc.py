@@ -1,0 +1,85 @@
+"""The producer's frames of raw records written without pyarrow (sparklog.format.rawipc):
+the same bytes as pyarrow's writer for any records, and pyarrow's path for what the
+direct one does not cover."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sparklog.errors import InvalidArgumentError
+from sparklog.format.frame import (
+    RAW_BODY_SCHEMA,
+    decode_frame,
+    encode_frame,
+    encode_raw_frame,
+    raw_batch,
+)
+from sparklog.format.rawipc import record_batch_message
+
+optional_bytes = st.one_of(st.none(), st.binary(max_size=40))
+int64 = st.integers(-(2 ** 63), 2 ** 63 - 1)
+
+
+def pyarrow_frame(values, keys=None, headers=None, *, timestamps, compression="none"):
+    return encode_frame(raw_batch(values, keys, headers), timestamps=timestamps,
+                        compression=compression)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_frames_are_the_bytes_pyarrow_writes(data):
+    n = data.draw(st.integers(1, 70), label="records")
+    values = data.draw(st.lists(optional_bytes, min_size=n, max_size=n), label="values")
+    keys = data.draw(st.one_of(st.none(), st.lists(optional_bytes, min_size=n, max_size=n)),
+                     label="keys")
+    stamps = data.draw(st.lists(st.integers(0, 2 ** 45), min_size=n, max_size=n))
+    frame = encode_raw_frame(values, keys, timestamps=stamps)
+    assert frame == pyarrow_frame(values, keys, timestamps=stamps)
+    batch = decode_frame(frame).batch()
+    batch.validate(full=True)
+    assert batch.column("value").to_pylist() == values
+    assert batch.column("key").to_pylist() == (keys or [None] * n)
+
+
+def test_the_message_is_written_without_pyarrow_for_a_producers_batch():
+    """The direct path is taken (not a fallback that happens to give the same bytes)."""
+    values, keys = [b"v" * 100] * 10, [b"k", None] * 5
+    message = record_batch_message(RAW_BODY_SCHEMA, values, keys, list(range(10)))
+    assert message is not None
+    batch = pa.ipc.read_message(pa.py_buffer(message))
+    assert pa.ipc.read_record_batch(batch, RAW_BODY_SCHEMA).column("key").to_pylist() == keys
+
+
+@pytest.mark.parametrize("values", [[bytearray(b"a"), b"b"], [memoryview(b"a")]])
+def test_values_other_than_bytes_take_pyarrows_path(values):
+    stamps = [1] * len(values)
+    assert record_batch_message(RAW_BODY_SCHEMA, values, None, stamps) is None
+    assert encode_raw_frame(values, timestamps=stamps) == pyarrow_frame(values, timestamps=stamps)
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+def test_headers_and_compression_take_pyarrows_path(codec):
+    values, headers, stamps = [b"a", b"b"], [None, [("h", b"x")]], [5, 3]
+    assert encode_raw_frame(values, headers=headers, timestamps=stamps) == \
+        pyarrow_frame(values, headers=headers, timestamps=stamps)
+    decoded = decode_frame(encode_raw_frame(values, timestamps=stamps, compression=codec))
+    assert decoded.batch().column("value").to_pylist() == values
+    assert decoded.header.max_timestamp == 5
+
+
+@given(st.lists(int64, min_size=1, max_size=5))
+def test_any_int64_timestamp_is_kept(stamps):
+    values = [b"x"] * len(stamps)
+    assert encode_raw_frame(values, timestamps=stamps) == pyarrow_frame(values, timestamps=stamps)
+
+
+@pytest.mark.parametrize("values,stamps", [([b"a"], [2 ** 63]),
+                                           ([b"a", b"b"], [1]), ([], [])])
+def test_bad_input_is_refused_as_pyarrows_path_refuses_it(values, stamps):
+    with pytest.raises((InvalidArgumentError, pa.ArrowException, OverflowError, TypeError)):
+        pyarrow_frame(values, timestamps=stamps)
+    with pytest.raises((InvalidArgumentError, pa.ArrowException, OverflowError, TypeError)):
+        encode_raw_frame(values, timestamps=stamps)
