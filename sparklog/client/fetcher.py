@@ -317,7 +317,11 @@ class Fetcher:
                         return out, position, True
                     if frame.header.is_control or frame.header.last_offset < position:
                         continue
-                    batch = frame.batch()
+                    # a producer's small frame is read without pyarrow, into the lists
+                    # records are made of
+                    columns = None if batches or self.states[cf.tp].typed \
+                        else frame.raw_columns()
+                    batch = frame.batch() if columns is None else None
                     # implicit offsets are base + row: no array built for them
                     offsets = frame.offsets() if frame.header.explicit_offsets else None
                 except CorruptRecordError as exc:
@@ -331,12 +335,12 @@ class Fetcher:
                         return out, position, False
                     raise cf.corrupt from None
                 cf.current = (frame, batch, offsets)
-                cf.cache = None
+                cf.cache = None if columns is None else _raw_python_columns(columns, frame)
                 # first row at or after position
                 cf.row = _first_row_at(offsets, position, frame.header.base_offset,
                                        frame.header.explicit_offsets)
             frame, batch, offsets = cf.current
-            n = batch.num_rows
+            n = frame.header.record_count  # batch() checked the body's rows against it
             end = min(n, cf.row + limit)
             if end > cf.row:
                 base = frame.header.base_offset
@@ -418,6 +422,15 @@ def _with_offsets(batch: pa.RecordBatch, offsets: pa.Array | None, base: int, st
     column = offset_range(base + start, end - start) if offsets is None else \
         offsets.slice(start, end - start)
     return part.append_column(OFFSET_COLUMN, column)
+
+
+def _raw_python_columns(columns: tuple, frame):
+    """``_python_columns`` of a frame from what :meth:`Frame.raw_columns` read."""
+    keys, values, stamps = columns
+    n = len(values)
+    if frame.header.log_append_time:
+        stamps = [frame.header.max_timestamp] * n
+    return keys, values, [[]] * n, stamps
 
 
 def _python_columns(batch: pa.RecordBatch, frame, typed: bool):

@@ -79,6 +79,11 @@ def crc32c(data, value: int = 0) -> int:
     return _crc32c.crc32c(data, value)
 
 
+#: the most records :meth:`Frame.raw_columns` reads in Python (a larger frame is read by
+#: pyarrow, whose vectorised decoding is then the faster)
+RAW_COLUMNS_MAX = 256
+
+
 @dataclass
 class Frame:
     """One decoded frame: its header and a zero-copy view of its Arrow body."""
@@ -95,6 +100,22 @@ class Frame:
                 f"frame at offset {self.header.base_offset}: header says "
                 f"{self.header.record_count} records, body holds {batch.num_rows}")
         return batch
+
+    def raw_columns(self) -> tuple | None:
+        """(keys, values, timestamps) as Python lists, read without pyarrow, when the
+        body is a raw topic's batch of the layout :mod:`~sparklog.format.rawipc` writes
+        (no headers, uncompressed: what a producer sends) and holds at most
+        :data:`RAW_COLUMNS_MAX` records; None otherwise (read :meth:`batch`). The same
+        checks as :meth:`batch`: anything Arrow's full validation would refuse is None
+        here, and :meth:`batch` then raises."""
+        n = self.header.record_count
+        if n > RAW_COLUMNS_MAX or self.header.explicit_offsets:
+            return None
+        data = self.body.to_pybytes()
+        head = _schema_message(RAW_BODY_SCHEMA)
+        if not data.startswith(head):
+            return None
+        return rawipc.record_batch_columns(RAW_BODY_SCHEMA, data[len(head):], n)
 
     def offsets(self) -> pa.Array:
         """Offsets of the frame's records (implicit unless the explicit-offsets bit)."""

@@ -41,7 +41,8 @@ _BUFFERS = 17  # 3 + 3 + 2 (list) + 1 (struct) + 3 + 3 + 2 (timestamp)
 _I64 = struct.Struct("<q")
 _NODE_VECTOR = struct.Struct(f"<{2 * _NODES}q")
 _BUFFER_VECTOR = struct.Struct(f"<{2 * _BUFFERS}q")
-_ZEROS = bytes(4096)
+_ZEROS = bytes(8)
+_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # an IPC stream's end-of-stream marker
 
 
 class _Template:
@@ -100,6 +101,29 @@ def _binary(items: list | None, n: int) -> tuple[int, tuple]:
     return nulls, (validity, offsets, b"".join(present))
 
 
+def _headers_and_timestamps(n: int, timestamps) -> tuple:
+    """The buffers after the key and value columns: headers (every row null; its
+    children without rows keep offsets of the parent's size, as pyarrow writes them),
+    then the timestamps (``None``: only their sizes matter)."""
+    bitmap, offsets = bytes((n + 7) // 8), bytes(4 * (n + 1))
+    stamps = struct.pack(f"<{n}q", *timestamps) if timestamps is not None else bytes(8 * n)
+    return (bitmap, offsets,                     # the list
+            b"",                                 # its struct child
+            b"", offsets, b"", b"", offsets, b"",  # the struct's key and value
+            b"", stamps)
+
+
+def _layout(sizes: list) -> tuple[tuple, int]:
+    """(offset, length) of each buffer of these sizes in a message body, each padded to
+    8 bytes as pyarrow's writer pads them, flattened; and the body's length."""
+    spans: list = []
+    at = 0
+    for size in sizes:
+        spans += (at, size)
+        at += size + (-size % 8)
+    return tuple(spans), at
+
+
 def record_batch_message(schema: pa.Schema, values: list, keys: list | None,
                          timestamps: list) -> bytes | None:
     """The IPC message (metadata and body) of the batch ``raw_batch(values, keys)`` plus
@@ -111,29 +135,19 @@ def record_batch_message(schema: pa.Schema, values: list, keys: list | None,
         for v in column:
             if v is not None and v.__class__ is not bytes:
                 return None
-    template = _TEMPLATES.get(schema)
-    if template is None:
-        template = _TEMPLATES[schema] = _Template(schema)
+    template = _template(schema)
     key_nulls, key_buffers = _binary(keys, n)
     value_nulls, value_buffers = _binary(values, n)
     if len(key_buffers[2]) + len(value_buffers[2]) >= 2 ** 31:
         return None
-    none_bitmap, none_offsets = bytes((n + 7) // 8), bytes(4 * (n + 1))
-    buffers = (*key_buffers, *value_buffers,
-               none_bitmap, none_offsets,            # headers: every row null
-               b"",                                  # its struct child (no rows)
-               b"", none_offsets, b"", b"", none_offsets, b"",  # its key and value
-               b"", struct.pack(f"<{n}q", *timestamps))
-    spans, body, at = [], [], 0
+    buffers = (*key_buffers, *value_buffers, *_headers_and_timestamps(n, timestamps))
+    spans, at = _layout([len(buf) for buf in buffers])
+    body = []
     for buf in buffers:
-        size = len(buf)
-        spans += (at, size)
-        if size:
+        if buf:
             body.append(buf)
-            pad = -size % 8
-            if pad:
-                body.append(_ZEROS[:pad])
-            at += size + pad
+            if len(buf) % 8:
+                body.append(_ZEROS[:-len(buf) % 8])
     head = bytearray(template.head)
     _I64.pack_into(head, template.body_length_at, at)
     _I64.pack_into(head, template.length_at, n)
@@ -142,3 +156,74 @@ def record_batch_message(schema: pa.Schema, values: list, keys: list | None,
     _BUFFER_VECTOR.pack_into(head, template.buffers_at, *spans)
     body.insert(0, head)
     return b"".join(body)
+
+
+def _template(schema: pa.Schema) -> _Template:
+    template = _TEMPLATES.get(schema)
+    if template is None:
+        template = _TEMPLATES[schema] = _Template(schema)
+    return template
+
+
+def _read_binary(body: bytes, spans: tuple, n: int, nulls: int) -> list | None:
+    """The rows of a binary column from its (validity, offsets, data) buffer spans, or
+    None where they do not hold what Arrow's full validation accepts."""
+    _, validity_len, offsets_at, offsets_len, data_at, data_len = spans
+    if offsets_len < 4 * (n + 1):
+        return None
+    offsets = struct.unpack_from(f"<{n + 1}i", body, offsets_at)
+    if offsets[0] < 0 or offsets[-1] > data_len \
+            or any(b < a for a, b in zip(offsets, offsets[1:])):
+        return None
+    start = data_at
+    rows = [body[start + a:start + b] for a, b in zip(offsets, offsets[1:])]
+    if not nulls:  # the writer leaves out the bitmap of a column without nulls
+        return rows if not validity_len else None
+    if validity_len < (n + 7) // 8:
+        return None
+    bits = spans[0]
+    valid = [body[bits + (i >> 3)] >> (i & 7) & 1 for i in range(n)]
+    if valid.count(0) != nulls:
+        return None
+    return [row if ok else None for row, ok in zip(rows, valid)]
+
+
+def record_batch_columns(schema: pa.Schema, buf, n: int) -> tuple | None:
+    """(keys, values, timestamps) as Python lists from the record-batch message at the
+    start of ``buf`` (bytes: the message, then the stream's end-of-stream marker) of a
+    raw topic's batch of ``n`` rows and body schema ``schema``: what
+    :func:`record_batch_message` writes, headers all null. None for any other message
+    (another layout, headers, an inconsistency Arrow's full validation would refuse):
+    the caller decodes it with pyarrow, which says what is wrong."""
+    template = _template(schema)
+    head_len = len(template.head)
+    if len(buf) < head_len:
+        return None
+    body_length = _I64.unpack_from(buf, template.body_length_at)[0]
+    nodes = _NODE_VECTOR.unpack_from(buf, template.nodes_at)
+    spans = _BUFFER_VECTOR.unpack_from(buf, template.buffers_at)
+    expected = bytearray(template.head)  # the same layout with these numbers?
+    _I64.pack_into(expected, template.body_length_at, body_length)
+    _I64.pack_into(expected, template.length_at, n)
+    _NODE_VECTOR.pack_into(expected, template.nodes_at, *nodes)
+    _BUFFER_VECTOR.pack_into(expected, template.buffers_at, *spans)
+    if buf[:head_len] != expected or len(buf) != head_len + body_length + len(_EOS) \
+            or buf[head_len + body_length:] != _EOS:
+        return None
+    if nodes != (n, nodes[1], n, nodes[3], n, n, 0, 0, 0, 0, 0, 0, n, 0) \
+            or not 0 <= nodes[1] <= n or not 0 <= nodes[3] <= n:
+        return None
+    # the buffers where the writer puts them: the key's and value's of any size, the
+    # rest of the sizes a batch of n rows has
+    sizes = list(spans[1:12:2]) + [len(b) for b in _headers_and_timestamps(n, None)]
+    if min(sizes) < 0 or (spans, body_length) != _layout(sizes):
+        return None
+    body = buf[head_len:head_len + body_length]
+    keys = _read_binary(body, spans[0:6], n, nodes[1])
+    values = _read_binary(body, spans[6:12], n, nodes[3])
+    if keys is None or values is None:
+        return None
+    for i in (12, 14, 20, 26):  # headers: no row valid, every offset 0 (the children's too)
+        if any(body[spans[i]:spans[i] + spans[i + 1]]):
+            return None
+    return keys, values, list(struct.unpack_from(f"<{n}q", body, spans[32]))
