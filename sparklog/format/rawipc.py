@@ -159,10 +159,12 @@ def record_batch_message(schema: pa.Schema, values: list, keys: list | None,
 
 
 def _template(schema: pa.Schema) -> _Template:
-    template = _TEMPLATES.get(schema)
-    if template is None:
-        template = _TEMPLATES[schema] = _Template(schema)
-    return template
+    # by identity (the callers pass one module constant): hashing a schema costs more
+    # than the rest of a small batch's encoding
+    known = _TEMPLATES.get(id(schema))
+    if known is None or known[0] is not schema:
+        known = _TEMPLATES[id(schema)] = (schema, _Template(schema))
+    return known[1]
 
 
 def _read_binary(body: bytes, spans: tuple, n: int, nulls: int) -> list | None:
