@@ -32,14 +32,19 @@ def pyarrow_frame(values, keys=None, headers=None, *, timestamps, compression="n
                         compression=compression)
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.data())
-def test_frames_are_the_bytes_pyarrow_writes(data):
-    n = data.draw(st.integers(1, 70), label="records")
+def draw_records(data, most: int, stamp=int64):
+    """n, values, keys (None: every key null) and timestamps of a batch of records."""
+    n = data.draw(st.integers(1, most), label="records")
     values = data.draw(st.lists(optional_bytes, min_size=n, max_size=n), label="values")
     keys = data.draw(st.one_of(st.none(), st.lists(optional_bytes, min_size=n, max_size=n)),
                      label="keys")
-    stamps = data.draw(st.lists(st.integers(0, 2 ** 45), min_size=n, max_size=n))
+    return n, values, keys, data.draw(st.lists(stamp, min_size=n, max_size=n))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_frames_are_the_bytes_pyarrow_writes(data):
+    n, values, keys, stamps = draw_records(data, 70, st.integers(0, 2 ** 45))
     frame = encode_raw_frame(values, keys, timestamps=stamps)
     assert frame == pyarrow_frame(values, keys, timestamps=stamps)
     batch = decode_frame(frame).batch()
@@ -98,11 +103,7 @@ def pyarrow_columns(frame):
 @settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_a_producers_frame_is_read_back_without_pyarrow(data):
-    n = data.draw(st.integers(1, 40), label="records")
-    values = data.draw(st.lists(optional_bytes, min_size=n, max_size=n), label="values")
-    keys = data.draw(st.one_of(st.none(), st.lists(optional_bytes, min_size=n, max_size=n)),
-                     label="keys")
-    stamps = data.draw(st.lists(int64, min_size=n, max_size=n))
+    n, values, keys, stamps = draw_records(data, 40)
     for frame in (encode_raw_frame(values, keys, timestamps=stamps),
                   pyarrow_frame(values, keys, timestamps=stamps)):
         decoded = decode_frame(frame)
@@ -126,10 +127,8 @@ def test_a_damaged_body_is_read_as_pyarrow_reads_it_or_left_to_it(data):
     """Bytes of the body changed (the CRC redone, as a hostile client would): what
     raw_columns returns is exactly what pyarrow decodes, and it returns None for every
     body pyarrow's full validation refuses."""
-    n = data.draw(st.integers(1, 12))
-    keys = data.draw(st.one_of(st.none(), st.lists(optional_bytes, min_size=n, max_size=n)))
-    values = data.draw(st.lists(optional_bytes, min_size=n, max_size=n))
-    frame = bytearray(encode_raw_frame(values, keys, timestamps=list(range(n))))
+    n, values, keys, stamps = draw_records(data, 12)
+    frame = bytearray(encode_raw_frame(values, keys, timestamps=stamps))
     for _ in range(data.draw(st.integers(1, 4))):
         at = data.draw(st.integers(HEADER_SIZE, len(frame) - 1))
         frame[at] = data.draw(st.integers(0, 255))
