@@ -212,6 +212,11 @@ def test_bad_arguments_raise_clear_errors(broker, admin):
             producer.send(topic, b"x" * 20_000)
         with pytest.raises(InvalidArgumentError, match="headers"):
             producer.send(topic, b"v", headers=[(1, b"x")])
+        for stamp in (2 ** 63, -(2 ** 63) - 1):
+            with pytest.raises(InvalidArgumentError, match=f"timestamp {stamp} does not fit"):
+                producer.send(topic, b"v", timestamp=stamp)
+        # refused alone: the batch it would have joined is sent
+        assert producer.send(topic, b"v", timestamp=2 ** 63 - 1).get(10).timestamp == 2 ** 63 - 1
         with pytest.raises(InvalidArgumentError, match="DataFrame"):
             producer.send_batch(topic, [1, 2, 3])
         with pytest.raises(SchemaMismatchError, match="value"):

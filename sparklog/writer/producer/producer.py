@@ -344,6 +344,9 @@ class Producer:
         elif isinstance(timestamp, bool) or not isinstance(timestamp, int):
             raise InvalidArgumentError(
                 f"timestamp must be an int (ms since the epoch), got {type(timestamp).__name__}")
+        elif not -(2 ** 63) <= timestamp < 2 ** 63:  # refused here, not by the batch's frame
+            raise InvalidArgumentError(
+                f"timestamp {timestamp} does not fit in 64 bits (ms since the epoch)")
         return self._accumulator.append((topic, partition), timestamp, key, value, headers,
                                         size)
 
