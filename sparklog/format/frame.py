@@ -47,7 +47,7 @@ from .header import (
     FrameHeader,
     unpack_header,
 )
-from .ipc import check_ipc_body
+from .ipc import IPC_EOS, check_ipc_body
 
 TIMESTAMP_COLUMN = "__timestamp"
 OFFSET_DELTA_COLUMN = "__offset_delta"
@@ -115,7 +115,7 @@ class Frame:
         head = _schema_message(RAW_BODY_SCHEMA)
         if not data.startswith(head):
             return None
-        return rawipc.record_batch_columns(RAW_BODY_SCHEMA, data[len(head):], n)
+        return rawipc.record_batch_columns(RAW_BODY_SCHEMA, data, len(head), n)
 
     def offsets(self) -> pa.Array:
         """Offsets of the frame's records (implicit unless the explicit-offsets bit)."""
@@ -378,7 +378,7 @@ def encode_raw_frame(values: list, keys: list | None = None, headers: list | Non
     if message is None:  # pyarrow's path (which also raises what is wrong with the input)
         return encode_frame(raw_batch(values, keys, headers), timestamps=timestamps,
                             compression=compression)
-    body = b"".join((_schema_message(RAW_BODY_SCHEMA), message, _IPC_EOS))
+    body = b"".join((_schema_message(RAW_BODY_SCHEMA), message, IPC_EOS))
     return _sealed(body, FrameHeader(
         0, 0, -1, MAGIC, 0, CODEC_IDS["none"], n - 1, timestamps[0], max(timestamps),
         NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, n))
@@ -396,8 +396,6 @@ def _compact(column: pa.Array) -> pa.Array:
     return column.take(offset_range(0, len(column)))
 
 
-#: the end-of-stream marker of an Arrow IPC stream
-_IPC_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 #: (schema, its IPC schema message or None when it needs the stream writer), newest
 #: first; looked up with Schema.equals, which is much cheaper than hashing a schema
 _SCHEMA_MESSAGES: list = []
@@ -431,7 +429,7 @@ def encode_body(batch: pa.RecordBatch, codec: str = "none") -> pa.Buffer:
     if codec == "none":
         head = _schema_message(batch.schema)
         if head is not None:
-            return pa.py_buffer(b"".join((head, batch.serialize(), _IPC_EOS)))
+            return pa.py_buffer(b"".join((head, batch.serialize(), IPC_EOS)))
     options = ipc.IpcWriteOptions(compression=None if codec == "none" else codec)
     sink = pa.BufferOutputStream()
     with ipc.new_stream(sink, batch.schema, options=options) as writer:

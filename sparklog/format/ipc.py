@@ -18,6 +18,8 @@ import struct
 from ..errors import CorruptRecordError
 
 _CONTINUATION = 0xFFFFFFFF
+#: the end-of-stream marker of an Arrow IPC stream
+IPC_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 _U8, _U16, _I32, _U32, _I64 = (struct.Struct(f"<{c}") for c in "BHiIq")
 _BUFFER = struct.Struct("<qq")  # struct Buffer { offset: long; length: long }
 # MessageHeader union tags
@@ -41,9 +43,11 @@ _KNOWN_SCHEMAS: set[bytes] = set()
 _KNOWN_MAX = 256
 
 
-def _table(buf, lo: int, hi: int, pos: int) -> tuple[int, int, int]:
+def fb_table(buf, lo: int, hi: int, pos: int) -> tuple[int, int, int]:
     """(table position, vtable position, vtable size) of the flatbuffer table at
-    ``pos``, every byte of both inside ``buf[lo:hi]``."""
+    ``pos``, every byte of both inside ``buf[lo:hi]``. With :func:`fb_slot` and
+    :func:`fb_ref`, also what :mod:`~sparklog.format.rawipc` reads pyarrow's own
+    metadata with; malformed metadata raises this module's internal error."""
     if pos < lo or pos + 4 > hi:
         raise _Bad("flatbuffer table out of the metadata")
     vtable = pos - _I32.unpack_from(buf, pos)[0]
@@ -55,7 +59,7 @@ def _table(buf, lo: int, hi: int, pos: int) -> tuple[int, int, int]:
     return pos, vtable, vsize
 
 
-def _slot(buf, table: tuple[int, int, int], slot: int, size: int, hi: int) -> int:
+def fb_slot(buf, table: tuple[int, int, int], slot: int, size: int, hi: int) -> int:
     """Position of field ``slot`` of ``table`` (``size`` bytes inside ``hi``), 0 if
     absent."""
     pos, vtable, vsize = table
@@ -70,7 +74,7 @@ def _slot(buf, table: tuple[int, int, int], slot: int, size: int, hi: int) -> in
     return pos + rel
 
 
-def _ref(buf, at: int) -> int:
+def fb_ref(buf, at: int) -> int:
     """The position an offset field at ``at`` refers to."""
     return at + _U32.unpack_from(buf, at)[0]
 
@@ -78,7 +82,7 @@ def _ref(buf, at: int) -> int:
 def _batch_rows(buf, lo: int, hi: int, at: int, body_length: int) -> int:
     """Rows of the RecordBatch table referred to at ``at``, after checking that its
     buffers lie in its body (inlined flatbuffer reads: this runs for every frame)."""
-    pos, vtable, vsize = _table(buf, lo, hi, _ref(buf, at))
+    pos, vtable, vsize = fb_table(buf, lo, hi, fb_ref(buf, at))
     if vsize >= 10:
         _, _, f_length, _, f_buffers = _VTABLE_RB.unpack_from(buf, vtable)
     else:
@@ -141,15 +145,15 @@ def _walk(buf, pos: int, end: int) -> int:
             if key in _KNOWN_SCHEMAS:  # the same schema message as an earlier frame's
                 first, pos = False, hi
                 continue
-        message = _table(buf, meta, hi, _ref(buf, meta))
-        f = _slot(buf, message, _MSG_HEADER_TYPE, 1, hi)
+        message = fb_table(buf, meta, hi, fb_ref(buf, meta))
+        f = fb_slot(buf, message, _MSG_HEADER_TYPE, 1, hi)
         kind = _U8.unpack_from(buf, f)[0] if f else 0
-        f = _slot(buf, message, _MSG_BODY_LENGTH, 8, hi)
+        f = fb_slot(buf, message, _MSG_BODY_LENGTH, 8, hi)
         body_length = _I64.unpack_from(buf, f)[0] if f else 0
         if body_length < 0 or body_length > end - hi:
             raise _Bad(f"message body of {body_length} bytes at byte {hi} runs past the "
                        f"end of the frame body ({end - hi} bytes left): truncated batch")
-        header = _slot(buf, message, _MSG_HEADER, 4, hi)
+        header = fb_slot(buf, message, _MSG_HEADER, 4, hi)
         if first != (kind == _SCHEMA):
             raise _Bad("the stream does not start with a schema" if first else
                        "a schema message after the first message")
@@ -157,7 +161,7 @@ def _walk(buf, pos: int, end: int) -> int:
             if len(_KNOWN_SCHEMAS) < _KNOWN_MAX and body_length == 0:
                 _KNOWN_SCHEMAS.add(key)
         elif kind == _DICTIONARY_BATCH:
-            data = _slot(buf, _table(buf, meta, hi, _ref(buf, header)), _DB_DATA, 4, hi) \
+            data = fb_slot(buf, fb_table(buf, meta, hi, fb_ref(buf, header)), _DB_DATA, 4, hi) \
                 if header else 0
             if not data or rows is not None:
                 raise _Bad("misplaced or empty dictionary batch")

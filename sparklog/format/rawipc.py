@@ -31,7 +31,7 @@ from itertools import accumulate
 
 import pyarrow as pa
 
-from .ipc import _ref, _slot, _table
+from .ipc import IPC_EOS, fb_ref, fb_slot, fb_table
 
 #: field slots of Arrow's Message and RecordBatch tables (format/Message.fbs)
 _MSG_HEADER, _MSG_BODY_LENGTH = 2, 3
@@ -42,32 +42,30 @@ _I64 = struct.Struct("<q")
 _NODE_VECTOR = struct.Struct(f"<{2 * _NODES}q")
 _BUFFER_VECTOR = struct.Struct(f"<{2 * _BUFFERS}q")
 _ZEROS = bytes(8)
-_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # an IPC stream's end-of-stream marker
 
 
 class _Template:
     """pyarrow's message for a one-row batch of ``schema`` and where its numbers are."""
 
     def __init__(self, schema: pa.Schema):
-        n = 1
-        columns = [pa.nulls(n, schema.field(i).type) if i != 1 else pa.array([b"v"])
+        columns = [pa.nulls(1, schema.field(i).type) if i != 1 else pa.array([b"v"])
                    for i in range(len(schema) - 1)]
         columns.append(pa.array([0], pa.int64()).view(schema.field(len(schema) - 1).type))
         message = pa.RecordBatch.from_arrays(columns, schema=schema).serialize().to_pybytes()
         meta_len = struct.unpack_from("<i", message, 4)[0]
         self.head = bytearray(message[:8 + meta_len])
         lo, hi = 8, 8 + meta_len
-        msg = _table(self.head, lo, hi, _ref(self.head, lo))
-        batch = _table(self.head, lo, hi, _ref(self.head, _slot(self.head, msg, _MSG_HEADER, 4, hi)))
-        self.body_length_at = _slot(self.head, msg, _MSG_BODY_LENGTH, 8, hi)
-        self.length_at = _slot(self.head, batch, _RB_LENGTH, 8, hi)
-        self.nodes_at = self._vector(_slot(self.head, batch, _RB_NODES, 4, hi), _NODES)
-        self.buffers_at = self._vector(_slot(self.head, batch, _RB_BUFFERS, 4, hi), _BUFFERS)
+        msg = fb_table(self.head, lo, hi, fb_ref(self.head, lo))
+        batch = fb_table(self.head, lo, hi, fb_ref(self.head, fb_slot(self.head, msg, _MSG_HEADER, 4, hi)))
+        self.body_length_at = fb_slot(self.head, msg, _MSG_BODY_LENGTH, 8, hi)
+        self.length_at = fb_slot(self.head, batch, _RB_LENGTH, 8, hi)
+        self.nodes_at = self._vector(fb_slot(self.head, batch, _RB_NODES, 4, hi), _NODES)
+        self.buffers_at = self._vector(fb_slot(self.head, batch, _RB_BUFFERS, 4, hi), _BUFFERS)
         if not (self.body_length_at and self.length_at):
             raise AssertionError("pyarrow's record batch message has no length fields")
 
     def _vector(self, at: int, count: int) -> int:
-        vec = _ref(self.head, at)
+        vec = fb_ref(self.head, at)
         if not at or struct.unpack_from("<I", self.head, vec)[0] != count:
             raise AssertionError(f"pyarrow's record batch message does not have {count} "
                                  "entries where this encoder expects them")
@@ -190,27 +188,28 @@ def _read_binary(body: bytes, spans: tuple, n: int, nulls: int) -> list | None:
     return [row if ok else None for row, ok in zip(rows, valid)]
 
 
-def record_batch_columns(schema: pa.Schema, buf, n: int) -> tuple | None:
-    """(keys, values, timestamps) as Python lists from the record-batch message at the
-    start of ``buf`` (bytes: the message, then the stream's end-of-stream marker) of a
-    raw topic's batch of ``n`` rows and body schema ``schema``: what
-    :func:`record_batch_message` writes, headers all null. None for any other message
-    (another layout, headers, an inconsistency Arrow's full validation would refuse):
-    the caller decodes it with pyarrow, which says what is wrong."""
+def record_batch_columns(schema: pa.Schema, buf: bytes, start: int, n: int) -> tuple | None:
+    """(keys, values, timestamps) as Python lists from the record-batch message at
+    ``buf[start:]`` (then only the stream's end-of-stream marker) of a raw topic's batch
+    of ``n`` rows and body schema ``schema``: what :func:`record_batch_message` writes,
+    headers all null. None for any other message (another layout, headers, an
+    inconsistency Arrow's full validation would refuse): the caller decodes it with
+    pyarrow, which says what is wrong."""
     template = _template(schema)
     head_len = len(template.head)
-    if len(buf) < head_len:
+    if len(buf) < start + head_len:
         return None
-    body_length = _I64.unpack_from(buf, template.body_length_at)[0]
-    nodes = _NODE_VECTOR.unpack_from(buf, template.nodes_at)
-    spans = _BUFFER_VECTOR.unpack_from(buf, template.buffers_at)
+    body_length = _I64.unpack_from(buf, start + template.body_length_at)[0]
+    nodes = _NODE_VECTOR.unpack_from(buf, start + template.nodes_at)
+    spans = _BUFFER_VECTOR.unpack_from(buf, start + template.buffers_at)
     expected = bytearray(template.head)  # the same layout with these numbers?
     _I64.pack_into(expected, template.body_length_at, body_length)
     _I64.pack_into(expected, template.length_at, n)
     _NODE_VECTOR.pack_into(expected, template.nodes_at, *nodes)
     _BUFFER_VECTOR.pack_into(expected, template.buffers_at, *spans)
-    if buf[:head_len] != expected or len(buf) != head_len + body_length + len(_EOS) \
-            or buf[head_len + body_length:] != _EOS:
+    body_at = start + head_len
+    if buf[start:body_at] != expected or len(buf) != body_at + body_length + len(IPC_EOS) \
+            or buf[body_at + body_length:] != IPC_EOS:
         return None
     if nodes != (n, nodes[1], n, nodes[3], n, n, 0, 0, 0, 0, 0, 0, n, 0) \
             or not 0 <= nodes[1] <= n or not 0 <= nodes[3] <= n:
@@ -220,7 +219,7 @@ def record_batch_columns(schema: pa.Schema, buf, n: int) -> tuple | None:
     sizes = list(spans[1:12:2]) + [len(b) for b in _headers_and_timestamps(n, None)]
     if min(sizes) < 0 or (spans, body_length) != _layout(sizes):
         return None
-    body = buf[head_len:head_len + body_length]
+    body = buf[body_at:body_at + body_length]
     keys = _read_binary(body, spans[0:6], n, nodes[1])
     values = _read_binary(body, spans[6:12], n, nodes[3])
     if keys is None or values is None:
