@@ -4,10 +4,11 @@ One Fetch is in flight per broker at a time, on the broker's *polled* connection
 (:mod:`sparklog.client.network`): its response is read by the polling thread itself,
 in :meth:`Fetcher.read_responses` and :meth:`Fetcher.wait` (called from ``poll()``), as
 Kafka's consumer reads its fetches in ``poll()``: no reader thread hands the response
-over. When a response is read, the frames are queued as they came, the partitions'
-*fetch offsets* advance past them (read from the frame headers only), and the next
-Fetch to that broker is sent at once, so it is answered while the application works
-on the records ``poll()`` returns. A partition with about ``max_partition_fetch_bytes`` already buffered
+over. When a response is read, the frames are queued as they came and the partitions'
+*fetch offsets* advance past them (read from the frame headers only); ``poll()`` takes
+the records it returns, then sends the next Fetch to that broker before returning them,
+so it is answered while the application works on them (the send, a syscall, comes after
+the hand-over is ready rather than before it). A partition with about ``max_partition_fetch_bytes`` already buffered
 is left out of the next fetch (bounded memory).
 
 Decoding happens in the polling thread: frames are validated (CRC32C when
@@ -210,7 +211,6 @@ class Fetcher:
                 st.buffered_bytes += len(data)
                 self._completed.append(CompletedFetch(tp, epoch, data, offset=offset))
             self.cond.notify_all()
-        self.send_fetches()  # pipelining: the next fetch goes out before poll() asks
 
     def _on_failure(self, node: int, parts: list, exc) -> None:
         log.debug("fetch from broker %s failed: %s", node, exc)

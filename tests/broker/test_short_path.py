@@ -15,6 +15,7 @@ import pytest
 from sparklog.format.frame import iter_frames
 from sparklog.protocol import ApiKey, Connection
 from sparklog.writer.broker import EmbeddedBroker
+from sparklog.writer.broker.server import ClientConnection
 from tests.support.logdata import lock_held_elsewhere
 from tests.support.wire import create, fetch, fetch_body, frame_of, produce
 
@@ -120,3 +121,34 @@ def test_answers_keep_the_request_order_when_a_later_request_finishes_first(eb):
     assert [f.header.base_offset for f in iter_frames(
         first["topics"][0]["partitions"][0]["records"])] == [0]
     assert second["topics"][0]["partitions"][0]["base_offset"] == 0
+
+
+
+def test_a_fetch_woken_by_an_append_is_answered_before_the_append(eb, monkeypatch):
+    """The fetch a small local append wakes is written before that produce's answer (as
+    Kafka's purgatory completes it in the appending thread): the consumer following the
+    tail gets its records one response write earlier. The broker's writes are recorded
+    in the order it makes them (the real write goes on)."""
+    written = []
+    real_write = ClientConnection._write
+
+    async def recording_write(self, loop, correlation_id, response):
+        parts = [p for t in response.get("topics", ()) for p in t["partitions"]]
+        written.append("fetch" if any("records" in p for p in parts) else "produce")
+        return await real_write(self, loop, correlation_id, response)
+
+    monkeypatch.setattr(ClientConnection, "_write", recording_write)
+    with Connection(eb.address) as consumer, Connection(eb.address) as producer:
+        for round_ in range(3):
+            consumer.send(ApiKey.FETCH, fetch_body("short", 0, round_, max_wait_ms=60_000))
+            writers = eb.broker.partitions.writers
+            deadline = time.monotonic() + 30
+            while not (("short", 0) in writers and writers[("short", 0)]._waiters):
+                assert time.monotonic() < deadline, "the fetch did not park"
+                time.sleep(0.005)
+            del written[:]
+            produce(producer, "short", 0, [f"record {round_}"])
+            got = list(iter_frames(consumer.receive()["topics"][0]["partitions"][0]["records"]))
+            assert [f.header.base_offset for f in got] == [round_]
+            assert written == ["fetch", "produce"], \
+                f"round {round_}: the broker wrote {written}"

@@ -149,6 +149,29 @@ def test_the_consumer_fetches_without_a_reader_thread(broker, admin):
         assert [conn.polled for conn in client._polled.values()] == [True]
 
 
+def test_poll_returns_its_records_with_the_next_fetch_already_in_flight(broker, admin):
+    """Pipelining is kept now that the next Fetch is sent after the records are taken:
+    when ``poll()`` returns records, the fetch for what follows them is on its way, and
+    it is answered with records produced while the application works."""
+    admin.create_topic("pipelined", 1)
+    tp = TopicPartition("pipelined", 0)
+    with Producer(broker.address, linger_ms=0) as producer, \
+            Consumer(bootstrap_servers=broker.address, auto_offset_reset="earliest") as c:
+        c.assign([tp])
+        producer.send("pipelined", b"first").get(20)
+        got = wait_until(lambda: c.poll(timeout_ms=100).get(tp), 30,
+                         "poll() did not return the first record")
+        assert [r.value for r in got] == [b"first"]
+        fetcher = c._fetcher
+        assert fetcher._in_flight, "poll() returned records with no fetch in flight"
+        assert fetcher.states[tp].fetch_offset == 1, "the fetch in flight is not for offset 1"
+        producer.send("pipelined", b"second").get(20)
+        # the fetch sent before the first poll returned is the one that brings it
+        got = wait_until(lambda: c.poll(timeout_ms=100).get(tp), 30,
+                         "poll() did not return the second record")
+        assert [r.value for r in got] == [b"second"]
+
+
 def test_the_producer_sender_reads_its_own_answers_and_wakes_for_a_send(broker, admin):
     admin.create_topic("polled-produce", 1)
     before = len(reader_threads())

@@ -34,7 +34,11 @@ cost more than the append. When the writer is idle (nothing queued, no batch in
 progress), such a request is appended by :meth:`PartitionWriter.submit` itself, in the
 handler's own turn of the event loop (as Kafka's request handler appends to the log and
 completes the waiting fetches itself): its answer and the fetches it wakes need no
-turn of the writer task in between.
+turn of the writer task in between. The fetches such an append woke are answered
+before the produce request that woke them (the handler lets them have the loop's next
+turn first, as Kafka's purgatory completes them in the appending thread): a consumer
+following the tail gets the records one response write earlier, the producer's
+acknowledgement comes one write later.
 """
 
 from __future__ import annotations
@@ -252,6 +256,9 @@ class PartitionWriter:
         self._sync_outcomes: dict[int, tuple] = {}
         self._next_answer = 0
         self._waiters: dict[asyncio.Future, None] = {}
+        #: how many times waiting fetches were woken (a handler compares it around its
+        #: ``submit`` to learn whether its append woke any)
+        self.wakes = 0
         self._last_snapshot = time.monotonic()
         #: batches up to this many bytes are appended on the event loop (0: never;
         #: the broker sets it for logs on the local disk: see the module docstring)
@@ -608,6 +615,7 @@ class PartitionWriter:
         the batches of thousands of woken long polls."""
         if not self._waiters:
             return
+        self.wakes += 1
         waiters, self._waiters = list(self._waiters), {}
         self._wake(waiters, 0)
 

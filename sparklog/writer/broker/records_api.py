@@ -97,19 +97,26 @@ class RecordApis:
         if acks not in (ACKS_NONE, ACKS_LEADER, ACKS_ALL):
             raise InvalidArgumentError(f"Produce.acks={acks} must be 0, 1 or -1 (all)")
         pending = []   # (topic, partition, future | error, size)
+        woke = False   # an append done in submit() woke parked fetches
         async with ctx.order:  # requests of a connection are queued in arrival order
             for t in body["topics"]:
                 for p in t["partitions"]:
                     try:
                         w = await self.partitions.writer(t["name"], p["partition"])
+                        wakes = w.wakes
                         pending.append((t["name"], p["partition"],
                                         w.submit(p["records"], acks), len(p["records"])))
+                        woke = woke or w.wakes != wakes
                     except SparklogError as exc:
                         pending.append((t["name"], p["partition"], exc, 0))
         # a small append to an idle local partition is already answered (appended in
         # submit()): no timer, no wait
         futures = [(t, p, f) for t, p, f, _ in pending
                    if isinstance(f, asyncio.Future) and not f.done()]
+        if woke and not futures:
+            # the fetches this append woke resume at the loop's next turn: answer them
+            # first (as Kafka's purgatory does), this acknowledgement right after
+            await asyncio.sleep(0)
         if futures:
             # one timer answers what is still pending at the deadline (the writer skips
             # a future already done); cheaper per request than asyncio.wait
