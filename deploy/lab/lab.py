@@ -202,17 +202,29 @@ class SharedDirs:
     points of :data:`PRIVATE_DIRS`): the first lab that needs one makes it, the last lab
     to go down removes what labs made, and a directory that was there before any lab is
     never removed. The registry (``made.json``, one ``up-<lab>`` file per lab up, a lock)
-    lives in ``/run``, which is cleared at boot as the namespaces are."""
+    lives in ``/run``, which is cleared at boot as the namespaces are; the last lab down
+    removes it with its lock, so nothing of the labs is left."""
 
     def __init__(self, registry: Path, lab: str):
         self.registry, self.lab = registry, lab
 
     @contextlib.contextmanager
     def _locked(self):
-        self.registry.mkdir(parents=True, exist_ok=True)
-        with open(self.registry / "lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            yield self.registry / "made.json"
+        """Hold the registry's lock. The last lab down removes the lock file with the
+        registry, so a lock taken on a file that is no longer the registry's (another
+        process removed it while this one waited) is dropped and taken again."""
+        while True:
+            self.registry.mkdir(parents=True, exist_ok=True)
+            with open(self.registry / "lock", "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                try:
+                    current = os.stat(self.registry / "lock").st_ino
+                except FileNotFoundError:
+                    current = None
+                if current != os.fstat(lock.fileno()).st_ino:
+                    continue
+                yield self.registry / "made.json"
+                return
 
     def claim(self, paths) -> None:
         """Count this lab as up; make those of ``paths`` that are missing."""
@@ -230,17 +242,22 @@ class SharedDirs:
         Returns what was left in place, with why."""
         with self._locked() as record:
             (self.registry / f"up-{self.lab}").unlink(missing_ok=True)
-            if any(self.registry.glob("up-*")) or not record.exists():
+            if any(self.registry.glob("up-*")):
                 return []
             left = []
-            for path in reversed(json.loads(record.read_text())):
-                try:
-                    os.rmdir(path)
-                except FileNotFoundError:
-                    pass
-                except OSError as exc:
-                    left.append(f"{path} left in place: {exc}")
-            record.unlink()
+            if record.exists():
+                for path in reversed(json.loads(record.read_text())):
+                    try:
+                        os.rmdir(path)
+                    except FileNotFoundError:
+                        pass
+                    except OSError as exc:
+                        left.append(f"{path} left in place: {exc}")
+                record.unlink()
+            # no lab is up: the registry goes too, its lock last (see _locked)
+            (self.registry / "lock").unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # something else in it: left in place
+                self.registry.rmdir()
             return left
 
 

@@ -13,10 +13,13 @@ should spend on it on this shared machine: see docs/deploy.md.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -169,4 +172,46 @@ def test_a_lab_going_down_leaves_the_shared_directories_to_the_labs_still_up(tmp
     left = second.release()
     assert not Path(made[0]).exists() and before.is_dir()
     assert len(left) == 1 and made[1] in left[0]  # left in place, and said why
+    assert not registry.exists(), "the last lab down left the registry (its lock) behind"
     assert second.release() == []  # a second down is harmless
+    assert not registry.exists()
+    first.claim(made)  # a lab brought up afterwards makes the registry again
+    assert (registry / "up-default").exists() and all(Path(p).is_dir() for p in made)
+    assert first.release() == [] and not registry.exists()
+
+
+def _open_count(path: Path) -> int:
+    """How many of this process's descriptors are open on ``path``."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            count += os.readlink(f"/proc/self/fd/{fd}") == str(path)
+    return count
+
+
+def test_a_lab_waiting_for_the_registry_lock_while_the_last_lab_goes_down(tmp_path):
+    """The last lab down removes the registry and its lock while another lab's ``up``
+    may be waiting for that lock: the waiter then holds a lock on a removed file, and
+    must take the lock again on the registry's new file rather than go on unguarded."""
+    registry = tmp_path / "registry"
+    going, coming = lab.SharedDirs(registry, "default"), lab.SharedDirs(registry, "l2")
+    going.claim([str(tmp_path / "data")])
+    claimed = threading.Event()
+    with going._locked():
+        waiter = threading.Thread(target=lambda: (coming.claim([str(tmp_path / "data")]),
+                                                  claimed.set()))
+        waiter.start()
+        deadline = time.monotonic() + 30
+        while _open_count(registry / "lock") < 2:  # ours, and the waiter's
+            assert time.monotonic() < deadline, "the second lab never opened the lock"
+            time.sleep(0.01)
+        assert not claimed.is_set()
+        # what the last lab down does, under the lock the waiter is blocked on
+        (registry / "up-default").unlink()
+        (registry / "made.json").unlink()
+        (registry / "lock").unlink()
+        registry.rmdir()
+    waiter.join(30)
+    assert claimed.is_set()
+    assert (registry / "up-l2").exists() and (registry / "lock").exists()
+    assert coming.release() == [] and not registry.exists()
