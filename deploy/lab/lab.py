@@ -197,6 +197,14 @@ class State:
         self.path.write_text(json.dumps(self.data, indent=1))
 
 
+def _inode(path: Path) -> int | None:
+    """The inode ``path`` names now (None: no such file)."""
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return None
+
+
 class SharedDirs:
     """The directories every lab on the machine shares (``/etc/netns`` and the mount
     points of :data:`PRIVATE_DIRS`): the first lab that needs one makes it, the last lab
@@ -217,14 +225,9 @@ class SharedDirs:
             self.registry.mkdir(parents=True, exist_ok=True)
             with open(self.registry / "lock", "a") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)
-                try:
-                    current = os.stat(self.registry / "lock").st_ino
-                except FileNotFoundError:
-                    current = None
-                if current != os.fstat(lock.fileno()).st_ino:
-                    continue
-                yield self.registry / "made.json"
-                return
+                if _inode(self.registry / "lock") == os.fstat(lock.fileno()).st_ino:
+                    yield self.registry / "made.json"
+                    return
 
     def claim(self, paths) -> None:
         """Count this lab as up; make those of ``paths`` that are missing."""
@@ -241,24 +244,28 @@ class SharedDirs:
         """Count this lab as down; the last one removes the directories labs made.
         Returns what was left in place, with why."""
         with self._locked() as record:
-            (self.registry / f"up-{self.lab}").unlink(missing_ok=True)
-            if any(self.registry.glob("up-*")):
-                return []
-            left = []
-            if record.exists():
-                for path in reversed(json.loads(record.read_text())):
-                    try:
-                        os.rmdir(path)
-                    except FileNotFoundError:
-                        pass
-                    except OSError as exc:
-                        left.append(f"{path} left in place: {exc}")
-                record.unlink()
-            # no lab is up: the registry goes too, its lock last (see _locked)
-            (self.registry / "lock").unlink(missing_ok=True)
-            with contextlib.suppress(OSError):  # something else in it: left in place
-                self.registry.rmdir()
-            return left
+            return self._release(record)
+
+    def _release(self, record: Path) -> list[str]:
+        """:meth:`release` under the registry's lock."""
+        (self.registry / f"up-{self.lab}").unlink(missing_ok=True)
+        if any(self.registry.glob("up-*")):
+            return []
+        left = []
+        if record.exists():
+            for path in reversed(json.loads(record.read_text())):
+                try:
+                    os.rmdir(path)
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:
+                    left.append(f"{path} left in place: {exc}")
+            record.unlink()
+        # no lab is up: the registry goes too, its lock last (see _locked)
+        (self.registry / "lock").unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # something else in it: left in place
+            self.registry.rmdir()
+        return left
 
 
 def shared_dirs(registry: Path | None = None) -> SharedDirs:

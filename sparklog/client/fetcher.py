@@ -8,8 +8,9 @@ over. When a response is read, the frames are queued as they came and the partit
 *fetch offsets* advance past them (read from the frame headers only); ``poll()`` takes
 the records it returns, then sends the next Fetch to that broker before returning them,
 so it is answered while the application works on them (the send, a syscall, comes after
-the hand-over is ready rather than before it). A partition with about ``max_partition_fetch_bytes`` already buffered
-is left out of the next fetch (bounded memory).
+the hand-over is ready rather than before it). A partition with about
+``max_partition_fetch_bytes`` already buffered is left out of the next fetch (bounded
+memory).
 
 Decoding happens in the polling thread: frames are validated (CRC32C when
 ``check_crcs``), records before the partition's *position* (the frame that holds the

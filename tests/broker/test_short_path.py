@@ -17,6 +17,7 @@ from sparklog.protocol import ApiKey, Connection
 from sparklog.writer.broker import EmbeddedBroker
 from sparklog.writer.broker.server import ClientConnection
 from tests.support.logdata import lock_held_elsewhere
+from tests.support.waiting import wait_until
 from tests.support.wire import create, fetch, fetch_body, frame_of, produce
 
 
@@ -27,6 +28,14 @@ def eb(tmp_path):
         with Connection(broker.address) as conn:
             assert create(conn, "short", 2)["error_code"] == 0
         yield broker
+
+
+def wait_parked(eb, *partitions) -> None:
+    """Wait until a fetch waits on each of ``partitions`` of ``short``."""
+    writers = eb.broker.partitions.writers
+    wait_until(lambda: all(("short", p) in writers and writers[("short", p)]._waiters
+                           for p in partitions), 30,
+               f"a fetch parked on partitions {partitions}")
 
 
 def on_loop(eb, coro):
@@ -90,11 +99,7 @@ def test_a_parked_fetch_of_two_partitions_is_woken_by_either(eb):
         started = time.monotonic()
         conn.send(ApiKey.FETCH, body)
         writers = eb.broker.partitions.writers
-        deadline = time.monotonic() + 30
-        while not all(("short", p) in writers and writers[("short", p)]._waiters
-                      for p in (0, 1)):
-            assert time.monotonic() < deadline, "the fetch did not park on both partitions"
-            time.sleep(0.01)
+        wait_parked(eb, 0, 1)
         produce(other, "short", 1, ["new"])
         parts = {p["partition"]: p for p in conn.receive()["topics"][0]["partitions"]}
         assert time.monotonic() - started < 30, "woken by the append, not by max_wait_ms"
@@ -123,7 +128,6 @@ def test_answers_keep_the_request_order_when_a_later_request_finishes_first(eb):
     assert second["topics"][0]["partitions"][0]["base_offset"] == 0
 
 
-
 def test_a_fetch_woken_by_an_append_is_answered_before_the_append(eb, monkeypatch):
     """The fetch a small local append wakes is written before that produce's answer (as
     Kafka's purgatory completes it in the appending thread): the consumer following the
@@ -141,11 +145,7 @@ def test_a_fetch_woken_by_an_append_is_answered_before_the_append(eb, monkeypatc
     with Connection(eb.address) as consumer, Connection(eb.address) as producer:
         for round_ in range(3):
             consumer.send(ApiKey.FETCH, fetch_body("short", 0, round_, max_wait_ms=60_000))
-            writers = eb.broker.partitions.writers
-            deadline = time.monotonic() + 30
-            while not (("short", 0) in writers and writers[("short", 0)]._waiters):
-                assert time.monotonic() < deadline, "the fetch did not park"
-                time.sleep(0.005)
+            wait_parked(eb, 0)
             del written[:]
             produce(producer, "short", 0, [f"record {round_}"])
             got = list(iter_frames(consumer.receive()["topics"][0]["partitions"][0]["records"]))

@@ -19,12 +19,12 @@ import re
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.support.hdfscluster import hadoop_unavailable
+from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = REPO / "deploy" / "lab"
@@ -197,20 +197,16 @@ def test_a_lab_waiting_for_the_registry_lock_while_the_last_lab_goes_down(tmp_pa
     going, coming = lab.SharedDirs(registry, "default"), lab.SharedDirs(registry, "l2")
     going.claim([str(tmp_path / "data")])
     claimed = threading.Event()
-    with going._locked():
+    with going._locked() as record:
         waiter = threading.Thread(target=lambda: (coming.claim([str(tmp_path / "data")]),
                                                   claimed.set()))
         waiter.start()
-        deadline = time.monotonic() + 30
-        while _open_count(registry / "lock") < 2:  # ours, and the waiter's
-            assert time.monotonic() < deadline, "the second lab never opened the lock"
-            time.sleep(0.01)
+        wait_until(lambda: _open_count(registry / "lock") >= 2, 30,  # ours, the waiter's
+                   "the second lab opening the registry's lock")
         assert not claimed.is_set()
-        # what the last lab down does, under the lock the waiter is blocked on
-        (registry / "up-default").unlink()
-        (registry / "made.json").unlink()
-        (registry / "lock").unlink()
-        registry.rmdir()
+        # the last lab down, under the lock the waiter is blocked on
+        going._release(record)
+        assert not registry.exists()
     waiter.join(30)
     assert claimed.is_set()
     assert (registry / "up-l2").exists() and (registry / "lock").exists()
