@@ -13,6 +13,11 @@ DataNodes, default 3, replication 3, on this machine's loopback) and measures:
   JPype. Target: broker / Hadoop client >= 0.8.
 * **latency**: a Producer (acks=all, idempotent) sends 100-byte records at ``--rate``
   records/s for ``--seconds``; each record's latency is send() to its acknowledgement.
+  The producer runs in a process of its own (bench/produce_acked.py), as an application's
+  would: not in this one, whose heap (a JVM through JPype among it) its garbage
+  collections would otherwise walk; each round prints its full collections. Each broker
+  is a new process: ``--warmup`` seconds (default 2) of the same load come first and are
+  not counted (its JVM's compiler and its HDFS pipeline warm, as a running broker's are).
   The baseline is what one acks=all write costs the cluster at least: a 100-byte
   ``write`` + ``hsync()`` with Hadoop's client, one at a time. Target: p99 <= 10 ms.
   ``--trace`` times each broker's stages (append, hand-off to the sync, hsync, answer:
@@ -28,18 +33,19 @@ DataNodes, default 3, replication 3, on this machine's loopback) and measures:
   pushed down). Target: ratio >= 1.0.
 
     .venv/bin/python bench/bench_hdfs.py [--part ingest,latency,scan] [--datanodes 3]
-        [--mb 256] [--in-flight 8] [--rate 10000] [--seconds 5] [--records 1000000]
+        [--mb 256] [--in-flight 8] [--rate 10000] [--seconds 5] [--warmup 2] [--records 1000000]
         [--partitions 4] [--repeat 3] [--rounds 1] [--baseline-src DIR] [--trace]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -57,7 +63,6 @@ from bench_spark_scan import TOPIC, best_times_in_turn, generate  # noqa: E402
 from sparklog.admin import Admin  # noqa: E402
 from sparklog.protocol import Connection  # noqa: E402
 from sparklog.storage import jvm  # noqa: E402
-from sparklog.writer.producer import Producer  # noqa: E402
 from tests.support.brokerproc import BrokerProcess  # noqa: E402  (the tests' broker process helper)
 from tests.support.hdfscluster import HdfsCluster  # noqa: E402  (the tests' HDFS cluster)
 
@@ -150,31 +155,18 @@ def hsync_round_trips(url: str, count: int) -> list[float]:
     return out
 
 
-def produce_latencies(address: str, rate: int, seconds: float) -> list[float]:
-    """send() -> acknowledgement latencies of records sent at ``rate`` records/s."""
-    total = int(rate * seconds)
-    latencies: list[float] = []
-    lock = threading.Lock()
-
-    def acked(start, _meta):
-        with lock:
-            latencies.append(time.perf_counter() - start)
-
-    with Producer(address, acks="all", enable_idempotence=True, linger_ms=0) as producer:
-        producer.send("latency", b"w" * 100).get(30)
-        bar = tqdm(total=total, desc="produce acks=all", unit="rec", file=sys.stderr,
-                   leave=False, unit_scale=True)
-        begin = time.perf_counter()
-        for i in range(total):
-            delay = begin + i / rate - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            producer.send("latency", b"v" * 100).add_callback(acked, time.perf_counter())
-            if i % 1000 == 999:
-                bar.update(1000)
-        producer.flush(60)
-        bar.close()
-    return latencies
+def produce_latencies(address: str, rate: int, seconds: float,
+                      warmup: float) -> tuple[list, list]:
+    """(send() -> acknowledgement latencies, full-collection pauses) in seconds of
+    records sent at ``rate`` records/s by a producer in a process of its own
+    (bench/produce_acked.py: this process's heap, a JVM among it, stays out of the
+    producer's garbage collections)."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "produce_acked.py"), address, "latency",
+         "--rate", str(rate), "--seconds", str(seconds), "--warmup", str(warmup)],
+        stdout=subprocess.PIPE, text=True, check=True, timeout=warmup + seconds + 300)
+    out = json.loads(done.stdout)
+    return out["latencies"], out["gc_pauses"]
 
 
 def _median(values: list[float]) -> float:
@@ -202,11 +194,15 @@ def part_latency(cluster: HdfsCluster, work: Path, args) -> None:
                                start_timeout=120, source=variants[name], env=env) as broker:
                 with Admin(broker.address) as admin:
                     admin.create_topic("latency", 1)
-                res = percentiles(produce_latencies(broker.address, args.rate, args.seconds))
+                latencies, pauses = produce_latencies(broker.address, args.rate, args.seconds,
+                                                      args.warmup)
+            res = percentiles(latencies)
             runs[name].append(res)
             print(f"  round {r + 1} {name:<14}: p50 {res['p50']:6.2f} ms  p99 "
                   f"{res['p99']:7.2f} ms  (hsync floor p50 {floor[-1]['p50']:.2f} ms, p99 "
-                  f"{floor[-1]['p99']:.2f} ms; load {os.getloadavg()[0]:.1f})", file=sys.stderr)
+                  f"{floor[-1]['p99']:.2f} ms; load {os.getloadavg()[0]:.1f}; the producer's "
+                  f"full collections: {len(pauses)}, longest "
+                  f"{max(pauses, default=0) * 1e3:.1f} ms)", file=sys.stderr)
             if args.trace:
                 print(f"    broker stages, p50/p99 ms: {synctrace.summary_line(trace)}",
                       file=sys.stderr)
@@ -295,6 +291,9 @@ def main(argv=None) -> int:
     ap.add_argument("--in-flight", type=int, default=8)
     ap.add_argument("--rate", type=int, default=10_000)
     ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--warmup", type=float, default=2.0,
+                    help="latency: seconds of the same load before the measured ones, "
+                         "each broker")
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=3)
