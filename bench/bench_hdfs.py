@@ -17,7 +17,10 @@ DataNodes, default 3, replication 3, on this machine's loopback) and measures:
   would: not in this one, whose heap (a JVM through JPype among it) its garbage
   collections would otherwise walk; each round prints its full collections. Each broker
   is a new process: ``--warmup`` seconds (default 2) of the same load come first and are
-  not counted (its JVM's compiler and its HDFS pipeline warm, as a running broker's are).
+  not counted (its JVM's compiler and its HDFS pipeline warm, as a running broker's are),
+  and before the first round ``--cluster-warmup`` seconds (default 15) of the load warm
+  the new cluster's DataNodes the same way (the first rounds of a cold cluster had p99s
+  of 40-230 ms where the later ones had 13-16).
   The baseline is what one acks=all write costs the cluster at least: a 100-byte
   ``write`` + ``hsync()`` with Hadoop's client, one at a time. Target: p99 <= 10 ms.
   ``--trace`` times each broker's stages (append, hand-off to the sync, hsync, answer:
@@ -33,7 +36,8 @@ DataNodes, default 3, replication 3, on this machine's loopback) and measures:
   pushed down). Target: ratio >= 1.0.
 
     .venv/bin/python bench/bench_hdfs.py [--part ingest,latency,scan] [--datanodes 3]
-        [--mb 256] [--in-flight 8] [--rate 10000] [--seconds 5] [--warmup 2] [--records 1000000]
+        [--mb 256] [--in-flight 8] [--rate 10000] [--seconds 5] [--warmup 2]
+        [--cluster-warmup 15] [--records 1000000]
         [--partitions 4] [--repeat 3] [--rounds 1] [--baseline-src DIR] [--trace]
 """
 
@@ -173,12 +177,38 @@ def _median(values: list[float]) -> float:
     return sorted(values)[len(values) // 2]
 
 
+def _latency_run(cluster: HdfsCluster, work: Path, args, name: str, source, r,
+                 seconds: float) -> tuple[dict, list]:
+    """One broker of ``source`` (None: this tree) on a log of its own, loaded by
+    :func:`produce_latencies`: (latency percentiles, the producer's full collections);
+    with ``--trace`` its stages are printed."""
+    tag = "".join(c for c in name if c.isalnum())
+    trace = work / f"trace-{tag}-{r}.json"
+    env = synctrace.preload_env(work / "trace", trace) if args.trace else None
+    with BrokerProcess(f"{cluster.hdfs_uri}/bench-latency-{tag}-{r}",
+                       log_path=work / f"broker-lat-{tag}.log", log_level="WARNING",
+                       start_timeout=120, source=source, env=env) as broker:
+        with Admin(broker.address) as admin:
+            admin.create_topic("latency", 1)
+        latencies, pauses = produce_latencies(broker.address, args.rate, seconds,
+                                              args.warmup)
+    if args.trace:
+        print(f"    broker stages, p50/p99 ms: {synctrace.summary_line(trace)}",
+              file=sys.stderr)
+    return percentiles(latencies), pauses
+
+
 def part_latency(cluster: HdfsCluster, work: Path, args) -> None:
     """The hsync floor and the produce latency, ``--rounds`` times; with
     ``--baseline-src``, each round also runs a broker of each such checkout, the order
     reversed every other round, so all see the same machine."""
     variants: dict = {os.path.basename(os.path.normpath(d)): d for d in args.baseline_src}
     variants["this tree"] = None
+    if args.cluster_warmup > 0:
+        res, _ = _latency_run(cluster, work, args, "this tree", None, "warmup",
+                              args.cluster_warmup)
+        print(f"  cluster warm-up ({args.cluster_warmup:g} s, not counted): p50 "
+              f"{res['p50']:.2f} ms  p99 {res['p99']:.2f} ms", file=sys.stderr)
     floor: list[dict] = []
     runs: dict = {name: [] for name in variants}
     for r in range(args.rounds):
@@ -186,26 +216,14 @@ def part_latency(cluster: HdfsCluster, work: Path, args) -> None:
             f"{cluster.hdfs_uri}/bench-latency-hsync-{r}.bin", 2000)))
         order = list(variants) if r % 2 == 0 else list(variants)[::-1]
         for name in order:
-            tag = "".join(c for c in name if c.isalnum())
-            trace = work / f"trace-{tag}-{r}.json"
-            env = synctrace.preload_env(work / "trace", trace) if args.trace else None
-            with BrokerProcess(f"{cluster.hdfs_uri}/bench-latency-{tag}-{r}",
-                               log_path=work / f"broker-lat-{tag}.log", log_level="WARNING",
-                               start_timeout=120, source=variants[name], env=env) as broker:
-                with Admin(broker.address) as admin:
-                    admin.create_topic("latency", 1)
-                latencies, pauses = produce_latencies(broker.address, args.rate, args.seconds,
-                                                      args.warmup)
-            res = percentiles(latencies)
+            res, pauses = _latency_run(cluster, work, args, name, variants[name], r,
+                                       args.seconds)
             runs[name].append(res)
             print(f"  round {r + 1} {name:<14}: p50 {res['p50']:6.2f} ms  p99 "
                   f"{res['p99']:7.2f} ms  (hsync floor p50 {floor[-1]['p50']:.2f} ms, p99 "
                   f"{floor[-1]['p99']:.2f} ms; load {os.getloadavg()[0]:.1f}; the producer's "
                   f"full collections: {len(pauses)}, longest "
                   f"{max(pauses, default=0) * 1e3:.1f} ms)", file=sys.stderr)
-            if args.trace:
-                print(f"    broker stages, p50/p99 ms: {synctrace.summary_line(trace)}",
-                      file=sys.stderr)
     print(f"\nproduce latency, acks=all, 100-byte records at {args.rate} records/s for "
           f"{args.seconds:g} s, one partition, {args.datanodes} DataNodes; medians of "
           f"{args.rounds} round(s); load average {os.getloadavg()[0]:.1f} on "
@@ -291,6 +309,9 @@ def main(argv=None) -> int:
     ap.add_argument("--in-flight", type=int, default=8)
     ap.add_argument("--rate", type=int, default=10_000)
     ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--cluster-warmup", type=float, default=15.0,
+                    help="latency: seconds of the load on a broker of this tree before "
+                         "the rounds, not counted (the DataNodes' JIT warm)")
     ap.add_argument("--warmup", type=float, default=2.0,
                     help="latency: seconds of the same load before the measured ones, "
                          "each broker")

@@ -15,12 +15,16 @@ bench compares has (``PartitionWriter.submit``/``_append_batch``/``_answer``,
 * ``push`` / ``hsync``: writing the buffered bytes into Hadoop's client, the hsync (on
   the local disk: the write and the fsync);
 * ``to_answer``: hsync returned -> the answers of a durable batch on the event loop;
-* ``bytes_per_sync``, ``syncs`` and their rate.
+* ``bytes_per_sync``, ``syncs`` and their rate;
+* ``gc``: the broker's own Python collections while it serves (each stops every Python
+  thread of it), how many took over 5 ms by generation, and the full (generation 2)
+  ones: their count and the longest.
 """
 
 from __future__ import annotations
 
 import atexit
+import gc
 import json
 import sys
 import threading
@@ -39,7 +43,7 @@ def _stats(values: list[float], scale: float = 1000.0) -> dict:
     s = sorted(values)
     n = len(s)
     return {"n": n, "p50": s[n // 2] * scale, "p99": s[min(n - 1, int(n * 0.99))] * scale,
-            "mean": sum(s) / n * scale}
+            "mean": sum(s) / n * scale, "max": s[-1] * scale}
 
 
 def install(out_path: str) -> None:
@@ -55,7 +59,7 @@ def install(out_path: str) -> None:
     submitted: dict[int, float] = {}
     rec: dict[str, list] = {k: [] for k in (
         "residence", "append", "append_requests", "to_sync", "push", "hsync", "to_answer",
-        "bytes_per_sync")}
+        "bytes_per_sync", "gc", "gc_full")}
     state = {"first_unsynced": None, "hsync_end": None, "start": None, "end": None,
              "pushed": {}}
 
@@ -139,6 +143,26 @@ def install(out_path: str) -> None:
         cls._push_parts_for_persist = t_push
         cls._persist = t_persist
 
+    collecting = [0.0]
+    slow: dict = {}  # generation -> collections over 5 ms
+
+    def t_gc(phase, info):
+        if state["start"] is None:
+            return  # start-up's collections are not serving's
+        if phase == "start":
+            collecting[0] = now()
+            return
+        if not collecting[0]:
+            return
+        took = now() - collecting[0]
+        # no lock here: a collection can start while this thread holds it
+        rec["gc"].append(took)
+        if took > 0.005:
+            slow[info.get("generation")] = slow.get(info.get("generation"), 0) + 1
+        if info.get("generation") == 2:
+            rec["gc_full"].append(took)
+
+    gc.callbacks.append(t_gc)
     PartitionWriter.submit = t_submit
     PartitionWriter._append_batch = t_append
     PartitionWriter._answer = t_answer
@@ -156,6 +180,7 @@ def install(out_path: str) -> None:
             summary["append_requests"] = _stats(rec["append_requests"], 1.0)
             summary["bytes_per_sync"] = _stats(rec["bytes_per_sync"], 1.0)
             summary["syncs_per_s"] = len(rec["hsync"]) / span if span > 0 else 0.0
+            summary["gc_over_5ms"] = {str(g): n for g, n in sorted(slow.items())}
         Path(out_path).write_text(json.dumps(summary))
 
     atexit.register(dump)
@@ -184,7 +209,9 @@ def summary_line(path: Path) -> str:
     return (f"{f('residence')} | {f('append')} x{s['append_requests'].get('p50', 0):.0f} req | "
             f"{f('to_sync')} | {f('push')} | {f('hsync')} | {f('to_answer')} | "
             f"{s['bytes_per_sync'].get('p50', 0):.0f} B/sync, {s['syncs_per_s']:.0f} syncs/s "
-            "(p50/p99)")
+            f"| {f('gc')} of {s.get('gc', {}).get('n', 0)}, over 5 ms by generation "
+            f"{s.get('gc_over_5ms', {})}, full {s.get('gc_full', {}).get('n', 0)} "
+            f"(longest {s.get('gc_full', {}).get('max', 0):.2f} ms) (p50/p99)")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from sparklog.protocol import Connection
 from sparklog.storage.local import LocalOutputStream
 from sparklog.storage.stream import LeaseLost
 from sparklog.writer.broker import EmbeddedBroker
-from sparklog.writer.broker.partition import SYNCS_IN_FLIGHT, PartitionWriter
+from sparklog.writer.broker.partition import PartitionWriter
 from tests.support.waiting import wait_until
 from tests.support.wire import create, produce, read_values
 
@@ -57,17 +57,19 @@ def _clients(address: str, topic: str, count: int, requests: int) -> list:
     return answers
 
 
-@pytest.mark.parametrize("pipelined", [False, True], ids=["serial", "pipelined"])
-def test_acks_all_answers_follow_a_covering_fsync_and_syncs_group(storage_root, monkeypatch,
-                                                                  pipelined):
+@pytest.mark.parametrize("pipelined, in_flight, most_at_once", [
+    (False, 2, 1), (True, None, 1), (True, 2, 2)],
+    ids=["serial storage, 2 allowed", "pipelined storage, default", "pipelined storage, 2"])
+def test_acks_all_answers_follow_a_covering_fsync_and_syncs_group(
+        storage_root, monkeypatch, pipelined, in_flight, most_at_once):
     """Four connections per sync allowed in flight, 30 acks=all requests each, every
     fsync slowed by 20 ms: each answer leaves only after an fsync that covered the
     request's bytes had returned (checked against the frames' end positions read
-    back), and the requests appended
-    while a sync waited were synced together (fewer syncs than requests). On storage
-    that pipelines syncs (as HDFS's hsync does: here the local stream is declared so),
-    a second sync starts while the first waits, and never more than
-    ``SYNCS_IN_FLIGHT`` run at once; elsewhere they run one at a time."""
+    back), and the requests appended while a sync waited were synced together (fewer
+    syncs than requests). On storage that pipelines syncs (as HDFS's hsync does: here
+    the local stream is declared so), ``storage.syncs.in.flight`` syncs of a partition
+    run at once, a second one starting while the first waits (default: one at a time);
+    elsewhere they run one at a time whatever it says."""
     lock = threading.Lock()
     durable = [0]            # bytes of the segment covered by completed fsyncs
     syncs = [0]
@@ -107,9 +109,10 @@ def test_acks_all_answers_follow_a_covering_fsync_and_syncs_group(storage_root, 
     monkeypatch.setattr(PartitionWriter, "_answer", spy_answer)
     # with k syncs in flight, each waits for about 1/k of the requests outstanding:
     # the connections grow with k so that every sync still has several to group
-    clients = 4 * (SYNCS_IN_FLIGHT if pipelined else 1)
+    clients = 4 * most_at_once
     requests = clients * 30
-    with EmbeddedBroker(storage_root) as broker:
+    props = {} if in_flight is None else {"storage.syncs.in.flight": in_flight}
+    with EmbeddedBroker(storage_root, props) as broker:
         with Connection(broker.address) as c:
             assert create(c, "grouped", 1)["error_code"] == 0
         answers = _clients(broker.address, "grouped", clients, 30)
@@ -121,12 +124,8 @@ def test_acks_all_answers_follow_a_covering_fsync_and_syncs_group(storage_root, 
     assert not late, f"answered before an fsync covered their bytes: {late[:5]}"
     assert synced < requests * 3 // 4, \
         f"{synced} fsyncs for {requests} requests: no group commit"
-    most = running[1]
-    if pipelined:
-        assert most == SYNCS_IN_FLIGHT, \
-            f"at most {most} fsyncs at once with pipelined syncs ({SYNCS_IN_FLIGHT} allowed)"
-    else:
-        assert most == 1, f"{most} fsyncs at once on storage that does not pipeline them"
+    assert running[1] == most_at_once, \
+        f"at most {running[1]} fsyncs at once, {most_at_once} expected"
 
 
 def test_a_failed_sync_fails_its_requests_and_the_partition_recovers(storage_root,

@@ -12,11 +12,13 @@ fsyncing), the writer validates and appends the next batches, and the worker's n
 sync, started in the same thread as soon as this one returns, covers all of them. On
 storage that pipelines syncs (HDFS: an ``hsync`` waits for its own packet's
 acknowledgement outside the stream's lock, so several threads' hsyncs overlap, each
-returning once its own bytes are durable), up to ``SYNCS_IN_FLIGHT`` turns of the
-worker run at once: a batch appended while one sync waits starts a sync of its own at
-once instead of waiting for that one to return first, so an acks=all request waits for
-about one sync rather than the rest of the running one plus its own (as HBase's WAL
-runs several sync threads). The worker posts each sync's outcome to the event loop,
+returning once its own bytes are durable), up to ``syncs_in_flight`` turns of the
+worker (the broker's ``storage.syncs.in.flight``, default 1) run at once: a batch
+appended while one sync waits starts a sync of its own at once instead of waiting for
+that one to return first, so an acks=all request waits for about one sync rather than
+the rest of the running one plus its own (as HBase's WAL runs several sync threads),
+at the cost of more, smaller syncs, which DataNodes sharing a disk and cores queue
+(docs/operations.md, "acks=all: the JVM stopped by Python's collector"). The worker posts each sync's outcome to the event loop,
 which answers the syncs in the order they started. A request is answered only once a
 sync started after its bytes were written has completed, so no acks=all answer
 precedes the durability of its records. Fetches that found too little data wait on the partition until the next flush
@@ -85,9 +87,6 @@ INLINE_APPEND_BYTES = 64 << 10
 #: syncs one turn of a partition's sync worker runs back to back before it gives its
 #: I/O thread to the other queued work (and queues itself again if more is waiting)
 SYNC_TURN = 8
-#: turns of a partition's sync worker running at once on storage that pipelines syncs
-#: (``PartitionLog.pipelines_syncs``); 1 elsewhere
-SYNCS_IN_FLIGHT = 2
 
 
 @dataclass
@@ -225,7 +224,8 @@ class PartitionWriter:
 
     def __init__(self, topic: TopicConfig, partition: int, plog: PartitionLog,
                  state: ProducerState, snapshots: ProducerSnapshots, *, loop, pool,
-                 snapshot_interval_ms: int = 60000, inline_append_bytes: int = 0):
+                 snapshot_interval_ms: int = 60000, inline_append_bytes: int = 0,
+                 syncs_in_flight: int = 1):
         self.topic = topic
         self.topic_name = topic.name
         self.partition = partition
@@ -250,7 +250,7 @@ class PartitionWriter:
         self._sync_ticket = 0
         self._sync_lock = threading.Lock()
         #: most turns of the sync worker at once (module docstring)
-        self.syncs_in_flight = SYNCS_IN_FLIGHT if plog.pipelines_syncs else 1
+        self.syncs_in_flight = max(1, syncs_in_flight) if plog.pipelines_syncs else 1
         #: event loop: outcomes of syncs that ended before an earlier one, by ticket,
         #: and the ticket of the next sync to answer
         self._sync_outcomes: dict[int, tuple] = {}

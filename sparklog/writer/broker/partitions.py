@@ -278,7 +278,8 @@ class PartitionManager:
         writer = PartitionWriter(tc, partition, plog, state, snapshots, loop=self.loop,
                                  pool=self.pool,
                                  snapshot_interval_ms=self.config.producer_snapshot_interval_ms,
-                                 inline_append_bytes=INLINE_APPEND_BYTES if local else 0)
+                                 inline_append_bytes=INLINE_APPEND_BYTES if local else 0,
+                                 syncs_in_flight=self.config.storage_syncs_in_flight)
         self.writers[(tc.name, partition)] = writer
         self._recent[(tc.name, partition)] = None
         self._close_idle()
