@@ -425,26 +425,30 @@ def _with_offsets(batch: pa.RecordBatch, offsets: pa.Array | None, base: int, st
     return part.append_column(OFFSET_COLUMN, column)
 
 
+def _stamps(header, n: int, stored) -> list:
+    """The ``n`` records' timestamps: the frame's append time for every one under
+    LogAppendTime, else ``stored()`` (their own)."""
+    return [header.max_timestamp] * n if header.log_append_time else stored()
+
+
+def _stored_stamps(batch: pa.RecordBatch) -> list:
+    column = batch.column(TIMESTAMP_COLUMN)
+    # the frame's own type: a view, no compute kernel (another type is converted)
+    column = column.view(pa.int64()) if column.type == TIMESTAMP_TYPE else \
+        column.cast(pa.int64())
+    return column.to_pylist()
+
+
 def _raw_python_columns(columns: tuple, frame):
     """``_python_columns`` of a frame from what :meth:`Frame.raw_columns` read."""
     keys, values, stamps = columns
     n = len(values)
-    if frame.header.log_append_time:
-        stamps = [frame.header.max_timestamp] * n
-    return keys, values, [[]] * n, stamps
+    return keys, values, [[]] * n, _stamps(frame.header, n, lambda: stamps)
 
 
 def _python_columns(batch: pa.RecordBatch, frame, typed: bool):
     n = batch.num_rows
-    header = frame.header
-    if header.log_append_time:
-        stamps = [header.max_timestamp] * n
-    else:
-        column = batch.column(TIMESTAMP_COLUMN)
-        # the frame's own type: a view, no compute kernel (another type is converted)
-        column = column.view(pa.int64()) if column.type == TIMESTAMP_TYPE else \
-            column.cast(pa.int64())
-        stamps = column.to_pylist()
+    stamps = _stamps(frame.header, n, lambda: _stored_stamps(batch))
     names = batch.schema.names
     if typed or "value" not in names:
         record_names = [x for x in names if x not in RESERVED_COLUMNS]

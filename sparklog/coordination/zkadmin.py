@@ -18,6 +18,7 @@ ZooKeeper carries what the controller acts on (Kafka 0.8's flow):
 
 from __future__ import annotations
 
+import logging
 import time
 import zlib
 
@@ -39,6 +40,8 @@ from .zkpaths import (
     topic_path,
 )
 
+log = logging.getLogger(__name__)
+
 
 def _topic_store(store):
     if store.topic_store is None:
@@ -48,13 +51,20 @@ def _topic_store(store):
 
 
 def wait_for_leaders(store, topic: str, num_partitions: int, wait_s: float) -> bool:
-    """Wait until the view shows a leader for partitions 0..n-1 of ``topic``."""
+    """Wait until the view shows a leader for partitions 0..n-1 of ``topic``; False,
+    with a warning naming the partitions still without one, when ``wait_s`` passed
+    first (the topic exists: the controller elects their leaders once a broker that
+    can take them is up, as Kafka's does)."""
     deadline = time.monotonic() + wait_s
     while True:
         states = [store.view.state(topic, p) for p in range(num_partitions)]
-        if all(s is not None and s.leader != NO_LEADER for s in states):
+        leaderless = [p for p, s in enumerate(states) if s is None or s.leader == NO_LEADER]
+        if not leaderless:
             return True
         if time.monotonic() >= deadline:
+            log.warning("topic %s: partitions %s have no leader after %.0f s (are brokers "
+                        "running and registered?); they get one when a broker can take them",
+                        topic, leaderless, wait_s)
             return False
         time.sleep(0.01)
 

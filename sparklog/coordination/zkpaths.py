@@ -181,16 +181,19 @@ def decode_node(data: bytes, path: str, what: str, convert):
         raise CoordinationError(f"ZooKeeper node {path} is not {what}: {value!r}") from None
 
 
-def decode_document(data: bytes, path: str) -> dict:
-    """A shared document's JSON object ({} for an empty node); CoordinationError names
-    the path when the node holds something else."""
-    value = loads(data, path)
+def _object(value) -> dict:
+    """A JSON object as a dict ({} for an empty node); TypeError for anything else."""
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise CoordinationError(f"ZooKeeper node {path} holds {type(value).__name__}, "
-                                "not a JSON object")
+        raise TypeError(type(value).__name__)
     return value
+
+
+def decode_document(data: bytes, path: str) -> dict:
+    """A shared document's JSON object ({} for an empty node); CoordinationError names
+    the path when the node holds something else."""
+    return decode_node(data, path, "a JSON object", _object)
 
 
 def now_ms() -> int:

@@ -208,14 +208,17 @@ def to_record_batch(data, schema: pa.Schema | None = None) -> pa.RecordBatch:
         batch = data.combine_chunks().to_batches()[0] if data.num_rows else \
             pa.RecordBatch.from_pylist([], schema=data.schema)
     elif isinstance(data, list):
-        if schema is not None:
-            known = set(schema.names) | RESERVED_COLUMNS
-            for i, row in enumerate(data):
-                extra = sorted(set(row) - known) if isinstance(row, dict) else None
-                if extra:
-                    raise SchemaMismatchError(
-                        f"record {i} has fields {extra} that are not in the topic schema "
-                        f"{schema.names}")
+        known = None if schema is None else set(schema.names) | RESERVED_COLUMNS
+        for i, row in enumerate(data):
+            if not isinstance(row, dict):
+                raise InvalidArgumentError(
+                    f"record {i} is of type {type(row).__name__}, not a dict: a list of records "
+                    "holds one dict of fields per record (raw values: raw_batch(values))")
+            extra = None if known is None else sorted(set(row) - known)
+            if extra:
+                raise SchemaMismatchError(
+                    f"record {i} has fields {extra} that are not in the topic schema "
+                    f"{schema.names}")
         try:
             batch = pa.RecordBatch.from_pylist(data, schema=schema)
         except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, TypeError) as exc:

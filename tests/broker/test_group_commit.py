@@ -18,9 +18,12 @@ from sparklog.protocol import Connection
 from sparklog.storage.local import LocalOutputStream
 from sparklog.storage.stream import LeaseLost
 from sparklog.writer.broker import EmbeddedBroker
-from sparklog.writer.broker.partition import PartitionWriter
+from sparklog.writer.broker.partition import PIPELINED_SYNC_BYTES, PartitionWriter
 from tests.support.waiting import wait_until
 from tests.support.wire import create, produce, read_values
+
+#: a request's size that starts a second sync beside a running one
+BIG = PIPELINED_SYNC_BYTES
 
 
 def _segment_ends(root: str, topic: str) -> dict:
@@ -34,17 +37,19 @@ def _segment_ends(root: str, topic: str) -> dict:
     return ends
 
 
-def _clients(address: str, topic: str, count: int, requests: int) -> list:
+def _clients(address: str, topic: str, count: int, requests: int, size: int = 0) -> list:
     """``count`` connections each sending ``requests`` acks=all produce requests one
-    after the other, all at once; their answers."""
+    after the other (one record each, padded to ``size`` bytes), all at once; their
+    answers."""
     answers: list = []
     lock = threading.Lock()
 
     def client(k: int) -> None:
         with Connection(address) as conn:
             for i in range(requests):
+                value = b"%d-%d" % (k, i) * 10
                 item = produce(conn, topic, 0, encode_frame(raw_batch(
-                    [b"%d-%d" % (k, i) * 10])), acks=-1)
+                    [value.ljust(size, b".")])), acks=-1)
                 with lock:
                     answers.append(item)
 
@@ -57,19 +62,21 @@ def _clients(address: str, topic: str, count: int, requests: int) -> list:
     return answers
 
 
-@pytest.mark.parametrize("pipelined, in_flight, most_at_once", [
-    (False, 2, 1), (True, None, 1), (True, 2, 2)],
-    ids=["serial storage, 2 allowed", "pipelined storage, default", "pipelined storage, 2"])
+@pytest.mark.parametrize("pipelined, in_flight, size, most_at_once", [
+    (False, None, BIG, 1), (True, None, BIG, 2), (True, None, 0, 1), (True, 1, BIG, 1)],
+    ids=["serial storage", "pipelined storage, 64 KiB requests",
+         "pipelined storage, small requests", "pipelined storage, 1 allowed"])
 def test_acks_all_answers_follow_a_covering_fsync_and_syncs_group(
-        storage_root, monkeypatch, pipelined, in_flight, most_at_once):
+        storage_root, monkeypatch, pipelined, in_flight, size, most_at_once):
     """Four connections per sync allowed in flight, 30 acks=all requests each, every
     fsync slowed by 20 ms: each answer leaves only after an fsync that covered the
     request's bytes had returned (checked against the frames' end positions read
     back), and the requests appended while a sync waited were synced together (fewer
     syncs than requests). On storage that pipelines syncs (as HDFS's hsync does: here
-    the local stream is declared so), ``storage.syncs.in.flight`` syncs of a partition
-    run at once, a second one starting while the first waits (default: one at a time);
-    elsewhere they run one at a time whatever it says."""
+    the local stream is declared so), up to ``storage.syncs.in.flight`` syncs (default
+    2) of a partition run at once, a second one starting while the first waits when
+    64 KiB or more wait for it; smaller requests wait for the running sync. Elsewhere
+    syncs run one at a time."""
     lock = threading.Lock()
     durable = [0]            # bytes of the segment covered by completed fsyncs
     syncs = [0]
@@ -107,15 +114,14 @@ def test_acks_all_answers_follow_a_covering_fsync_and_syncs_group(
     monkeypatch.setattr(LocalOutputStream, "_persist", slow_persist)
     monkeypatch.setattr(LocalOutputStream, "pipelined_persist", pipelined)
     monkeypatch.setattr(PartitionWriter, "_answer", spy_answer)
-    # with k syncs in flight, each waits for about 1/k of the requests outstanding:
-    # the connections grow with k so that every sync still has several to group
-    clients = 4 * most_at_once
+    # eight connections: enough for two syncs at once to each have several to group
+    clients = 8
     requests = clients * 30
     props = {} if in_flight is None else {"storage.syncs.in.flight": in_flight}
     with EmbeddedBroker(storage_root, props) as broker:
         with Connection(broker.address) as c:
             assert create(c, "grouped", 1)["error_code"] == 0
-        answers = _clients(broker.address, "grouped", clients, 30)
+        answers = _clients(broker.address, "grouped", clients, 30, size)
         assert all(a["error_code"] == 0 for a in answers), answers[:3]
         synced = syncs[0]
     assert len(answered) == requests

@@ -85,7 +85,7 @@ def test_concurrent_updates_from_several_stores_all_land(stores):
     assert sorted(v for k, v in doc.items() if k != "n") == [each] * 4
 
 
-@pytest.mark.parametrize("raw, what", [(b"[1, 2]", "list"), (b"{not json", "JSON")])
+@pytest.mark.parametrize("raw, what", [(b"[1, 2]", "not a JSON object"), (b"{not json", "JSON")])
 def test_a_document_that_is_not_a_json_object_is_named(stores, raw, what):
     make, put_raw = stores
     put_raw("security/users", raw)

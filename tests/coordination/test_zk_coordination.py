@@ -206,6 +206,20 @@ def test_broker_arrival_rebalances_leaders(cluster):
     assert all(s.leader_epoch == 1 for s in moved)
 
 
+def test_a_topic_created_with_no_broker_says_its_partitions_have_no_leader(cluster, caplog):
+    """create_topic with no broker registered (so no controller either) still creates
+    the topic, but warns, naming them, that its partitions have no leader after its
+    wait; the first broker to arrive leads them."""
+    admin = cluster()  # an admin-side store, no broker
+    with caplog.at_level("WARNING", logger="sparklog.coordination.zkadmin"):
+        config = zkadmin.create_topic(admin, "lonely", 3, wait_s=0.5)
+    assert config.partitions == 3
+    warned = [r.getMessage() for r in caplog.records if "lonely" in r.getMessage()]
+    assert warned and "partitions [0, 1, 2] have no leader" in warned[0], caplog.text
+    cluster(1)
+    assert all(s.leader == 1 for s in all_led(admin, "lonely", 3))
+
+
 def test_no_live_broker_means_no_leader_then_recovery(cluster):
     a = cluster(1)
     wait_until(lambda: a.controller.active, what="controller")

@@ -351,6 +351,8 @@ def test_record_count_mismatch_with_body_is_corrupt():
     (lambda: encode_frame(raw_batch([b"x"]), compression=7), "compression"),
     (lambda: encode_frame("not a batch"), "str"),
     (lambda: encode_frame(None), "NoneType"),
+    (lambda: encode_frame([b"a", b"b"]), "record 0 is of type bytes, not a dict"),
+    (lambda: encode_frame([{"value": b"a"}, "b"]), "record 1 is of type str"),
     (lambda: encode_frame(raw_batch([])), "at least one record"),
     (lambda: encode_frame(raw_batch([b"x"]), timestamps=[1, 2]), "timestamps"),
     (lambda: encode_frame(raw_batch([b"x"]), timestamps=[None]), "null"),

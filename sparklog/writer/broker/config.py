@@ -127,8 +127,9 @@ BROKER_SETTINGS = {
     "storage.kerberos.ticket.renew.period.ms": ("storage_kerberos_renew_period_ms", int,
                                                 60000, 1),
     # storage that overlaps syncs (HDFS's hsync): most syncs of one partition in flight at
-    # once (sparklog.writer.broker.partition); 1 elsewhere whatever this says
-    "storage.syncs.in.flight": ("storage_syncs_in_flight", int, 1, 1),
+    # once, the second and later ones for at least 64 KiB (sparklog.writer.broker.
+    # partition); 1 elsewhere whatever this says
+    "storage.syncs.in.flight": ("storage_syncs_in_flight", int, 2, 1),
     # hdfs:// storage: how often the broker calls each NameNode (0 = never), so that its
     # HDFS client follows a NameNode failover while it happens (sparklog.storage.nnprobe)
     "storage.namenode.probe.interval.ms": ("storage_namenode_probe_interval_ms", int,
@@ -230,7 +231,7 @@ class BrokerConfig:
     storage_kerberos_keytab: str = ""
     storage_kerberos_renew_period_ms: int = 60000
     storage_namenode_probe_interval_ms: int = 1000
-    storage_syncs_in_flight: int = 1
+    storage_syncs_in_flight: int = 2
     topic_dir_permission: str = ""
     topic_dir_owner: str = ""
     topic_dir_group: str = ""

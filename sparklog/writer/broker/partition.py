@@ -13,11 +13,11 @@ sync, started in the same thread as soon as this one returns, covers all of them
 storage that pipelines syncs (HDFS: an ``hsync`` waits for its own packet's
 acknowledgement outside the stream's lock, so several threads' hsyncs overlap, each
 returning once its own bytes are durable), up to ``syncs_in_flight`` turns of the
-worker (the broker's ``storage.syncs.in.flight``, default 1) run at once: a batch
-appended while one sync waits starts a sync of its own at once instead of waiting for
-that one to return first, so an acks=all request waits for about one sync rather than
-the rest of the running one plus its own (as HBase's WAL runs several sync threads),
-at the cost of more, smaller syncs, which DataNodes sharing a disk and cores queue
+worker (the broker's ``storage.syncs.in.flight``, default 2) run at once: when at
+least ``PIPELINED_SYNC_BYTES`` were appended while one sync waits, they start a sync of
+their own at once instead of waiting for that one to return first, so their transfer
+overlaps its wait (as HBase's WAL runs several sync threads); smaller batches wait and
+go together with the next sync, since more, smaller syncs only queue at the DataNodes
 (docs/operations.md, "acks=all: the JVM stopped by Python's collector"). The worker posts each sync's outcome to the event loop,
 which answers the syncs in the order they started. A request is answered only once a
 sync started after its bytes were written has completed, so no acks=all answer
@@ -84,6 +84,12 @@ MAX_BATCH_REQUESTS = 1024
 WAKE_BATCH = 128
 #: largest batch (request bytes) appended on the event loop when the log is local
 INLINE_APPEND_BYTES = 64 << 10
+#: bytes waiting for a sync that start another turn of the sync worker beside a running
+#: one (storage that pipelines syncs, ``storage.syncs.in.flight`` > 1): one HDFS packet.
+#: Smaller batches wait for the running sync and go with the next (group commit): a
+#: sync of a few KiB is the DataNodes' fsyncs, which queue behind each other anyway,
+#: while a large one is mostly its transfer, which overlaps the running sync's wait
+PIPELINED_SYNC_BYTES = 64 << 10
 #: syncs one turn of a partition's sync worker runs back to back before it gives its
 #: I/O thread to the other queued work (and queues itself again if more is waiting)
 SYNC_TURN = 8
@@ -245,6 +251,7 @@ class PartitionWriter:
         #: and ``_sync_ticket`` (the number of the next group taken), guarded by
         #: ``_sync_lock`` (appending threads and the worker's turns share them)
         self._unsynced: list[tuple[list[ProduceItem], list[ProduceResult], list]] = []
+        self._unsynced_bytes = 0
         self._sync_running = 0
         self._sync_turns: list = []
         self._sync_ticket = 0
@@ -354,17 +361,22 @@ class PartitionWriter:
 
     # --- group commit: the sync worker (I/O threads) ------------------------------------------
     def _hand_to_sync(self, batch: list[ProduceItem], results: list[ProduceResult],
-                      runs: list) -> None:
-        """I/O thread, right after ``batch`` was appended for acks=all: queue it for the
-        next sync, starting a turn of the sync worker when fewer than
-        ``syncs_in_flight`` are queued or running."""
+                      runs: list, size: int) -> None:
+        """I/O thread, right after ``batch`` (``size`` bytes) was appended for acks=all:
+        queue it for the next sync, starting a turn of the sync worker when none is
+        queued or running, or when fewer than ``syncs_in_flight`` are and
+        ``PIPELINED_SYNC_BYTES`` wait."""
         with self._sync_lock:
             self._unsynced.append((batch, results, runs))
-            if self._sync_running < self.syncs_in_flight:
+            self._unsynced_bytes += size
+            running = self._sync_running
+            if not running or (running < self.syncs_in_flight
+                               and self._unsynced_bytes >= PIPELINED_SYNC_BYTES):
                 try:
                     turn = self.pool.submit(self._sync_worker)
                 except BaseException:  # the pool is shut down: the batch fails
                     self._unsynced.pop()
+                    self._unsynced_bytes -= size
                     raise
                 self._sync_running += 1
                 self._sync_turns = [t for t in self._sync_turns if not t.done()] + [turn]
@@ -390,6 +402,7 @@ class PartitionWriter:
                     except RuntimeError:  # the pool is shutting down: go on here
                         pass
                 group, self._unsynced = self._unsynced, []
+                self._unsynced_bytes = 0
                 ticket = self._sync_ticket  # groups are taken in log order
                 self._sync_ticket += 1
             syncs += 1
@@ -535,6 +548,7 @@ class PartitionWriter:
         appended: list = []  # runs of frames (and their segment) for the tail cache
         keep = self.tail.max_run
         durable = False
+        size = 0  # bytes appended
         for item in batch:
             try:
                 leo = plog.log_end_offset
@@ -553,6 +567,7 @@ class PartitionWriter:
                     first = self._append_sequenced(records, item.frames, appended, keep)
                 results.append(first._replace(records=plog.log_end_offset - leo))
                 durable = durable or item.acks == ACKS_ALL
+                size += len(records)
             except StorageError as exc:
                 self.failed = True
                 results.append(ProduceResult(error=exc))
@@ -570,7 +585,7 @@ class PartitionWriter:
                 >= self.snapshot_interval_ms:
             self._snapshot()
         if durable:  # answered by the sync worker once a sync covers it
-            self._hand_to_sync(batch, results, appended)
+            self._hand_to_sync(batch, results, appended, size)
         return results, durable, appended
 
     def _append_sequenced(self, records: memoryview, frames, appended: list,
