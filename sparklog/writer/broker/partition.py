@@ -18,13 +18,14 @@ least ``PIPELINED_SYNC_BYTES`` were appended while one sync waits, they start a 
 their own at once instead of waiting for that one to return first, so their transfer
 overlaps its wait (as HBase's WAL runs several sync threads); smaller batches wait and
 go together with the next sync, since more, smaller syncs only queue at the DataNodes
-(docs/operations.md, "acks=all: the JVM stopped by Python's collector"). The worker posts each sync's outcome to the event loop,
-which answers the syncs in the order they started. A request is answered only once a
-sync started after its bytes were written has completed, so no acks=all answer
-precedes the durability of its records. Fetches that found too little data wait on the partition until the next flush
-or sync advances the high watermark, or their timeout; the frames each request appended
-are kept, once visible, in the partition's :class:`~.tail.TailCache`, from which such a
-fetch is answered.
+(docs/operations.md, "acks=all: the JVM stopped by Python's collector"). The worker
+posts each sync's outcome to the event loop, which answers the syncs in the order they
+started. A request is answered only once a sync started after its bytes were written
+has completed, so no acks=all answer precedes the durability of its records. Fetches
+that found too little data wait on the partition until the next flush or sync advances
+the high watermark, or their timeout; the frames each request appended are kept, once
+visible, in the partition's :class:`~.tail.TailCache`, from which such a fetch is
+answered.
 
 Calls into :class:`~sparklog.log.partition.PartitionLog` run on I/O threads (HDFS calls
 are network round trips), with one exception: on the local disk, where a flush is a
