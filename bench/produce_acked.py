@@ -16,7 +16,6 @@ generation 2 during the paced sends, so a tail can be told from a collection).
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import sys
 import threading
@@ -27,23 +26,20 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from synctrace import time_collections  # noqa: E402  (this directory's)
+
 from sparklog.writer.producer import Producer  # noqa: E402
 
 
 def _full_collections() -> list[float]:
     """A list that fills with the duration of every generation-2 collection from now."""
     pauses: list[float] = []
-    started = [0.0]
 
-    def watch(phase, info):
-        if info.get("generation") != 2:
-            return
-        if phase == "start":
-            started[0] = time.perf_counter()
-        else:
-            pauses.append(time.perf_counter() - started[0])
+    def full(generation, took):
+        if generation == 2:
+            pauses.append(took)
 
-    gc.callbacks.append(watch)
+    time_collections(full)
     return pauses
 
 

@@ -46,6 +46,21 @@ def _stats(values: list[float], scale: float = 1000.0) -> dict:
             "mean": sum(s) / n * scale, "max": s[-1] * scale}
 
 
+def time_collections(on_end) -> None:
+    """Call ``on_end(generation, seconds)`` after each of this process's garbage
+    collections from now on (``gc.callbacks``). ``on_end`` runs inside the collection:
+    it must take no lock that the collected thread may hold."""
+    started = [0.0]
+
+    def watch(phase, info):
+        if phase == "start":
+            started[0] = time.perf_counter()
+        elif started[0]:
+            on_end(info.get("generation"), time.perf_counter() - started[0])
+
+    gc.callbacks.append(watch)
+
+
 def install(out_path: str) -> None:
     """Wrap the broker's stages (see the module docstring); the summary goes to
     ``out_path`` at exit."""
@@ -143,26 +158,18 @@ def install(out_path: str) -> None:
         cls._push_parts_for_persist = t_push
         cls._persist = t_persist
 
-    collecting = [0.0]
     slow: dict = {}  # generation -> collections over 5 ms
 
-    def t_gc(phase, info):
+    def t_gc(generation, took):
         if state["start"] is None:
             return  # start-up's collections are not serving's
-        if phase == "start":
-            collecting[0] = now()
-            return
-        if not collecting[0]:
-            return
-        took = now() - collecting[0]
-        # no lock here: a collection can start while this thread holds it
-        rec["gc"].append(took)
+        rec["gc"].append(took)  # no lock: the collected thread may hold it
         if took > 0.005:
-            slow[info.get("generation")] = slow.get(info.get("generation"), 0) + 1
-        if info.get("generation") == 2:
+            slow[generation] = slow.get(generation, 0) + 1
+        if generation == 2:
             rec["gc_full"].append(took)
 
-    gc.callbacks.append(t_gc)
+    time_collections(t_gc)
     PartitionWriter.submit = t_submit
     PartitionWriter._append_batch = t_append
     PartitionWriter._answer = t_answer

@@ -232,7 +232,7 @@ class PartitionWriter:
     def __init__(self, topic: TopicConfig, partition: int, plog: PartitionLog,
                  state: ProducerState, snapshots: ProducerSnapshots, *, loop, pool,
                  snapshot_interval_ms: int = 60000, inline_append_bytes: int = 0,
-                 syncs_in_flight: int = 1):
+                 syncs_in_flight: int = 2):
         self.topic = topic
         self.topic_name = topic.name
         self.partition = partition
