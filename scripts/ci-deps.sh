@@ -13,7 +13,12 @@
 #     first use: Apache Hadoop's jars (the HDFS daemons of tests/support/hdfscluster.py and the
 #     hdfs:// client), Apache Kafka's broker (tests/support/kafkaserver.py), Spark's Kafka source,
 #     delta-spark and Hadoop's MiniKdc (the Kerberos KDC of tests/support/kdc.py: no
-#     system Kerberos package is needed).
+#     system Kerberos package is needed);
+#   - OpenSSH's server (sshd), netcat (nc) and psmisc (fuser): the deploy kit's lab
+#     (deploy/lab/lab.py, tests/deploy/test_lab.py) runs an sshd on each NameNode host,
+#     through which the ZKFCs fence the old active NameNode (Hadoop's sshfence runs
+#     `fuser -k -n tcp PORT` there, then `nc -z` to check the port is closed). The
+#     package's own ssh service is not started by this script (see below).
 set -euo pipefail
 
 missing=()
@@ -29,8 +34,13 @@ if ! command -v mvn >/dev/null 2>&1; then
     missing+=(maven)
 fi
 
+[ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+command -v nc >/dev/null 2>&1 || missing+=(netcat-openbsd)
+command -v fuser >/dev/null 2>&1 || missing+=(psmisc)
+
 if [ ${#missing[@]} -eq 0 ]; then
-    echo "[sparklog] system test dependencies present (zookeeper, java, javac, mvn)"
+    echo "[sparklog] system test dependencies present (zookeeper, java, javac, mvn, sshd," \
+         "nc, fuser)"
     exit 0
 fi
 
@@ -42,6 +52,14 @@ fi
 
 echo "[sparklog] installing system packages: ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+# the lab starts sshd only inside its own network namespaces: keep the package from
+# starting the machine's ssh service (a policy-rc.d refusing every start, only while
+# installing and only when the machine has none; containers usually have one)
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+    chmod 755 /usr/sbin/policy-rc.d
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+fi
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "[sparklog] installed: ${missing[*]}"
