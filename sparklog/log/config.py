@@ -24,6 +24,8 @@ LOG_APPEND_TIME = "LogAppendTime"
 LOG_CONFIGS: dict[str, tuple[str, type, object]] = {
     "segment.bytes": ("segment_bytes", int, 256 * 1024 * 1024),
     "segment.ms": ("segment_ms", int, 7 * _DAY_MS),
+    # Kafka's: each segment rolls up to this much (a random part of it) before segment.ms
+    "segment.jitter.ms": ("segment_jitter_ms", int, 0),
     "index.interval.bytes": ("index_interval_bytes", int, 4096),
     "max.message.bytes": ("max_message_bytes", int, 16 * 1024 * 1024),
     "retention.ms": ("retention_ms", int, 7 * _DAY_MS),
@@ -56,6 +58,7 @@ _CHOICES = {
 _RANGES = {
     "segment.bytes": (HEADER_SIZE, _INT32_MAX),
     "segment.ms": (1, None),
+    "segment.jitter.ms": (0, None),
     "index.interval.bytes": (1, _INT32_MAX),
     "max.message.bytes": (HEADER_SIZE, _INT32_MAX),
     "retention.ms": (-1, None),
@@ -125,6 +128,7 @@ class LogConfig:
 
     segment_bytes: int = LOG_CONFIGS["segment.bytes"][2]
     segment_ms: int = LOG_CONFIGS["segment.ms"][2]
+    segment_jitter_ms: int = LOG_CONFIGS["segment.jitter.ms"][2]
     index_interval_bytes: int = LOG_CONFIGS["index.interval.bytes"][2]
     max_message_bytes: int = LOG_CONFIGS["max.message.bytes"][2]
     retention_ms: int = LOG_CONFIGS["retention.ms"][2]

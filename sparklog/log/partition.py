@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import logging
+import random
 import threading
 import time
 from collections.abc import Iterator
@@ -452,7 +453,8 @@ class PartitionLog:
         if seg._size:
             timestamp = append_time if append_time >= 0 else \
                 max(header.max_timestamp for _, header in frames[i:])
-            if seg.time_waited_for_roll(now, timestamp) > self.config.segment_ms:
+            if seg.time_waited_for_roll(now, timestamp) > \
+                    self.config.segment_ms - self._roll_jitter(seg):
                 return i
         room = self.config.segment_bytes - seg._size
         offset, size, j = self._leo, 0, i
@@ -464,6 +466,17 @@ class PartitionLog:
             offset = after
             j += 1
         return j if j > i or seg._size else i + 1
+
+    def _roll_jitter(self, seg) -> int:
+        """What ``seg`` rolls before ``segment.ms``: a random number below
+        ``min(segment.jitter.ms, segment.ms)``, drawn once per segment (and again when
+        that bound changes), as Kafka's LogSegment does (0 when the jitter is 0)."""
+        bound = min(self.config.segment_jitter_ms, self.config.segment_ms)
+        if bound <= 0:
+            return 0
+        if seg.roll_jitter is None or seg.roll_jitter[0] != bound:
+            seg.roll_jitter = (bound, random.randrange(bound))
+        return seg.roll_jitter[1]
 
     def flush(self) -> None:
         """hflush the active segment: appended frames become visible to readers and

@@ -104,6 +104,9 @@ class LogSegment:
         self.writable = writable
         self.replication = replication
         self.created_ms = int(time.time() * 1000)
+        #: (bound, jitter): this segment's random part of ``segment.jitter.ms``
+        #: (:class:`~sparklog.log.partition.PartitionLog`'s roll check draws it)
+        self.roll_jitter: tuple[int, int] | None = None
         self.first_frame_max_timestamp: int | None = None
         self._lazy = sealed  # counters still to be read from the index header
         self.offset_index: OffsetIndex | None = None if sealed else OffsetIndex(base_offset)

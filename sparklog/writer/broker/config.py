@@ -9,8 +9,10 @@ log settings (a topic's own configs override them), as in Kafka:
 broker property                 topic config it defaults     default
 ==============================  ===========================  =================
 log.segment.bytes               segment.bytes                256 MiB
-log.roll.ms                     segment.ms                   7 days
-log.retention.ms                retention.ms                 7 days
+log.roll.ms (.hours)            segment.ms                   7 days
+log.roll.jitter.ms (.hours)     segment.jitter.ms            0
+log.retention.ms (.minutes,     retention.ms                 7 days
+  .hours)
 log.retention.bytes             retention.bytes              -1
 log.index.interval.bytes        index.interval.bytes         4096
 message.max.bytes               max.message.bytes            16 MiB
@@ -20,6 +22,15 @@ log.cleanup.policy              cleanup.policy               delete
 log.message.timestamp.type      message.timestamp.type       CreateTime
 compression.type                compression.type             producer
 ==============================  ===========================  =================
+
+Kafka's unit variants are honoured with Kafka's precedence: ``log.retention.ms`` over
+``log.retention.minutes`` over ``log.retention.hours``, ``log.roll.ms`` over
+``log.roll.hours``, ``log.roll.jitter.ms`` over ``log.roll.jitter.hours`` (the first one
+set wins; a negative retention means -1, no limit, as in Kafka). Topics have only the
+``.ms`` forms, as in Kafka. The compaction settings' broker forms are
+``log.cleaner.delete.retention.ms``, ``log.cleaner.min.compaction.lag.ms``,
+``log.cleaner.max.compaction.lag.ms``, ``log.cleaner.min.cleanable.ratio`` and
+``log.segment.delete.delay.ms``.
 
 Broker-only settings include ``log.retention.check.interval.ms`` (default 300000: how
 often retention runs, :mod:`sparklog.retention.manager`), Kafka's ``log.cleaner.enable``,
@@ -70,6 +81,7 @@ WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "0:0:0:0:0:0:0:0"})
 LOG_DEFAULT_KEYS = {
     "log.segment.bytes": "segment.bytes",
     "log.roll.ms": "segment.ms",
+    "log.roll.jitter.ms": "segment.jitter.ms",
     "log.retention.ms": "retention.ms",
     "log.retention.bytes": "retention.bytes",
     "log.index.interval.bytes": "index.interval.bytes",
@@ -79,7 +91,25 @@ LOG_DEFAULT_KEYS = {
     "log.cleanup.policy": "cleanup.policy",
     "log.message.timestamp.type": "message.timestamp.type",
     "compression.type": "compression.type",
+    "log.cleaner.delete.retention.ms": "delete.retention.ms",
+    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
+    "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
+    "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
+    "log.segment.delete.delay.ms": "file.delete.delay.ms",
 }
+
+_HOUR_MS = 3_600_000
+
+#: topic config key -> the broker properties that default it, in Kafka's precedence (the
+#: first one set wins), each with the milliseconds of its unit
+LOG_DEFAULT_UNITS = {
+    "retention.ms": (("log.retention.ms", 1), ("log.retention.minutes", 60_000),
+                     ("log.retention.hours", _HOUR_MS)),
+    "segment.ms": (("log.roll.ms", 1), ("log.roll.hours", _HOUR_MS)),
+    "segment.jitter.ms": (("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", _HOUR_MS)),
+}
+_UNIT_KEYS = {key: (topic_key, unit_ms) for topic_key, variants in LOG_DEFAULT_UNITS.items()
+              for key, unit_ms in variants}
 
 #: broker-only property -> (attribute, type, default, minimum)
 BROKER_SETTINGS = {
@@ -190,6 +220,29 @@ def _parse_setting(key: str, value):
     return str(value).strip()
 
 
+def _unit_default(topic_key: str, given: dict):
+    """The default of ``topic_key`` from the first of its broker properties (Kafka's
+    precedence, :data:`LOG_DEFAULT_UNITS`) in ``given``, in milliseconds."""
+    for key, unit_ms in LOG_DEFAULT_UNITS[topic_key]:
+        if key not in given:
+            continue
+        value = given[key]
+        if isinstance(value, bool):
+            raise InvalidConfigError(f"broker config {key}={value!r} is not an integer")
+        try:
+            count = int(value.strip()) if isinstance(value, str) else int(value)
+        except (TypeError, ValueError):
+            raise InvalidConfigError(f"broker config {key}={value!r} is not an integer") from None
+        ms = count * unit_ms
+        if topic_key == "retention.ms" and ms < 0:
+            ms = -1  # Kafka: any negative retention is no limit
+        try:
+            return parse_log_config_value(topic_key, ms)
+        except InvalidConfigError as exc:
+            raise InvalidConfigError(f"broker config {key}={value}: {exc}") from None
+    return None
+
+
 @dataclass(frozen=True)
 class BrokerConfig:
     """Parsed broker settings; ``log_defaults`` maps topic config keys to the broker's
@@ -252,11 +305,13 @@ class BrokerConfig:
         """Build from Kafka property names (see the module docstring)."""
         from ...security.config import is_security_key
 
-        kwargs, defaults, security = {}, {}, {}
+        kwargs, defaults, security, units = {}, {}, {}, {}
         for key, value in (props or {}).items():
             key = str(key).strip()
             if is_security_key(key):
                 security[key] = value
+            elif key in _UNIT_KEYS:
+                units[key] = value
             elif key in BROKER_SETTINGS:
                 kwargs[BROKER_SETTINGS[key][0]] = _parse_setting(key, value)
             elif key in LOG_DEFAULT_KEYS:
@@ -272,6 +327,10 @@ class BrokerConfig:
             else:
                 log.warning("the configuration %r was supplied but is not a known broker "
                             "config; ignored", key)
+        for topic_key in LOG_DEFAULT_UNITS:
+            value = _unit_default(topic_key, units)
+            if value is not None:
+                defaults[topic_key] = value
         config = cls(**kwargs, log_defaults=defaults, security_props=security)
         config.security  # noqa: B018 - checked now: InvalidConfigError names the key
         return config
