@@ -30,7 +30,15 @@ from sparklog.protocol import ApiKey, Connection, encode_request
 from tests.support.brokerproc import BrokerProcess
 from tests.support.processes import free_port
 from tests.support.waiting import wait_until
-from tests.support.wire import closed_within, create, fetch, frame_of, produce, read_values
+from tests.support.wire import (
+    closed_within,
+    create,
+    fetch,
+    fetch_body,
+    frame_of,
+    produce,
+    read_values,
+)
 
 MAX_REQUEST = 200_000
 MAX_MESSAGE = 50_000
@@ -372,3 +380,28 @@ def test_metrics_endpoint(broker, conn):
     assert 'sparklog_log_log_logendoffset{partition="0",topic="metered"} 1.0' in text
     assert "sparklog_network_requestmetrics_totaltime_seconds_bucket" in text
     assert 'sparklog_server_brokertopicmetrics_bytesin_total{topic="metered"}' in text
+
+
+def _connection_count(broker) -> float:
+    text = urllib.request.urlopen(
+        f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=10).read().decode()
+    line = next(x for x in text.splitlines()
+                if x.startswith("sparklog_server_socket_server_metrics_connection_count "))
+    return float(line.split()[1])
+
+
+def test_client_closing_with_a_fetch_in_flight_is_no_warning(broker, conn):
+    # a consumer that closes while its long-poll fetch waits is a normal close: the
+    # broker's answer finds the socket gone, which it logs at DEBUG, not as a WARNING
+    create(conn, "closing")
+    wait_until(lambda: _connection_count(broker) == 1, timeout=30,
+               what="only the test's own connection open")
+    before = broker.log_text().count("cannot send response")
+    for _ in range(3):
+        s = _raw_socket(broker)
+        s.sendall(encode_request(ApiKey.FETCH, fetch_body("closing", 0, 0, max_wait_ms=200), 7,
+                                 client_id="closing-consumer"))
+        s.close()
+    wait_until(lambda: _connection_count(broker) == 1, timeout=30,
+               what="the closed connections served to their end")
+    assert broker.log_text().count("cannot send response") == before, broker.log_text()[-2000:]

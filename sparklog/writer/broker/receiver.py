@@ -329,6 +329,13 @@ class RequestReceiver(asyncio.BufferedProtocol):
                 raise InvalidArgumentError(f"connection closed with {n} bytes left to discard")
             await self._wait()
 
+    @property
+    def peer_closed(self) -> bool:
+        """True once the client closed its side of the connection: an end of stream
+        received, or the connection reset or broken by the peer."""
+        return self._eof and (self.error is None or isinstance(
+            self.error, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)))
+
     def write(self, data) -> None:
         """Queue bytes for sending."""
         self.transport.write(data)

@@ -352,8 +352,12 @@ class ClientConnection:
         try:
             await self._write(loop, correlation_id, response)
         except (OSError, ConnectionError, SparklogError) as exc:
-            log.warning("connection from %s: cannot send response %d: %s", self.peer,
-                        correlation_id, exc)
+            # a client that closed its side (end of stream, reset: a consumer closing
+            # with a fetch in flight) is a normal close, logged at DEBUG as Kafka does
+            closed = self.io.peer_closed
+            log.log(logging.DEBUG if closed else logging.WARNING,
+                    "connection from %s: cannot send response %d: %s%s", self.peer,
+                    correlation_id, exc, " (the client closed the connection)" if closed else "")
             self._broken = True
             self.stop_reading()
 
