@@ -6,6 +6,8 @@ it reads every partition (or ``--partition``) from the end, or from the beginnin
 offsets and commits what it printed. ``--include REGEX`` reads every topic whose name
 matches instead of one (Kafka's form). Stops after ``--max-messages`` records or
 ``--timeout-ms`` without one, then prints ``Processed a total of N messages`` on stderr.
+SIGINT (Ctrl-C) and SIGTERM stop it the same way: the batch in hand is printed, the
+group's offsets committed after it and the group left; the exit status is 130 or 143.
 
 Properties (Kafka's formatter): ``print.key``, ``print.timestamp``, ``print.offset``,
 ``print.partition``, ``print.headers``, ``print.value`` (default true),
@@ -30,6 +32,7 @@ from .clientargs import (
     topic_of,
     unescape,
 )
+from .interrupt import stop_signals
 
 _PROPERTIES = {"print.key", "print.timestamp", "print.offset", "print.partition",
                "print.headers", "print.value", "key.separator", "line.separator"}
@@ -96,7 +99,8 @@ def run(args) -> int:
     configs.setdefault("auto_offset_reset", "earliest" if args.from_beginning else "latest")
     out = sys.stdout.buffer
     count = 0
-    with session(args) as s:
+    # the signals stay caught while the consumer closes: its commit and leave finish
+    with stop_signals() as stop, session(args) as s:
         consumer = s.consumer(group_id=args.group, **configs)
         if args.include is not None:
             consumer.subscribe(pattern=args.include)
@@ -117,7 +121,7 @@ def run(args) -> int:
                 _seek(consumer, tps[0], args.offset)
         last = time.monotonic()
         try:
-            while args.max_messages is None or count < args.max_messages:
+            while not stop and (args.max_messages is None or count < args.max_messages):
                 left = None if args.max_messages is None else args.max_messages - count
                 batch = consumer.poll(timeout_ms=200, max_records=left)
                 if not batch:
@@ -126,14 +130,16 @@ def run(args) -> int:
                         break
                     continue
                 last = time.monotonic()
-                for records in batch.values():
+                for records in batch.values():  # a batch polled is printed whole
                     for r in records:
                         out.write(_format(r, flags, sep) + eol)
                         count += 1
                 out.flush()
         finally:
             print(f"Processed a total of {count} messages", file=sys.stderr)
-    return 0
+    # leaving the session closed the consumer: with --group it committed the positions
+    # after the records printed and left the group (SIGINT and SIGTERM alike)
+    return stop.exit_status
 
 
 def _seek(consumer, tp, spec: str) -> None:

@@ -98,8 +98,8 @@ def main(argv=None) -> int:
     except SparklogError as exc:
         print(f"sparklog: error: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM stopping a tool (cli.interrupt)
+        return getattr(exc, "exit_status", 130)
     except BrokenPipeError:
         return 0
 

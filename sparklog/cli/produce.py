@@ -1,9 +1,14 @@
 """``sparklog produce TOPIC``: the console producer (Kafka's kafka-console-producer.sh).
 
 Each line of standard input becomes one record. With ``--property parse.key=true`` a
-line is ``key<key.separator>value`` (separator default tab). Lines for a typed topic
-are JSON objects with the topic's columns. Exits non-zero, after sending what it could,
-if a record was not acknowledged.
+line is ``key<key.separator>value`` (separator default tab); a line without the
+separator stops the tool, or with ``--property ignore.error=true`` is sent whole as the
+value with a null key (Kafka's console producer). Lines for a typed topic are JSON
+objects with the topic's columns. A record over the size limit (``max.request.size``,
+the topic's ``max.message.bytes``) is reported with its line number and the next lines
+are sent; after sending what it could the tool exits non-zero if a record was not
+delivered, naming the lines. SIGINT and SIGTERM stop it alike: what was sent is flushed
+(exit status 130 or 143).
 
 Example::
 
@@ -16,7 +21,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ..errors import InvalidArgumentError, SchemaMismatchError
+from ..errors import InvalidArgumentError, RecordTooLargeError, SchemaMismatchError
 from .clientargs import (
     add_console_args,
     bool_property,
@@ -26,6 +31,10 @@ from .clientargs import (
     topic_of,
     unescape,
 )
+from .interrupt import stop_signals
+
+#: failed lines printed one by one at the end; the rest are counted
+_FAILURES_SHOWN = 10
 
 _PROPERTIES = {"parse.key", "key.separator", "ignore.error"}
 
@@ -58,24 +67,27 @@ def run(args) -> int:
     configs = client_configs(args.producer_property, "--producer-property")
     configs.setdefault("acks", "all" if args.acks in ("all", "-1") else int(args.acks))
     configs.setdefault("compression_type", args.compression_type)
-    errors = []
+    failed: list = []  # (line number, error) of records not delivered
+    read = 0
     stream = open(args.input, "rb") if args.input else sys.stdin.buffer
     try:
-        with session(args) as s:
+        # SIGTERM stops it as Ctrl-C does: leaving the session flushes what was sent
+        with stop_signals(interrupt=True), session(args) as s:
             producer = s.producer(**configs)
             schema = producer.topic_schema(args.topic)
             for number, line in enumerate(stream, 1):
+                read = number
                 line = line.rstrip(b"\r\n") if line.endswith(b"\n") else line
                 key = None
                 if parse_key:
                     key, sep, value = line.partition(separator)
                     if not sep:
-                        message = (f"line {number} has no key separator "
-                                   f"{separator.decode()!r}")
                         if not ignore_error:
-                            raise InvalidArgumentError(message)
-                        print(f"sparklog: skipped: {message}", file=sys.stderr)
-                        continue
+                            raise InvalidArgumentError(
+                                f"line {number} has no key separator "
+                                f"{separator.decode()!r} (--property ignore.error=true "
+                                "sends such lines with a null key)")
+                        key, value = None, line  # Kafka's: the whole line, no key
                 else:
                     value = line
                 if schema is not None:
@@ -90,13 +102,25 @@ def run(args) -> int:
                                            partition=args.partition)
                 except SchemaMismatchError as exc:  # e.g. a null in a not-null column
                     raise SchemaMismatchError(f"line {number}: {exc}") from None
-                future.add_errback(errors.append)
+                except RecordTooLargeError as exc:  # Kafka's goes on with the next line
+                    print(f"sparklog: error: line {number} not sent: {exc}", file=sys.stderr)
+                    failed.append((number, None))
+                    continue
+                future.add_errback(lambda exc, n=number: failed.append((n, exc)))
             producer.flush()
     finally:
         if args.input:
             stream.close()
-    if errors:
-        print(f"sparklog: error: {len(errors)} record(s) not delivered: {errors[0]}",
-              file=sys.stderr)
+    if failed:
+        failed.sort(key=lambda item: item[0])
+        late = [(n, exc) for n, exc in failed if exc is not None]  # failed once sent
+        for n, exc in late[:_FAILURES_SHOWN]:
+            print(f"sparklog: error: line {n} not delivered: {exc}", file=sys.stderr)
+        numbers = [n for n, _ in failed]
+        shown = ", ".join(map(str, numbers[:_FAILURES_SHOWN]))
+        more = f" and {len(numbers) - _FAILURES_SHOWN} more" if len(numbers) > \
+            _FAILURES_SHOWN else ""
+        print(f"sparklog: error: {len(numbers)} of {read} line(s) not delivered: line(s) "
+              f"{shown}{more}", file=sys.stderr)
         return 1
     return 0
