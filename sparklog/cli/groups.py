@@ -17,6 +17,9 @@ committed offsets for.
 
 ``delete --group G [--group G2 ...]`` deletes groups without active members, with
 their committed offsets.
+
+kafka-consumer-groups.sh's action flags work too: ``sparklog groups --list``,
+``--describe``, ``--reset-offsets``, ``--delete``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ import time
 from ..errors import InvalidArgumentError, NonEmptyGroupError
 from .clientargs import add_bootstrap, session
 
+#: kafka-consumer-groups.sh's action flags -> the sub-command (sparklog.cli.main)
+KAFKA_ACTION_FLAGS = {f"--{a}": a for a in ("list", "describe", "reset-offsets", "delete")}
+
 _COLUMNS = ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
             "CONSUMER-ID", "HOST", "CLIENT-ID"]
 
@@ -37,7 +43,8 @@ def add_parser(subparsers) -> None:
     """Register ``groups`` and its actions."""
     parser = subparsers.add_parser("groups",
                                    help="list, describe (lag), reset, delete consumer groups",
-                                   description=__doc__.split("\n\n")[0])
+                                   description=__doc__.split("\n\n")[0],
+                                   epilog=__doc__.split("\n\n")[-1])
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     p = actions.add_parser("list", help="list group ids")
     add_bootstrap(p)

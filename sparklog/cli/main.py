@@ -2,7 +2,9 @@
 
 Each sub-command lives in its own module of :mod:`sparklog.cli` exposing
 ``add_parser(subparsers)`` (which sets ``func`` on its parser to a ``run(args) -> int``).
-Errors of sparklog print one line (``sparklog: error: ...``) and exit with status 1;
+Kafka's action flags (``sparklog topics --list``, ``groups --describe``...) name the
+sub-command as in kafka-topics.sh and kafka-consumer-groups.sh
+(:func:`kafka_action_flags`). Errors of sparklog print one line (``sparklog: error: ...``) and exit with status 1;
 usage errors exit with 2.
 """
 
@@ -82,9 +84,50 @@ def _prepare_subparsers(parser) -> None:
             _prepare_subparsers(sub)
 
 
+def _command_modules() -> dict:
+    """command name -> its module's ``KAFKA_ACTION_FLAGS`` (Kafka's ``--list``-style
+    action flags -> sub-command names), for the commands that have them."""
+    out = {}
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"{__package__}.{name}")
+        except ModuleNotFoundError:
+            continue
+        flags = getattr(module, "KAFKA_ACTION_FLAGS", None)
+        if flags:
+            out[name] = flags
+    return out
+
+
+def kafka_action_flags(argv: list, commands: dict, parser=None) -> list:
+    """``argv`` with Kafka's action flags (kafka-topics.sh's ``--list``, ``--create``...,
+    kafka-consumer-groups.sh's ``--describe``, ``--reset-offsets``...) turned into the
+    sub-command they name: ``topics --describe --topic T`` is ``topics describe --topic
+    T``. Only when no sub-command is given; two action flags are a usage error (of
+    ``parser``)."""
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):  # options before the command
+        i += 2 if argv[i] == "--log-level" else 1
+    if i >= len(argv) or argv[i] not in commands:
+        return argv
+    flags = commands[argv[i]]
+    rest = argv[i + 1:]
+    if rest and not rest[0].startswith("-"):
+        return argv  # the sub-command is given
+    given = [a for a in rest if a in flags]
+    if len(given) > 1 and parser is not None:
+        parser.error(f"{argv[i]}: give one action, not {' and '.join(given)}")
+    if not given:
+        return argv
+    rest.remove(given[0])
+    return [*argv[:i + 1], flags[given[0]], *rest]
+
+
 def main(argv=None) -> int:
     """Entry point of the ``sparklog`` command."""
     parser = build_parser()
+    argv = kafka_action_flags(list(sys.argv[1:] if argv is None else argv),
+                              _command_modules(), parser)
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # the sub-command's usage, not the top-level one
         getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")

@@ -1,4 +1,5 @@
-"""``sparklog topics create|list|describe|delete|alter`` (Kafka's kafka-topics.sh).
+"""``sparklog topics create|list|describe|delete|alter|delete-records`` (Kafka's
+kafka-topics.sh; ``delete-records`` is kafka-delete-records.sh).
 
 Examples::
 
@@ -6,6 +7,9 @@ Examples::
     sparklog topics create --topic trades --schema "sym string not null, px double, qty int64"
     sparklog topics describe --topic events
     sparklog topics alter --topic events --partitions 6 --config retention.ms=3600000
+
+kafka-topics.sh's action flags work too: ``sparklog topics --list``, ``--create``,
+``--describe``, ``--alter``, ``--delete`` (``sparklog topics --describe --topic events``).
 """
 
 from __future__ import annotations
@@ -15,11 +19,15 @@ import sys
 from ..errors import InvalidArgumentError, TopicExistsError, UnknownTopicOrPartitionError
 from .clientargs import add_bootstrap, add_topic, parse_key_values, session, topic_of
 
+#: kafka-topics.sh's action flags -> the sub-command (sparklog.cli.main)
+KAFKA_ACTION_FLAGS = {f"--{a}": a for a in ("list", "create", "describe", "alter", "delete")}
+
 
 def add_parser(subparsers) -> None:
     """Register ``topics`` and its actions."""
     parser = subparsers.add_parser("topics", help="create, list, describe, alter, delete topics",
-                                   description=__doc__.split("\n\n")[0])
+                                   description=__doc__.split("\n\n")[0],
+                                   epilog=__doc__.split("\n\n")[-1])
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     def action(name, help_text):
@@ -55,6 +63,14 @@ def add_parser(subparsers) -> None:
                    help="config to set, repeatable")
     p.add_argument("--delete-config", action="append", default=[], metavar="KEY",
                    help="config to reset to its default, repeatable")
+    p = action("delete-records", "delete a partition's records before an offset; on a "
+                                 "partition whose log lost its tail, accept the loss")
+    add_topic(p)
+    p.add_argument("--partition", type=int, required=True, help="partition number")
+    p.add_argument("--offset", type=int, default=-1,
+                   help="delete the records before this offset (default -1: all, up to "
+                        "the high watermark; a partition that lost its tail restarts at "
+                        "its old end offset)")
 
 
 def run(args) -> int:
@@ -114,4 +130,11 @@ def run(args) -> int:
             if configs or args.delete_config:
                 admin.alter_configs({topic: configs}, delete={topic: args.delete_config})
             print(f"Altered topic {topic}.", file=out)
+        elif args.action == "delete-records":
+            from ..client.types import TopicPartition
+
+            tp = TopicPartition(topic, args.partition)
+            low = admin.delete_records({tp: args.offset})[tp]
+            print(f"Partition {topic}-{args.partition} now starts at offset {low}.",
+                  file=out)
     return 0

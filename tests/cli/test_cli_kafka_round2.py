@@ -178,3 +178,53 @@ def test_sigterm_to_produce_flushes_what_it_read(broker):
     err = proc.stderr.read().decode()
     assert code == 143 and "Traceback" not in err, err
     assert [r.value for r in _records(b, topic)] == [b"one", b"two", b"three"]
+
+
+# --- item 9: kafka-topics.sh's and kafka-consumer-groups.sh's action flags ---------------
+
+
+def test_kafka_action_flags_name_the_sub_command():
+    from sparklog.cli.main import _command_modules, kafka_action_flags
+
+    commands = _command_modules()
+    assert kafka_action_flags(["topics", "--describe", "--topic", "t"], commands) == \
+        ["topics", "describe", "--topic", "t"]
+    assert kafka_action_flags(["--log-level", "info", "topics", "--bootstrap-server", "h:1",
+                               "--list"], commands) == \
+        ["--log-level", "info", "topics", "list", "--bootstrap-server", "h:1"]
+    assert kafka_action_flags(["groups", "--group", "g", "--reset-offsets"], commands) == \
+        ["groups", "reset-offsets", "--group", "g"]
+    # a sub-command given, or a command without action flags: unchanged
+    for argv in (["topics", "alter", "--topic", "t", "--delete-config", "x"],
+                 ["consume", "--topic", "t", "--list"]):
+        assert kafka_action_flags(argv, commands) == argv
+    proc = sparklog("topics", "--list", "--delete", "--topic", "t")
+    assert proc.returncode == 2 and "give one action, not --list and --delete" in \
+        proc.stderr.decode()
+
+
+def test_kafka_tools_flag_forms_work_end_to_end(broker):
+    b = broker.address
+    topic, group = _name("flags"), _name("g")
+    assert ok(sparklog("topics", "--create", "--topic", topic, "--partitions", "2",
+                       bootstrap=b)) == f"Created topic {topic}.\n"
+    assert topic in ok(sparklog("topics", "--list", bootstrap=b)).split()
+    ok(sparklog("topics", "--alter", "--topic", topic, "--partitions", "3", bootstrap=b))
+    assert "PartitionCount: 3" in ok(sparklog("topics", "--describe", "--topic", topic,
+                                              bootstrap=b))
+    with Producer(b) as p:
+        for part in range(3):
+            p.send(topic, b"x", partition=part)
+        p.flush(10)
+    with Admin(b) as admin:
+        admin.alter_consumer_group_offsets(group, {TopicPartition(topic, 0): 1})
+    assert group in ok(sparklog("groups", "--list", bootstrap=b)).split()
+    assert topic in ok(sparklog("groups", "--describe", "--group", group, bootstrap=b))
+    ok(sparklog("groups", "--reset-offsets", "--group", group, "--topic", f"{topic}:0",
+                "--to-earliest", "--execute", bootstrap=b))
+    with Admin(b) as admin:
+        assert admin.list_consumer_group_offsets(group)[TopicPartition(topic, 0)].offset == 0
+    ok(sparklog("groups", "--delete", "--group", group, bootstrap=b))
+    assert group not in ok(sparklog("groups", "--list", bootstrap=b)).split()
+    ok(sparklog("topics", "--delete", "--topic", topic, bootstrap=b))
+    assert topic not in ok(sparklog("topics", "--list", bootstrap=b)).split()
