@@ -19,7 +19,13 @@ import crc32c as _crc32c
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from ..errors import CorruptRecordError, DataLossError, InvalidArgumentError, RecordTooLargeError
+from ..errors import (
+    CorruptRecordError,
+    DataLossError,
+    InvalidArgumentError,
+    InvalidRecordError,
+    RecordTooLargeError,
+)
 from . import rawipc
 from .header import (
     ATTRIBUTES,
@@ -117,19 +123,68 @@ class Frame:
             return None
         return rawipc.record_batch_columns(RAW_BODY_SCHEMA, data, len(head), n)
 
-    def offsets(self) -> pa.Array:
-        """Offsets of the frame's records (implicit unless the explicit-offsets bit)."""
-        n = self.header.record_count
-        base = self.header.base_offset
-        if self.header.explicit_offsets:
+    def offsets(self, batch: pa.RecordBatch | None = None) -> pa.Array:
+        """Offsets of the frame's records (implicit unless the explicit-offsets bit): the
+        one place every reader takes them from.
+
+        Implicit offsets are ``base_offset + row``. Explicit ones (compacted data, the
+        log cleaner's frames) are ``base_offset`` plus the body's
+        :data:`OFFSET_DELTA_COLUMN`, which must be an integer column without nulls whose
+        deltas strictly increase within ``[0, last_offset_delta]``. A frame that breaks
+        this (the column missing, a negative, repeated, decreasing or too large delta:
+        only a forged frame stored before the broker refused them could) cannot give its
+        records offsets that stay in its own span and in order: it raises DataLossError
+        naming the frame, the field and its offsets ``[base_offset, next_offset)``. The
+        frame's span comes from its header alone, so every record after it is read at
+        its offset: a consumer seeks past the range, Spark with ``failOnDataLoss=false``
+        skips it. ``batch``: the body's batch when the caller decoded it already."""
+        header = self.header
+        base = header.base_offset
+        if not header.explicit_offsets:
+            return offset_range(base, header.record_count)
+        if batch is None:
             batch = self.batch()
-            if OFFSET_DELTA_COLUMN not in batch.schema.names:
-                raise CorruptRecordError(
-                    f"frame at offset {base}: explicit-offsets bit set but the body has "
-                    f"no {OFFSET_DELTA_COLUMN} column")
-            deltas = batch.column(OFFSET_DELTA_COLUMN).cast(pa.int64())
-            return _compute().add(deltas, pa.scalar(base, pa.int64()))
-        return offset_range(base, n)
+        names = batch.schema.names
+        problem = None
+        if OFFSET_DELTA_COLUMN not in names:
+            problem = f"the body has no {OFFSET_DELTA_COLUMN} column"
+        else:
+            column = batch.column(names.index(OFFSET_DELTA_COLUMN))
+            if not pa.types.is_integer(column.type):
+                problem = f"its {OFFSET_DELTA_COLUMN} column is of type {column.type}"
+            elif column.null_count:
+                problem = f"its {OFFSET_DELTA_COLUMN} column has nulls"
+            else:
+                deltas = column.cast(pa.int64())
+                problem = _explicit_deltas_problem(deltas, header.last_offset_delta)
+        if problem is not None:
+            raise DataLossError(
+                f"frame at offset {base}: explicit-offsets bit set but {problem}: its "
+                f"records cannot be given offsets, so offsets [{base}, "
+                f"{header.next_offset}) cannot be read",
+                first_offset=base, end_offset=header.next_offset)
+        return _compute().add(deltas, pa.scalar(base, pa.int64()))
+
+
+def _explicit_deltas_problem(deltas: pa.Array, last_offset_delta: int) -> str | None:
+    """What is wrong with a frame's explicit offset deltas (int64, no nulls), or None
+    when they strictly increase within ``[0, last_offset_delta]``."""
+    values = deltas.to_numpy(zero_copy_only=False)
+    if not len(values):
+        return None
+    first, last = int(values[0]), int(values[-1])
+    if first < 0:
+        return f"its first offset delta is {first} (negative)"
+    if len(values) > 1:
+        steps = values[1:] - values[:-1]
+        bad = int((steps <= 0).argmax())
+        if steps[bad] <= 0:
+            return (f"its offset deltas do not increase: record {bad + 1} has delta "
+                    f"{int(values[bad + 1])} after {int(values[bad])}")
+    if last > last_offset_delta:
+        return (f"its last record's offset delta {last} is beyond the header's "
+                f"last_offset_delta {last_offset_delta}")
+    return None
 
 
 _IOTA: pa.Array | None = None
@@ -563,6 +618,39 @@ def counts_consistent(header: FrameHeader) -> bool:
     one record; the delta at least the count - 1): the cheap part of validation that
     a reader of headers alone can do."""
     return header.record_count > 0 and header.last_offset_delta >= header.record_count - 1
+
+
+#: attribute bits only the broker or the log cleaner may set (DESIGN: a client frame that
+#: claims them is refused): the field each one is named by in the refusal
+BROKER_ONLY_BITS = (
+    (EXPLICIT_OFFSETS_BIT, "explicit-offsets bit (0x40): only the log cleaner writes "
+                           "frames with an offset-delta column"),
+    (CONTROL_BIT, "control bit (0x20): clients are not allowed to write control records"),
+    (TRANSACTIONAL_BIT, "transactional bit (0x10): only the broker writes transactional "
+                        "frames"),
+)
+
+
+def check_client_frame(header: FrameHeader, where: str) -> None:
+    """Refuse a frame a client produced (``where`` names the partition and the frame)
+    that claims what only the broker or the log cleaner may write, as Kafka's
+    ``LogValidator`` refuses a client's record batch (InvalidRecordError,
+    INVALID_RECORD): an attribute bit of :data:`BROKER_ONLY_BITS`, or offsets that do not
+    match the record count (``last_offset_delta`` must be ``record_count - 1``: a
+    client's records take consecutive offsets). Runs after :func:`validate_frame`, which
+    checks what any frame must hold; frames of the log's own writers (the cleaner, the
+    compaction job, :meth:`~sparklog.log.partition.PartitionLog.append`) are not
+    checked here."""
+    for bit, claim in BROKER_ONLY_BITS:
+        if header.attributes & bit:
+            raise InvalidRecordError(
+                f"{where}: attributes {header.attributes:#06x} set the {claim}")
+    if header.last_offset_delta != header.record_count - 1:
+        raise InvalidRecordError(
+            f"{where}: inconsistent offset range and count of records: last_offset_delta "
+            f"{header.last_offset_delta} with record_count {header.record_count} (a "
+            f"client frame's records take consecutive offsets: last_offset_delta must be "
+            f"{header.record_count - 1})")
 
 
 def check_follows(header: FrameHeader, expected: int, where: str = "", *,

@@ -12,6 +12,15 @@ a segment vanished under it.
 of compacted logs the ``__offset_delta`` column becomes absolute offsets), the
 ``__timestamp`` column holding each record's timestamp (the log append time for
 LogAppendTime frames), and control frames skipped.
+
+Record offsets come from :meth:`~sparklog.format.frame.Frame.offsets` alone. A frame whose
+explicit offsets cannot be right (the explicit-offsets bit without an ``__offset_delta``
+column, deltas negative, not increasing or beyond the header's ``last_offset_delta``:
+the broker refuses such frames from clients, so only storage written before it did, or
+damaged, holds one) is never read with wrong or out-of-order offsets: reading it raises
+DataLossError naming the frame's offsets ``[base_offset, next_offset)``, taken from its
+header, and a read that starts after that range (or Spark's ``failOnDataLoss=false``,
+which skips it) reads every later record at its offset.
 """
 
 from __future__ import annotations
@@ -63,8 +72,7 @@ def frame_batch(frame: Frame, start: int, end: int, *,
     if h.explicit_offsets:
         import pyarrow.compute as pc  # here: planner processes need no compute kernels
 
-        deltas = batch.column(batch.schema.get_field_index(OFFSET_DELTA_COLUMN))
-        offsets = pc.add(deltas.cast(pa.int64()), pa.scalar(h.base_offset, pa.int64()))
+        offsets = frame.offsets(batch)  # checked: in the frame's span, increasing
         batch = batch.drop_columns([OFFSET_DELTA_COLUMN])
         if h.base_offset < start or h.last_offset >= end:
             keep = pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end))

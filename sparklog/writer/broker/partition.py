@@ -2,11 +2,12 @@
 
 Produce requests for a partition are queued; one writer task per partition drains the
 queue and hands the whole batch to an I/O thread, which validates each request's
-frames (size, CRC32C, record columns against the topic's schema, producer sequences),
-appends them, and then does ONE flush — or one sync when any request in the batch asked
-for acks=all — for all of them (group commit). The sync runs beside the appends, on an
-I/O thread of its own turn (the sync worker): the thread that appended a batch for
-acks=all hands it to the worker directly, starting it when none runs, without a trip
+frames (size, CRC32C, offsets against the record count, no attribute bit that only the
+broker or the cleaner may set, record columns against the topic's schema, producer
+sequences), appends them, and then does ONE flush — or one sync when any request in the
+batch asked for acks=all — for all of them (group commit). The sync runs beside the
+appends, on an I/O thread of its own turn (the sync worker): the thread that appended a
+batch for acks=all hands it to the worker directly, starting it when none runs, without a trip
 through the event loop; while one sync waits for the storage (HDFS's DataNodes
 fsyncing), the writer validates and appends the next batches, and the worker's next
 sync, started in the same thread as soon as this one returns, covers all of them. On
@@ -65,7 +66,14 @@ from ...errors import (
     SparklogError,
     StorageError,
 )
-from ...format.frame import TIMESTAMP_COLUMN, body_schema, iter_frames, validate_frame
+from ...format.frame import (
+    OFFSET_DELTA_COLUMN,
+    TIMESTAMP_COLUMN,
+    body_schema,
+    check_client_frame,
+    iter_frames,
+    validate_frame,
+)
 from ...format.header import HEADER_SIZE, NO_PRODUCER_ID, FrameHeader
 from ...format.nullability import check_not_null, constrained_fields
 from ...log.cleaner import KEY_COLUMN, key_columns
@@ -154,6 +162,10 @@ class SchemaChecker:
         names = schema.names
         if TIMESTAMP_COLUMN not in names:
             raise CorruptRecordError(f"{where}: frame body has no {TIMESTAMP_COLUMN} column")
+        if OFFSET_DELTA_COLUMN in names:  # explicit offsets: the cleaner's alone
+            raise InvalidRecordError(
+                f"{where}: frame body has an {OFFSET_DELTA_COLUMN} column (explicit "
+                f"offsets, which only the log cleaner writes)")
         records = pa.schema([f for f in schema if not f.name.startswith("__")])
         if not _same_columns(records, self.expected):
             kind = "typed topic schema" if self.topic.typed else "raw record columns"
@@ -529,6 +541,9 @@ class PartitionWriter:
             except RecordTooLargeError as exc:
                 raise RecordTooLargeError(
                     f"partition {self.name}: {exc} (max.message.bytes)") from None
+            # what only the broker or the cleaner may write (docs/format.md)
+            check_client_frame(header, f"partition {self.name}, frame at byte {pos} of "
+                                       f"the request")
             self.schema.check(buf, pos, header, self.name)
             if self.not_null is not None:
                 self.not_null.check(buf, pos, header, self.name)
