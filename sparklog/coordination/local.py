@@ -11,12 +11,21 @@ other re-reads and retries)::
     groups/<group>/<v>.json                 {"offsets": {topic: {p: [offset, metadata, ts]}}}
     <document name>/<v>.json                a shared document (security/users, security/acls)
 
+Shared documents hold cluster-private state (SCRAM credentials, ACLs, the key of unknown
+users' salts): their directories are made owner-only (0700, from the document's first
+component down: ``security/``) and each version owner-only (0600), whatever the
+storage's default and ``storage.topic.dir.permission`` are, and only the newest version
+is kept (an older one would keep a deleted user's keys). Directories and stale versions
+left by older releases are tightened and pruned the first time this process uses the
+document.
+
 Broker registrations are ephemeral: kept in this process's memory only.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import uuid
 
@@ -38,6 +47,10 @@ from .base import (
 )
 
 COORDINATION_DIR = "coordination"
+#: permission bits of a shared document's directories and versions (owner only)
+PRIVATE_DIR_MODE, PRIVATE_FILE_MODE = 0o700, 0o600
+
+log = logging.getLogger(__name__)
 
 
 class LocalCoordinationStore(CoordinationStore):
@@ -57,6 +70,7 @@ class LocalCoordinationStore(CoordinationStore):
         self._brokers: dict[int, BrokerInfo] = {}
         self._groups: dict[str, tuple[int, dict]] = {}  # group -> (version, offsets)
         self._cluster_id: str | None = None
+        self._protected: set[str] = set()  # documents tightened by this process
 
     def _file(self, *parts: str) -> VersionedFile:
         return VersionedFile(self.fileio, self.fileio.join(self.base, *parts))
@@ -94,17 +108,55 @@ class LocalCoordinationStore(CoordinationStore):
                 continue
 
     # --- shared documents ------------------------------------------------------------------
+    def _document(self, name: str, *, write: bool = False) -> VersionedFile:
+        """The versioned file of document ``name``: owner-only, newest version only
+        (module docstring); its directories are tightened on first use (and made, 0700,
+        before a first write)."""
+        parts = name.split("/")
+        vf = VersionedFile(self.fileio, self.fileio.join(self.base, *parts), keep=1,
+                           file_mode=PRIVATE_FILE_MODE)
+        if name not in self._protected:
+            if self._protect(parts, vf, create=write):
+                self._protected.add(name)
+        return vf
+
+    def _protect(self, parts: list[str], vf: VersionedFile, *, create: bool) -> bool:
+        """Make the document's directories 0700 (created so when ``create``) and its
+        versions 0600, pruning all but the newest; False when its directory does not
+        exist yet. A storage that refuses (another owner) is reported, not fatal: the
+        document stays readable to the broker."""
+        from ..errors import StorageError
+
+        try:
+            for depth in range(1, len(parts) + 1):
+                directory = self.fileio.join(self.base, *parts[:depth])
+                if create:
+                    self.fileio.mkdirs(directory)
+                elif not self.fileio.exists(directory):
+                    return False
+                self.fileio.set_permission(directory, PRIVATE_DIR_MODE)
+            vf.prune()
+            for info in self.fileio.list(vf.directory):
+                if not info.is_dir:
+                    self.fileio.set_permission(info.path, PRIVATE_FILE_MODE)
+        except StorageError as exc:
+            log.warning("could not make %s owner-only: %s", vf.directory, exc)
+        return True
+
     def read_document(self, name: str) -> dict:
         """See :meth:`CoordinationStore.read_document`: the latest version of the
         versioned file ``<coordination dir>/<name>``."""
-        return self._latest_json(self._file(*name.split("/")))[1]
+        with self._lock:
+            vf = self._document(name)
+        return self._latest_json(vf)[1]
 
     def update_document(self, name: str, change) -> dict:
         """See :meth:`CoordinationStore.update_document`: the next version of the
         versioned file (threads of this process take turns; processes race on the
-        version and the loser retries)."""
+        version and the loser retries). Owner-only, newest version kept (module
+        docstring)."""
         with self._lock:
-            return self._update(self._file(*name.split("/")), change)[1]
+            return self._update(self._document(name, write=True), change)[1]
 
     # --- cluster and brokers --------------------------------------------------------------
     def cluster_id(self) -> str:

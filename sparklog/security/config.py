@@ -40,7 +40,7 @@ SECURITY_KEYS = {
     # GSSAPI (Kerberos): the broker's keytab login, Kafka's per-mechanism JAAS key
     # (listener.name.<l>.gssapi.sasl.jaas.config), the service name clients ask for
     # (default: the principal's first component) and the principal -> User:name rules
-    # (DEFAULT only: the principal's first component)
+    # (sparklog.security.principals: DEFAULT maps the broker's default realm only)
     "gssapi.sasl.jaas.config": "",
     "sasl.kerberos.service.name": "",
     "sasl.kerberos.principal.to.local.rules": "DEFAULT",
@@ -163,11 +163,10 @@ class SecurityConfig:
                         "listener.name.<listener>.gssapi.sasl.jaas.config) does not give "
                         "the broker's keytab and principal")
                 parse_jaas(self.get("gssapi.sasl.jaas.config", listener))
-            rules = self.get("sasl.kerberos.principal.to.local.rules", listener).strip()
-            if rules.upper() != "DEFAULT":
-                raise InvalidConfigError(
-                    f"sasl.kerberos.principal.to.local.rules={rules!r}: only DEFAULT (the "
-                    "principal's first component) is implemented")
+            from .principals import KerberosShortNamer
+
+            KerberosShortNamer.from_rules(
+                self.get("sasl.kerberos.principal.to.local.rules", listener))
             if listener is not None and listener.sasl and not self.mechanisms(listener):
                 raise InvalidConfigError(f"listener {listener.name} is {listener.protocol} "
                                          "but sasl.enabled.mechanisms is empty")

@@ -26,8 +26,10 @@ AlterConfigs           AlterConfigs on each topic
 DescribeLog            Read on each topic (it names the segment files)
 OffsetCommit           Read on the group, Read on each topic
 OffsetFetch            Describe on the group, Describe on each topic
-JoinGroup, Heartbeat,  Read on the group
-LeaveGroup
+JoinGroup, Heartbeat,  Read on the group; JoinGroup's subscription keeps only
+LeaveGroup             the topics one may Describe (as Kafka's consumer, whose
+                       Metadata leaves the others out), so an assignment never
+                       names a topic Metadata would refuse
 DescribeGroups         Describe on each group
 DeleteGroups           Delete on each group
 ListGroups             Describe on the cluster, else the groups one may describe
@@ -184,6 +186,8 @@ async def authorize(api_key: int, handler, body: dict, ctx, authorizer) -> dict:
             extra = _topics(body, check, "Describe", _partitions({"offset": -1}))
     elif key in (ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP):
         check.group("Read", body["group_id"])
+        if key == ApiKey.JOIN_GROUP:  # the assignment names only describable topics
+            body["topics"] = [t for t in body["topics"] if check("Describe", "Topic", t)]
     elif key == ApiKey.LIST_GROUPS:
         if not check("Describe", "Cluster", CLUSTER, quiet=True):
             listing = lambda g: check("Describe", "Group", g["group_id"], quiet=True)  # noqa

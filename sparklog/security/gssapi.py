@@ -15,9 +15,10 @@ the SASL exchange under that login's ``Subject``:
 * :class:`GssapiInitiator` (a client): the client's login and the SASL client of one
   connection, for ``<service name>/<broker host>``.
 
-The authenticated principal maps to the ACL principal ``User:<primary>`` (Kafka's
-``DEFAULT`` rule of ``sasl.kerberos.principal.to.local.rules``: the first component of
-``primary[/instance]@REALM``). The JVM finds the KDC through ``/etc/krb5.conf`` or
+The authenticated principal maps to the ACL principal ``User:<short name>`` through
+``sasl.kerberos.principal.to.local.rules`` (:mod:`~sparklog.security.principals`; the
+``DEFAULT`` rule maps ``primary[/instance]@REALM`` to ``primary`` for the broker's
+default realm only: :func:`default_realm`). The JVM finds the KDC through ``/etc/krb5.conf`` or
 ``-Djava.security.krb5.conf=...`` in ``HADOOP_CLIENT_OPTS``. Every call blocks (run the
 broker's on its I/O threads).
 """
@@ -51,9 +52,16 @@ def parse_jaas(text: str) -> tuple[str, str]:
     return found["principal"], found["keyTab"]
 
 
-def short_name(principal: str) -> str:
-    """``primary`` of ``primary[/instance][@REALM]`` (Kafka's DEFAULT mapping rule)."""
-    return principal.split("@", 1)[0].split("/", 1)[0]
+def default_realm(principal: str) -> str:
+    """The broker's default realm, as the ``DEFAULT`` rule needs it: the JVM's
+    (``default_realm`` of its krb5.conf, as Kafka takes it), else the realm of the
+    broker's own ``principal``."""
+    try:
+        realm = str(jvm.jclass("javax.security.auth.kerberos.KerberosPrincipal")(
+            "sparklog-realm-probe").getRealm() or "")
+    except Exception:  # noqa: BLE001 - a krb5.conf without default_realm
+        realm = ""
+    return realm or principal.rpartition("@")[2]
 
 
 def _action(fn, *args):
@@ -161,13 +169,29 @@ class GssapiAcceptor:
     """The broker's Kerberos identity: ``principal`` (``service/host@REALM``) logged in
     from ``keytab``; ``service`` defaults to the principal's first component."""
 
-    def __init__(self, principal: str, keytab: str, service: str | None = None):
+    def __init__(self, principal: str, keytab: str, service: str | None = None,
+                 rules: str = "DEFAULT"):
+        from .principals import KerberosShortNamer
+
         self.principal = principal
         self.keytab = keytab
         primary, _, rest = principal.partition("@")[0].partition("/")
         self.service = service or primary
         self.host = rest or None
         self.subject = _login(principal, keytab, initiator=False)
+        self.realm = default_realm(principal)
+        #: ``sasl.kerberos.principal.to.local.rules`` with the default realm
+        self.namer = KerberosShortNamer.from_rules(rules, self.realm)
+
+    def short_name(self, principal: str) -> str:
+        """The ACL user name of an authenticated client's principal;
+        SaslAuthenticationFailedError ("No rules apply to ...") when no rule maps it."""
+        from .principals import NoMatchingRule
+
+        try:
+            return self.namer.short_name(principal)
+        except NoMatchingRule as exc:
+            raise SaslAuthenticationFailedError(f"GSSAPI: {exc}") from None
 
     def exchange(self) -> GssapiServerExchange:
         """A new connection's exchange."""
@@ -199,5 +223,5 @@ class GssapiInitiator:
         return bool(self._client.isComplete())
 
 
-__all__ = ["GssapiAcceptor", "GssapiInitiator", "GssapiServerExchange", "parse_jaas",
-           "short_name"]
+__all__ = ["GssapiAcceptor", "GssapiInitiator", "GssapiServerExchange", "default_realm",
+           "parse_jaas"]

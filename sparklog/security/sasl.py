@@ -9,9 +9,13 @@ allowed before). Mechanisms:
   credentials of :class:`~sparklog.security.store.SecurityStore`;
 * ``PLAIN``: ``authzid NUL user NUL password``, checked against the same stored SCRAM
   credentials (the password is hashed with the stored salt and compared): one set of
-  users for both. PLAIN sends the password itself: enable it on SASL_SSL listeners only.
+  users for both; an unknown user's password is hashed too (with a made-up salt), so a
+  refusal takes the same time for both. PLAIN sends the password itself: enable it on
+  SASL_SSL listeners only (the broker warns at start otherwise).
 * ``GSSAPI``: Kerberos, the JDK's mechanism under the broker's keytab login
-  (:mod:`~sparklog.security.gssapi`); ``name[/instance]@REALM`` is ``User:name``.
+  (:mod:`~sparklog.security.gssapi`); ``name[/instance]@REALM`` is ``User:<short name>``
+  through ``sasl.kerberos.principal.to.local.rules`` (:mod:`~sparklog.security.principals`:
+  ``DEFAULT`` maps the default realm only; a principal no rule maps is refused).
 
 Any failure raises an error the connection answers with and then closes (after
 ``connection.failed.authentication.delay.ms``); the audit log gets one line.
@@ -27,7 +31,7 @@ from ..errors import (
 )
 from ..protocol.apis import ApiKey
 from . import audit
-from .scram import HASHES, ScramError, ScramServer
+from .scram import HASHES, ScramError, ScramServer, unknown_user_credential
 
 
 class SaslAuthenticator:
@@ -92,13 +96,14 @@ class SaslAuthenticator:
             raise self._fail("an authorization id different from the user", user)
         if not user or not password:
             raise self._fail("empty user or password", user)
-        ok = False
-        for mechanism in HASHES:
-            credential = await self.run_io(self.lookup, user, mechanism)
-            if credential is not None:
-                ok = await self.run_io(credential.verify_password, mechanism, password)
-                break
-        if not ok:
+        # the same work for an unknown user as for a known one (every mechanism looked
+        # up, one password hashed), so that the time taken does not tell users apart
+        found = [(m, await self.run_io(self.lookup, user, m)) for m in HASHES]
+        mechanism, credential = next(((m, c) for m, c in found if c is not None),
+                                     (next(iter(HASHES)), None))
+        check = credential or unknown_user_credential(mechanism, user, self.secret)
+        ok = await self.run_io(check.verify_password, mechanism, password)
+        if not ok or credential is None:
             raise self._fail("unknown user or wrong password", user)
         return self._done(user)
 
@@ -117,16 +122,18 @@ class SaslAuthenticator:
                 "session_lifetime_ms": 0}
 
     async def _gssapi_step(self, token: bytes) -> dict:
-        from .gssapi import short_name
-
         try:  # Kerberos' calls block (the keytab's keys, the replay cache)
             if self._gss is None:
                 self._gss = await self.run_io(self._gssapi.exchange)
             answer = await self.run_io(self._gss.step, token)
+            user = self._gssapi.short_name(self._gss.principal) if self._gss.complete \
+                else None
         except SaslAuthenticationFailedError as exc:
-            raise self._fail(f"GSSAPI: {exc}") from None
-        if self._gss.complete:
-            return self._done(short_name(self._gss.principal)) | {"auth_bytes": answer}
+            raise self._fail(str(exc), self._gss.principal
+                             if self._gss is not None and self._gss.complete else None) \
+                from None
+        if user is not None:
+            return self._done(user) | {"auth_bytes": answer}
         return {"error_code": 0, "error_message": "", "auth_bytes": answer,
                 "session_lifetime_ms": 0}
 

@@ -116,10 +116,23 @@ def _unescape(name: str) -> str:
     return name.replace("=2C", ",").replace("=3D", "=")
 
 
+def unknown_user_credential(mechanism: str, user: str, secret: bytes) -> ScramCredential:
+    """The made-up credential of a user without one, so that an exchange does not tell
+    which users exist: its salt is ``HMAC-SHA-256(secret, mechanism NUL user)`` (32
+    bytes like a real salt, the same for a user at every broker of the cluster and
+    after restarts when ``secret`` is the cluster's key, different per mechanism as
+    real salts are), its iteration count :data:`DEFAULT_ITERATIONS`, its keys random
+    (no password matches)."""
+    salt = _hmac("sha256", secret, f"{mechanism}\0{user}".encode())
+    size = hashlib.new(_hash(mechanism)).digest_size
+    return ScramCredential(salt, os.urandom(size), os.urandom(size), DEFAULT_ITERATIONS)
+
+
 class ScramServer:
     """The broker's side of one exchange. ``lookup(user)`` returns the user's
-    :class:`ScramCredential` or None; an unknown user gets a made-up salt derived from
-    ``secret`` (so the exchange does not tell which users exist) and fails at the end."""
+    :class:`ScramCredential` or None; an unknown user gets
+    :func:`unknown_user_credential` (made up from ``secret``, the cluster's key) and
+    fails at the end, after the same work as a wrong password."""
 
     def __init__(self, mechanism: str, lookup, secret: bytes):
         self.mechanism = mechanism
@@ -156,13 +169,9 @@ class ScramServer:
         if authzid and _unescape(authzid.removeprefix("a=")) != self.user:
             raise ScramError("an authorization id different from the user is not allowed")
         credential = self.lookup(self.user)
+        self.user_known = credential is not None
         if credential is None:  # a made-up credential: the proof cannot match
-            fake = _hmac("sha256", self.secret, self.user.encode())
-            credential = ScramCredential(fake, os.urandom(64), os.urandom(64),
-                                         DEFAULT_ITERATIONS)
-            self.user_known = False
-        else:
-            self.user_known = True
+            credential = unknown_user_credential(self.mechanism, self.user, self.secret)
         self._credential = credential
         self._nonce = attrs["r"] + base64.b64encode(os.urandom(24)).decode()
         self._first_bare = bare
@@ -188,9 +197,10 @@ class ScramServer:
         auth = f"{self._first_bare},{self._server_first},{without_proof}".encode()
         signature = _hmac(self.name, c.stored_key, auth)
         client_key = _xor(proof, signature)
-        if len(proof) != len(signature) or not self.user_known or not hmac.compare_digest(
-                hashlib.new(self.name, client_key).digest(), c.stored_key):
-            raise ScramError(f"invalid credentials for user {self.user!r}")
+        matches = hmac.compare_digest(hashlib.new(self.name, client_key).digest(),
+                                      c.stored_key)  # computed for unknown users too
+        if len(proof) != len(signature) or not self.user_known or not matches:
+            raise ScramError("invalid credentials: wrong password or unknown user")
         server_signature = _hmac(self.name, c.server_key, auth)
         return b"v=" + base64.b64encode(server_signature)
 
@@ -249,4 +259,4 @@ class ScramClient:
 
 
 __all__ = ["HASHES", "ScramClient", "ScramCredential", "ScramError", "ScramServer",
-           "salted_password"]
+           "salted_password", "unknown_user_credential"]

@@ -15,7 +15,6 @@ unset: every principal may do everything, as in Kafka) and the client quotas.
 from __future__ import annotations
 
 import logging
-import os
 import ssl
 
 from ..errors import IllegalSaslStateError
@@ -86,7 +85,8 @@ class BrokerSecurity:
             authorizer = AclAuthorizer(self.store, super_users=config.super_users,
                                        allow_if_no_acl=config.allow_if_no_acl)
         self.authorizer = authorizer
-        self._secret = os.urandom(32)  # made-up salts of unknown users
+        #: the cluster's key of unknown users' made-up salts (the same at every broker)
+        self._secret = self.store.unknown_user_key()
         #: producer_byte_rate / consumer_byte_rate throttling
         self.quotas = QuotaManager(self.store)
         # read now, not on the event loop's first request (then refreshed in the
@@ -107,9 +107,12 @@ class BrokerSecurity:
         principal, keytab = parse_jaas(self.config.get("gssapi.sasl.jaas.config", listener))
         acceptor = GssapiAcceptor(principal, keytab,
                                   self.config.get("sasl.kerberos.service.name", listener)
-                                  or None)
-        log.info("listener %s: GSSAPI as %s (service name %s) from keytab %s",
-                 listener.name, principal, acceptor.service, keytab)
+                                  or None,
+                                  self.config.get("sasl.kerberos.principal.to.local.rules",
+                                                  listener))
+        log.info("listener %s: GSSAPI as %s (service name %s) from keytab %s; default "
+                 "realm %s", listener.name, principal, acceptor.service, keytab,
+                 acceptor.realm)
         return acceptor
 
     @property
@@ -161,6 +164,60 @@ class BrokerSecurity:
                     "" if self.authorizer is not None else
                     " and, with no authorizer.class.name, may create, read and delete "
                     "any topic and group")
+
+    def warn_plain_in_clear(self) -> None:
+        """A WARNING for every SASL_PLAINTEXT listener enabling PLAIN: its clients send
+        their passwords unencrypted (enable PLAIN on SASL_SSL listeners only)."""
+        for lst in self.listeners:
+            if lst.sasl and not lst.tls and "PLAIN" in self.config.mechanisms(lst):
+                log.warning(
+                    "listener %s (%s://%s:%d) enables SASL PLAIN without TLS: clients send "
+                    "their passwords in clear text; enable PLAIN on SASL_SSL listeners "
+                    "only (listener.name.%s.sasl.enabled.mechanisms=SCRAM-SHA-256,...)",
+                    lst.name, lst.protocol, lst.host, lst.port, lst.name.lower())
+
+    def warn_readable_storage(self, topics) -> None:
+        """With an authorizer, a WARNING when users of the storage other than the
+        broker's may read topics without it (the Spark source's ``path`` mode and any
+        file tool bypass ACLs): existing topic directories granting "others" read or
+        search (``o+r``/``o+x``), or new ones getting such a mode
+        (``storage.topic.dir.permission`` unset or granting it), while the storage root
+        and its ``topics`` directory let others through. ``topics`` is the broker's
+        :class:`~sparklog.metadata.store.TopicStore`. Blocks (it reads the storage)."""
+        from ..errors import StorageError
+        from ..metadata.store import TOPICS_DIR
+
+        if self.authorizer is None:
+            return
+        fileio = topics.fileio
+        try:
+            for path in (topics.root, fileio.join(topics.root, TOPICS_DIR)):
+                if fileio.exists(path):
+                    perm = fileio.permission(path)
+                    if perm is None or not perm[0] & 0o001:
+                        return  # no permissions, or others cannot pass: nothing exposed
+            exposed = []
+            for name in topics.list_topics():
+                mode = fileio.permission(topics.topic_dir(name))[0]
+                if mode & 0o005:
+                    exposed.append(f"{name} ({mode:o})")
+        except StorageError as exc:
+            log.debug("permissions of the topic directories not checked: %s", exc)
+            return
+        new_mode = topics.dir_permission[0]
+        if not exposed and new_mode is not None and not new_mode & 0o005:
+            return
+        log.warning(
+            "authorizer.class.name is set, but every user of the storage may read topics "
+            "without the broker (the Spark source's path mode reads the files, bypassing "
+            "ACLs): %s; new topics get %s. Set storage.topic.dir.permission=750 (with "
+            "storage.topic.dir.group) and tighten existing topic directories "
+            "(docs/security.md)",
+            f"{len(exposed)} topic directories are readable by others: "
+            f"{', '.join(exposed[:10])}{' ...' if len(exposed) > 10 else ''}"
+            if exposed else "no topic directory is readable by others yet",
+            "the storage's default mode (storage.topic.dir.permission is unset)"
+            if new_mode is None else f"mode {new_mode:o}")
 
 
 __all__ = ["ANONYMOUS", "BEFORE_AUTHENTICATION", "BrokerSecurity", "ConnectionSession"]

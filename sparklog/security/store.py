@@ -1,30 +1,38 @@
 """SCRAM credentials and ACLs in the coordination store.
 
-Two JSON documents, each read and changed as a whole with compare-and-set (two
+JSON documents, each read and changed as a whole with compare-and-set (two
 administrators changing them at once both succeed, one after the other):
 
 * ``users``: ``{user: {mechanism: "salt=...,stored_key=...,server_key=...,iterations=N"}}``
   (Kafka's credential text; never a password);
-* ``acls``: ``{"acls": [binding, ...]}`` (see :class:`~sparklog.security.acl.AclBinding`).
+* ``acls``: ``{"acls": [binding, ...]}`` (see :class:`~sparklog.security.acl.AclBinding`);
+* ``salt-key``: ``{"key": <base64 of 32 random bytes>}``, written once: the key of the
+  made-up salts of unknown users (:meth:`SecurityStore.unknown_user_key`).
 
-They are the coordination store's shared documents ``security/users`` and
-``security/acls`` (:meth:`~sparklog.coordination.base.CoordinationStore.update_document`):
-in cluster mode the znodes ``/sparklog/security/users`` and ``/sparklog/security/acls``
-under the chroot, readable by the brokers only under ``zookeeper.set.acl``; in standalone
-mode versioned files of the storage root's coordination directory, next to the consumer
-offsets.
+They are the coordination store's shared documents ``security/<name>``
+(:meth:`~sparklog.coordination.base.CoordinationStore.update_document`): in cluster mode
+the znodes ``/sparklog/security/<name>`` under the chroot, readable by the brokers only
+under ``zookeeper.set.acl``; in standalone mode versioned files of the storage root's
+coordination directory, next to the consumer offsets, owner-only (0700 directories, 0600
+files) with only the newest version kept (:mod:`sparklog.coordination.local`).
 """
 
 from __future__ import annotations
 
+import base64
 import logging
+import os
 import threading
 import time
 
 from ..coordination.base import CoordinationStore
+from ..errors import CoordinationError
 from .scram import HASHES, ScramCredential
 
 log = logging.getLogger(__name__)
+
+#: the document of the key of unknown users' made-up salts
+SALT_KEY = "salt-key"
 
 
 class SecurityStore:
@@ -106,6 +114,26 @@ class SecurityStore:
             return doc
         self.update("users", drop)
         return bool(found)
+
+    def unknown_user_key(self) -> bytes:
+        """The cluster's key of unknown users' made-up SCRAM salts
+        (:func:`~sparklog.security.scram.unknown_user_credential`): 32 random bytes
+        stored once in the document ``salt-key`` (the first broker to need it writes it,
+        with compare-and-set, so every broker of the cluster and every restart uses the
+        same)."""
+        doc = self.read(SALT_KEY)
+        if not doc.get("key"):
+            doc = self.update(SALT_KEY, lambda d: d if d.get("key") else
+                              {"key": base64.b64encode(os.urandom(32)).decode()})
+        try:
+            key = base64.b64decode(doc["key"], validate=True)
+        except (ValueError, TypeError):
+            key = b""
+        if len(key) < 16:
+            raise CoordinationError(f"the coordination store's security/{SALT_KEY} document "
+                                    "holds no valid key (base64 of 32 bytes): delete it and "
+                                    "restart the brokers to make a new one")
+        return key
 
     def users(self) -> dict[str, list[str]]:
         """Every user with the SCRAM mechanisms it has credentials for."""

@@ -5,7 +5,8 @@ checkpoint) is kept as a directory of files ``<version:010d><suffix>``; writing 
 ``n+1`` uses :meth:`FileIO.write_atomic` (temporary file + rename-no-replace), so of two
 concurrent writers of the same version exactly one wins and the other gets
 FileAlreadyExistsError. Readers take the highest complete version. Old versions are
-pruned after a successful write.
+pruned after a successful write (all but the last ``keep``); ``file_mode`` gives each
+version its permission bits (private documents: 0600) right after its rename.
 """
 
 from __future__ import annotations
@@ -37,11 +38,14 @@ def cas_attempts(what: str, error=None):
 class VersionedFile:
     """A small value stored as versioned immutable files in ``directory``."""
 
-    def __init__(self, fileio: FileIO, directory: str, suffix: str = ".json", keep: int = 2):
+    def __init__(self, fileio: FileIO, directory: str, suffix: str = ".json", keep: int = 2,
+                 *, file_mode: int | None = None):
         self.fileio = fileio
         self.directory = directory
         self.suffix = suffix
         self.keep = keep
+        #: permission bits each version gets once written (None: the storage's default)
+        self.file_mode = file_mode
 
     def _versions(self) -> list[int]:
         out = []
@@ -91,9 +95,22 @@ class VersionedFile:
 
         self.fileio.mkdirs(self.directory)
         self.fileio.write_atomic(self.path_of(version), data)
+        if self.file_mode is not None:
+            from ..errors import StorageFileNotFoundError
+
+            try:
+                self.fileio.set_permission(self.path_of(version), self.file_mode)
+            except StorageFileNotFoundError:  # pruned: a newer version exists (below)
+                pass
         versions = self._versions()
         if versions and versions[-1] >= version + self.keep:
             raise FileAlreadyExistsError(
                 f"{self.path_of(version)}: version {versions[-1]} was written meanwhile")
+        self.prune(versions)
+
+    def prune(self, versions: list[int] | None = None) -> None:
+        """Delete the versions older than the last ``keep`` (one already pruned by a
+        concurrent writer is no error)."""
+        versions = self._versions() if versions is None else versions
         for old in versions[: -self.keep]:
             self.fileio.delete(self.path_of(old))

@@ -445,7 +445,7 @@ def test_non_loopback_listener_without_authentication_is_warned(storage_root, ca
     ({"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms": "GSSAPI"},
      "gssapi.sasl.jaas.config"),
     ({"sasl.enabled.mechanisms": "OAUTHBEARER"}, "OAUTHBEARER"),
-    ({"sasl.kerberos.principal.to.local.rules": "RULE:[1:$1]"}, "only DEFAULT"),
+    ({"sasl.kerberos.principal.to.local.rules": "RULE:[one:$1]"}, "is not a rule"),
     ({"ssl.client.auth": "maybe"}, "ssl.client.auth"),
     ({"authorizer.class.name": "com.example.Nope"}, "authorizer.class.name"),
     ({"ssl.keystore.type": "JKS", "listeners": "SSL://127.0.0.1:0",

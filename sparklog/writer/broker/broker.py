@@ -236,6 +236,8 @@ class Broker:
         for acceptor in self._servers:
             acceptor.start()
         self.security.warn_unauthenticated()
+        self.security.warn_plain_in_clear()
+        await self.run_io(self.security.warn_readable_storage, self.topics)
         if self.leadership is not None:
             self.leadership.start()
         self.retention = RetentionManager(lambda: self.partitions.writers.values(),
