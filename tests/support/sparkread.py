@@ -18,7 +18,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from sparklog.reader.jvm import JVM_READER_OPTION
+from sparklog.reader.jvm import JVM_PLANNING_OPTION, JVM_READER_OPTION
 
 #: Spark's Kafka source schema, spelt out independently of the implementation.
 KAFKA_SCHEMA = StructType([
@@ -87,3 +87,49 @@ def jvm_and_python(spark, root, **options):
     assert JVM in scan_of(jvm), scan_of(jvm)
     assert JVM not in scan_of(python)
     return jvm, python
+
+
+def no_jar_source():
+    """The Python data source as ``register(spark)`` registers it in a session without
+    the JVM reader's jar, under a name of its own so that the JVM provider, which holds
+    ``sparklog``, does not take its reads. The class is made here (cloudpickle ships it
+    to the workers by value)."""
+    from sparklog.spark import SparklogDataSource
+
+    class NoJarSource(SparklogDataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "sparklog_nojar"
+
+    return NoJarSource
+
+
+#: Every route a batch read of ``format("sparklog")`` can take (docs/spark.md, "The JVM
+#: reader"): name -> (format, options). "jvm" is the default: planned on the JVM when
+#: no filter is pushed, by the Python planner otherwise, read by the JVM reader;
+#: "python-planned" always plans in Python and reads on the JVM; "python-reader" reads
+#: on Python behind the JVM provider; "no-jar" is the Python data source alone, as
+#: ``register(spark)`` makes it in a session without the jar (no filter pushdown: with
+#: it, Spark 4.1 reuses one DataFrame's plan across its scans; docs/spark.md,
+#: Registering).
+ROUTES = {
+    "jvm": ("sparklog", {}),
+    "python-planned": ("sparklog", {JVM_PLANNING_OPTION: "false"}),
+    "python-reader": ("sparklog", {JVM_READER_OPTION: "false"}),
+    "no-jar": ("sparklog_nojar", {}),
+}
+
+
+def register_routes(spark) -> None:
+    """Register the no-jar route's source of :data:`ROUTES` in ``spark`` (once is
+    enough; registering again replaces it)."""
+    spark.dataSource.register(no_jar_source())
+
+
+def load_route(spark, route: str, root, **options):
+    """``load`` over the storage root ``root`` on the route named ``route``."""
+    fmt, extra = ROUTES[route]
+    reader = spark.read.format(fmt).option("path", root)
+    for k, v in {**extra, **options}.items():
+        reader = reader.option(k, v)
+    return reader.load()
