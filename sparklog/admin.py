@@ -348,6 +348,38 @@ class Admin:
         return {tp: OffsetAndTimestamp(o, t)
                 for tp, (o, t) in list_offsets(self._client, wanted).items()}
 
+    def delete_records(self, offsets: dict) -> dict:
+        """Kafka's ``delete_records``: ``{TopicPartition: offset}`` (-1: the high
+        watermark) -> ``{TopicPartition: low watermark}``, the partitions' new log start
+        offsets; the records before them are deleted. For a partition offline because
+        its log lost its tail (its directory or newest segments were deleted outside
+        the broker), give -1 or its old end offset: the loss is accepted and the log
+        restarts there, never below (docs/operations.md, "Lost partition data")."""
+        by_node: dict[int, dict] = {}
+        for tp, offset in offsets.items():
+            tp = TopicPartition(*tp)
+            validate_topic_name(tp.topic)
+            if isinstance(offset, bool) or not isinstance(offset, int) or offset < -1:
+                raise InvalidArgumentError(
+                    f"delete_records offset for {tp} must be -1 (the high watermark) or an "
+                    f"offset >= 0, got {offset!r}")
+            self._client.topic_info(tp.topic, refresh=True)
+            by_node.setdefault(self._client.metadata.leader_for(tp), {})[tp] = offset
+        out = {}
+        for node, parts in by_node.items():
+            topics: dict[str, list] = {}
+            for tp, offset in parts.items():
+                topics.setdefault(tp.topic, []).append(
+                    {"partition": tp.partition, "offset": offset})
+            resp = self._client.request(ApiKey.DELETE_RECORDS, {
+                "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+                "timeout_ms": self._timeout_ms}, node_id=node)
+            for t in resp["topics"]:
+                for p in t["partitions"]:
+                    raise_for_error(p, f"delete records of {t['name']}-{p['partition']}")
+                    out[TopicPartition(t["name"], p["partition"])] = p["low_watermark"]
+        return out
+
     # --- groups -----------------------------------------------------------------------
     def list_consumer_groups(self) -> list[tuple[str, str]]:
         """``[(group_id, state)]`` of every group the broker knows."""

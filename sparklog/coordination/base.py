@@ -7,7 +7,10 @@ is the state of the running cluster, the part Kafka 0.8 keeps in ZooKeeper:
 * per partition its leader and leader epoch (bumped on every change of leader, and
   stamped into every frame the leader appends);
 * blocks of producer ids for idempotent producers;
-* committed consumer-group offsets (persistent).
+* committed consumer-group offsets (persistent);
+* per partition how far its log went (:class:`LogEnd`, the document ``log-ends/<topic>``):
+  kept outside the partition directory, so that a log whose directory or tail was lost
+  is not restarted below offsets it already handed out.
 
 Two implementations: :class:`~sparklog.coordination.local.LocalCoordinationStore`
 (embedded mode, one broker, state in versioned files on the storage root) and a
@@ -25,6 +28,7 @@ import time
 from dataclasses import dataclass
 
 from ..errors import CoordinationError, InvalidArgumentError
+from ..metadata.topic import validate_topic_name
 from ..names import MAX_GROUP_ID_LENGTH, validate_group_id  # noqa: F401 (re-exported)
 from ..protocol.types import BrokerInfo
 from ..storage.versioned import MAX_CAS_ATTEMPTS  # noqa: F401
@@ -60,6 +64,22 @@ class CommittedOffset:
                 f"offset metadata must be a str, got {type(self.metadata).__name__}")
         if not self.commit_timestamp:
             object.__setattr__(self, "commit_timestamp", int(time.time() * 1000))
+
+
+@dataclass(frozen=True)
+class LogEnd:
+    """How far a partition's log went, as its leader of ``leader_epoch`` last recorded
+    it: no offset below ``end_offset`` may be handed out again (Kafka keeps its
+    recovery-point and high-watermark checkpoints beside the log dirs for the same
+    purpose). Recorded when a leader opens the log, when a rolled segment is sealed,
+    at a clean close and when the log fails; never on the produce path."""
+
+    leader_epoch: int
+    end_offset: int
+
+
+#: the document of a topic's :class:`LogEnd` records: ``{"<partition>": [epoch, end]}``
+LOG_ENDS_DOCUMENT = "log-ends"
 
 
 def cas_attempts(what: str):
@@ -167,6 +187,56 @@ class CoordinationStore(abc.ABC):
     @abc.abstractmethod
     def delete_offsets(self, group: str, topics=None) -> None:
         """Forget ``group``'s offsets (of ``topics`` only, if given)."""
+
+    # --- how far each log went ----------------------------------------------------------------
+    def _log_ends_name(self, topic: str) -> str:
+        return f"{LOG_ENDS_DOCUMENT}/{validate_topic_name(topic)}"
+
+    def log_end(self, topic: str, partition: int) -> LogEnd | None:
+        """The partition's recorded :class:`LogEnd`, None if none was recorded (a
+        partition never opened, or opened before sparklog recorded them)."""
+        entry = self.read_document(self._log_ends_name(topic)).get(str(partition))
+        if not isinstance(entry, list) or len(entry) != 2:
+            return None
+        return LogEnd(int(entry[0]), int(entry[1]))
+
+    def record_log_end(self, topic: str, partition: int, leader_epoch: int, end_offset: int,
+                       *, opening: bool = False) -> None:
+        """Record that the partition's log reached ``end_offset`` under its leader of
+        ``leader_epoch``. ``opening``: that leader has just opened (recovered) the log,
+        which starts a record of its epoch; otherwise the record only moves forward, and
+        only while it is the same epoch's (a fenced old leader's late record, or one for
+        a topic deleted meanwhile, is dropped). Written only when it changes."""
+        name = self._log_ends_name(topic)
+        key = str(partition)
+
+        def wanted(doc: dict):
+            entry = doc.get(key)
+            if isinstance(entry, list) and len(entry) == 2:
+                epoch, end = int(entry[0]), int(entry[1])
+                if epoch > leader_epoch or (not opening and epoch < leader_epoch):
+                    return None
+                if epoch == leader_epoch and end >= end_offset:
+                    return None
+            elif not opening:
+                return None
+            return [leader_epoch, end_offset]
+
+        if wanted(self.read_document(name)) is None:
+            return
+
+        def change(doc: dict) -> dict:
+            entry = wanted(doc)
+            return doc if entry is None else {**doc, key: entry}
+
+        self.update_document(name, change)
+
+    def forget_log_ends(self, topic: str) -> None:
+        """Drop the topic's :class:`LogEnd` records (the topic is deleted: a topic
+        created later under its name starts at offset 0, as in Kafka)."""
+        name = self._log_ends_name(topic)
+        if self.read_document(name):
+            self.update_document(name, lambda doc: {})
 
     # --- shared documents ----------------------------------------------------------------
     @abc.abstractmethod

@@ -31,7 +31,7 @@ import logging
 
 from ..errors import UnknownTopicOrPartitionError
 from .assignment import elect_leaders, preferred_replicas
-from .base import NO_LEADER, LeaderAndEpoch, cas_attempts
+from .base import LOG_ENDS_DOCUMENT, NO_LEADER, LeaderAndEpoch, cas_attempts
 from .zkclient import EventWorker
 from .zkpaths import (
     ADMIN_CONTROLLED_SHUTDOWN,
@@ -44,6 +44,7 @@ from .zkpaths import (
     decode_assignment,
     decode_state,
     delete_topic_path,
+    document_path,
     dumps,
     encode_assignment,
     encode_state,
@@ -308,7 +309,9 @@ class Controller:
 
     # --- topics ------------------------------------------------------------------------------
     def _delete_topic(self, topic: str, parts: dict | None) -> None:
-        """Leaders to -1 (fenced), storage delete, then the topic's nodes."""
+        """Leaders to -1 (fenced), storage delete, then the topic's nodes (with the
+        record of how far its logs went: a topic created later under its name starts at
+        offset 0)."""
         if parts:
             states = self._read_states({topic: parts})
             changes = {tp: NO_LEADER for tp, s in states.items()
@@ -322,6 +325,7 @@ class Controller:
                 pass
         self._delete_quietly(topic_path(topic), recursive=True)
         self._delete_quietly(topic_config_path(topic))
+        self._delete_quietly(document_path(f"{LOG_ENDS_DOCUMENT}/{topic}"))
         self._delete_quietly(delete_topic_path(topic))
         log.info("controller %d: deleted topic %s", self.broker_id, topic)
 

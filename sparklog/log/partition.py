@@ -12,6 +12,15 @@ checkpoint) <= ``high_watermark`` (end of the bytes made visible to readers by
 
 Opening recovers the partition (:class:`~sparklog.log.opening.LogLoader`); rolled
 segments are synced and sealed in the background (:mod:`sparklog.log.sealer`).
+
+How far the log went is also recorded outside the partition directory (the broker keeps
+it in its coordination store): :attr:`PartitionLog.record_end` is called when a rolled
+segment is sealed, at a clean close and when the log fails or goes offline, never on
+the append path. A log found at open ending below the recorded end lost its tail (its
+directory, or its newest segments, deleted by something else than the broker):
+:meth:`PartitionLog.check_end` takes it offline (:func:`lost_tail_error`) until an
+operator accepts the loss with :func:`restart_lost_log`, which restarts it at the
+recorded end, never below.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from typing import Callable, NamedTuple
 from ..errors import (
     CorruptRecordError,
     DataLossError,
+    FileAlreadyExistsError,
     InvalidArgumentError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
@@ -43,7 +53,7 @@ from .checkpoint import JsonCheckpoint
 from .config import LogConfig
 from .epoch import LeaderEpochCache
 from .index import fits_relative
-from .layout import LOG_START_SUFFIX, check_offset, describe_partition
+from .layout import LOG_START_SUFFIX, check_offset, describe_partition, segment_file_name
 from .opening import LoadedLog, LogLoader
 from .scan import read_frame_bytes
 from .sealer import SegmentSealer
@@ -92,6 +102,36 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def lost_tail_error(name: str, dir_url: str, recorded_end: int, recorded_epoch: int,
+                    missing: str) -> StorageError:
+    """The error of a partition whose log ended at ``recorded_end`` (as recorded by its
+    leader of ``recorded_epoch``) and whose storage lacks ``missing`` (what is gone)."""
+    topic, partition = describe_partition(dir_url)
+    action = (f"sparklog topics delete-records --topic {topic} --partition {partition}"
+              if topic is not None else "sparklog topics delete-records")
+    return StorageError(
+        f"partition {name} ({dir_url}) is offline: its log reached offset {recorded_end} "
+        f"(recorded by its leader of epoch {recorded_epoch}), but {missing}. Appends and "
+        f"reads are refused (KAFKA_STORAGE_ERROR) so that no offset below {recorded_end} "
+        f"is handed out again. To accept the loss and restart the log at offset "
+        f"{recorded_end}: {action}")
+
+
+def restart_lost_log(fileio: FileIO, dir_url: str, end_offset: int) -> None:
+    """The operator's acceptance of a lost log tail (Kafka's DeleteRecords up to the
+    log's old end): the log start offset checkpoint moves to ``end_offset`` and an empty
+    segment starts there, so the next open deletes whatever remains below it and resumes
+    at ``end_offset``, never below. The log must not be open."""
+    check_offset(end_offset, "end_offset")
+    dir_url = dir_url.rstrip("/")
+    fileio.mkdirs(dir_url)
+    JsonCheckpoint(fileio, dir_url, LOG_START_SUFFIX).write({"log_start_offset": end_offset})
+    try:
+        fileio.create(fileio.join(dir_url, segment_file_name(end_offset))).close()
+    except FileAlreadyExistsError:
+        pass
+
+
 class PartitionLog:
     """The partition log of ``dir_url``; create with :meth:`open`."""
 
@@ -120,7 +160,10 @@ class PartitionLog:
         self._last_sync_ms = self._clock()
         self._start_checkpoint = JsonCheckpoint(fileio, dir_url, LOG_START_SUFFIX)
         self._epochs: LeaderEpochCache | None = None
-        self._sealer = SegmentSealer(self.name, self._seal_failed)
+        self._sealer = SegmentSealer(self.name, self._seal_failed, self._sealed)
+        #: ``record_end(end_offset)``: records outside the partition directory that the
+        #: log reached ``end_offset`` (see the module docstring; None: not recorded)
+        self.record_end: Callable[[int], None] | None = None
         #: held by compaction for a whole cleaning and by retention's deletions, so a
         #: segment being cleaned is not deleted under the cleaner (Kafka pauses cleaning)
         self.maintenance = threading.Lock()
@@ -129,11 +172,48 @@ class PartitionLog:
 
     def _seal_failed(self, exc: BaseException) -> None:
         """Record the failure of a write, flush, sync, roll or seal: the log is unusable
-        until reopened; a file that vanished under the writer takes it offline."""
+        until reopened; a file that vanished under the writer takes it offline. The
+        high watermark (every acknowledged record lies below it) is recorded as the
+        log's end: a reopening that finds less keeps the partition offline."""
         if self._failed is None:
             self._failed = exc
+            self._record(self._hw)
         if isinstance(exc, StorageFileNotFoundError):
             self._go_offline(f"a segment file vanished under its writer ({exc})")
+
+    def _sealed(self, segment: LogSegment) -> None:
+        """A rolled segment is sealed (durable): the log reached its end."""
+        self._record(segment.next_offset)
+
+    def _record(self, end_offset: int) -> None:
+        """Call :attr:`record_end`; its failure is logged (the next chance records it)."""
+        if self.record_end is None:
+            return
+        try:
+            self.record_end(end_offset)
+        except Exception as exc:  # noqa: BLE001 - not fatal to the log: logged
+            log.warning("partition %s: recording its end offset %d failed: %s", self.name,
+                        end_offset, exc)
+
+    def check_end(self, recorded_end: int, recorded_epoch: int) -> None:
+        """Compare the opened log with the end recorded outside its directory: when it
+        ends below ``recorded_end`` (its tail was lost), close it and raise
+        :func:`lost_tail_error` naming the missing offsets."""
+        if self._leo >= recorded_end:
+            return
+        self._closed = True
+        if self._out is not None:
+            self._out.close()
+        if self._leo == self._log_start and len(self._segments) == 1:
+            missing = (f"the partition directory holds no records (offsets [{self._leo}, "
+                       f"{recorded_end}) are missing: the directory or its segment files "
+                       f"were deleted)")
+        else:
+            missing = (f"its segment files end at offset {self._leo}: the segment files "
+                       f"holding offsets [{self._leo}, {recorded_end}) are missing")
+        error = lost_tail_error(self.name, self.dir_url, recorded_end, recorded_epoch, missing)
+        log.error("%s", error)
+        raise error
 
     def _go_offline(self, reason: str) -> StorageError:
         """Take the partition offline (Kafka's KAFKA_STORAGE_ERROR for a failed log
@@ -144,8 +224,11 @@ class PartitionLog:
             self._offline = StorageError(
                 f"partition {self.name} ({self.dir_url}) is offline: {reason}. Appends "
                 f"and reads are refused (KAFKA_STORAGE_ERROR); acknowledged records may "
-                f"be lost. Restart the broker to recover the partition from storage")
+                f"be lost. Restart the broker to recover the partition from storage (if "
+                f"its newest records are gone it stays offline until "
+                f"sparklog topics delete-records restarts it at offset {self._hw})")
             log.error("%s", self._offline)
+            self._record(self._hw)
         return self._offline
 
     @property
@@ -581,6 +664,8 @@ class PartitionLog:
                 error = exc
             if self._out is not None and self._failed is None:
                 self._out.close()
+                if error is None and self._offline is None:
+                    self._record(self._leo)
             if error is not None:
                 raise error
 

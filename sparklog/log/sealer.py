@@ -45,9 +45,12 @@ def _executor() -> ThreadPoolExecutor:
 class SegmentSealer:
     """The background sealing of one partition's rolled segments."""
 
-    def __init__(self, name: str, on_error: Callable[[BaseException], None]):
+    def __init__(self, name: str, on_error: Callable[[BaseException], None],
+                 on_sealed: Callable[[object], None] | None = None):
         self.name = name
         self._on_error = on_error
+        #: called with each segment once it is sealed (durable)
+        self._on_sealed = on_sealed
         self._pending: list[Future] = []
         self._lock = threading.Lock()
 
@@ -73,6 +76,8 @@ class SegmentSealer:
                       exc)
             self._on_error(exc)
             raise
+        if self._on_sealed is not None:
+            self._on_sealed(segment)
 
     @property
     def pending(self) -> int:

@@ -40,6 +40,7 @@ class ApiKey(enum.IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
@@ -156,6 +157,15 @@ REQUESTS: dict[int, dict] = {
             "name": str,
             "partitions": [{"partition": int, "timestamp": int}],  # -1 latest, -2 earliest
         }],
+    },
+    ApiKey.DELETE_RECORDS: {
+        "topics": [{
+            "name": str,
+            # delete the records before offset (-1: the high watermark); an offline
+            # partition whose log lost its tail restarts at its old end (offset -1 or it)
+            "partitions": [{"partition": int, "offset": int}],
+        }],
+        "timeout_ms": Opt(int, 30000),
     },
     ApiKey.OFFSET_COMMIT: {
         "group_id": str,
@@ -280,6 +290,13 @@ RESPONSES: dict[int, dict] = {
             }],
         }],
         "throttle_time_ms": Opt(int, 0),        # a quota delayed this connection
+    }),
+    ApiKey.DELETE_RECORDS: _with_err({
+        "topics": [{
+            "name": str,
+            "partitions": [{**_PARTITION_ERR,
+                            "low_watermark": Opt(int, -1)}],  # the new log start offset
+        }],
     }),
     ApiKey.LIST_OFFSETS: _with_err({
         "topics": [{

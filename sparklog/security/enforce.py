@@ -20,6 +20,7 @@ Metadata               Describe on each topic (Create on the cluster or the
                        topic to create one automatically)
 CreateTopics           Create on the cluster or on the topic
 DeleteTopics           Delete on each topic
+DeleteRecords          Delete on each topic
 DescribeConfigs        DescribeConfigs on each topic (Describe: the schema and
                        partition count, without the configs)
 AlterConfigs           AlterConfigs on each topic
@@ -157,6 +158,8 @@ async def authorize(api_key: int, handler, body: dict, ctx, authorizer) -> dict:
         keep, refused = _split(body["topics"], lambda n: check("Delete", "Topic", n))
         body["topics"] = keep
         extra = [_named()(n) for n in refused]
+    elif key == ApiKey.DELETE_RECORDS:
+        extra = _topics(body, check, "Delete", _partitions({"low_watermark": -1}))
     elif key == ApiKey.DESCRIBE_CONFIGS:
         # Describe alone (which Read and Write imply) gives the partition count and
         # the schema, which clients need to read and write; the configs need more

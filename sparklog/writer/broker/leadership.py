@@ -102,6 +102,7 @@ class BrokerLeadership:
         async with lock:
             state = self._desired.get(tp)
             me = self.broker_id
+            self.partitions.forget_lost(tp)  # a lost log is checked again, as it reopens
             writer = self.partitions.writers.get(tp)
             if state is not None and state.leader == me:
                 if writer is not None and writer.log.leader_epoch == state.leader_epoch \

@@ -5,6 +5,14 @@ It is the one place that opens (and recovers) a partition, looks up its writer, 
 the least recently used ones above ``max.open.partitions``, closes them on deletion or
 shutdown, and caches topic configs. Request handlers, leadership handover and retention
 reach partitions only through it.
+
+It also keeps, in the coordination store, how far each partition's log went
+(:class:`~sparklog.coordination.base.LogEnd`, recorded at open, seal, close and
+failure): a log found ending below it lost its tail (its directory or newest segments
+deleted outside the broker) and stays offline (KAFKA_STORAGE_ERROR) until an operator
+accepts the loss with DeleteRecords (:meth:`PartitionManager.delete_records`), which
+restarts it at the recorded end: no offset is handed out twice, across restarts and
+leaders.
 """
 
 from __future__ import annotations
@@ -15,13 +23,17 @@ import logging
 
 from ...coordination.base import CoordinationStore
 from ...errors import (
+    InvalidArgumentError,
     InvalidPartitionsError,
     LeaseHeldError,
+    OffsetOutOfRangeError,
     PolicyViolationError,
     SparklogError,
+    StorageError,
     UnknownTopicOrPartitionError,
 )
 from ...log.config import LogConfig
+from ...log.partition import lost_tail_error, restart_lost_log
 from ...metadata import TopicStore, validate_partition
 from ...metadata.topic import TopicConfig
 from ...storage import FileIO
@@ -74,6 +86,8 @@ class PartitionManager:
         #: standalone mode after a crash of the previous process: every partition is
         #: fenced as it opens (its dead leases are revoked at once)
         self._fence_all = False
+        #: partitions whose log lost its tail: (error, recorded end), until DeleteRecords
+        self._lost: dict[tuple[str, int], tuple[StorageError, int]] = {}
 
     def start(self, loop: asyncio.AbstractEventLoop, *, fence_all: bool = False) -> None:
         """Bind to the broker's event loop; ``fence_all``: the previous broker process on
@@ -210,6 +224,9 @@ class PartitionManager:
         key = (topic, partition)
         if self.leadership is not None:
             self.leadership.check(topic, partition)  # NotLeaderError unless provably ours
+        lost = self._lost.get(key)
+        if lost is not None:  # its tail is gone: until an operator's DeleteRecords
+            raise lost[0]
         found = self.writers.get(key)
         if found is not None:
             if found.log.offline is not None:  # storage changed under it: until restart
@@ -244,6 +261,11 @@ class PartitionManager:
                 f"partition {topic}-{partition} is written by another process, probably a "
                 f"broker serving this storage: connect to that broker (host:port) instead "
                 f"of opening the storage here ({exc})") from None
+        except StorageError as exc:
+            lost_end = getattr(exc, "lost_end", None)
+            if lost_end is not None and not self.closing:
+                self._lost[key] = (exc, lost_end)
+            raise
 
     async def _open(self, tc: TopicConfig, partition: int) -> PartitionWriter:
         name = f"{tc.name}-{partition}"
@@ -254,6 +276,18 @@ class PartitionManager:
         closed_epoch = self._closed_idle.pop((tc.name, partition), None)
 
         def open_blocking():
+            pdir = self.topics.partition_dir(tc.name, partition)
+            recorded = self.store.log_end(tc.name, partition)
+            if recorded is not None and recorded.end_offset > 0 \
+                    and not self.fileio.exists(pdir):
+                gone = "the partition directory does not exist"
+                if not self.fileio.exists(self.topics.topic_dir(tc.name)):
+                    gone += ", nor its topic's directory"
+                error = lost_tail_error(name, pdir, recorded.end_offset,
+                                        recorded.leader_epoch, gone)
+                log.error("%s", error)
+                error.lost_end = recorded.end_offset  # type: ignore[attr-defined]
+                raise error
             before = self.store.partition_state(tc.name, partition)
             if before is not None and before.leader == self.broker_id \
                     and before.leader_epoch == closed_epoch:
@@ -269,8 +303,9 @@ class PartitionManager:
                 or self._fence_all
             self._refence.discard((tc.name, partition))
             opened = PartitionWriter.open_blocking(
-                self.fileio, self.topics.partition_dir(tc.name, partition), self.log_config(tc),
-                state.leader_epoch, f"partition {name}", fence=fence)
+                self.fileio, pdir, self.log_config(tc), state.leader_epoch,
+                f"partition {name}", fence=fence)
+            self._adopt_log_end(opened[0], tc.name, partition, state.leader_epoch, recorded)
             return opened, state.leader_epoch
 
         (plog, state, snapshots), epoch = await self.run_io(open_blocking)
@@ -288,6 +323,82 @@ class PartitionManager:
         log.info("partition %s: leader epoch %d, log [%d, %d), %d producer(s)", name, epoch,
                  plog.log_start_offset, plog.log_end_offset, len(state.producers))
         return writer
+
+    def _adopt_log_end(self, plog, topic: str, partition: int, epoch: int, recorded) -> None:
+        """Check the opened ``plog`` against its ``recorded`` end (closing it and raising
+        when its tail was lost), then record its end under ``epoch`` and have it record
+        how far it goes from now on (blocking)."""
+        if recorded is not None:
+            try:
+                plog.check_end(recorded.end_offset, recorded.leader_epoch)
+            except StorageError as exc:
+                exc.lost_end = recorded.end_offset  # type: ignore[attr-defined]
+                raise
+        try:
+            self.store.record_log_end(topic, partition, epoch, plog.log_end_offset,
+                                      opening=True)
+        except BaseException:
+            plog.close()
+            raise
+        plog.record_end = lambda end: self.store.record_log_end(topic, partition, epoch, end)
+
+    def forget_lost(self, key: tuple[str, int]) -> None:
+        """Check the partition's storage afresh at its next use (its leadership changed,
+        or its topic was deleted)."""
+        self._lost.pop(key, None)
+
+    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """Kafka's DeleteRecords: move the partition's log start offset up to ``offset``
+        (-1: the high watermark), deleting the segments wholly below it; return the new
+        log start offset (Kafka's low watermark). For a partition whose log lost its tail
+        (offline) this is the operator's acceptance of the loss: ``offset`` must be -1
+        or the recorded end (never below it), and the log restarts there, empty."""
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < -1:
+            raise InvalidArgumentError(
+                f"DeleteRecords of {topic}-{partition}: offset must be -1 (the high "
+                f"watermark) or >= 0, got {offset!r}")
+        key = (topic, partition)
+        if self.leadership is not None:
+            self.leadership.check(topic, partition)
+        found = self.writers.get(key)
+        lost = self._lost.get(key)
+        if lost is None and found is not None and found.log.offline is not None:
+            recorded = await self.run_io(self.store.log_end, topic, partition)
+            end = max(found.log.high_watermark, recorded.end_offset if recorded else 0)
+            lost = (found.log.offline, end)
+        if lost is None:
+            try:
+                w = await self.writer(topic, partition)
+            except StorageError as exc:  # found lost as it opened
+                if getattr(exc, "lost_end", None) is None:
+                    raise
+                lost, found = (exc, exc.lost_end), None  # type: ignore[attr-defined]
+            else:
+                target = w.log.high_watermark if offset == -1 else offset
+                await self.run_io(w.log.delete_segments_before, target)
+                return w.log.log_start_offset
+        end = lost[1]
+        if offset not in (-1, end):
+            raise OffsetOutOfRangeError(
+                f"DeleteRecords of {topic}-{partition} to offset {offset} refused: the "
+                f"partition is offline, its log reached offset {end} and lost records "
+                f"below it; it restarts at {end}, never below: give offset {end} (or -1)",
+                topic=topic, partition=partition, offset=offset, log_end_offset=end)
+        if found is not None and self.detach(key, found):
+            try:
+                await found.close()
+            except Exception as exc:  # noqa: BLE001 - the log is offline: nothing to save
+                log.info("partition %s: closing the offline log: %s", found.name, exc)
+            self._refence.add(key)  # our own dead stream may still hold the lease
+        tc = await self.topic_config(topic)
+        validate_partition(partition, tc.partitions, topic)
+        pdir = self.topics.partition_dir(topic, partition)
+        await self.run_io(restart_lost_log, self.fileio, pdir, end)
+        self._lost.pop(key, None)
+        log.warning("partition %s-%d: its lost records were deleted (DeleteRecords): the log "
+                    "restarts at offset %d", topic, partition, end)
+        w = await self.writer(topic, partition)
+        return w.log.log_start_offset
 
     # --- closing ------------------------------------------------------------------------------
     def _close_idle(self) -> None:
@@ -345,6 +456,9 @@ class PartitionManager:
             await self.run_io(self.topics.delete_topic, name)
             for p in sorted(used | {w.partition for w in writers}):
                 await self.run_io(self.store.release_leadership, name, p, self.broker_id)
+            await self.run_io(self.store.forget_log_ends, name)
+            for key in [k for k in self._lost if k[0] == name]:
+                del self._lost[key]
         finally:
             self._deleting.discard(name)
             self.forget_topic(name)

@@ -1,4 +1,4 @@
-"""Record APIs of the broker: Produce, Fetch and ListOffsets.
+"""Record APIs of the broker: Produce, Fetch, ListOffsets and DeleteRecords.
 
 :class:`RecordApis` holds the collaborators they use; each handler is
 ``async (body, ctx) -> response dict`` (None for Produce with acks=0). Appends go through
@@ -87,7 +87,8 @@ class RecordApis:
     def handlers(self) -> dict:
         """api key -> ``handler(body, ctx)``."""
         return {ApiKey.PRODUCE: self.produce, ApiKey.FETCH: self.fetch,
-                ApiKey.LIST_OFFSETS: self.list_offsets}
+                ApiKey.LIST_OFFSETS: self.list_offsets,
+                ApiKey.DELETE_RECORDS: self.delete_records}
 
     async def produce(self, body, ctx) -> dict | None:
         """Produce: each partition's records queued on its writer in the connection's
@@ -329,6 +330,28 @@ class RecordApis:
                         if found is not None:
                             item["offset"], item["timestamp"] = found, ts
                     item.update(_NO_ERROR)
+                except SparklogError as exc:
+                    item.update(error_fields(exc))
+                items.append(item)
+            topics.append({"name": t["name"], "partitions": items})
+        return {**_NO_ERROR, "topics": topics}
+
+    async def delete_records(self, body, ctx) -> dict:
+        """DeleteRecords (Kafka's): each partition's log start offset moves up to the
+        offset given (-1: the high watermark); on a partition offline because its log
+        lost its tail, the operator's acceptance of the loss: the log restarts at its
+        old end (:meth:`~.partitions.PartitionManager.delete_records`)."""
+        topics = []
+        for t in body["topics"]:
+            items = []
+            for p in t["partitions"]:
+                item = {"partition": p["partition"], "low_watermark": -1}
+                try:
+                    item["low_watermark"] = await self.partitions.delete_records(
+                        t["name"], p["partition"], p["offset"])
+                    item.update(_NO_ERROR)
+                    log.info("DeleteRecords by %s: %s-%d now starts at offset %d",
+                             ctx.client_id, t["name"], p["partition"], item["low_watermark"])
                 except SparklogError as exc:
                     item.update(error_fields(exc))
                 items.append(item)
