@@ -17,7 +17,7 @@ import pytest
 
 from sparklog.admin import Admin
 from sparklog.client.types import TopicPartition
-from sparklog.errors import OffsetOutOfRangeError, StorageError, error_for_code
+from sparklog.errors import NotLeaderError, OffsetOutOfRangeError, StorageError, error_for_code
 from sparklog.log.layout import segment_file_name
 from sparklog.protocol import ApiKey, Connection
 from tests.support.brokerproc import BrokerProcess
@@ -184,3 +184,47 @@ def test_deleted_topic_starts_again_at_zero(broker):
         assert create(conn, topic)["error_code"] == 0
         item = produce(conn, topic, 0, frame_of(["new"]), acks=-1)
         assert item["error_code"] == 0 and item["base_offset"] == 0, item
+
+
+@pytest.mark.zookeeper
+def test_new_leader_keeps_a_lost_tail_offline(zookeeper, storage_root, tmp_path):
+    """Cluster mode: the leader's active segment is deleted, the leader dies; the broker
+    that takes the partition over does not restart it at the lower offset storage ends
+    at, and DeleteRecords through it restarts it at the old end."""
+    pytest.importorskip("kazoo", reason="kazoo is not installed (pip install sparklog[cluster])")
+    from tests.support.clusterproc import BrokerCluster
+
+    topic = "lost-in-cluster"
+    root = Path(storage_root.removeprefix("file://"))
+    with BrokerCluster(storage_root, zookeeper.connect, 2, log_dir=tmp_path) as cluster:
+        with Admin(bootstrap_servers=cluster.bootstrap) as admin:
+            admin.create_topic(topic, 1, configs=SMALL_SEGMENTS)
+        leader = cluster.wait(lambda: max(cluster.leader_of(topic, 0), 0), what="a leader")
+        old = cluster.brokers[leader]
+        with Connection(old.address) as conn:
+            wait_until(lambda: produce(conn, topic, 0, numbered(0), acks=-1)["error_code"] == 0,
+                       what=f"broker {leader} leading {topic}-0")
+            for i in range(1, FRAMES):
+                item = produce(conn, topic, 0, numbered(i * PER_FRAME), acks=-1)
+                assert item["error_code"] == 0 and item["base_offset"] == i * PER_FRAME, item
+            wait_sealed(root, topic)
+            (partition_dir(root, topic) / segment_file_name(TOTAL - PER_FRAME)).unlink()
+            item = produce(conn, topic, 0, numbered(TOTAL), acks=-1)
+            assert item["error_code"] != 0, item
+        old.kill()
+        other = next(i for i in cluster.brokers if i != leader)
+        cluster.wait(lambda: cluster.leader_of(topic, 0) == other, what=f"broker {other} leads")
+        new = cluster.brokers[other]
+        with Connection(new.address) as conn:
+            item = wait_until(lambda: produce(conn, topic, 0, numbered(TOTAL), acks=-1),
+                              accept=lambda r: r["error_code"] != NotLeaderError.code,
+                              what=f"broker {other} answering for {topic}-0")
+            assert error_for_code(item["error_code"]) is StorageError, item
+            assert f"reached offset {TOTAL}" in item["error_message"], item
+            assert f"[{TOTAL - PER_FRAME}, {TOTAL})" in item["error_message"], item
+        tp = TopicPartition(topic, 0)
+        with Admin(bootstrap_servers=new.address) as admin:
+            assert admin.delete_records({tp: -1}) == {tp: TOTAL}
+        with Connection(new.address) as conn:
+            item = produce(conn, topic, 0, frame_of(["after"]), acks=-1)
+            assert item["error_code"] == 0 and item["base_offset"] == TOTAL, item
