@@ -132,6 +132,24 @@ class BrokerConnection:
         """False once the connection broke or was closed."""
         return not self._closed
 
+    def check_alive(self) -> bool:
+        """False once the connection broke or was closed. A broker sends nothing
+        unasked, so an idle connection (no request waiting, no response being read)
+        whose socket reads as ready was closed by the broker: it is failed now, not on
+        its next request."""
+        with self._state:
+            if self._closed:
+                return False
+            if self._in_flight or self._reading:
+                return True
+            try:
+                ready = bool(select.select([self._sock], [], [], 0)[0])
+            except (OSError, ValueError):
+                ready = True
+        if ready:
+            self._fail(BrokerNotAvailableError(f"broker {self.address} closed the connection"))
+        return not ready
+
     @property
     def in_flight(self) -> int:
         """Number of requests waiting for their response."""

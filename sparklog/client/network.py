@@ -280,6 +280,18 @@ class NetworkClient:
                 raise self.metadata.missing(topic)
         return info
 
+    def connection_count(self) -> int:
+        """Open connections to brokers (plain and polled); one the broker closed while
+        idle is found closed here (:meth:`BrokerConnection.check_alive`)."""
+        with self._lock:
+            conns = [c for pool in (self._by_address, self._polled) for c in pool.values()]
+        return sum(c.check_alive() for c in conns)
+
+    def bootstrap_connected(self) -> bool:
+        """True while a connection to a broker is open (the client reached the
+        cluster: kafka-python's ``bootstrap_connected()``)."""
+        return not self._closed and self.connection_count() > 0
+
     def close(self) -> None:
         """Close every connection (waiting requests fail)."""
         with self._lock:

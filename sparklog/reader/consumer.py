@@ -134,6 +134,10 @@ class Consumer:
         self._next_auto_commit = time.monotonic() + cfg["auto_commit_interval_ms"] / 1000
         self._closed = False
         self._iter_records = iter(())
+        self._records_consumed = 0
+        self._commits = 0  # OffsetCommit requests answered, and their latency (s)
+        self._commit_latency_sum = 0.0
+        self._commit_latency_max = 0.0
         try:
             self._client.refresh_metadata([])  # fail fast if no broker is reachable
             if topics:
@@ -388,6 +392,10 @@ class Consumer:
             self._fetcher.read_responses()
             self._raise_fetch_errors()
             out = self._fetcher.collect(limit, batches=batches)
+            if out:
+                self._records_consumed += sum(
+                    sum(b.num_rows for b in items) if batches else len(items)
+                    for items in out.values())
             # the next fetches go out once the records are taken, before they are
             # returned: still in flight while the application works on them, but the
             # send (a syscall) no longer delays their hand-over
@@ -493,12 +501,16 @@ class Consumer:
                 time.sleep(self.config["retry_backoff_ms"] / 1000.0)
 
     def commit_async(self, offsets: dict | None = None, callback=None):
-        """Commit without waiting; ``callback(offsets, exception_or_None)`` runs when
-        done. Returns the request's future."""
+        """Commit without waiting (default: the current positions). ``callback(offsets,
+        response)`` runs when done, as kafka-python's: ``offsets`` is what was
+        committed (``{TopicPartition: OffsetAndMetadata}``, the current positions when
+        none were given), ``response`` the OffsetCommit response (a dict) or the
+        exception it failed with. Returns the request's future (of the response)."""
         self._require_group("commit_async()")
+        offsets = self._current_offsets() if offsets is None else offsets
         future = self._commit_future(offsets)
         if callback is not None:
-            future.add_callback(lambda _: callback(offsets, None))
+            future.add_callback(lambda resp: callback(offsets, resp))
             future.add_errback(lambda exc: callback(offsets, exc))
         return future
 
@@ -508,9 +520,14 @@ class Consumer:
                               self._membership.member_id)
         result = Future()
         if not body["topics"]:
-            return result.success(None)
+            return result.success({"topics": []})
+        started = time.monotonic()
 
         def done(resp):
+            latency = time.monotonic() - started
+            self._commits += 1
+            self._commit_latency_sum += latency
+            self._commit_latency_max = max(self._commit_latency_max, latency)
             exc = error_from(resp, f"OffsetCommit of group {self.group_id!r}")
             for t in resp.get("topics", ()):
                 for p in t["partitions"]:
@@ -518,7 +535,7 @@ class Consumer:
             if exc is not None:
                 result.failure(exc)
             else:
-                result.success(None)
+                result.success(resp)
 
         try:
             sent = self._client.send(-1, ApiKey.OFFSET_COMMIT, body)
@@ -584,6 +601,42 @@ class Consumer:
             return set(range(self._client.topic_info(topic, refresh=True).num_partitions))
         except UnknownTopicOrPartitionError:
             return None
+
+    # --- metrics ----------------------------------------------------------------------------
+    def bootstrap_connected(self) -> bool:
+        """True while a connection to a broker of the cluster is open (kafka-python's
+        ``bootstrap_connected()``)."""
+        return self._client.bootstrap_connected()
+
+    def metrics(self, raw: bool = False) -> dict:
+        """kafka-python's ``metrics()``: ``{group: {name: value}}`` under Kafka's metric
+        names: ``consumer-metrics`` (``connection-count``),
+        ``consumer-fetch-manager-metrics`` (``records-consumed-total``,
+        ``records-lag-max``: the largest high watermark minus position of the assigned
+        partitions, NaN when none is known yet) and ``consumer-coordinator-metrics``
+        (``assigned-partitions``, ``commit-total``, ``commit-latency-avg`` and
+        ``commit-latency-max`` in ms, NaN before the first commit). ``raw=True``
+        (kafka-python's KafkaMetric objects) is not available."""
+        if raw:
+            raise InvalidArgumentError(
+                "metrics(raw=True): there are no KafkaMetric objects here; metrics() "
+                "returns the values")
+        lags = [st.high_watermark - st.position for st in self._states.values()
+                if st.position is not None and st.high_watermark >= 0]
+        nan = float("nan")
+        commits = self._commits
+        return {
+            "consumer-metrics": {"connection-count": self._client.connection_count()},
+            "consumer-fetch-manager-metrics": {
+                "records-consumed-total": self._records_consumed,
+                "records-lag-max": float(max(lags)) if lags else nan},
+            "consumer-coordinator-metrics": {
+                "assigned-partitions": len(self._states),
+                "commit-total": commits,
+                "commit-latency-avg":
+                    self._commit_latency_sum * 1000 / commits if commits else nan,
+                "commit-latency-max": self._commit_latency_max * 1000 if commits else nan},
+        }
 
     # --- close ------------------------------------------------------------------------------
     def close(self, autocommit: bool = True) -> None:

@@ -460,6 +460,11 @@ class Producer:
                 "producer_id": idem.producer_id if idem else -1,
                 "producer_epoch": idem.producer_epoch if idem else -1}
 
+    def bootstrap_connected(self) -> bool:
+        """True while a connection to a broker of the cluster is open (kafka-python's
+        ``bootstrap_connected()``)."""
+        return self._client.bootstrap_connected()
+
     @property
     def bootstrap_servers(self) -> list[str]:
         """The bootstrap addresses as ``host:port`` strings."""
