@@ -252,6 +252,61 @@ def test_forged_frames_in_storage_never_shift_later_offsets(tmp_path):
     assert tail == {end: f"g{end}"}
 
 
+def test_consumer_reads_past_a_forged_frame_in_storage(tmp_path):
+    """The Consumer's side of item 2: a forged frame an older broker stored is an error
+    naming its offsets, never records under offsets outside its span; after seeking
+    past it every later record, another producer's included, comes at its offset."""
+    root = tmp_path / "root"
+    bad = [forged(["y0", "y1", "y2"], offset_deltas=[0, 1, 1000], last_offset_delta=2),
+           forged(["z0", "z1", "z2"], offset_deltas=[-2, 0, 2]),
+           forged(["x0", "x1"], attributes=EXPLICIT_OFFSETS_BIT)]
+    good: dict = {}
+    spans = []
+    with BrokerProcess(root.as_uri(), log_path=tmp_path / "broker.log") as proc:
+        with Connection(proc.address) as c:
+            assert create(c, "t")["error_code"] == 0
+            assert produce(c, "t", 0, encode_frame(raw_batch([b"g0"])), acks=-1)[
+                "error_code"] == 0
+            good[0] = "g0"
+        proc.stop()
+        with PartitionLog.open(LocalFileIO(), (root / "topics" / "t" / "0").as_uri(),
+                               LogConfig()) as plog:  # what an older broker accepted
+            for frame in bad:
+                res = plog.append(frame)
+                spans.append((res.base_offset, res.last_offset + 1))
+            plog.flush()
+        proc.start()
+        with Producer(proc.address, acks="all", enable_idempotence=True, linger_ms=0) as p:
+            send(p, "t", ["after0", "after1"], good)
+        consumer = Consumer(bootstrap_servers=proc.address, auto_offset_reset="earliest",
+                            enable_auto_commit=False, fetch_max_wait_ms=20)
+        tp = TopicPartition("t", 0)
+        consumer.assign([tp])
+        got: dict = {}
+        try:
+            for first, end in spans:
+                deadline = time.monotonic() + 30
+                with pytest.raises(DataLossError) as info:
+                    while True:
+                        assert time.monotonic() < deadline, "no error at a forged frame"
+                        for records in consumer.poll(timeout_ms=100).values():
+                            for r in records:
+                                assert r.offset not in got and first > r.offset, r
+                                got[r.offset] = r.value.decode()
+                assert f"[{first}, {end})" in str(info.value), info.value
+                consumer.seek(tp, end)  # past the frame, as the error says
+            deadline = time.monotonic() + 30
+            while len(got) < len(good):
+                assert time.monotonic() < deadline, f"stalled after the forged frames: {got}"
+                for records in consumer.poll(timeout_ms=100).values():
+                    for r in records:
+                        assert r.offset not in got, r
+                        got[r.offset] = r.value.decode()
+        finally:
+            consumer.close()
+    assert got == good
+
+
 # --- the must-show fuzz -------------------------------------------------------------------
 
 _BITS = (0, EXPLICIT_OFFSETS_BIT, CONTROL_BIT, TRANSACTIONAL_BIT)
