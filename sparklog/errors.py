@@ -317,6 +317,23 @@ class ClusterAuthorizationFailedError(SparklogError):
     code = 31
 
 
+class TransactionalIdAuthorizationFailedError(SparklogError):
+    """The principal may not use the transactional id: InitProducerId with a
+    ``transactional_id`` needs Write on that TransactionalId (Kafka:
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED)."""
+
+    code = 53
+
+
+class InvalidProducerIdMappingError(SparklogError):
+    """A frame names a producer id that is not bound to the sender: the Produce
+    request's producer token for the partition does not bind that id to the
+    connection's principal (docs/security.md; Kafka: INVALID_PRODUCER_ID_MAPPING).
+    Nothing of the request's records for that partition was written."""
+
+    code = 49
+
+
 class UnsupportedSaslMechanismError(SparklogError):
     """The listener does not offer the SASL mechanism asked for (Kafka:
     UNSUPPORTED_SASL_MECHANISM)."""
@@ -351,7 +368,8 @@ KAFKA_ERROR_NAMES = {
     18: "RECORD_LIST_TOO_LARGE", 22: "ILLEGAL_GENERATION", 25: "UNKNOWN_MEMBER_ID",
     27: "REBALANCE_IN_PROGRESS", 35: "UNSUPPORTED_VERSION", 36: "TOPIC_ALREADY_EXISTS",
     40: "INVALID_CONFIG", 42: "INVALID_REQUEST", 45: "OUT_OF_ORDER_SEQUENCE_NUMBER",
-    47: "INVALID_PRODUCER_EPOCH",
+    47: "INVALID_PRODUCER_EPOCH", 49: "INVALID_PRODUCER_ID_MAPPING",
+    53: "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
     24: "INVALID_GROUP_ID", 37: "INVALID_PARTITIONS", 44: "POLICY_VIOLATION", 51: "CONCURRENT_TRANSACTIONS", 56: "KAFKA_STORAGE_ERROR",
     68: "NON_EMPTY_GROUP", 69: "GROUP_ID_NOT_FOUND", 74: "FENCED_LEADER_EPOCH",
     87: "INVALID_RECORD", 29: "TOPIC_AUTHORIZATION_FAILED", 30: "GROUP_AUTHORIZATION_FAILED",

@@ -8,6 +8,7 @@ Examples::
         --resource-pattern-type prefixed
     sparklog acls --add --deny-principal User:mallory --operation All --topic '*'
     sparklog acls --add --allow-principal User:app --operation Read --group app
+    sparklog acls --add --allow-principal User:app --operation Write --transactional-id app-1
     sparklog acls --list --topic events
     sparklog acls --remove --allow-principal User:alice --topic events --force
 """
@@ -40,6 +41,8 @@ def add_parser(subparsers) -> None:
                         "AlterConfigs, IdempotentWrite, ClusterAction, All (repeatable)")
     p.add_argument("--topic", action="append", default=[])
     p.add_argument("--group", action="append", default=[])
+    p.add_argument("--transactional-id", action="append", default=[],
+                   help="a TransactionalId resource (Write: InitProducerId with that id)")
     p.add_argument("--cluster", action="store_true", help="the cluster resource")
     p.add_argument("--resource-pattern-type", default="literal",
                    choices=["literal", "prefixed", "any", "match"])
@@ -50,7 +53,8 @@ def add_parser(subparsers) -> None:
 def _resources(args) -> list[tuple[str, str]]:
     from ..security.acl import CLUSTER
 
-    out = [("Topic", t) for t in args.topic] + [("Group", g) for g in args.group]
+    out = [("Topic", t) for t in args.topic] + [("Group", g) for g in args.group] + \
+        [("TransactionalId", t) for t in args.transactional_id]
     if args.cluster:
         out.append(("Cluster", CLUSTER))
     return out
@@ -61,7 +65,8 @@ def _bindings(args) -> list:
 
     resources = _resources(args)
     if not resources:
-        raise InvalidArgumentError("name a resource: --topic, --group or --cluster")
+        raise InvalidArgumentError("name a resource: --topic, --group, --transactional-id "
+                                   "or --cluster")
     if not args.operation:
         raise InvalidArgumentError("--add needs at least one --operation")
     if args.resource_pattern_type not in ("literal", "prefixed"):

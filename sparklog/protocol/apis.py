@@ -136,7 +136,13 @@ REQUESTS: dict[int, dict] = {
         "timeout_ms": Opt(int, 30000),
         "topics": [{
             "name": str,
-            "partitions": [{"partition": int, "records": bytes}],
+            "partitions": [{
+                "partition": int,
+                "records": bytes,
+                # InitProducerId's token of the producer id the frames name (frames
+                # with a producer id need it: docs/security.md)
+                "producer_token": Opt(bytes, None),
+            }],
         }],
     },
     ApiKey.FETCH: {
@@ -316,6 +322,7 @@ RESPONSES: dict[int, dict] = {
     ApiKey.INIT_PRODUCER_ID: _with_err({
         "producer_id": int,
         "producer_epoch": int,
+        "producer_token": Opt(bytes, b""),    # sent with the id's frames in Produce
     }),
     ApiKey.JOIN_GROUP: _with_err({
         "generation_id": int,

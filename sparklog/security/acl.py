@@ -3,9 +3,9 @@
 An :class:`AclBinding` allows or denies a principal (``User:alice``, or ``User:*``) an
 operation (Read, Write, Create, Delete, Alter, Describe, ClusterAction,
 DescribeConfigs, AlterConfigs, IdempotentWrite, or All) on resources of one type
-(Topic, Group, Cluster) named literally or by prefix (``LITERAL``: the name, or ``*``
-for every resource; ``PREFIXED``: every name starting with it), from a host (``*`` or
-an IP address).
+(Topic, Group, Cluster, or TransactionalId, which takes Write, Describe and All only)
+named literally or by prefix (``LITERAL``: the name, or ``*`` for every resource;
+``PREFIXED``: every name starting with it), from a host (``*`` or an IP address).
 
 :class:`AclAuthorizer` decides as Kafka's does: a super user may do anything; a
 matching DENY wins over any ALLOW; else a matching ALLOW allows, where Read, Write,
@@ -25,13 +25,15 @@ from ..errors import InvalidArgumentError
 from . import audit
 from .store import SecurityStore
 
-RESOURCE_TYPES = ("Topic", "Group", "Cluster")
+RESOURCE_TYPES = ("Topic", "Group", "Cluster", "TransactionalId")
 OPERATIONS = ("All", "Read", "Write", "Create", "Delete", "Alter", "Describe",
               "ClusterAction", "DescribeConfigs", "AlterConfigs", "IdempotentWrite")
 PATTERN_TYPES = ("LITERAL", "PREFIXED")
 PERMISSIONS = ("Allow", "Deny")
 #: the cluster resource's name (Kafka's)
 CLUSTER = "kafka-cluster"
+#: the operations a resource type takes where not all do (Kafka's AclCommand's rule)
+_OPERATIONS_OF = {"TransactionalId": ("Write", "Describe", "All")}
 #: an operation allowed implies these (Kafka's implications)
 _IMPLIES = {"Describe": ("Read", "Write", "Delete", "Alter"),
             "DescribeConfigs": ("AlterConfigs",)}
@@ -74,6 +76,11 @@ class AclBinding:
             raise InvalidArgumentError("an ACL needs a resource name and a host ('*' for any)")
         if self.resource_type == "Cluster" and self.resource_name != CLUSTER:
             raise InvalidArgumentError(f"the cluster resource is named {CLUSTER!r}")
+        only = _OPERATIONS_OF.get(self.resource_type)
+        if only is not None and self.operation not in only:
+            raise InvalidArgumentError(
+                f"resource type {self.resource_type} takes the operations "
+                f"{', '.join(only)}, not {self.operation}")
 
     def matches_resource(self, resource_type: str, name: str) -> bool:
         """True when this ACL names the resource (literally, by ``*`` or by prefix)."""

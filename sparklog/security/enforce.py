@@ -34,7 +34,9 @@ LeaveGroup             the topics one may Describe (as Kafka's consumer, whose
 DescribeGroups         Describe on each group
 DeleteGroups           Delete on each group
 ListGroups             Describe on the cluster, else the groups one may describe
-InitProducerId         IdempotentWrite on the cluster, or Write on some topic
+InitProducerId         with a transactional id: Write on that TransactionalId;
+                       without: IdempotentWrite on the cluster, or Write on some
+                       topic
 DescribeAcls,          Describe on the cluster
 DescribeUserScram...
 CreateAcls,            Alter on the cluster
@@ -52,6 +54,7 @@ from ..errors import (
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
     TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
 )
 from ..protocol.apis import ApiKey
 from ..protocol.codec import error_fields
@@ -67,12 +70,10 @@ class _Check:
     """The authorizer bound to one request's principal and host."""
 
     def __init__(self, authorizer, ctx):
-        from .session import ANONYMOUS
+        from .session import principal_of
 
-        session = getattr(ctx, "session", None)
         self.authorizer = authorizer
-        self.principal = session.principal if session is not None and session.principal \
-            else ANONYMOUS
+        self.principal = principal_of(getattr(ctx, "session", None))
         self.host = ctx.client_host
 
     def __call__(self, operation: str, resource_type: str, name: str, *, quiet=False) -> bool:
@@ -200,6 +201,11 @@ async def authorize(api_key: int, handler, body: dict, ctx, authorizer) -> dict:
         body["groups"] = keep
         extra = [{"group_id": g, **_GROUP_DENIED,
                   **({"state": ""} if key == ApiKey.DESCRIBE_GROUPS else {})} for g in refused]
+    elif key == ApiKey.INIT_PRODUCER_ID and body.get("transactional_id") is not None:
+        if not check("Write", "TransactionalId", body["transactional_id"]):
+            raise TransactionalIdAuthorizationFailedError(
+                f"Transactional Id authorization failed: {check.principal} may not Write "
+                f"transactional id {body['transactional_id']!r}")
     elif key == ApiKey.INIT_PRODUCER_ID:
         if not check("IdempotentWrite", "Cluster", CLUSTER, quiet=True) and \
                 not authorizer.allowed_any(check.principal, check.host, "Write", "Topic"):

@@ -20,6 +20,7 @@ import ssl
 from ..errors import IllegalSaslStateError
 from ..protocol.apis import ApiKey
 from .acl import AclAuthorizer
+from .binding import ProducerIdBinding
 from .config import SecurityConfig
 from .listeners import Listener
 from .quotas import QuotaManager
@@ -33,6 +34,12 @@ ANONYMOUS = "User:ANONYMOUS"
 #: the APIs a connection may use before it authenticated
 BEFORE_AUTHENTICATION = (ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
 _SASL_APIS = (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
+
+
+def principal_of(session) -> str:
+    """The principal a request acts as: its connection's, ``User:ANONYMOUS`` for a
+    request without a session (in-process) or before one is known."""
+    return session.principal if session is not None and session.principal else ANONYMOUS
 
 
 class ConnectionSession:
@@ -87,6 +94,8 @@ class BrokerSecurity:
         self.authorizer = authorizer
         #: the cluster's key of unknown users' made-up salts (the same at every broker)
         self._secret = self.store.unknown_user_key()
+        #: producer tokens: which producer ids a principal may write with
+        self.producer_ids = ProducerIdBinding(self.store)
         #: producer_byte_rate / consumer_byte_rate throttling
         self.quotas = QuotaManager(self.store)
         # read now, not on the event loop's first request (then refreshed in the
@@ -220,4 +229,5 @@ class BrokerSecurity:
             if new_mode is None else f"mode {new_mode:o}")
 
 
-__all__ = ["ANONYMOUS", "BEFORE_AUTHENTICATION", "BrokerSecurity", "ConnectionSession"]
+__all__ = ["ANONYMOUS", "BEFORE_AUTHENTICATION", "BrokerSecurity", "ConnectionSession",
+           "principal_of"]

@@ -110,7 +110,7 @@ def test_idempotent_producer_state_survives_cleaning_and_a_kill(tmp_path):
         def batch(c, pid, epoch, seq):
             data = encode_frame(raw_batch([b"v%d" % seq, b"w%d" % seq], [b"a", b"b"]),
                                 producer_id=pid, producer_epoch=epoch, base_sequence=seq)
-            return produce(c, "idc", 0, data, acks=-1)
+            return produce(c, "idc", 0, data, acks=-1, token=init["producer_token"])
 
         with Connection(proc.address) as c:
             init = c.request(ApiKey.INIT_PRODUCER_ID, {})

@@ -94,9 +94,9 @@ def test_sigterm_clean_shutdown_and_restart(proc, tmp_path):
         assert produce(c, "clean", 0, frame(["after"]))["base_offset"] == 20
 
 
-def _idempotent(c, pid, epoch, seq, values):
+def _idempotent(c, pid, epoch, seq, values, token):
     return produce(c, "idem", 0, frame(values, producer_id=pid, producer_epoch=epoch,
-                                        base_sequence=seq), acks=-1)
+                                        base_sequence=seq), acks=-1, token=token)
 
 
 @pytest.mark.parametrize("restart", ["kill", "sigterm"])
@@ -105,28 +105,28 @@ def test_idempotent_producer_dedup_survives_restart(proc, restart):
     with Connection(proc.address) as c:
         create(c, "idem")
         init = c.request(ApiKey.INIT_PRODUCER_ID, {})
-        pid, epoch = init["producer_id"], init["producer_epoch"]
-        assert _idempotent(c, pid, epoch, 0, ["a", "b"])["base_offset"] == 0
-        assert _idempotent(c, pid, epoch, 2, ["c"])["base_offset"] == 2
-        dup = _idempotent(c, pid, epoch, 2, ["c"])  # a retry after a lost response
+        pid, epoch, token = init["producer_id"], init["producer_epoch"], init["producer_token"]
+        assert _idempotent(c, pid, epoch, 0, ["a", "b"], token)["base_offset"] == 0
+        assert _idempotent(c, pid, epoch, 2, ["c"], token)["base_offset"] == 2
+        dup = _idempotent(c, pid, epoch, 2, ["c"], token)  # a retry after a lost response
         assert dup["error_code"] == 0 and dup["base_offset"] == 2
-        dup = _idempotent(c, pid, epoch, 0, ["a", "b"])  # an older in-flight batch
+        dup = _idempotent(c, pid, epoch, 0, ["a", "b"], token)  # an older in-flight batch
         assert dup["base_offset"] == 0
-        gap = _idempotent(c, pid, epoch, 5, ["x"])
+        gap = _idempotent(c, pid, epoch, 5, ["x"], token)
         assert error_for_code(gap["error_code"]) is OutOfOrderSequenceError
         assert "expected 3" in gap["error_message"]
         assert fetch(c, "idem", 0, 0)["high_watermark"] == 3
     proc.kill() if restart == "kill" else proc.stop()
     proc.start()
     with Connection(proc.address) as c:
-        dup = _idempotent(c, pid, epoch, 2, ["c"])
+        dup = _idempotent(c, pid, epoch, 2, ["c"], token)
         assert dup["error_code"] == 0 and dup["base_offset"] == 2
-        assert _idempotent(c, pid, epoch, 3, ["d"])["base_offset"] == 3
+        assert _idempotent(c, pid, epoch, 3, ["d"], token)["base_offset"] == 3
         # restarting sequences gets a fresh id: the broker bumps no one's epoch (KIP-360)
         fresh = c.request(ApiKey.INIT_PRODUCER_ID, {"producer_id": pid, "producer_epoch": epoch})
         assert fresh["producer_id"] != pid and fresh["producer_epoch"] == 0
-        assert _idempotent(c, pid, epoch + 1, 0, ["e"])["base_offset"] == 4  # its own bump
-        zombie = _idempotent(c, pid, epoch, 4, ["z"])
+        assert _idempotent(c, pid, epoch + 1, 0, ["e"], token)["base_offset"] == 4  # its own bump
+        zombie = _idempotent(c, pid, epoch, 4, ["z"], token)
         assert error_for_code(zombie["error_code"]) is InvalidProducerEpochError
         assert [v.decode() for v in read_values(c, "idem", 0)] == ["a", "b", "c", "d", "e"]
         other = c.request(ApiKey.INIT_PRODUCER_ID, {})["producer_id"]

@@ -82,9 +82,10 @@ def create(conn, name, partitions=1, **configs):
     assert res["topics"][0]["error_code"] == 0, res
 
 
-def produce(conn, topic, records, acks=-1, partition=0):
+def produce(conn, topic, records, acks=-1, partition=0, token=None):
     res = conn.request(ApiKey.PRODUCE, {"acks": acks, "topics": [
-        {"name": topic, "partitions": [{"partition": partition, "records": records}]}]})
+        {"name": topic, "partitions": [{"partition": partition, "records": records,
+                                        "producer_token": token}]}]})
     return res["topics"][0]["partitions"][0]
 
 
@@ -357,14 +358,17 @@ def test_init_producer_id_cannot_fence_another_clients_producer(broker, conn):
     victim = conn.request(ApiKey.INIT_PRODUCER_ID, {})
     pid, epoch = victim["producer_id"], victim["producer_epoch"]
 
+    tokens = {pid: victim["producer_token"]}
+
     def send(p, e, seq, value):
         return produce(conn, topic, frame([value], producer_id=p, producer_epoch=e,
-                                          base_sequence=seq))
+                                          base_sequence=seq), token=tokens[p])
 
     assert send(pid, epoch, 0, "a")["error_code"] == 0
     # another client names the victim's id and epoch (seen in the log) and uses the answer
     other = conn.request(ApiKey.INIT_PRODUCER_ID, {"producer_id": pid, "producer_epoch": epoch})
     assert other["error_code"] == 0 and other["producer_id"] != pid, other
+    tokens[other["producer_id"]] = other["producer_token"]
     assert send(other["producer_id"], other["producer_epoch"], 0, "b")["error_code"] == 0
     assert send(pid, epoch, 1, "c")["error_code"] == 0  # the victim is not fenced
     assert send(pid, epoch + 1, 0, "d")["error_code"] == 0  # its own next epoch

@@ -19,13 +19,15 @@ def create(conn, name, partitions=1, **extra):
     return res["topics"][0]
 
 
-def produce(conn, topic, partition, records, acks=1):
+def produce(conn, topic, partition, records, acks=1, token=None):
     """Produce to one partition; ``records`` is a frame's bytes, or values (str or bytes)
-    sent as one frame. The partition's result (``error_code``, ``base_offset``...)."""
+    sent as one frame; ``token``: the producer token InitProducerId answered, for frames
+    with a producer id. The partition's result (``error_code``, ``base_offset``...)."""
     if not isinstance(records, (bytes, bytearray, memoryview)):
         records = frame_of(records)
     res = conn.request(ApiKey.PRODUCE, {"acks": acks, "topics": [
-        {"name": topic, "partitions": [{"partition": partition, "records": records}]}]})
+        {"name": topic, "partitions": [{"partition": partition, "records": records,
+                                        "producer_token": token}]}]})
     return res["topics"][0]["partitions"][0]
 
 

@@ -133,7 +133,7 @@ class Broker:
                                            metrics=self.metrics)
         self.producer_ids = ProducerIdManager(
             self.store, self.partitions, block_size=self.config.producer_id_block_size,
-            run_io=self.run_io)
+            run_io=self.run_io, binding=self.security.producer_ids)
         #: cluster mode: opens/closes partitions as ZooKeeper assigns leaders (else None)
         self.leadership: BrokerLeadership | None = None
         #: standalone mode: who ran this broker before, and whether it died
@@ -303,7 +303,8 @@ class Broker:
     def _make_handlers(self) -> dict:
         """Every API's handler, each bound to the collaborators it uses."""
         records = RecordApis(self.partitions, self.config, run_io=self.run_io,
-                             refusals=self.refusals, metrics=self.metrics)
+                             refusals=self.refusals, metrics=self.metrics,
+                             producer_ids=self.producer_ids)
         topics = TopicApis(self.partitions, self.store, self.config, run_io=self.run_io,
                            leadership=self.leadership, listener=self.advertised_address,
                            storage_uri=self.storage_uri, cleaner=self.cleaner,

@@ -52,6 +52,7 @@ import logging
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -112,6 +113,8 @@ class ProduceItem:
     acks: int
     future: asyncio.Future
     frames: list = field(default_factory=list)
+    #: ``bound(frames)`` raises unless the sender may use the frames' producer ids
+    bound: Callable[[list], None] | None = None
 
 
 class ProduceResult(NamedTuple):
@@ -316,15 +319,17 @@ class PartitionWriter:
         return plog, state, snapshots
 
     # --- produce --------------------------------------------------------------------------------
-    def submit(self, records: bytes, acks: int) -> asyncio.Future:
+    def submit(self, records: bytes, acks: int, bound=None) -> asyncio.Future:
         """Queue one request's records; the future gets a ProduceResult (already, when
-        the request was appended on the spot: module docstring)."""
+        the request was appended on the spot: module docstring). ``bound(frames)``, once
+        the frames are validated, raises if the sender may not use their producer ids
+        (:meth:`~sparklog.writer.broker.producer_ids.ProducerIdManager.binder`)."""
         future = self.loop.create_future()
         if self._closing:
             future.set_result(ProduceResult(error=SparklogError(
                 f"partition {self.name} is shutting down")))
             return future
-        item = ProduceItem(records, acks, future)
+        item = ProduceItem(records, acks, future, bound=bound)
         # an idle writer (nothing queued, no batch of its own in progress) would take
         # this request alone at its next turn: when it may be appended on the event
         # loop, append it now, in the caller's turn (the future is done on return)
@@ -569,6 +574,8 @@ class PartitionWriter:
             try:
                 leo = plog.log_end_offset
                 self._validate(item, max_size)
+                if item.bound is not None:
+                    item.bound(item.frames)
                 records = memoryview(item.records)
                 if records.readonly:  # a small request arrives as bytes: stamp a copy
                     records = memoryview(bytearray(records))

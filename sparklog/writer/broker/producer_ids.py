@@ -1,12 +1,18 @@
 """Producer ids of idempotent producers: :class:`ProducerIdManager` answers
 InitProducerId from blocks of ids reserved in the coordination store (Kafka's
-ProducerIdManager and its ``/latest_producer_id_block``)."""
+ProducerIdManager and its ``/latest_producer_id_block``), with the producer token
+binding the id to the caller's principal (:mod:`sparklog.security.binding`), and the
+check that the frames of a Produce request name only producer ids their token binds to
+the sender (:meth:`ProducerIdManager.binder`)."""
 
 from __future__ import annotations
 
-from ...errors import InvalidArgumentError, InvalidProducerEpochError
+from ...errors import InvalidArgumentError, InvalidProducerEpochError, InvalidProducerIdMappingError
+from ...format.header import NO_PRODUCER_ID
 from ...names import validate_transactional_id
 from ...protocol.apis import ApiKey
+from ...security.binding import ProducerIdBinding
+from ...security.session import principal_of
 
 _NO_ERROR = {"error_code": 0, "error_message": ""}
 
@@ -16,10 +22,14 @@ class ProducerIdManager:
     blocks of ``block_size`` ids, ``producer.id.block.size``); ``partitions``: the
     broker's :class:`~sparklog.writer.broker.partitions.PartitionManager` (the producer
     epochs its open partitions know); ``run_io`` runs a blocking call on the I/O
-    threads. Transactional ids and their holders are kept in memory."""
+    threads; ``binding`` issues and checks producer tokens (the broker's
+    :attr:`~sparklog.security.session.BrokerSecurity.producer_ids`). Transactional ids
+    and their holders are kept in memory."""
 
-    def __init__(self, store, partitions, *, block_size: int, run_io):
+    def __init__(self, store, partitions, *, block_size: int, run_io,
+                 binding: ProducerIdBinding):
         self.store = store
+        self.binding = binding
         self.partitions = partitions
         self.block_size = block_size
         self.run_io = run_io
@@ -44,6 +54,10 @@ class ProducerIdManager:
           refused otherwise (a fenced producer: InvalidProducerEpochError); either way
           the id is never bumped for the caller, so nobody can fence another client's
           producer id.
+
+        The answer carries the ``producer_token`` binding the id to the caller's
+        principal (:meth:`binder`); the authorizer has checked Write on the
+        transactional id (:mod:`sparklog.security.enforce`).
         """
         if body["transactional_id"] is not None:
             validate_transactional_id(body["transactional_id"])
@@ -66,7 +80,7 @@ class ProducerIdManager:
             else:  # a new transactional id, or its epochs are used up
                 pid, epoch = await self._new_producer_id(), 0
             self._transactional[tid] = (pid, epoch)
-            return {**_NO_ERROR, "producer_id": pid, "producer_epoch": epoch}
+            return self._answer(pid, epoch, ctx)
         if pid >= 0:
             for w in list(self.partitions.writers.values()):
                 known = w.state.producers.get(pid)
@@ -74,7 +88,32 @@ class ProducerIdManager:
                     raise InvalidProducerEpochError(
                         f"InitProducerId: producer id {pid} epoch {epoch} is older than "
                         f"epoch {known.epoch} already used on partition {w.name} (fenced)")
-        return {**_NO_ERROR, "producer_id": await self._new_producer_id(), "producer_epoch": 0}
+        return self._answer(await self._new_producer_id(), 0, ctx)
+
+    def _answer(self, pid: int, epoch: int, ctx) -> dict:
+        token = self.binding.token(pid, principal_of(getattr(ctx, "session", None)))
+        return {**_NO_ERROR, "producer_id": pid, "producer_epoch": epoch,
+                "producer_token": token}
+
+    def binder(self, token, ctx, partition: str):
+        """The check a partition's writer runs on the validated frames of one Produce
+        request (``bound(frames)``, frames as ``(position, header)``): it raises
+        InvalidProducerIdMappingError unless every producer id they name is bound by
+        ``token`` (the request's ``producer_token`` for ``partition``) to the principal
+        of the request's connection (``ctx``). It runs before the producer state is
+        consulted, so a refused request changes no producer state."""
+        principal = principal_of(getattr(ctx, "session", None))
+
+        def bound(frames) -> None:
+            for pid in {h.producer_id for _, h in frames} - {NO_PRODUCER_ID}:
+                if not self.binding.bound(pid, principal, token):
+                    what = "without a producer token" if not token else \
+                        "with a producer token that does not bind it to this principal"
+                    raise InvalidProducerIdMappingError(
+                        f"partition {partition}: frames of producer id {pid} sent by "
+                        f"{principal} {what}: a producer id may only be used by the "
+                        "client that obtained it with InitProducerId (and its principal)")
+        return bound
 
     async def _new_producer_id(self) -> int:
         """The next producer id of the block this broker reserved (a new block when it

@@ -34,6 +34,7 @@ from ...protocol.codec import FileRegion, error_fields
 from .config import BrokerConfig
 from .partition import ProduceResult
 from .partitions import PartitionManager
+from .producer_ids import ProducerIdManager
 from .refusals import RefusalLog
 
 log = logging.getLogger(__name__)
@@ -68,11 +69,14 @@ class RecordApis:
     """The record handlers (module docstring) and what they use: ``partitions`` (the
     broker's :class:`~sparklog.writer.broker.partitions.PartitionManager`: writers,
     leadership checks, storage), ``config`` (``fetch.max.bytes``), ``run_io`` (runs a
-    blocking call on the I/O threads), ``refusals`` (logs refused writes) and
-    ``metrics`` (or None)."""
+    blocking call on the I/O threads), ``refusals`` (logs refused writes),
+    ``metrics`` (or None) and ``producer_ids`` (the broker's
+    :class:`~sparklog.writer.broker.producer_ids.ProducerIdManager`: whose producer
+    ids a Produce request's frames may name)."""
 
     def __init__(self, partitions: PartitionManager, config: BrokerConfig, *, run_io,
-                 refusals: RefusalLog, metrics=None):
+                 refusals: RefusalLog, producer_ids: ProducerIdManager, metrics=None):
+        self.producer_ids = producer_ids
         self.partitions = partitions
         self.config = config
         self.run_io = run_io
@@ -93,7 +97,10 @@ class RecordApis:
     async def produce(self, body, ctx) -> dict | None:
         """Produce: each partition's records queued on its writer in the connection's
         arrival order; answered once every partition's append is done (acks 1 or all) or
-        ``timeout_ms`` passed; no answer with acks=0."""
+        ``timeout_ms`` passed; no answer with acks=0. A partition whose frames name a
+        producer id its ``producer_token`` does not bind to the sender is refused
+        (InvalidProducerIdMapping) once its frames are validated, before they reach
+        the producer state."""
         acks = body["acks"]
         if acks not in (ACKS_NONE, ACKS_LEADER, ACKS_ALL):
             raise InvalidArgumentError(f"Produce.acks={acks} must be 0, 1 or -1 (all)")
@@ -104,9 +111,12 @@ class RecordApis:
                 for p in t["partitions"]:
                     try:
                         w = await self.partitions.writer(t["name"], p["partition"])
+                        bound = self.producer_ids.binder(
+                            p.get("producer_token"), ctx, f"{t['name']}-{p['partition']}")
                         wakes = w.wakes
                         pending.append((t["name"], p["partition"],
-                                        w.submit(p["records"], acks), len(p["records"])))
+                                        w.submit(p["records"], acks, bound),
+                                        len(p["records"])))
                         woke = woke or w.wakes != wakes
                     except SparklogError as exc:
                         pending.append((t["name"], p["partition"], exc, 0))

@@ -258,10 +258,11 @@ class ProducerBatch:
 class InFlightBatch:
     """What one produce request carries for one partition: one or more ProducerBatches,
     one frame each (``frame`` holds them all, the first one's sequence number is
-    ``base_sequence``); kept unchanged across retries."""
+    ``base_sequence``; ``token`` is the producer token of the identity it was stamped
+    under, sent with it); kept unchanged across retries."""
 
     __slots__ = ("tp", "batches", "record_count", "size", "frame", "base_sequence",
-                 "epoch", "producer_id", "attempts", "retry_at", "created", "last_error",
+                 "epoch", "producer_id", "token", "attempts", "retry_at", "created", "last_error",
                  "finished", "order")
 
     def __init__(self, tp: tuple, batches: list):
@@ -271,6 +272,7 @@ class InFlightBatch:
         self.base_sequence = -1
         self.epoch = -1
         self.producer_id = -1  # with epoch: the producer identity its sequence belongs to
+        self.token: bytes | None = None
         self.attempts = 0
         self.retry_at = 0.0
         self.created = batches[0].created

@@ -7,7 +7,9 @@ manager alone changes that identity and the sequences.
 **The identity** (producer id and epoch) goes through three states:
 
 * ``UNINITIALIZED`` → ``READY``: :meth:`IdempotenceManager.init_if_needed` gets a
-  producer id (InitProducerId); every partition's sequence starts at 0.
+  producer id (InitProducerId) and its producer token, which every Produce request
+  sends beside the id's frames (the broker refuses them without it); every partition's
+  sequence starts at 0.
 * ``READY`` → ``BUMP_NEEDED``: a batch failed for good and may be in the log (its outcome
   is unknown, or later batches of its partition were sent after it), so its sequences
   cannot be reused nor skipped; or the broker refused it out of order with no earlier
@@ -85,6 +87,9 @@ class IdempotenceManager:
         self.state = IdentityState.UNINITIALIZED
         self.producer_id = -1
         self.producer_epoch = -1
+        #: InitProducerId's token: sent with every frame of the identity (the broker
+        #: refuses a producer id's frames without it: docs/security.md)
+        self.producer_token: bytes | None = None
         self._sequences: dict[tuple, int] = {}
         self._lock = threading.Lock()
 
@@ -101,6 +106,7 @@ class IdempotenceManager:
         with self._lock:
             self.producer_id = resp["producer_id"]
             self.producer_epoch = resp["producer_epoch"]
+            self.producer_token = resp.get("producer_token") or None
             self._sequences.clear()
             self.state = IdentityState.READY
 
@@ -115,6 +121,7 @@ class IdempotenceManager:
         identity and its first frame's sequence (``base_sequence``)."""
         with self._lock:
             item.producer_id, item.epoch = self.producer_id, self.producer_epoch
+            item.token = self.producer_token
             out = []
             for frame, count in frames:
                 seq = self._sequences.get(item.tp, 0)
@@ -133,6 +140,7 @@ class IdempotenceManager:
         seq = item.base_sequence
         for piece in pieces:
             piece.producer_id, piece.epoch = item.producer_id, item.epoch
+            piece.token = item.token
             batch = piece.batches[0]
             piece.base_sequence = seq
             piece.frame = restamp_producer(batch.frame, item.producer_id, item.epoch, seq)

@@ -291,7 +291,10 @@ class Sender(threading.Thread):
     def _send_request(self, node_id: int, group: list[InFlightBatch]) -> None:
         topics: dict[str, list] = defaultdict(list)
         for item in group:
-            topics[item.tp[0]].append({"partition": item.tp[1], "records": item.frame})
+            part = {"partition": item.tp[1], "records": item.frame}
+            if item.token:  # the identity's token: the broker refuses its frames without
+                part["producer_token"] = item.token
+            topics[item.tp[0]].append(part)
         body = {"acks": self.acks, "timeout_ms": self.request_timeout_ms,
                 "topics": [{"name": t, "partitions": p} for t, p in topics.items()]}
         expect = self.acks != ACKS_NONE
