@@ -228,3 +228,28 @@ def test_new_leader_keeps_a_lost_tail_offline(zookeeper, storage_root, tmp_path)
         with Connection(new.address) as conn:
             item = produce(conn, topic, 0, frame_of(["after"]), acks=-1)
             assert item["error_code"] == 0 and item["base_offset"] == TOTAL, item
+
+
+def test_delete_records_moves_the_log_start(broker):
+    """On a healthy partition DeleteRecords is Kafka's: the log start offset moves up to
+    the offset given (-1: the high watermark), never past the high watermark."""
+    from tests.support.shell import ok, sparklog
+
+    topic = "trimmed"
+    tp = TopicPartition(topic, 0)
+    with Connection(broker.address) as conn:
+        assert create(conn, topic, configs=SMALL_SEGMENTS)["error_code"] == 0
+        fill(conn, topic)
+        with Admin(bootstrap_servers=broker.address) as admin:
+            assert admin.delete_records({tp: 15}) == {tp: 15}
+            assert admin.delete_records({tp: 5}) == {tp: 15}  # never moves back
+            with pytest.raises(OffsetOutOfRangeError, match="high watermark is 30"):
+                admin.delete_records({tp: TOTAL + 1})
+        assert error_for_code(fetch(conn, topic, 0, 14)["error_code"]) is OffsetOutOfRangeError
+        item = fetch(conn, topic, 0, 15)
+        assert item["error_code"] == 0 and item["log_start_offset"] == 15, item
+        out = ok(sparklog("topics", "delete-records", "--topic", topic, "--partition", "0",
+                          bootstrap=broker.address))
+        assert out == f"Partition {topic}-0 now starts at offset {TOTAL}.\n"
+        item = produce(conn, topic, 0, frame_of(["next"]), acks=-1)
+        assert item["error_code"] == 0 and item["base_offset"] == TOTAL, item
