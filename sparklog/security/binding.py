@@ -19,22 +19,19 @@ is refused (INVALID_PRODUCER_ID_MAPPING) before it reaches the partition.
   TLS there.
 
 The key is one per cluster, in the coordination store's shared document
-``security/producer-ids`` (made once by whichever broker starts first, compare-and-set),
-so any broker verifies a token another broker issued, after leadership moves and
-restarts, without any per-producer state. Losing the document makes every token
-invalid: producers then need a new producer id.
+``security/producer-ids`` (:meth:`~sparklog.security.store.SecurityStore.cluster_key`:
+made once by whichever broker needs it first), so any broker verifies a token another
+broker issued, after leadership moves and restarts, without any per-producer state.
+Losing the document makes every token invalid: producers then need a new producer id.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 
-from .store import SecurityStore
+from .store import PRODUCER_TOKEN_KEY, SecurityStore
 
-#: the shared document of the key
-DOCUMENT = "producer-ids"
 TOKEN_SIZE = 16
 
 
@@ -43,14 +40,7 @@ class ProducerIdBinding:
     from ``store`` at construction."""
 
     def __init__(self, store: SecurityStore):
-        def ensure(doc):
-            if not doc.get("token_key"):
-                doc["token_key"] = os.urandom(32).hex()
-            return doc
-        doc = store.read(DOCUMENT)
-        if not doc.get("token_key"):
-            doc = store.update(DOCUMENT, ensure)
-        self._key = bytes.fromhex(doc["token_key"])
+        self._key = store.cluster_key(PRODUCER_TOKEN_KEY)
 
     def token(self, producer_id: int, principal: str) -> bytes:
         """The token binding ``producer_id`` to ``principal``."""

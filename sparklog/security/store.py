@@ -7,7 +7,9 @@ administrators changing them at once both succeed, one after the other):
   (Kafka's credential text; never a password);
 * ``acls``: ``{"acls": [binding, ...]}`` (see :class:`~sparklog.security.acl.AclBinding`);
 * ``salt-key``: ``{"key": <base64 of 32 random bytes>}``, written once: the key of the
-  made-up salts of unknown users (:meth:`SecurityStore.unknown_user_key`).
+  made-up salts of unknown users (:meth:`SecurityStore.unknown_user_key`);
+* ``producer-ids``: the same form, the key of producer tokens
+  (:mod:`sparklog.security.binding`).
 
 They are the coordination store's shared documents ``security/<name>``
 (:meth:`~sparklog.coordination.base.CoordinationStore.update_document`): in cluster mode
@@ -33,6 +35,8 @@ log = logging.getLogger(__name__)
 
 #: the document of the key of unknown users' made-up salts
 SALT_KEY = "salt-key"
+#: the document of the key of producer tokens
+PRODUCER_TOKEN_KEY = "producer-ids"
 
 
 class SecurityStore:
@@ -117,20 +121,24 @@ class SecurityStore:
 
     def unknown_user_key(self) -> bytes:
         """The cluster's key of unknown users' made-up SCRAM salts
-        (:func:`~sparklog.security.scram.unknown_user_credential`): 32 random bytes
-        stored once in the document ``salt-key`` (the first broker to need it writes it,
-        with compare-and-set, so every broker of the cluster and every restart uses the
-        same)."""
-        doc = self.read(SALT_KEY)
+        (:func:`~sparklog.security.scram.unknown_user_credential`), in the document
+        ``salt-key`` (:meth:`cluster_key`)."""
+        return self.cluster_key(SALT_KEY)
+
+    def cluster_key(self, name: str) -> bytes:
+        """The cluster's secret key kept in document ``name``: 32 random bytes stored
+        once (the first broker to need it writes it, with compare-and-set, so every
+        broker of the cluster and every restart uses the same)."""
+        doc = self.read(name)
         if not doc.get("key"):
-            doc = self.update(SALT_KEY, lambda d: d if d.get("key") else
+            doc = self.update(name, lambda d: d if d.get("key") else
                               {"key": base64.b64encode(os.urandom(32)).decode()})
         try:
             key = base64.b64decode(doc["key"], validate=True)
         except (ValueError, TypeError):
             key = b""
         if len(key) < 16:
-            raise CoordinationError(f"the coordination store's security/{SALT_KEY} document "
+            raise CoordinationError(f"the coordination store's security/{name} document "
                                     "holds no valid key (base64 of 32 bytes): delete it and "
                                     "restart the brokers to make a new one")
         return key
