@@ -204,6 +204,132 @@ def test_gssapi_listener_authenticates_keytab_clients_as_acl_principals(kdc):
     assert "STILL SERVING True" in out, out
 
 
+#: A broker whose JVM's krb5.conf names another default realm (PARTNER.EXAMPLE) than the
+#: KDC's (EXAMPLE.COM, which it still reaches), with two GSSAPI listeners: DEFAULT rules
+#: on one, Kafka RULE: rules on the other (``sys.argv[5]``). Prints what each client
+#: principal became, and the audit log's lines.
+RULES_SCRIPT = """
+import logging, sys, tempfile
+from sparklog.admin import Admin
+from sparklog.protocol import ApiKey, Connection
+from sparklog.security.acl import AclBinding
+from sparklog.security.client import ClientSecurity
+from sparklog.writer.broker.embedded import EmbeddedBroker
+broker_principal, broker_keytab, keytab, rules = sys.argv[1:5]
+clients = sys.argv[5:]
+audit = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        audit.append(record.getMessage())
+logging.getLogger("sparklog.audit").addHandler(Keep())
+logging.getLogger("sparklog.audit").setLevel(logging.INFO)
+jaas = ('com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true '
+        f'storeKey=true keyTab="{broker_keytab}" principal="{broker_principal}";')
+props = {"listeners": "LOCAL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,RULES://127.0.0.1:0",
+         "listener.security.protocol.map": "LOCAL:PLAINTEXT,RULES:SASL_PLAINTEXT",
+         "sasl.enabled.mechanisms": "GSSAPI", "sasl.kerberos.service.name": "kafka",
+         "gssapi.sasl.jaas.config": jaas,
+         "listener.name.rules.sasl.kerberos.principal.to.local.rules": rules,
+         "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+         "super.users": "User:ANONYMOUS;User:admin"}
+with EmbeddedBroker("file://" + tempfile.mkdtemp(), props) as broker:
+    addresses = broker.broker.listener_addresses
+    with Admin(addresses["LOCAL"]) as admin:
+        admin.create_topic("kerb", 1)
+        admin.create_acls([AclBinding("User:analyst", "*", "Describe", "Allow", "Topic",
+                                      "kerb")])
+    for listener in ("SASL_PLAINTEXT", "RULES"):
+        for principal in clients:
+            security = ClientSecurity.from_configs({
+                "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "GSSAPI",
+                "sasl_kerberos_service_name": "kafka",
+                "sasl_kerberos_principal": principal, "sasl_kerberos_keytab": keytab})
+            try:
+                with Connection(addresses[listener], timeout=30, security=security) as conn:
+                    answer = conn.request(ApiKey.METADATA, {
+                        "topics": ["kerb"], "allow_auto_topic_creation": False})
+                    print("RESULT", listener, principal, "topic error",
+                          answer["topics"][0]["error_code"])
+            except Exception as e:
+                print("RESULT", listener, principal, "refused", type(e).__name__)
+for line in audit:
+    print("AUDIT", line)
+"""
+
+
+def _other_default_realm(kdc, directory) -> str:
+    """A copy of the KDC's krb5.conf whose default realm is PARTNER.EXAMPLE (a realm
+    without a KDC), the KDC's realm still reachable for 127.0.0.1's services."""
+    text = open(kdc.krb5_conf).read()
+    text = re.sub(r"default_realm\s*=\s*\S+", "default_realm = PARTNER.EXAMPLE", text)
+    text += f"\n[domain_realm]\n  127.0.0.1 = {kdc.realm}\n"
+    path = os.path.join(str(directory), "krb5-partner.conf")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def test_principals_of_another_realm_are_refused_unless_a_rule_maps_them(kdc, tmp_path):
+    """The broker's default realm is its krb5.conf's (PARTNER.EXAMPLE here), so with
+    DEFAULT rules ``analyst@EXAMPLE.COM`` and ``admin/laptop@EXAMPLE.COM`` are refused
+    ("No rules apply", audited) instead of becoming User:analyst and the super user
+    User:admin; on the listener with RULE: rules they are User:analyst (allowed to
+    describe ``kerb``) and User:admin-laptop (not a super user: denied)."""
+    broker_keytab = kdc.keytab("kafka-rules.keytab", "kafka/127.0.0.1")
+    keytab = kdc.keytab("clients.keytab", "analyst", "admin/laptop")
+    rules = (r"RULE:[2:$1-$2@$0](admin-laptop@EXAMPLE\.COM)s/@.*//,"
+             r"RULE:[1:$1@$0](.*@EXAMPLE\.COM)s/@.*//L,DEFAULT")
+    env = _kerberos_env(kdc, "")
+    env["HADOOP_CLIENT_OPTS"] = f"-Djava.security.krb5.conf={_other_default_realm(kdc, tmp_path)}"
+    analyst, admin = kdc.principal("analyst"), kdc.principal("admin/laptop")
+    proc = subprocess.run(
+        [sys.executable, "-c", RULES_SCRIPT, kdc.principal("kafka/127.0.0.1"), broker_keytab,
+         keytab, rules, analyst, admin],
+        env=_client_env(env), cwd=str(ROOT), capture_output=True, text=True, timeout=300,
+        stdin=subprocess.DEVNULL)
+    out = proc.stdout
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"RESULT SASL_PLAINTEXT {analyst} refused" in out, (out, proc.stderr[-3000:])
+    assert f"RESULT SASL_PLAINTEXT {admin} refused" in out, out
+    assert f"No rules apply to {analyst}, rules [DEFAULT]" in out, out
+    assert f"RESULT RULES {analyst} topic error 0" in out, out
+    assert f"RESULT RULES {admin} topic error 29" in out, out
+    assert "principal=User:admin-laptop" in out and "principal=User:admin " not in out, out
+
+
+def test_principal_to_local_rules_follow_kafkas_short_namer():
+    """Kafka's KerberosShortNamer without a KDC: DEFAULT maps the default realm only,
+    RULE:[n:format](regex)s/from/to/g with /L and /U, the first rule that applies wins,
+    a result with '/' or '@' is refused, and a malformed rule names itself."""
+    from sparklog.errors import InvalidConfigError
+    from sparklog.security.principals import KerberosShortNamer, NoMatchingRule
+
+    default = KerberosShortNamer.from_rules("DEFAULT", "EXAMPLE.COM")
+    assert default.short_name("admin/laptop@EXAMPLE.COM") == "admin"
+    assert default.short_name("alice@EXAMPLE.COM") == "alice"
+    assert default.short_name("alice") == "alice"  # no realm: Kafka keeps the primary
+    with pytest.raises(NoMatchingRule, match=r"No rules apply to admin/laptop@PARTNER"
+                                             r"\.EXAMPLE, rules \[DEFAULT\]"):
+        default.short_name("admin/laptop@PARTNER.EXAMPLE")
+    with pytest.raises(NoMatchingRule, match="Malformed Kerberos name"):
+        default.short_name("a@b@C")
+    rules = KerberosShortNamer.from_rules(
+        r"RULE:[2:$1@$0](.*@PARTNER\.EXAMPLE)s/@.*/-partner/L, "
+        r"RULE:[1:$1@$0](.*@PARTNER\.EXAMPLE)s/(.*)@(.*)/$2_$1/U,"
+        r"RULE:[1:$1](x.*)s/x/y/g,RULE:[1:$1@$0](bad@.*),DEFAULT", "EXAMPLE.COM")
+    assert rules.short_name("Admin/Laptop@PARTNER.EXAMPLE") == "admin-partner"
+    assert rules.short_name("bob@PARTNER.EXAMPLE") == "PARTNER.EXAMPLE_BOB"
+    assert rules.short_name("xaxbx@OTHER.ORG") == "yayby"
+    assert rules.short_name("carol/host@EXAMPLE.COM") == "carol"
+    with pytest.raises(NoMatchingRule, match="Non-simple name bad@OTHER"):
+        rules.short_name("bad@OTHER")
+    with pytest.raises(NoMatchingRule, match="No rules apply to carol/host@OTHER"):
+        rules.short_name("carol/host@OTHER")
+    for bad in ("RULE:[one:$1]", "DEFAULTS", "RULE:[1:$1](a(b)", ""):
+        with pytest.raises(InvalidConfigError, match="sasl.kerberos.principal.to.local.rules"):
+            KerberosShortNamer.from_rules(bad, "EXAMPLE.COM")
+
+
 def _client_env(changes: dict) -> dict:
     """os.environ with ``changes`` (None: removed) and this repository on PYTHONPATH."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
