@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable
+from typing import Any, Callable
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class SegmentSealer:
     """The background sealing of one partition's rolled segments."""
 
     def __init__(self, name: str, on_error: Callable[[BaseException], None],
-                 on_sealed: Callable[[object], None] | None = None):
+                 on_sealed: Callable[[Any], None] | None = None):
         self.name = name
         self._on_error = on_error
         #: called with each segment once it is sealed (durable)
