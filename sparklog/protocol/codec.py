@@ -34,6 +34,9 @@ REQUEST_HEADER_SIZE = _REQ_HEADER.size
 VIEW_DECODE_MIN_BYTES = 64 * 1024
 #: Kafka's socket.request.max.bytes default (100 MiB)
 DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024
+#: the longest client id in a request header, in bytes: a client id is at most 255
+#: characters (:func:`sparklog.names.validate_client_id`, 4 UTF-8 bytes at most each);
+#: Kafka's header allows 32767 bytes, the broker refuses more than this
 MAX_CLIENT_ID_BYTES = 1024
 
 _BIN8, _BIN16, _BIN32 = 0xC4, 0xC5, 0xC6
@@ -119,8 +122,8 @@ def encode_request_parts(api_key: int, body: dict | None, correlation_id: int,
 def decode_request_header(payload) -> tuple[RequestHeader, int]:
     """Decode the header at the start of a request ``payload`` (size prefix removed).
 
-    Returns (header, position of the body). Raises InvalidArgumentError if truncated or
-    if the client id is not UTF-8.
+    Returns (header, position of the body). Raises InvalidArgumentError if truncated,
+    if the client id is longer than :data:`MAX_CLIENT_ID_BYTES` or not UTF-8.
     """
     view = memoryview(payload)
     if len(view) < REQUEST_HEADER_SIZE:
@@ -128,6 +131,10 @@ def decode_request_header(payload) -> tuple[RequestHeader, int]:
             f"request header truncated: {len(view)} bytes, needs {REQUEST_HEADER_SIZE}")
     api_key, api_version, correlation_id, cid_len = _REQ_HEADER.unpack_from(view, 0)
     end = REQUEST_HEADER_SIZE + max(cid_len, 0)
+    if cid_len > MAX_CLIENT_ID_BYTES:  # a client may not send it (validate_client_id)
+        raise InvalidArgumentError(
+            f"request header: client_id is {cid_len} bytes, the limit is "
+            f"{MAX_CLIENT_ID_BYTES} (correlation id {correlation_id})")
     if cid_len < 0 or end > len(view):
         raise InvalidArgumentError(
             f"request header: client_id length {cid_len} does not fit in "

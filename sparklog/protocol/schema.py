@@ -95,14 +95,14 @@ def _fail(path: str, spec, value):
 
 
 class _Refused(Exception):
-    """A compiled check refused a value (the interpreter then says why)."""
+    """A compiled check refused a value (the interpreter then says why).
 
-
-_REFUSED = _Refused()
+    Raised as a fresh instance each time: an instance raised again keeps growing the
+    traceback it carries, and with it every refused value and the frames around it."""
 
 
 def _refuse(_value=None):
-    raise _REFUSED
+    raise _Refused
 
 
 def _default_of(default):
@@ -122,20 +122,20 @@ def _compile(spec):
             def check_int(v):
                 if v.__class__ is int or (isinstance(v, int) and not isinstance(v, bool)):
                     return v
-                raise _REFUSED
+                raise _Refused
             return check_int
 
         def check_type(v, kind=spec):
             if _type_ok(v, kind):
                 return v
-            raise _REFUSED
+            raise _Refused
         return check_type
     if isinstance(spec, list):
         item = _compile(spec[0])
 
         def check_list(v):
             if not isinstance(v, list):
-                raise _REFUSED
+                raise _Refused
             return [item(x) for x in v]
         return check_list
     if isinstance(spec, dict):
@@ -148,14 +148,14 @@ def _compile(spec):
 
         def check_map(v):
             if not isinstance(v, dict):
-                raise _REFUSED
+                raise _Refused
             out = dict(v)
             for name, fn, default in fields:
                 present = out.get(name)
                 if default is not None:
                     out[name] = default() if present is None else fn(present)
                 elif present is None and name not in out:
-                    raise _REFUSED
+                    raise _Refused
                 else:
                     out[name] = fn(present)
             return out
@@ -168,7 +168,7 @@ def _compile(spec):
 
         def check_free_map(v):
             if not isinstance(v, dict):
-                raise _REFUSED
+                raise _Refused
             return {key(k): value(x) for k, x in v.items()}
         return check_free_map
     if isinstance(spec, OneOf):
@@ -180,7 +180,7 @@ def _compile(spec):
                     return option(v)
                 except _Refused:
                     continue
-            raise _REFUSED
+            raise _Refused
         return check_one_of
     return _refuse  # a bad spec: the interpreter raises TypeError naming it
 
@@ -202,7 +202,8 @@ def check(value, spec, path: str = "body"):
     try:
         return entry[1](value)
     except _Refused:
-        return _interpret(value, spec, path)
+        pass  # named outside the handler: its error does not chain the refusal
+    return _interpret(value, spec, path)
 
 
 def _interpret(value, spec, path: str):

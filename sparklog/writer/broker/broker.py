@@ -56,7 +56,7 @@ from .partitions import PartitionManager
 from .producer_ids import ProducerIdManager
 from .records_api import RecordApis
 from .refusals import RefusalLog
-from .topics_api import TopicApis
+from .topics_api import TopicApis, deduplicate
 
 log = logging.getLogger(__name__)
 
@@ -367,6 +367,7 @@ class Broker:
         name = api_name(header.api_key)
         try:
             body = decode_request_body(header, payload, position)
+            deduplicate(header.api_key, body)
             handler = self.handlers[header.api_key]
             if self.security.authorizer is None:
                 response = await handler(body, ctx)

@@ -30,10 +30,14 @@ from ...errors import (
     UnknownMemberIdError,
 )
 from ...names import validate_group_id
+from .config import MAX_INT
 
 log = logging.getLogger(__name__)
 
 EMPTY, PREPARING, STABLE, DEAD = "Empty", "PreparingRebalance", "Stable", "Dead"
+#: the largest JoinGroup rebalance timeout: Kafka's field is an INT32 (a consumer's
+#: ``max.poll.interval.ms`` may be as large as Integer.MAX_VALUE)
+MAX_REBALANCE_TIMEOUT_MS = MAX_INT
 
 
 @dataclass
@@ -99,9 +103,10 @@ class GroupCoordinator:
                 f"group {group_id!r}: session_timeout_ms={session_timeout_ms} is outside "
                 f"[{self.min_session_ms}, {self.max_session_ms}] "
                 "(group.min/max.session.timeout.ms)")
-        if rebalance_timeout_ms < 0:
+        if not 0 <= rebalance_timeout_ms <= MAX_REBALANCE_TIMEOUT_MS:
             raise InvalidArgumentError(
-                f"group {group_id!r}: rebalance_timeout_ms must be >= 0")
+                f"group {group_id!r}: rebalance_timeout_ms={rebalance_timeout_ms} is "
+                f"outside [0, {MAX_REBALANCE_TIMEOUT_MS}] (Kafka's INT32 rebalance timeout)")
         group = self._group(group_id)
         if member_id:
             member = group.members.get(member_id)

@@ -12,9 +12,13 @@ The coroutine side mirrors the stream helpers of :mod:`sparklog.protocol.stream`
 socket stops (``pause_reading``) whenever the staging buffer is full and nobody is
 waiting for data, so a slow consumer of requests back-pressures the client through TCP.
 
-Limits: once a message has begun, each wait for more of its bytes is bounded by
-``read_timeout`` (seconds; :class:`ReadTimeout`, a ConnectionError, when no byte came
-for that long); ``read_size(idle)`` bounds the wait for the first byte of the next one.
+Limits: once a message has begun (the first byte of its size prefix is read), the whole
+of it must arrive within ``read_timeout`` seconds (:class:`ReadTimeout`, a
+ConnectionError, otherwise), and by :attr:`RequestReceiver.deadline` when one is set
+(an unauthenticated connection's ``authentication.timeout.ms``): a client trickling
+a byte now and then cannot hold its request's reserved bytes longer; time spent waiting
+for room in the byte budget (the broker's doing, not the client's) is added to it.
+``read_size(idle)`` bounds the wait for the first byte of the next message.
 A large payload is reserved from a shared byte budget *as its bytes arrive*, a chunk
 ahead of the socket (64 KiB first, doubling up to 4 MiB), never all at once from a bare
 size prefix, and its buffer is only allocated once its first bytes came.
@@ -57,9 +61,14 @@ class RequestReceiver(asyncio.BufferedProtocol):
         self._into_target = False
         self._budget = None      # (ByteBudget, owner) of the payload being filled
         self._reserved = 0
-        self._last_rx = 0.0      # loop time of the last bytes received
-        #: seconds a begun message may go without a byte before ReadTimeout (None: no bound)
+        #: seconds a begun message has to arrive whole before ReadTimeout (None: no bound)
         self.read_timeout: float | None = None
+        #: a loop time by which any begun message must have arrived (None: none), and
+        #: the ReadTimeout message saying what set it
+        self.deadline: float | None = None
+        self.deadline_reason = ""
+        self._message_due: float | None = None  # loop time the current message is due
+        self._message_why = ""
         #: a future done once the connection is lost (set up in connection_made)
         self.lost: asyncio.Future | None = None
         self._waiter: asyncio.Future | None = None
@@ -90,7 +99,6 @@ class RequestReceiver(asyncio.BufferedProtocol):
         return memoryview(self._stage)[self._end:]
 
     def buffer_updated(self, nbytes: int) -> None:
-        self._last_rx = self._loop.time()
         if self._into_target:
             self._target_pos += nbytes
             if self._target_pos == self._target_end and not self._reserve_more():
@@ -151,37 +159,52 @@ class RequestReceiver(asyncio.BufferedProtocol):
             self._start, self._end = 0, n
 
     async def _wait(self, timeout: float | None = -1.0, what: str = "") -> None:
-        """Wait for bytes (or the end); ReadTimeout once no byte arrived for
-        ``timeout`` seconds (-1: :attr:`read_timeout`; None: no bound)."""
+        """Wait for bytes (or the end); ReadTimeout when the current message is not
+        whole by its due time (``timeout`` -1), or when nothing came within ``timeout``
+        seconds (None: no bound)."""
         if self._eof:
             raise InvalidArgumentError("connection closed")
-        if timeout is not None and timeout < 0:
-            timeout = self.read_timeout
-        self._resume()
         loop = asyncio.get_running_loop()
+        if timeout is not None and timeout < 0:
+            due, what = self._message_due, self._message_why
+        else:
+            due = None if timeout is None else loop.time() + timeout
+        self._resume()
         self._waiter = waiter = loop.create_future()
         timer = None
-
-        def check():  # bytes that went straight into a payload count as progress
-            nonlocal timer
-            quiet = loop.time() - self._last_rx
-            if quiet < timeout:
-                timer = loop.call_at(self._last_rx + timeout, check)
-            elif not waiter.done():
-                waiter.set_result(_EXPIRED)
-
+        if due is not None:
+            timer = loop.call_at(due, lambda: waiter.done() or waiter.set_result(_EXPIRED))
         try:
-            if timeout is not None:
-                self._last_rx = max(self._last_rx, loop.time())
-                timer = loop.call_later(timeout, check)
             await waiter
             if waiter.result() is _EXPIRED:
-                raise ReadTimeout(what or f"no byte of a begun request arrived for "
-                                  f"{timeout * 1000:.0f} ms (request.read.timeout.ms)")
+                raise ReadTimeout(what)
         finally:
             if timer is not None:
                 timer.cancel()
             self._waiter = None
+
+    def _begin_message(self) -> None:
+        """The first byte of a message is here: set the time it is due whole by."""
+        if self._message_due is not None:
+            return
+        due, why = None, ""
+        if self.read_timeout is not None:
+            due = self._loop.time() + self.read_timeout
+            why = (f"a begun request did not arrive whole within "
+                   f"{self.read_timeout * 1000:.0f} ms (request.read.timeout.ms)")
+        if self.deadline is not None and (due is None or self.deadline < due):
+            due, why = self.deadline, self.deadline_reason or "deadline passed"
+        self._message_due, self._message_why = due, why
+
+    async def _acquire(self, budget, n: int, owner) -> None:
+        """Reserve ``n`` bytes of ``budget``; the time spent waiting for room is added
+        to the current message's due time (the client could not send meanwhile)."""
+        if budget.try_acquire(n, owner):
+            return
+        started = self._loop.time()
+        await budget.acquire(n, owner)
+        if self._message_due is not None:
+            self._message_due += self._loop.time() - started
 
     def _reserve_more(self) -> bool:
         """Extend the part of the target the socket may fill, if the budget has room
@@ -214,7 +237,8 @@ class RequestReceiver(asyncio.BufferedProtocol):
     async def read_size(self, idle: float | None = None) -> int | None:
         """The next size prefix; None on a clean end of stream before it. Waiting for
         its first byte is bounded by ``idle`` seconds (ReadTimeout), for the others
-        by :attr:`read_timeout`."""
+        with the rest of the message by :attr:`read_timeout` (and :attr:`deadline`)."""
+        self._message_due = None  # the previous message is whole
         while self._end - self._start < 4:
             have = self._end - self._start
             if self._eof:
@@ -223,29 +247,33 @@ class RequestReceiver(asyncio.BufferedProtocol):
                 raise InvalidArgumentError(
                     f"connection closed inside a size prefix ({have} of 4 bytes)")
             if have:
+                self._begin_message()
                 await self._wait()
             else:
                 await self._wait(idle, "" if idle is None else
                                  f"no request for {idle * 1000:.0f} ms "
                                  "(connections.max.idle.ms)")
+        self._begin_message()
         return SIZE.unpack(self._take(4))[0]
+
+    @property
+    def small_bytes(self) -> int:
+        """The largest message read into the staging buffer (then copied out): its
+        bytes take no more memory while they arrive."""
+        return len(self._stage) // 2
 
     async def read_exact(self, n: int, budget=None, owner=None):
         """Exactly ``n`` bytes: bytes for small reads, a writable memoryview of a buffer
         the socket filled directly for large ones. With a ``budget``
         (:class:`~sparklog.writer.broker.server.ByteBudget`) the ``n`` bytes are
-        reserved for ``owner`` (a small read: at once; a large one: as its bytes
-        arrive); the caller releases them after use; on an error they are given back."""
-        if budget is None or n <= len(self._stage) // 2:
+        reserved for ``owner`` (a small read, whose bytes wait in the staging buffer:
+        once they all arrived; a large one: as its bytes arrive); the caller releases
+        them after use; on an error they are given back."""
+        if n <= self.small_bytes:
+            data = await self._read_small(n)
             if budget is not None:
                 await budget.acquire(n, owner)
-            try:
-                return await self._read_small(n) if n <= len(self._stage) // 2 \
-                    else await self._read_large(n, None, None)
-            except BaseException:
-                if budget is not None:
-                    budget.release(n, owner)
-                raise
+            return data
         return await self._read_large(n, budget, owner)
 
     async def _read_small(self, n: int) -> bytes:
@@ -263,7 +291,7 @@ class RequestReceiver(asyncio.BufferedProtocol):
         have = self._end - self._start
         if n <= have:
             if budget is not None:
-                await budget.acquire(n, owner)
+                await self._acquire(budget, n, owner)
             return self._take(n)
         while self._end == self._start:  # no buffer for a bare size prefix
             if self._eof:
@@ -274,7 +302,7 @@ class RequestReceiver(asyncio.BufferedProtocol):
         try:
             have = self._end - self._start
             if budget is not None:
-                await budget.acquire(have, owner)
+                await self._acquire(budget, have, owner)
                 self._reserved = have
             have = self._end - self._start  # more may have come meanwhile
             # from Arrow's memory pool: not zero-filled, and its freed blocks are reused,
@@ -287,7 +315,7 @@ class RequestReceiver(asyncio.BufferedProtocol):
                 if self._target_pos == self._target_end:
                     if not self._reserve_more():
                         k = min(n - self._target_end, MAX_RESERVE_CHUNK)
-                        await budget.acquire(k, owner)
+                        await self._acquire(budget, k, owner)
                         self._reserved += k
                         self._target_end += k
                     continue

@@ -12,14 +12,22 @@ Memory stays bounded:
   further request is not read from the socket until one is answered (back-pressure:
   TCP flow control then slows the client);
 * request bytes held by all connections together stay under
-  ``queued.max.request.bytes``: the reader waits for room *before* reading a payload;
+  ``queued.max.request.bytes``: a large request's bytes are reserved as they arrive,
+  a small one's (read into the connection's staging buffer) once it is whole; when the
+  budget is full, each connection may still take one small request beside it, so
+  large requests that arrive slowly and fill the budget between them (a trickling
+  client) do not keep other clients' ApiVersions or Metadata waiting;
+* a begun request must arrive whole within ``request.read.timeout.ms`` (not only
+  without a silence that long), else the connection is closed and its reserved bytes
+  given back;
 * a request above ``socket.request.max.bytes`` is answered with RecordTooLargeError
   and its payload is discarded as it arrives, never buffered; the connection stays up.
 
 On a SASL listener a connection is served only ApiVersions, SaslHandshake and
 SaslAuthenticate until it authenticated (its
 :class:`~sparklog.security.session.ConnectionSession` answers those), within
-``authentication.timeout.ms`` and with requests of at most
+``authentication.timeout.ms`` (checked while a request's bytes trickle in, not only
+between requests) and with requests of at most
 ``sasl.server.max.receive.size`` bytes; anything else, or a failed authentication, is
 answered and the connection closed.
 
@@ -139,7 +147,10 @@ class ClientConnection:
         self._head: asyncio.Task | None = None
         #: True once writing an answer failed: nothing more is written
         self._broken = False
+        #: the owner of the small request taken beside the full byte budget, if any
+        self._spare = None
         receiver.read_timeout = broker.config.request_read_timeout_ms / 1000
+        receiver.deadline_reason = "did not authenticate within authentication.timeout.ms"
         self.session = broker.security.session(listener, receiver.transport,
                                                self.client_host, broker.run_io)
         self.auth_deadline = asyncio.get_running_loop().time() \
@@ -180,8 +191,8 @@ class ClientConnection:
                 session = self.session
                 wait = idle if session.authenticated else max(
                     0.0, self.auth_deadline - asyncio.get_running_loop().time())
-                # the rest of a request is bounded by the same deadline until then
-                io.read_timeout = min(wait, broker.config.request_read_timeout_ms / 1000)
+                # the whole of a request is bounded by the same deadline until then
+                io.deadline = None if session.authenticated else self.auth_deadline
                 try:
                     size = await io.read_size(min(idle, wait))
                 except ReadTimeout:
@@ -203,14 +214,18 @@ class ClientConnection:
                     await self._refuse_oversized(size, max_size)
                     continue
                 owner = object()  # this request's share of the byte budget
-                payload = await io.read_exact(size, broker.budget, owner)
+                if size <= io.small_bytes:
+                    payload = await io.read_exact(size)
+                    await self._reserve_small(size, owner)
+                else:
+                    payload = await io.read_exact(size, broker.budget, owner)
                 try:
                     header, position = decode_request_header(payload)
                 except BaseException:
-                    broker.budget.release(size, owner)
+                    self._release(size, owner)
                     raise
                 if session.handles(header.api_key):
-                    broker.budget.release(size, owner)
+                    self._release(size, owner)
                     if not await self._authenticate(header, payload, position):
                         return
                     continue
@@ -218,8 +233,7 @@ class ClientConnection:
                                      self.io_slots, session)
                 task = asyncio.get_running_loop().create_task(
                     self._handle(header, payload, position, ctx))
-                task.add_done_callback(
-                    lambda _t, n=size, o=owner: broker.budget.release(n, o))
+                task.add_done_callback(lambda _t, n=size, o=owner: self._release(n, o))
                 del payload
                 if header.api_key == ApiKey.PRODUCE:
                     delay = self._throttle("producer_byte_rate", header.client_id, size)
@@ -231,6 +245,24 @@ class ClientConnection:
                     await asyncio.sleep(0)  # have their turn first (round robin)
         except (InvalidArgumentError, ConnectionError) as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
+
+    async def _reserve_small(self, size: int, owner) -> None:
+        """Reserve a small request's bytes (all arrived): from the byte budget, else,
+        when it is full and the connection holds none beside it, beside it."""
+        budget = self.broker.budget
+        if budget.try_acquire(size, owner):
+            return
+        if self._spare is None:
+            self._spare = owner
+            return
+        await budget.acquire(size, owner)
+
+    def _release(self, size: int, owner) -> None:
+        """Give back a request's reserved bytes."""
+        if owner is self._spare:
+            self._spare = None
+        else:
+            self.broker.budget.release(size, owner)
 
     async def _handle(self, header, payload, position: int, ctx: RequestContext):
         """The broker's answer to one request; the time it took (less a long poll's

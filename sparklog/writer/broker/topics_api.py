@@ -33,6 +33,32 @@ def _topic_error(api: str, name, exc: Exception) -> dict:
     return error_fields(exc)
 
 
+def deduplicate(api_key: int, body: dict) -> None:
+    """Name each topic (and partition) of a Metadata or DescribeLog request once, in
+    the order first asked, before the authorizer and the handler see it: Kafka's
+    Metadata handler makes a set of the topics asked, so a request repeating one name
+    100,000 times costs one look-up (and one audit line), not 100,000. DescribeLog's
+    entries of one topic are merged (all partitions when any entry asks for all)."""
+    if api_key == ApiKey.METADATA:
+        if body["topics"] is not None:
+            body["topics"] = list(dict.fromkeys(body["topics"]))
+    elif api_key == ApiKey.DESCRIBE_LOG:
+        merged: dict = {}
+        for t in body["topics"]:
+            parts = None if t["partitions"] is None else dict.fromkeys(t["partitions"])
+            seen = merged.get(t["name"])
+            if seen is None:
+                merged[t["name"]] = {**t, "partitions": parts}
+            elif seen["partitions"] is not None:
+                if parts is None:
+                    seen["partitions"] = None
+                else:
+                    seen["partitions"].update(parts)
+        body["topics"] = [
+            t if t["partitions"] is None else {**t, "partitions": list(t["partitions"])}
+            for t in merged.values()]
+
+
 def _schema_from_bytes(data, topic: str):
     if data is None:
         return None
