@@ -238,12 +238,22 @@ def test_an_unknown_users_salt_is_stable_across_restarts_and_like_a_real_one(tmp
     assert first["SCRAM-SHA-256"]["i"] == real["i"] == "4096"
 
 
-def test_brokers_of_one_cluster_make_up_the_same_salt(tmp_path):
-    """Two brokers' stores over the same coordination storage, asking for the key at
-    once, agree on it: one of them writes it, the other reads it."""
-    root = tmp_path / "log"
-    root.mkdir()
-    stores = [SecurityStore(LocalCoordinationStore(root.as_uri())) for _ in range(4)]
+@pytest.mark.parametrize("kind", ["local", pytest.param("zookeeper",
+                                                         marks=pytest.mark.zookeeper)])
+def test_brokers_of_one_cluster_make_up_the_same_salt(kind, storage_root, request):
+    """Four brokers' stores of one cluster (a storage root, a ZooKeeper ensemble),
+    asking for the key at once, agree on it: one writes it, the others read it."""
+    if kind == "local":
+        made = [LocalCoordinationStore(storage_root) for _ in range(4)]
+    else:
+        pytest.importorskip("kazoo", reason="kazoo is not installed")
+        from sparklog.coordination.zkstore import ZkCoordinationStore
+
+        zookeeper = request.getfixturevalue("zookeeper")
+        made = [ZkCoordinationStore(zookeeper.connect, connection_timeout_ms=20000)
+                for _ in range(4)]
+    request.addfinalizer(lambda: [m.close() for m in made])
+    stores = [SecurityStore(m) for m in made]
     keys: list[bytes] = []
     threads = [threading.Thread(target=lambda s=s: keys.append(s.unknown_user_key()))
                for s in stores]
@@ -289,7 +299,7 @@ def test_plain_takes_as_long_for_an_unknown_user_as_for_a_wrong_password(tmp_pat
 
 
 def test_plain_in_clear_and_world_readable_topics_are_warned(tmp_path, caplog):
-    """PLAIN on SASL_PLAINTEXT is warned (not on SASL_SSL); with an authorizer, topic
+    """PLAIN on SASL_PLAINTEXT is warned; with an authorizer, topic
     directories others may read are warned naming them, and not once they are 750."""
     root = tmp_path / "log"
     root.mkdir()
@@ -316,3 +326,20 @@ def test_plain_in_clear_and_world_readable_topics_are_warned(tmp_path, caplog):
         with EmbeddedBroker(root.as_uri(), quiet):
             pass
     assert "PLAIN" not in caplog.text and "bypassing ACLs" not in caplog.text, caplog.text
+
+
+def test_plain_over_tls_is_not_warned(tmp_path, caplog):
+    """PLAIN on a SASL_SSL listener (its passwords encrypted) gets no warning."""
+    from sparklog.security.config import SecurityConfig
+    from sparklog.security.session import BrokerSecurity
+    from tests.support.tlscerts import make_pki
+
+    pki = make_pki(tmp_path / "pki")
+    root = tmp_path / "log"
+    root.mkdir()
+    config = SecurityConfig.from_props("SASL_SSL://127.0.0.1:0", props={
+        "ssl.keystore.location": str(pki.server), "ssl.truststore.location": str(pki.ca),
+        "sasl.enabled.mechanisms": "PLAIN"})
+    with caplog.at_level(logging.WARNING, logger="sparklog.security.session"):
+        BrokerSecurity(config, LocalCoordinationStore(root.as_uri())).warn_plain_in_clear()
+    assert not caplog.records, caplog.text
