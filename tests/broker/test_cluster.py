@@ -17,12 +17,12 @@ pytest.importorskip("kazoo", reason="kazoo is not installed (pip install sparklo
 
 from sparklog import Admin, Consumer, Producer  # noqa: E402
 from sparklog.client.types import TopicPartition  # noqa: E402
-from sparklog.errors import NotLeaderError, SparklogError  # noqa: E402
+from sparklog.errors import InvalidProducerIdMappingError, NotLeaderError, SparklogError  # noqa: E402
 from sparklog.protocol import ApiKey, Connection  # noqa: E402
 from tests.support.brokerproc import ROOT, BrokerProcess  # noqa: E402
 from tests.support.clusterproc import BrokerCluster, produce_accepted, produce_one  # noqa: E402
 from tests.support.waiting import wait_until  # noqa: E402
-from tests.support.wire import try_read_values  # noqa: E402
+from tests.support.wire import forge_next, try_read_values  # noqa: E402
 
 pytestmark = pytest.mark.zookeeper
 
@@ -113,6 +113,39 @@ def test_a_non_leader_refuses_writes_with_not_leader(cluster):
                           or f"leader: broker {leader}" in it["error_message"],
                           what=f"broker {other} naming broker {leader} as t-0's leader")
     assert item["error_code"] == NotLeaderError.code, item
+
+
+def test_a_producer_id_stays_bound_on_other_brokers_and_across_a_leader_move(cluster):
+    """The producer gets its id from broker 1 and writes to partitions every broker
+    leads; a frame forged in its name is refused by the leader, and again by the new
+    leader after the partition moved (its broker stopped), where the producer writes on
+    with the same id at its own offsets (docs/security.md, "Producer ids")."""
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic("bound", 3)
+    cluster.wait(lambda: {cluster.leader_of("bound", p) for p in range(3)} == {1, 2, 3}, 20,
+                 "a leader of bound on every broker")
+    with Producer(cluster.brokers[1].address, acks="all", enable_idempotence=True,
+                  linger_ms=0) as producer:
+        acked = [producer.send("bound", b"a%d" % p, partition=p).get(30) for p in range(3)]
+        assert [m.offset for m in acked] == [0, 0, 0]
+        pid = producer.metrics()["producer_id"]
+        leader = cluster.leader_of("bound", 0)
+        with Connection(cluster.brokers[leader].address) as attacker:
+            refused = forge_next(attacker, "bound", 0)
+            assert refused["error_code"] == InvalidProducerIdMappingError.code, refused
+        assert cluster.brokers[leader].stop() == 0
+        moved = wait_until(lambda: cluster.state("bound", 0),
+                           accept=lambda st: st.leader not in (-1, leader),
+                           what="a new leader of bound-0")
+        assert producer.send("bound", b"b0", partition=0).get(30).offset == 1
+        with Connection(cluster.brokers[moved.leader].address) as attacker:
+            for bump in (False, True):
+                refused = forge_next(attacker, "bound", 0, bump_epoch=bump)
+                assert refused["error_code"] == InvalidProducerIdMappingError.code, refused
+        assert producer.send("bound", b"c0", partition=0).get(30).offset == 2
+        assert producer.metrics()["producer_id"] == pid
+    with Connection(cluster.brokers[moved.leader].address) as conn:
+        assert try_read_values(conn, "bound", 0, strict=True) == [b"a0", b"b0", b"c0"]
 
 
 def test_duplicate_broker_id_process_exits_with_a_clear_error(cluster, storage_root, zookeeper):

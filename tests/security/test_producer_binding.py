@@ -25,7 +25,7 @@ from sparklog.errors import (
     TransactionalIdAuthorizationFailedError,
     error_for_code,
 )
-from sparklog.format.frame import encode_frame, iter_frames, raw_batch
+from sparklog.format.frame import encode_frame, raw_batch
 from sparklog.format.header import unpack_header
 from sparklog.protocol import ApiKey, Connection
 from sparklog.reader.consumer import Consumer
@@ -35,7 +35,7 @@ from sparklog.writer.broker.embedded import EmbeddedBroker
 from sparklog.writer.producer.producer import Producer
 from tests.support.brokerproc import BrokerProcess
 from tests.support.shell import ok, sparklog
-from tests.support.wire import create, fetch, produce
+from tests.support.wire import create, fetch, forge_next, produce
 
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 
@@ -75,24 +75,6 @@ def connect(broker, user: str | None = None, client_id: str = "sparklog") -> Con
         return Connection(broker["LOCAL"], client_id=client_id, timeout=30)
     return Connection(broker["SASL_PLAINTEXT"], client_id=client_id, timeout=30,
                       security=ClientSecurity.from_configs(sasl_configs(user)))
-
-
-def last_frame_header(conn, topic: str):
-    """The header of the partition's last frame, as any reader sees it."""
-    item = fetch(conn, topic, 0, 0)
-    assert item["error_code"] == 0, item
-    return [f.header for f in iter_frames(item["records"])][-1]
-
-
-def forge_next(conn, topic: str, *, bump_epoch: bool = False, token=None) -> dict:
-    """Read the victim's last frame and send a frame in its name: its producer id, its
-    epoch (or the next one) and its next sequence (or 0 for the next epoch)."""
-    h = last_frame_header(conn, topic)
-    epoch, seq = (h.producer_epoch + 1, 0) if bump_epoch else \
-        (h.producer_epoch, h.base_sequence + h.last_offset_delta + 1)
-    forged = encode_frame(raw_batch([b"forged"]), producer_id=h.producer_id,
-                          producer_epoch=epoch, base_sequence=seq)
-    return produce(conn, topic, 0, forged, acks=-1, token=token)
 
 
 def assert_refused(item) -> None:

@@ -31,6 +31,26 @@ def produce(conn, topic, partition, records, acks=1, token=None):
     return res["topics"][0]["partitions"][0]
 
 
+def forge_next(conn, topic, partition=0, *, bump_epoch=False, token=None):
+    """A forger's Produce: read the partition's last frame (as any reader may) and send a
+    frame in its producer's name: its producer id, its epoch and next sequence (or, with
+    ``bump_epoch``, its next epoch from sequence 0), with ``token`` (none by default).
+    The partition's result."""
+    from sparklog.format.header import unpack_header
+
+    item = fetch(conn, topic, partition, 0)
+    assert item["error_code"] == 0 and item["records"], item
+    records, pos, h = item["records"], 0, None
+    while pos < len(records):
+        h = unpack_header(records, pos)
+        pos += h.size
+    epoch, seq = (h.producer_epoch + 1, 0) if bump_epoch else \
+        (h.producer_epoch, h.base_sequence + h.last_offset_delta + 1)
+    forged = encode_frame(raw_batch([b"forged"]), producer_id=h.producer_id,
+                          producer_epoch=epoch, base_sequence=seq)
+    return produce(conn, topic, partition, forged, acks=-1, token=token)
+
+
 def fetch_body(topic, partition, offset, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20):
     """The body of a Fetch request of one partition from ``offset``."""
     return {"max_wait_ms": max_wait_ms, "min_bytes": min_bytes, "topics": [
