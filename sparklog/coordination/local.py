@@ -15,9 +15,9 @@ Shared documents hold cluster-private state (SCRAM credentials, ACLs, the key of
 users' salts): their directories are made owner-only (0700, from the document's first
 component down: ``security/``) and each version owner-only (0600), whatever the
 storage's default and ``storage.topic.dir.permission`` are, and only the newest version
-is kept (an older one would keep a deleted user's keys). Directories and stale versions
-left by older releases are tightened and pruned the first time this process uses the
-document.
+is kept (an older one would keep a deleted user's keys). Directories, files and stale
+versions left by older releases are tightened and pruned the first time this process
+uses any document of the same top directory (a broker does at start).
 
 Broker registrations are ephemeral: kept in this process's memory only.
 """
@@ -70,7 +70,8 @@ class LocalCoordinationStore(CoordinationStore):
         self._brokers: dict[int, BrokerInfo] = {}
         self._groups: dict[str, tuple[int, dict]] = {}  # group -> (version, offsets)
         self._cluster_id: str | None = None
-        self._protected: set[str] = set()  # documents tightened by this process
+        #: documents (and their top directories) made owner-only by this process
+        self._protected: set[str] = set()
 
     def _file(self, *parts: str) -> VersionedFile:
         return VersionedFile(self.fileio, self.fileio.join(self.base, *parts))
@@ -110,38 +111,39 @@ class LocalCoordinationStore(CoordinationStore):
     # --- shared documents ------------------------------------------------------------------
     def _document(self, name: str, *, write: bool = False) -> VersionedFile:
         """The versioned file of document ``name``: owner-only, newest version only
-        (module docstring); its directories are tightened on first use (and made, 0700,
-        before a first write)."""
+        (module docstring). The first use of a document's top directory (``security/``)
+        tightens everything under it; a first write makes the document's directories
+        0700."""
+        from ..errors import StorageError
+
         parts = name.split("/")
         vf = VersionedFile(self.fileio, self.fileio.join(self.base, *parts), keep=1,
                            file_mode=PRIVATE_FILE_MODE)
-        if name not in self._protected:
-            if self._protect(parts, vf, create=write):
+        try:
+            top = self.fileio.join(self.base, parts[0])
+            if write and name not in self._protected:
+                for depth in range(1, len(parts) + 1):
+                    directory = self.fileio.join(self.base, *parts[:depth])
+                    self.fileio.mkdirs(directory)
+                    self.fileio.set_permission(directory, PRIVATE_DIR_MODE)
                 self._protected.add(name)
+            if parts[0] not in self._protected and self.fileio.exists(top):
+                self._tighten(top)
+                self._protected.add(parts[0])
+        except StorageError as exc:  # another owner: reported, the broker reads on
+            log.warning("could not make %s owner-only: %s", vf.directory, exc)
         return vf
 
-    def _protect(self, parts: list[str], vf: VersionedFile, *, create: bool) -> bool:
-        """Make the document's directories 0700 (created so when ``create``) and its
-        versions 0600, pruning all but the newest; False when its directory does not
-        exist yet. A storage that refuses (another owner) is reported, not fatal: the
-        document stays readable to the broker."""
-        from ..errors import StorageError
-
-        try:
-            for depth in range(1, len(parts) + 1):
-                directory = self.fileio.join(self.base, *parts[:depth])
-                if create:
-                    self.fileio.mkdirs(directory)
-                elif not self.fileio.exists(directory):
-                    return False
-                self.fileio.set_permission(directory, PRIVATE_DIR_MODE)
-            vf.prune()
-            for info in self.fileio.list(vf.directory):
-                if not info.is_dir:
-                    self.fileio.set_permission(info.path, PRIVATE_FILE_MODE)
-        except StorageError as exc:
-            log.warning("could not make %s owner-only: %s", vf.directory, exc)
-        return True
+    def _tighten(self, directory: str) -> None:
+        """``directory`` and the directories under it 0700, their files 0600, and of
+        every versioned value in them the newest version only."""
+        self.fileio.set_permission(directory, PRIVATE_DIR_MODE)
+        VersionedFile(self.fileio, directory, keep=1).prune()
+        for info in self.fileio.list(directory):
+            if info.is_dir:
+                self._tighten(info.path)
+            else:
+                self.fileio.set_permission(info.path, PRIVATE_FILE_MODE)
 
     def read_document(self, name: str) -> dict:
         """See :meth:`CoordinationStore.read_document`: the latest version of the

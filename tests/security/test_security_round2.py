@@ -119,7 +119,8 @@ def test_credentials_are_owner_only_and_a_deleted_users_keys_are_gone(secured):
 
 def test_documents_an_older_release_left_readable_are_tightened_on_first_use(tmp_path):
     """Versions written 0644 under 0755 directories, with a stale version holding a
-    deleted user's keys, are made owner-only and pruned when a store first reads them."""
+    deleted user's keys, are made owner-only and pruned when a store first reads any
+    security document (a broker reads some at start)."""
     from sparklog.storage import open_fileio
     from sparklog.storage.versioned import VersionedFile
 
@@ -134,10 +135,12 @@ def test_documents_an_older_release_left_readable_are_tightened_on_first_use(tmp
     users = root / "coordination" / "security" / "users"
     for p in (users.parent, users, *users.iterdir()):
         os.chmod(p, 0o755 if p.is_dir() else 0o644)
-    assert LocalCoordinationStore(root.as_uri()).read_document("security/users") == {}
+    store = LocalCoordinationStore(root.as_uri())
+    assert store.read_document("security/acls") == {}
     for path, mode, is_dir in _tree(users.parent):
         assert mode == (0o700 if is_dir else 0o600), (path, oct(mode))
     assert [n for n in os.listdir(users) if not n.startswith(".")] == ["0000000002.json"]
+    assert store.read_document("security/users") == {}
 
 
 # --- 12: the audit log cannot be forged ------------------------------------------------
