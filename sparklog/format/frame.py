@@ -129,15 +129,16 @@ class Frame:
 
         Implicit offsets are ``base_offset + row``. Explicit ones (compacted data, the
         log cleaner's frames) are ``base_offset`` plus the body's
-        :data:`OFFSET_DELTA_COLUMN`, which must be an integer column without nulls whose
+        :data:`OFFSET_DELTA_COLUMN`, which must be an int32 column without nulls whose
         deltas strictly increase within ``[0, last_offset_delta]``. A frame that breaks
         this (the column missing, a negative, repeated, decreasing or too large delta:
         only a forged frame stored before the broker refused them could) cannot give its
         records offsets that stay in its own span and in order: it raises DataLossError
         naming the frame, the field and its offsets ``[base_offset, next_offset)``. The
         frame's span comes from its header alone, so every record after it is read at
-        its offset: a consumer seeks past the range, Spark with ``failOnDataLoss=false``
-        skips it. ``batch``: the body's batch when the caller decoded it already."""
+        its offset: a consumer seeks past the range, the Spark Python reader with
+        ``failOnDataLoss=false`` skips it. ``batch``: the body's batch when the caller
+        decoded it already."""
         header = self.header
         base = header.base_offset
         if not header.explicit_offsets:
@@ -150,7 +151,7 @@ class Frame:
             problem = f"the body has no {OFFSET_DELTA_COLUMN} column"
         else:
             column = batch.column(names.index(OFFSET_DELTA_COLUMN))
-            if not pa.types.is_integer(column.type):
+            if column.type != pa.int32():
                 problem = f"its {OFFSET_DELTA_COLUMN} column is of type {column.type}"
             elif column.null_count:
                 problem = f"its {OFFSET_DELTA_COLUMN} column has nulls"

@@ -19,8 +19,8 @@ column, deltas negative, not increasing or beyond the header's ``last_offset_del
 the broker refuses such frames from clients, so only storage written before it did, or
 damaged, holds one) is never read with wrong or out-of-order offsets: reading it raises
 DataLossError naming the frame's offsets ``[base_offset, next_offset)``, taken from its
-header, and a read that starts after that range (or Spark's ``failOnDataLoss=false``,
-which skips it) reads every later record at its offset.
+header, and a read that starts after that range (as the Spark Python reader's
+``failOnDataLoss=false`` does) reads every later record at its offset.
 """
 
 from __future__ import annotations
@@ -383,7 +383,13 @@ class LogReader:
         for frame in self.iter_frames(start, end):
             if frame.header.is_control:
                 continue
-            batch = frame_batch(frame, start, stop, timestamp_type=timestamp_type)
+            try:
+                batch = frame_batch(frame, start, stop, timestamp_type=timestamp_type)
+            except DataLossError as exc:  # impossible explicit offsets: name the partition
+                raise DataLossError(
+                    f"partition {self.name} ({self.dir_url}): {exc}", topic=self.topic,
+                    partition=self.partition, first_offset=exc.first_offset,
+                    end_offset=exc.end_offset) from None
             if batch is not None:
                 yield batch
 

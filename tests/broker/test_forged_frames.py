@@ -243,6 +243,7 @@ def test_forged_frames_in_storage_never_shift_later_offsets(tmp_path):
                                [v.decode() for v in batch.column("value").to_pylist()]))
         assert (info.value.first_offset, info.value.end_offset) == lost, info.value
         assert f"[{lost[0]}, {lost[1]})" in str(info.value)
+        assert "partition t-0" in str(info.value) and "explicit-offsets bit" in str(info.value)
         assert got == {o: v for o, v in good.items() if start <= o < lost[0]}
         start = lost[1]  # as a consumer seeks past the range, or Spark skips it
     tail = {}
