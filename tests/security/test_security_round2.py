@@ -317,6 +317,8 @@ def test_plain_in_clear_and_world_readable_topics_are_warned(tmp_path, caplog):
     assert "enables SASL PLAIN without TLS" in warned and "SASL_PLAINTEXT" in warned
     assert "storage.topic.dir.permission is unset" in warned
     caplog.clear()
+    os.chmod(root / "topics", 0o755)
+    os.chmod(root / "topics" / "open-topic", 0o755)  # what umask 022 makes
     with caplog.at_level(logging.WARNING, logger=logger):
         with EmbeddedBroker(root.as_uri(), props):
             pass
