@@ -7,7 +7,8 @@
 * :mod:`.tls`: TLS contexts for listeners and clients, principals of certificates;
 * :mod:`.scram`: SCRAM-SHA-256/512 credentials (salted and hashed) and both sides of
   the exchange; :mod:`.sasl`: the broker's side of SaslHandshake/SaslAuthenticate
-  (PLAIN and SCRAM);
+  (PLAIN, SCRAM and GSSAPI: :mod:`.gssapi`, its principals mapped to users by
+  :mod:`.principals`, Kafka's ``sasl.kerberos.principal.to.local.rules``);
 * :mod:`.session`: what one connection has proven (its principal);
 * :mod:`.store`: SCRAM credentials and ACLs in the coordination store (ZooKeeper in
   cluster mode, the storage root in standalone mode);
