@@ -247,12 +247,11 @@ class IncrementalJob:
         opts = self._parse({"startingOffsets": self.starting_offsets})
         catalog = open_catalog(opts)
         try:
-            parts = subscribed_partitions(catalog, opts.subscription)
-            if opts.subscription.kind == "subscribe":
-                missing = [t for t in opts.subscription.topics if t not in parts]
-                if missing:
-                    raise UnknownTopicOrPartitionError(
-                        f"application {self.app_id}: subscribed topic(s) {missing} do not exist")
+            try:
+                parts = subscribed_partitions(catalog, opts.subscription, missing_ok=False)
+            except UnknownTopicOrPartitionError as exc:
+                raise UnknownTopicOrPartitionError(f"application {self.app_id}: {exc}") \
+                    from None
             states = partition_states(catalog, parts)
             fresh = {tp: st for tp, st in states.items() if tp not in committed}
             if previous is None:

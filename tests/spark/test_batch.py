@@ -55,7 +55,6 @@ def test_offset_specs_and_empty_ranges(sl_spark, storage_root):
                                   startingOffsets='{"t":{"0":30,"1":7}}',
                                   endingOffsets='{"t":{"0":30,"1":7}}'), []),
         "empty-topic": (load(sl_spark, r, subscribe="empty"), []),
-        "missing-topic": (load(sl_spark, r, subscribe="nope"), []),
     }
     assert_same(*tagged(sl_spark, cases))
 

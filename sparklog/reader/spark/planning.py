@@ -103,11 +103,21 @@ def report_data_loss(fail: bool, topic: str, partition: int, first: int, end: in
 # --- which partitions ---------------------------------------------------------------------
 
 
-def subscribed_partitions(catalog, sub: Subscription) -> dict:
+def subscribed_partitions(catalog, sub: Subscription, *, missing_ok: bool = True) -> dict:
     """{topic: [partition, ...]} selected by the subscription now. Subscribed topics that
-    do not exist (yet) are skipped; an assigned partition that does not exist raises
-    UnknownTopicOrPartitionError."""
+    do not exist (yet) are skipped with a warning (a stream reads them once they are
+    created), or with ``missing_ok=False`` (a batch read, an ``etl run``) raise
+    UnknownTopicOrPartitionError naming them; an assigned partition that does not exist
+    raises it too."""
     out = {}
+    if not missing_ok and sub.kind == "subscribe":
+        missing = [t for t in sub.topics if catalog.topic_config(t) is None]
+        if missing:
+            names = ", ".join(repr(t) for t in missing)
+            raise UnknownTopicOrPartitionError(
+                f"subscribed topic{'s' if len(missing) > 1 else ''} {names} "
+                f"{'do' if len(missing) > 1 else 'does'} not exist in {catalog.root} "
+                "(create it first, or check the name)")
     if sub.kind == "subscribePattern":
         topics = [t for t in catalog.list_topics() if sub.matches(t)]
     elif sub.kind == "assign":
@@ -271,7 +281,7 @@ def split_ranges(ranges: list, states: dict, min_partitions: int | None = None,
 def plan_batch(catalog, opts: SourceOptions, pushed=None) -> list:
     """The offset ranges of a batch read (``pushed`` narrows them: see
     :class:`~sparklog.reader.spark.filters.PushedFilters`)."""
-    parts = subscribed_partitions(catalog, opts.subscription)
+    parts = subscribed_partitions(catalog, opts.subscription, missing_ok=False)
     if pushed is not None:
         parts = {t: [p for p in ps if pushed.keeps_partition(t, p)] for t, ps in parts.items()}
         parts = {t: ps for t, ps in parts.items() if ps}
