@@ -229,12 +229,19 @@ class PartitionLog:
                 f"sparklog topics delete-records restarts it at offset {self._hw})")
             log.error("%s", self._offline)
             self._record(self._hw)
-        return self._offline
+        return self._offline_error()
+
+    def _offline_error(self) -> StorageError:
+        """A new instance of the offline error for each raise: one instance raised again
+        and again carries an ever longer traceback, and with it the frames (and
+        request bytes) of every refused call."""
+        return StorageError(str(self._offline))
 
     @property
     def offline(self) -> StorageError | None:
-        """The error of a partition taken offline (see :meth:`_go_offline`), else None."""
-        return self._offline
+        """The error of a partition taken offline (see :meth:`_go_offline`), else None
+        (a new instance each time, to be raised)."""
+        return None if self._offline is None else self._offline_error()
 
     def _wait_sealed(self) -> None:
         """Wait for the background sealing of rolled segments (see sealer.py)."""
@@ -396,7 +403,7 @@ class PartitionLog:
 
     def _check_usable(self) -> None:
         if self._offline is not None:
-            raise self._offline
+            raise self._offline_error()
         if self._closed:
             raise StorageError(f"partition log {self.name} ({self.dir_url}) is closed")
         if self._failed is not None:

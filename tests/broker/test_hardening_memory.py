@@ -93,6 +93,41 @@ def test_requests_refused_by_the_schema_do_not_grow_the_broker(tmp_path):
         assert grown < 24 * MiB, f"RSS grew {grown / MiB:.0f} MiB over 180 refused requests"
 
 
+def _depth(exc: BaseException) -> int:
+    tb, n = exc.__traceback__, 0
+    while tb is not None:
+        tb, n = tb.tb_next, n + 1
+    return n
+
+
+def test_an_offline_partition_raises_a_new_error_each_time(tmp_path):
+    """The same pattern in the log: an offline partition's error, raised again on every
+    append, grew its traceback by each refused call's frames (and their frames' bytes)."""
+    from sparklog.errors import StorageError
+    from sparklog.format.frame import encode_frame, raw_batch
+    from sparklog.log import PartitionLog
+    from sparklog.storage import open_fileio
+
+    d = tmp_path / "t" / "0"
+    d.mkdir(parents=True)
+    frame = encode_frame(raw_batch([b"v"] * 10))
+    with PartitionLog.open(open_fileio(tmp_path.as_uri()), d.as_uri()) as plog:
+        plog.append(frame)
+        plog.flush()
+        for f in d.glob("*.log"):
+            f.unlink()  # the active segment vanishes under its writer
+        with pytest.raises(StorageError):
+            plog.append(frame)
+            plog.flush()
+        depths = []
+        for _ in range(4):
+            with pytest.raises(StorageError, match="offline") as refused:
+                plog.append(frame)
+            depths.append(_depth(refused.value))
+        assert len(set(depths)) == 1, f"traceback depths {depths}: one error raised again"
+        assert plog.offline is not plog.offline
+
+
 # --- item 6: trickling clients --------------------------------------------------------------
 
 
