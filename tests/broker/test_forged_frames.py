@@ -348,6 +348,7 @@ def random_forgery(rng: random.Random, victim_pid: int) -> tuple[bytes, bool, li
     return frame, must_refuse, values
 
 
+@pytest.mark.spark
 def test_fuzz_forged_frames_never_move_acknowledged_records(broker, conn, spark):
     rng = random.Random(FUZZ_SEED)
     topic = new_topic(conn)
