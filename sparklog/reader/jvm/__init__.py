@@ -4,7 +4,8 @@
 provider registers the short name ``sparklog``. With its jar on Spark's classpath, Spark
 resolves ``spark.read.format("sparklog")`` to it before the Python data source of the
 same name; it delegates schema inference, options, planning, filter pushdown, stream
-offsets and writes to that Python source and runs only the read tasks of batch scans and
+offsets and writes to that Python source (registering it in a session that has none,
+so a job needs no registration step) and runs only the read tasks of batch scans and
 stream micro-batches on the JVM (columnar, no Python worker). See docs/spark.md.
 
 :func:`jar_path` compiles the sources with ``javac --release 17`` against pyspark's jars

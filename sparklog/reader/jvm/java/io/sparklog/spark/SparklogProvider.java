@@ -28,8 +28,10 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  *
  * <p>Spark's lookup gives a JVM {@link DataSourceRegister} precedence over a Python data
  * source of the same name, so with this jar on the classpath {@code spark.read.format("sparklog")}
- * resolves here. The Python source must still be registered in the session (as without
- * the jar): {@code sparklog.spark.register(spark)} or the {@code pyspark_sparklog} module.
+ * resolves here. The Python source it delegates to is registered in the session by
+ * {@code sparklog.spark.register(spark)}, found by Spark as the {@code pyspark_sparklog}
+ * module, or, when neither did, registered here ({@link PythonSource}): with the jar on
+ * the class path no job needs a registration step.
  *
  * <p>Batch writes take Spark's V1 path ({@link CreatableRelationProvider}), as Spark's Kafka
  * sink does, so that {@code df.write.format("sparklog").save()} works with the default save
@@ -77,6 +79,7 @@ public class SparklogProvider
         LOG.info("sparklog: the Python source infers this schema: {}", e.toString());
       }
     }
+    PythonSource.ensureRegistered();
     return delegate.inferSchema(options);
   }
 
@@ -92,6 +95,7 @@ public class SparklogProvider
 
   @Override
   public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
+    PythonSource.ensureRegistered();
     boolean batchWrite = properties.containsKey(V2_APPEND);
     Map<String, String> rest = properties;
     if (batchWrite) {
