@@ -173,7 +173,7 @@ class RequestReceiver(asyncio.BufferedProtocol):
         self._waiter = waiter = loop.create_future()
         timer = None
         if due is not None:
-            timer = loop.call_at(due, lambda: waiter.done() or waiter.set_result(_EXPIRED))
+            timer = loop.call_at(due, _expire, waiter)
         try:
             await waiter
             if waiter.result() is _EXPIRED:
@@ -390,3 +390,8 @@ class RequestReceiver(asyncio.BufferedProtocol):
 
 
 _EXPIRED = object()
+
+
+def _expire(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(_EXPIRED)
