@@ -81,7 +81,9 @@ class ByteBudget:
     except that one request at a time (its ``owner``) may go past the limit: so a
     request larger than the whole budget is still served, and partly received requests
     that filled the budget between them cannot wait for each other forever. The bytes
-    held thus stay below the limit plus one request (``socket.request.max.bytes``)."""
+    held thus stay below the limit plus one request (``socket.request.max.bytes``),
+    plus the small request each connection may take beside a full budget
+    (:meth:`ClientConnection._reserve_small`)."""
 
     def __init__(self, limit: int):
         self.limit = limit
