@@ -86,8 +86,10 @@ class PartitionManager:
         #: standalone mode after a crash of the previous process: every partition is
         #: fenced as it opens (its dead leases are revoked at once)
         self._fence_all = False
-        #: partitions whose log lost its tail: (error, recorded end), until DeleteRecords
-        self._lost: dict[tuple[str, int], tuple[StorageError, int]] = {}
+        #: partitions whose log lost its tail: (error message, recorded end), until
+        #: DeleteRecords (a new error is raised each time: one instance raised again
+        #: and again would keep every refused request's frames in its traceback)
+        self._lost: dict[tuple[str, int], tuple[str, int]] = {}
 
     def start(self, loop: asyncio.AbstractEventLoop, *, fence_all: bool = False) -> None:
         """Bind to the broker's event loop; ``fence_all``: the previous broker process on
@@ -226,7 +228,7 @@ class PartitionManager:
             self.leadership.check(topic, partition)  # NotLeaderError unless provably ours
         lost = self._lost.get(key)
         if lost is not None:  # its tail is gone: until an operator's DeleteRecords
-            raise lost[0]
+            raise StorageError(lost[0])
         found = self.writers.get(key)
         if found is not None:
             if found.log.offline is not None:  # storage changed under it: until restart
@@ -264,7 +266,7 @@ class PartitionManager:
         except StorageError as exc:
             lost_end = getattr(exc, "lost_end", None)
             if lost_end is not None and not self.closing:
-                self._lost[key] = (exc, lost_end)
+                self._lost[key] = (str(exc), lost_end)
             raise
 
     async def _open(self, tc: TopicConfig, partition: int) -> PartitionWriter:
@@ -365,14 +367,14 @@ class PartitionManager:
         if lost is None and found is not None and found.log.offline is not None:
             recorded = await self.run_io(self.store.log_end, topic, partition)
             end = max(found.log.high_watermark, recorded.end_offset if recorded else 0)
-            lost = (found.log.offline, end)
+            lost = (str(found.log.offline), end)
         if lost is None:
             try:
                 w = await self.writer(topic, partition)
             except StorageError as exc:  # found lost as it opened
                 if getattr(exc, "lost_end", None) is None:
                     raise
-                lost, found = (exc, exc.lost_end), None  # type: ignore[attr-defined]
+                lost, found = (str(exc), exc.lost_end), None  # type: ignore[attr-defined]
             else:
                 target = w.log.high_watermark if offset == -1 else offset
                 await self.run_io(w.log.delete_segments_before, target)
