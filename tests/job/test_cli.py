@@ -48,7 +48,8 @@ def test_etl_run_twice_and_describe(spark, storage_root, tmp_path, capsys, monke
     assert_exactly_once(out, "parquet", "nightly", {("events", 0): 12, ("events", 1): 15})
 
 
-def test_etl_run_sql_into_delta_and_errors(spark, storage_root, tmp_path, capsys):
+def test_etl_run_sql_into_delta_and_errors(spark, storage_root, tmp_path, capsys,
+                                           monkeypatch):
     make_topic(storage_root, "events", partitions=1, count=5)
     out = (tmp_path / "table").as_uri()
     base = ["etl", "run", "--subscribe", "events", "--app-id", "a", "--path", storage_root,
@@ -64,5 +65,7 @@ def test_etl_run_sql_into_delta_and_errors(spark, storage_root, tmp_path, capsys
     assert "json has no function no_such_function" in capsys.readouterr().err
     assert main(base + ["--source-option", "startingOffsets=latest"]) == 1
     assert "set by the job" in capsys.readouterr().err
-    with pytest.raises(SystemExit):  # usage error: neither --path nor --bootstrap-server
-        main(["etl", "run", "--subscribe", "events", "--app-id", "a", "--output", out])
+    # neither --path nor --bootstrap-server nor $SPARKLOG_BOOTSTRAP_SERVERS: one line
+    monkeypatch.delenv("SPARKLOG_BOOTSTRAP_SERVERS", raising=False)
+    assert main(["etl", "run", "--subscribe", "events", "--app-id", "a", "--output", out]) == 1
+    assert "--path ROOT" in capsys.readouterr().err
