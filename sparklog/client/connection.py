@@ -133,22 +133,25 @@ class BrokerConnection:
         return not self._closed
 
     def check_alive(self) -> bool:
-        """False once the connection broke or was closed. A broker sends nothing
-        unasked, so an idle connection (no request waiting, no response being read)
-        whose socket reads as ready was closed by the broker: it is failed now, not on
-        its next request."""
+        """False once the connection broke or was closed. An idle connection (no
+        request waiting, no response being read) whose socket is at its end (the
+        broker closed it) is failed now, not on its next request. The socket's raw
+        bytes are peeked at, never taken (under TLS they may be a session ticket)."""
         with self._state:
             if self._closed:
                 return False
             if self._in_flight or self._reading:
                 return True
             try:
-                ready = bool(select.select([self._sock], [], [], 0)[0])
+                gone = socket.socket.recv(self._sock, 1,
+                                          socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+            except (BlockingIOError, InterruptedError):
+                gone = False
             except (OSError, ValueError):
-                ready = True
-        if ready:
+                gone = True
+        if gone:
             self._fail(BrokerNotAvailableError(f"broker {self.address} closed the connection"))
-        return not ready
+        return not gone
 
     @property
     def in_flight(self) -> int:
