@@ -179,7 +179,7 @@ def run(args) -> int:
                     fail_on_data_loss=args.fail_on_data_loss == "true",
                     source_options=_source_options(args.source_option), progress=progress)
             except Exception as exc:
-                if stop:  # the Spark job the signal cancelled
+                if stop.signal is not None:  # the Spark job the signal cancelled
                     raise Stopped(stop.signal) from None
                 raise spark_error(exc, "--sql" if args.sql is not None else "--transform") \
                     from None
@@ -218,7 +218,7 @@ def interruptible(spark):
     def back_in_python(frame, event, arg):  # a trace function: sys.settrace
         if event == "call" and frame.f_globals.get("__name__", "").startswith("sparklog"):
             sys.settrace(None)
-            raise Stopped(stop.signal)
+            raise Stopped(stop.signal or signal.SIGINT)
 
     def cancel() -> None:
         try:

@@ -113,9 +113,9 @@ def run(args) -> int:
             stream.close()
     if failed:
         failed.sort(key=lambda item: item[0])
-        late = [(n, exc) for n, exc in failed if exc is not None]  # failed once sent
-        for n, exc in late[:_FAILURES_SHOWN]:
-            print(f"sparklog: error: line {n} not delivered: {exc}", file=sys.stderr)
+        late = [(n, error) for n, error in failed if error is not None]  # failed once sent
+        for n, error in late[:_FAILURES_SHOWN]:
+            print(f"sparklog: error: line {n} not delivered: {error}", file=sys.stderr)
         numbers = [n for n, _ in failed]
         shown = ", ".join(map(str, numbers[:_FAILURES_SHOWN]))
         more = f" and {len(numbers) - _FAILURES_SHOWN} more" if len(numbers) > \
