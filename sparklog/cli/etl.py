@@ -227,6 +227,8 @@ def interruptible(spark):
         except Exception:  # the JVM may be gone (a SIGTERM to the process group)
             pass
 
+    cancelling: list[threading.Thread] = []
+
     def handle(signum, frame) -> None:
         if stop.signal is not None:
             raise Stopped(signum)
@@ -234,16 +236,22 @@ def interruptible(spark):
         logging.disable(logging.CRITICAL)
         if not _in_py4j(frame):
             raise Stopped(signum)
-        threading.Thread(target=cancel, name="sparklog-etl-cancel", daemon=True).start()
+        cancelling.append(threading.Thread(target=cancel, name="sparklog-etl-cancel",
+                                           daemon=True))
+        cancelling[0].start()
         sys.settrace(back_in_python)
 
     previous = {sig: signal.signal(sig, handle) for sig in STOP_SIGNALS}
+    silenced = logging.root.manager.disable
     try:
         yield stop
     finally:
         sys.settrace(None)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        for thread in cancelling:
+            thread.join(10)
+        logging.disable(silenced)  # called in-process (a notebook): logging comes back
 
 
 def spark_error(exc: Exception, what: str) -> Exception:
