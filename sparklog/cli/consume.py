@@ -6,8 +6,10 @@ it reads every partition (or ``--partition``) from the end, or from the beginnin
 offsets and commits what it printed. ``--include REGEX`` reads every topic whose name
 matches instead of one (Kafka's form). Stops after ``--max-messages`` records or
 ``--timeout-ms`` without one, then prints ``Processed a total of N messages`` on stderr.
+
 SIGINT (Ctrl-C) and SIGTERM stop it the same way: the batch in hand is printed, the
-group's offsets committed after it and the group left; the exit status is 130 or 143.
+group's offsets committed after it and the group left; the exit status is 130 or 143
+(a second signal stops it at once).
 
 Properties (Kafka's formatter): ``print.key``, ``print.timestamp``, ``print.offset``,
 ``print.partition``, ``print.headers``, ``print.value`` (default true),
@@ -44,7 +46,8 @@ DEFAULT_FORMATTERS = ("kafka.tools.DefaultMessageFormatter",
 def add_parser(subparsers) -> None:
     """Register ``consume``."""
     p = subparsers.add_parser("consume", help="print records of a topic",
-                              description=__doc__.split("\n\n")[0])
+                              description=__doc__.split("\n\n")[0],
+                              epilog=__doc__.split("\n\n")[2])
     add_console_args(p, "consumer",
                      "formatter property (print.key=true, key.separator=:...), repeatable",
                      "consumer config, Kafka name, repeatable")

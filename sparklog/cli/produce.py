@@ -4,11 +4,12 @@ Each line of standard input becomes one record. With ``--property parse.key=true
 line is ``key<key.separator>value`` (separator default tab); a line without the
 separator stops the tool, or with ``--property ignore.error=true`` is sent whole as the
 value with a null key (Kafka's console producer). Lines for a typed topic are JSON
-objects with the topic's columns. A record over the size limit (``max.request.size``,
-the topic's ``max.message.bytes``) is reported with its line number and the next lines
-are sent; after sending what it could the tool exits non-zero if a record was not
-delivered, naming the lines. SIGINT and SIGTERM stop it alike: what was sent is flushed
-(exit status 130 or 143).
+objects with the topic's columns.
+
+A record over the size limit (``max.request.size``, the topic's ``max.message.bytes``)
+is reported with its line number and the next lines are sent; after sending what it
+could the tool exits non-zero if a record was not delivered, naming the lines. SIGINT
+and SIGTERM stop it alike: what was sent is flushed (exit status 130 or 143).
 
 Example::
 
@@ -42,7 +43,8 @@ _PROPERTIES = {"parse.key", "key.separator", "ignore.error"}
 def add_parser(subparsers) -> None:
     """Register ``produce``."""
     p = subparsers.add_parser("produce", help="send lines of stdin as records",
-                              description=__doc__.split("\n\n")[0])
+                              description=__doc__.split("\n\n")[0],
+                              epilog=" ".join(__doc__.split("\n\n")[1:3]))
     add_console_args(p, "producer",
                      "parse.key=true|false, key.separator=SEP (default \\t), "
                      "ignore.error=true|false",
