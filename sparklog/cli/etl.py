@@ -41,7 +41,8 @@ def add_parser(subparsers) -> None:
         "etl", help="exactly-once incremental jobs (topic -> Delta/Parquet)",
         description="Exactly-once incremental Spark jobs: offsets committed with the output.")
     sub = parser.add_subparsers(dest="etl_command", metavar="ACTION")
-    run_p = sub.add_parser("run", help="run one incremental job")
+    run_p = sub.add_parser("run", help="run one incremental job",
+                           epilog=__doc__.split("\n\n")[2])
     add_run_arguments(run_p)
     run_p.set_defaults(func=run)
     desc = sub.add_parser("describe", help="committed offsets and lag of applications")
