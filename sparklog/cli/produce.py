@@ -115,14 +115,29 @@ def run(args) -> int:
             stream.close()
     if failed:
         failed.sort(key=lambda item: item[0])
-        late = [(n, error) for n, error in failed if error is not None]  # failed once sent
-        for n, error in late[:_FAILURES_SHOWN]:
-            print(f"sparklog: error: line {n} not delivered: {error}", file=sys.stderr)
+        causes: dict[str, list[int]] = {}  # failed once sent: lines per distinct error
+        for n, error in failed:
+            if error is not None:
+                causes.setdefault(str(error), []).append(n)
+        for cause, lines in list(causes.items())[:_FAILURES_SHOWN]:
+            print(f"sparklog: error: {_lines(lines)} not delivered: {cause}", file=sys.stderr)
         numbers = [n for n, _ in failed]
         shown = ", ".join(map(str, numbers[:_FAILURES_SHOWN]))
-        more = f" and {len(numbers) - _FAILURES_SHOWN} more" if len(numbers) > \
-            _FAILURES_SHOWN else ""
+        more = _more(numbers)
         print(f"sparklog: error: {len(numbers)} of {read} line(s) not delivered: line(s) "
               f"{shown}{more}", file=sys.stderr)
         return 1
     return 0
+
+
+def _more(numbers: list[int]) -> str:
+    """" and N more" when not every line number is shown."""
+    return f" and {len(numbers) - _FAILURES_SHOWN} more" if len(numbers) > \
+        _FAILURES_SHOWN else ""
+
+
+def _lines(numbers: list[int]) -> str:
+    """"line 3" or "lines 3, 5 and 2 more": the lines one error stopped."""
+    if len(numbers) == 1:
+        return f"line {numbers[0]}"
+    return f"lines {', '.join(map(str, numbers[:_FAILURES_SHOWN]))}{_more(numbers)}"

@@ -175,9 +175,9 @@ def test_close_answers_every_request_handed_to_a_sync(storage_root, monkeypatch)
             time.sleep(0.05)
         persist(self)
 
-    def spy_submit(self, records, acks):
+    def spy_submit(self, records, acks, bound=None):
         submitted.append(acks)
-        return submit(self, records, acks)
+        return submit(self, records, acks, bound)
 
     answers: list = []
     with EmbeddedBroker(storage_root) as broker:

@@ -226,9 +226,13 @@ def test_storage_root_served_by_a_broker_says_so_once(tmp_path):
     with BrokerProcess(root, log_path=tmp_path / "broker.log") as proc:
         ok(sparklog("topics", "create", "--topic", "served", bootstrap=proc.address))
         ok(sparklog("produce", "--topic", "served", stdin=b"a\n", bootstrap=proc.address))
-        line = one_error_line(sparklog("produce", "--topic", "served", stdin=b"b\n",
-                                       bootstrap=root))
-        assert "written by another process" in line and "broker" in line
+        proc = sparklog("produce", "--topic", "served", stdin=b"b\nc\nd\n", bootstrap=root)
+        err = proc.stderr.decode()
+        assert proc.returncode == 1 and "Traceback" not in err, err
+        # the cause once, naming the lines it stopped, then the count
+        assert err.count("written by another process") == 1 and "broker" in err, err
+        assert "lines 1, 2, 3 not delivered" in err, err
+        assert "3 of 3 line(s) not delivered" in err, err
 
 
 def test_etl_run_bad_sql_is_one_line(tmp_path, storage_root):

@@ -100,8 +100,8 @@ class Kdc(ManagedProcess):
         return f"{name}@{self.realm}"
 
     def keytab(self, file_name: str, *names: str) -> str:
-        """Create principals ``names`` (without realm) with random keys and write their
-        keys to ``base_dir/file_name``; returns the keytab's path."""
+        """Write the keys of principals ``names`` (without realm) to ``base_dir/file_name``,
+        creating with random keys those that do not exist; returns the keytab's path."""
         path = os.path.join(self.base_dir, file_name)
         with self._lock:
             if self.proc is None or self.proc.stdin is None or self.proc.stdout is None:
@@ -122,6 +122,27 @@ class Kdc(ManagedProcess):
 
     def __exit__(self, *exc):
         self.stop()
+
+
+def _export_keytab(kdc, path: str, names: list[str]) -> None:
+    """Write the keys of principals ``names`` to the keytab at ``path``, creating those
+    that do not exist yet: a principal another test of the same KDC made keeps its keys
+    (MiniKdc's createPrincipal refuses an existing one)."""
+    import jpype
+
+    field = kdc.getClass().getDeclaredField("simpleKdc")  # MiniKdc's Kerby server
+    field.setAccessible(True)
+    server = field.get(kdc)
+    kadmin = server.getKadmin()
+    existing = {str(p) for p in kadmin.getPrincipals()}
+    new = [n for n in names if f"{n}@{kdc.getRealm()}" not in existing]
+    if new:
+        server.createPrincipals(jpype.JArray(jpype.JString)(new))
+    keytab = jpype.JClass("java.io.File")(path)
+    if keytab.exists() and not keytab.delete():
+        raise RuntimeError(f"cannot replace {path}")
+    for name in names:
+        kadmin.exportKeytab(keytab, name)
 
 
 def _serve(base_dir: str, lifetime_s: int) -> None:
@@ -151,10 +172,9 @@ def _serve(base_dir: str, lifetime_s: int) -> None:
             words = line.split()
             if len(words) >= 3 and words[0] == "keytab":
                 try:
-                    kdc.createPrincipal(jpype.JClass("java.io.File")(words[1]),
-                                        jpype.JArray(jpype.JString)(words[2:]))
+                    _export_keytab(kdc, words[1], words[2:])
                     print("ok", flush=True)
-                except jpype.JException as e:
+                except (jpype.JException, RuntimeError) as e:
                     print(f"error {e}", flush=True)
             elif words:
                 print(f"error unknown command {words[0]!r}", flush=True)
