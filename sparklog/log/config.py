@@ -50,7 +50,8 @@ LOG_CONFIGS: dict[str, tuple[str, type, object]] = {
 
 _CHOICES = {
     "cleanup.policy": ("delete", "compact", "compact,delete", "delete,compact"),
-    "compression.type": ("producer", "none", "uncompressed", "lz4", "zstd"),
+    # the broker stores each batch as its producer compressed it (no recompression)
+    "compression.type": ("producer",),
     "message.timestamp.type": (CREATE_TIME, LOG_APPEND_TIME),
 }
 
@@ -112,6 +113,11 @@ def parse_log_config_value(key: str, value):
         raise InvalidConfigError(
             f"log config {key}={value!r} must be a string, got {type(value).__name__}")
     parsed = value.strip()
+    if key == "compression.type" and parsed != "producer":
+        raise InvalidConfigError(
+            f"log config compression.type={value!r}: sparklog keeps each batch as its "
+            f"producer compressed it, so only 'producer' is supported (set the producers' "
+            f"compression_type instead)")
     if key in _CHOICES and parsed not in _CHOICES[key]:
         raise InvalidConfigError(
             f"log config {key}={value!r} is not one of {', '.join(_CHOICES[key])}")

@@ -114,3 +114,12 @@ def test_segment_jitter_rolls_each_segment_up_to_that_much_early(tmp_path):
         plog.append(typed_frame([0], [10_000]))
         plog.append(typed_frame([1], [10_999]))  # no jitter: Kafka's plain segment.ms
         assert [s.base_offset for s in plog.segments] == [0]
+
+
+def test_compression_type_other_than_producer_is_refused_at_both_levels():
+    """Nothing recompresses batches: a broker or topic compression.type other than
+    Kafka's default ``producer`` is refused, naming the key, instead of being ignored."""
+    assert BrokerConfig.from_props({"compression.type": "producer"}).log_defaults.get(
+        "compression.type", "producer") == "producer"
+    with pytest.raises(InvalidConfigError, match=r"compression.type='lz4'.*only 'producer'"):
+        BrokerConfig.from_props({"compression.type": "lz4"})
