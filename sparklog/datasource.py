@@ -1,9 +1,10 @@
 """The ``sparklog`` Python data source and its registration.
 
 ``register(spark)`` makes ``spark.read.format("sparklog")``,
-``spark.readStream.format("sparklog")`` and ``df.write.format("sparklog")`` available in
-that session. The schema is Spark's Kafka source's for raw topics, or a typed topic's
-columns plus the metadata columns (see :mod:`sparklog.reader.spark.schema`).
+``spark.readStream.format("sparklog")``, ``df.write.format("sparklog")`` and
+``df.writeStream.format("sparklog")`` available in that session. The schema is Spark's
+Kafka source's for raw topics, or a typed topic's columns plus the metadata columns (see
+:mod:`sparklog.reader.spark.schema`).
 
 The data source reads through the read path (:mod:`sparklog.reader.spark`) and writes
 through the write path (:mod:`sparklog.writer.spark_sink`), so it sits above both, which
@@ -23,7 +24,7 @@ from .reader.spark.options import parse_options
 from .reader.spark.planning import subscribed_partitions
 from .reader.spark.schema import spark_schema
 from .reader.spark.stream import SparklogStreamReader
-from .writer.spark_sink import SparklogWriter
+from .writer.spark_sink import SparklogStreamWriter, SparklogWriter
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,11 @@ class SparklogDataSource(DataSource):
     def writer(self, schema, overwrite: bool):
         """The writer producing rows to a topic through the broker."""
         return SparklogWriter(dict(self.options), schema, overwrite)
+
+    def streamWriter(self, schema, overwrite: bool):
+        """The streaming sink (``writeStream``): each micro-batch produced to a topic
+        through the broker, at least once, as Spark's Kafka sink."""
+        return SparklogStreamWriter(dict(self.options), schema, overwrite)
 
 
 class SparklogPushdownDataSource(SparklogDataSource):
