@@ -74,6 +74,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -124,14 +125,6 @@ def broker_pids() -> dict[str, int]:
         for pid_file in (lab.lab_dir() / "hosts" / host / "run").glob("sparklog-broker@*.pid"):
             out[host] = int(pid_file.read_text())
     return out
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` is a live (non-zombie) process."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 def run_tool(host: str, user: str, *cmd: str) -> subprocess.CompletedProcess:
@@ -187,10 +180,9 @@ FAULT_HOSTS = {"journalnode": "dn1", "datanode-host": "dn4", "broker-host": "dn3
 LOST_BROKER = 3
 
 
-def pid_of(host: str, name: str) -> int | None:
-    """The pid in a lab host's pid file (``hdfs-namenode``, ``hdfs-journalnode``...)."""
-    path = lab.lab_dir() / "hosts" / host / "run" / f"{name}.pid"
-    return int(path.read_text()) if path.exists() else None
+#: the kit's systemd units of the daemons the faults kill or restart
+NAMENODE, JOURNALNODE, DATANODE, ZKFC = (f"hadoop-hdfs@{d}.service" for d in (
+    "namenode", "journalnode", "datanode", "zkfc"))
 
 
 def live_datanodes() -> int:
@@ -201,10 +193,34 @@ def live_datanodes() -> int:
     return 0
 
 
+#: how the new active NameNode's ZKFC fences the old one (hdfs-site.xml's
+#: dfs.ha.fencing.methods, ``sshfence`` then ``shell(/bin/true)``), as docs/deploy.md's
+#: failover matrix says: a killed NameNode's host still answers ssh, and ``sshfence``
+#: finds the port closed; a lost host does not, and ``shell(/bin/true)`` follows
+FENCED_BY = {"process": "sshfence", "host": "shell"}
+#: the lines of a ZKFC's log that tell how it fenced (Hadoop's NodeFencer and
+#: SshFenceByTcpPort)
+FENCING_LINE = re.compile(r"Fencing|fencing|Trying method|Verified that the service is "
+                          r"down|Successfully killed|Unable to connect|nc -z|fuser")
+
+
+def fencing(host: str, offset: int) -> tuple[list[str], str | None]:
+    """The fencing lines the ZKFC on ``host`` logged after ``offset`` of its log, and the
+    method that fenced (``sshfence``, ``shell``, None when none did)."""
+    with open(lab.unit_log(host, ZKFC), "rb") as log:
+        log.seek(offset)
+        lines = [line for line in log.read().decode(errors="replace").splitlines()
+                 if FENCING_LINE.search(line)]
+    done = next((line for line in lines if "Fencing successful by method" in line), "")
+    method = ("sshfence" if "SshFenceByTcpPort" in done else
+              "shell" if "ShellCommandFencer" in done else None)
+    return lines, method
+
+
 def inject(mode: str, host: str) -> None:
     """The failure: kill a process (NameNode, JournalNode), or cut the host's link."""
     if mode in ("process", "journalnode"):
-        os.kill(pid_of(host, "hdfs-namenode" if mode == "process" else "hdfs-journalnode"),
+        os.kill(lab.unit_pid(host, NAMENODE if mode == "process" else JOURNALNODE),
                 signal.SIGKILL)
     else:
         lab.sh("ip", "link", "set", lab.veth(host), "down")
@@ -218,7 +234,7 @@ def restore(mode: str, host: str) -> None:
     if mode != "process" and mode != "journalnode":
         lab.sh("ip", "link", "set", lab.veth(host), "up")
     if mode == "journalnode":
-        proc = run_tool(host, "hdfs", "hdfs", "--daemon", "start", "journalnode")
+        proc = run_tool(host, "root", "systemctl", "start", JOURNALNODE)
         if proc.returncode != 0:
             raise RuntimeError(f"restarting the JournalNode on {host}: {proc.stdout}"
                                f"{proc.stderr}")
@@ -226,20 +242,20 @@ def restore(mode: str, host: str) -> None:
     if mode in ("datanode-host", "broker-host"):
         if mode == "broker-host":
             pid = broker_pids().get(host)
-            if pid is None or not alive(pid):
+            if pid is None or not lab.alive(pid):
                 run_tool(host, "root", "systemctl", "start",
                          f"sparklog-broker@{LOST_BROKER}.service")
-        pid = pid_of(host, "hdfs-datanode")
-        if pid is None or not alive(pid):
-            run_tool(host, "hdfs", "hdfs", "--daemon", "start", "datanode")
+        pid = lab.unit_pid(host, DATANODE)
+        if pid is None or not lab.alive(pid):
+            run_tool(host, "root", "systemctl", "start", DATANODE)
         lab.wait(lambda: live_datanodes() == 4, 180, f"the DataNode on {host} live again")
         return
-    pid_file = lab.lab_dir() / "hosts" / host / "run" / "hdfs-namenode.pid"
-
     def back() -> bool:
         # the cut-off NameNode may still be waiting for its journal writes to time out
-        if not (pid_file.exists() and alive(int(pid_file.read_text()))):
-            proc = run_tool(host, "hdfs", "hdfs", "--daemon", "start", "namenode")
+        # (systemd restarts an exited one: Restart=on-failure; the lab's systemctl does not)
+        pid = lab.unit_pid(host, NAMENODE)
+        if pid is None or not lab.alive(pid):
+            proc = run_tool(host, "root", "systemctl", "start", NAMENODE)
             if proc.returncode != 0:
                 raise RuntimeError(f"restarting the NameNode on {host}: "
                                    f"{proc.stdout}{proc.stderr}")
@@ -325,7 +341,7 @@ def etl_run(rep: int, args) -> dict:
     return {"mode": "resourcemanager", "client": "etl", "rep": rep, "topic": topic,
             "failover_s": round(failover, 2), "outage_s": None, "acked": 2 * n,
             "failed": 0, "job": "completed" if completed else "failed, its rerun committed",
-            "broker_crashes": [h for h, pid in brokers.items() if not alive(pid)],
+            "broker_crashes": [h for h, pid in brokers.items() if not lab.alive(pid)],
             "target": "resourcemanager"}
 
 
@@ -360,10 +376,13 @@ def one_run(mode: str, client: str, rep: int, args, ack_log: Path) -> dict:
         if mode == "broker-host":
             watcher = leaders_moved_watch(topic, LOST_BROKER)
         time.sleep(1.0)
+    zkfc_log = lab.unit_log(other, ZKFC)
+    log_offset = zkfc_log.stat().st_size if zkfc_log.exists() else 0
     t0 = time.monotonic()
     t0_ms = int(time.time() * 1000)
     inject(mode, target)
     failover = None
+    fence_lines, fenced_by = [], None
     try:
         if client == "opening":
             started_ms = t0_ms
@@ -374,6 +393,7 @@ def one_run(mode: str, client: str, rep: int, args, ack_log: Path) -> dict:
             lab.wait(lambda: nn_state(other) == "active", 120,
                      f"the NameNode on {other} active")
             failover = time.monotonic() - t0
+            fence_lines, fenced_by = fencing(other, log_offset)
         elif watcher is not None:
             moved, _ = watcher.communicate(timeout=320)
             if watcher.returncode == 0 and moved.strip():
@@ -386,7 +406,7 @@ def one_run(mode: str, client: str, rep: int, args, ack_log: Path) -> dict:
         restore(mode, target)
     gap, acked, failed, began = outage(ack_log, run_id, started_ms)
     # the broker of a lost host is not a crash: it was cut off, and restarted if it exited
-    crashed = [h for h, pid in brokers.items() if not alive(pid)
+    crashed = [h for h, pid in brokers.items() if not lab.alive(pid)
                and not (mode == "broker-host" and h == target)]
     result = {"mode": mode, "client": client, "rep": rep, "topic": topic,
               "failover_s": None if failover is None else round(failover, 2),
@@ -394,6 +414,8 @@ def one_run(mode: str, client: str, rep: int, args, ack_log: Path) -> dict:
               "broker_crashes": crashed, "target": target, "fault_ms": t0_ms,
               # where the outage fell: from this long after the fault (< 0: before it)
               "outage_from_s": round((began - t0_ms) / 1000, 2)}
+    if mode in FENCED_BY:  # the new active NameNode's ZKFC: how it fenced the old one
+        result.update(fenced_by=fenced_by, fencing=fence_lines)
     if producer.returncode != 0:
         result["producer_exit"] = producer.returncode
         print(out[-4000:], file=sys.stderr, flush=True)
@@ -413,9 +435,14 @@ def describe(result: dict) -> str:
                 f"{result['broker_crashes'] or 'none'}")
     began = result.get("outage_from_s")
     when = "" if began is None else f" from {began:+.1f}s"
+    fence = ""
+    if result.get("mode") in FENCED_BY:
+        fenced_by, expected = result.get("fenced_by"), FENCED_BY[result["mode"]]
+        fence = (f", fenced by {fenced_by or 'nothing'}" +
+                 ("" if fenced_by == expected else f" (NOT {expected} as documented)"))
     return (f"{head}: failover {shown}, outage {result['outage_s']:5.1f}s{when}, "
             f"{result['acked']} acked, {result['failed']} failed, crashed brokers: "
-            f"{result['broker_crashes'] or 'none'}")
+            f"{result['broker_crashes'] or 'none'}{fence}")
 
 
 def table(results: list[dict]) -> str:

@@ -17,10 +17,13 @@ lab's host names in place of the ``*.example.com`` placeholders (nothing else ch
 ``etc/``); install locations (``/opt/...``, ``/etc/sparklog``) point into the lab
 directory and the heaps are small. Then ``bin/check-config.py`` runs on the edge host
 and ``bin/start-cluster.sh --init`` does the ordered bring-up, with this script's
-``run`` as its transport instead of ssh. Hadoop's and ZooKeeper's daemons run from
-the Maven jars of ``sparklog classpath yarn`` (Apache Hadoop 3.4.2), started by the
-lab's ``hdfs``/``yarn``/``zkServer.sh`` commands as Hadoop's own scripts start them;
-the brokers by a ``systemctl`` that runs the kit's unit file.
+``run`` as its transport instead of ssh. Every daemon is a unit of the kit's
+``systemd/``, installed and enabled on its host by ``start-cluster.sh`` (in the host's
+private ``/var/lib``) and run by the lab's ``systemctl`` (no systemd runs in the
+namespaces); Hadoop's and ZooKeeper's daemons run from the Maven jars of ``sparklog
+classpath yarn`` (Apache Hadoop 3.4.2) through the lab's ``hdfs``/``yarn``/
+``zkServer.sh`` commands. nn1 and nn2 each run an OpenSSH sshd, through which the
+other NameNode's ZKFC fences (``sshfence``).
 
 ``up`` removes whatever it made when a step fails. ``down`` stops every process in the
 lab's namespaces (SIGTERM, then SIGKILL), deletes the namespaces, the bridge, the
@@ -75,6 +78,16 @@ DAEMON_HEAP = "256m"
 TOOL_HEAP = "128m"
 #: directories each host gets privately (bind mounts inside its namespace)
 PRIVATE_DIRS = ("/var/lib", "/var/log", "/data")
+#: where the kit's systemd units are installed on a lab host (cluster.env's
+#: ``SYSTEMD_UNIT_DIR``, ``/etc/systemd/system`` on a real host): in the host's private
+#: ``/var/lib``, so each host has the units ``start-cluster.sh`` installed and enabled on it
+UNIT_DIR = "/var/lib/lab-systemd/system"
+#: the NameNode hosts: each runs an ssh server, through which the other's ZKFC fences it
+SSH_HOSTS = ("nn1", "nn2")
+SSHD = "/usr/sbin/sshd"
+#: the kit's ``dfs.ha.fencing.ssh.private-key-files`` (hdfs-site.xml), the lab's own key
+#: in its place
+FENCING_KEY = "/home/hdfs/.ssh/id_ecdsa"
 #: ``hdfs``/``yarn``/``hadoop`` subcommand -> (main class, is a daemon, subcommand kept
 #: as the first argument), as Hadoop's bin scripts map them
 COMMANDS = {
@@ -290,6 +303,55 @@ def netns_unavailable() -> str | None:
     return None
 
 
+def ssh_unavailable() -> str | None:
+    """Why the NameNode hosts' ssh servers cannot run here (None when they can): sshfence
+    runs ``fuser`` and ``nc`` on the fenced host."""
+    missing = [name for name, found in (("OpenSSH's sshd", os.access(SSHD, os.X_OK)),
+                                        ("ssh-keygen", shutil.which("ssh-keygen")),
+                                        ("fuser (psmisc)", shutil.which("fuser")),
+                                        ("nc (netcat)", shutil.which("nc"))) if not found]
+    return (f"{', '.join(missing)} not installed (scripts/ci-deps.sh installs them): the "
+            f"ZKFCs fence through ssh") if missing else None
+
+
+def start_ssh(root: Path) -> None:
+    """An ssh server on each NameNode host, through which the other host's ZKFC fences
+    (``sshfence``): a host key each, and the fencing key authorized for root (the user the
+    lab's ZKFCs run as, whom ``sshfence`` without a user logs in as). The fencing key is
+    ECDSA P-256 in PEM form: the jsch 0.1.55 that Hadoop 3.4 uses loads only PEM keys (no
+    ed25519), and its RSA signatures are ``ssh-rsa`` (SHA-1), which OpenSSH 8.8 and later
+    refuse unless told otherwise. Each sshd sees a private ``/run`` (its privilege
+    separation directory ``/run/sshd``) and logs to the host's ``/var/log/sshd.log``."""
+    ssh = root / "ssh"
+    ssh.mkdir(mode=0o700)
+    sh("ssh-keygen", "-q", "-t", "ecdsa", "-b", "256", "-m", "PEM", "-N", "", "-C",
+       "hdfs fencing (lab)", "-f", str(ssh / "id_ecdsa"))
+    (ssh / "authorized_keys").write_text((ssh / "id_ecdsa.pub").read_text())
+    for host in SSH_HOSTS:
+        key = ssh / f"ssh_host_ecdsa_key.{host}"
+        sh("ssh-keygen", "-q", "-t", "ecdsa", "-N", "", "-f", str(key))
+        config = ssh / f"sshd_config.{host}"
+        config.write_text(f"""\
+ListenAddress {address(host)}:22
+HostKey {key}
+AuthorizedKeysFile {ssh / "authorized_keys"}
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+# the lab's files lie under a world-writable temp directory
+StrictModes no
+PidFile {root / "hosts" / host / "run" / "sshd.pid"}
+LogLevel VERBOSE
+""")
+        proc = run_on(host, "root", [
+            "sh", "-c", 'mount -t tmpfs -o mode=755 lab-sshd /run && mkdir -m 755 /run/sshd '
+            '&& exec "$@"', "sh", SSHD, "-f", str(config), "-E", "/var/log/sshd.log"],
+            capture=True)
+        if proc.returncode != 0:
+            raise LabError(f"sshd on {host} did not start: {proc.stdout}{proc.stderr}")
+
+
 def make_network(state: State) -> None:
     """The bridge, one namespace per host with its veth, address and hosts file."""
     state.add("links", BRIDGE)
@@ -327,6 +389,7 @@ def render_kit(root: Path, java_home: str) -> Path:
         "/etc/sparklog/": f"{kit}/sparklog/",
         "/etc/hadoop/conf": f"{kit}/etc/hadoop",
         "/opt/hadoop": f"{root}/hadoop",
+        "/opt/zookeeper": f"{root}/zookeeper",
         "/usr/lib/jvm/java-17-openjdk-amd64": java_home,
         "HADOOP_CLIENT_OPTS=-Xmx2g": f"HADOOP_CLIENT_OPTS=-Xmx{DAEMON_HEAP}",
     }
@@ -340,6 +403,9 @@ def render_kit(root: Path, java_home: str) -> Path:
                 new = new.replace(old, lab)
         if new != text:
             path.write_text(new)
+    hdfs_site = kit / "etc" / "hadoop" / "hdfs-site.xml"
+    hdfs_site.write_text(hdfs_site.read_text().replace(FENCING_KEY, str(root / "ssh" /
+                                                                        "id_ecdsa")))
     (kit / "etc" / "hadoop" / "log4j.properties").write_text(LOG4J)
     (kit / "etc" / "hadoop" / "capacity-scheduler.xml").write_text(
         "<?xml version=\"1.0\"?>\n<configuration>\n" + "".join(
@@ -352,6 +418,7 @@ REMOTE_COMMAND="{sys.executable} {Path(__file__).resolve()} run"
 HADOOP_HOME={root}/hadoop
 HADOOP_CONF_DIR={kit}/etc/hadoop
 ZOOKEEPER_HOME={root}/zookeeper
+SYSTEMD_UNIT_DIR={UNIT_DIR}
 """)
     return kit
 
@@ -405,6 +472,9 @@ def up(args) -> int:
     if java is None:
         raise LabError("java is not installed (Hadoop's daemons need a JDK 17)")
     java_home = str(Path(os.path.realpath(java)).parent.parent)
+    why = ssh_unavailable()
+    if why:
+        raise LabError(why)
     sys.path.insert(0, str(REPO))
     from sparklog.maven import classpath
 
@@ -418,6 +488,7 @@ def up(args) -> int:
         kit = render_kit(root, java_home)
         write_tools(root, os.pathsep.join(jars))
         prepare_hosts(root, kit)
+        start_ssh(root)
         print(f"== lab hosts up ({len(HOSTS)} namespaces on {BRIDGE}, {SUBNET}.0/24); "
               f"kit rendered in {kit}")
         check = run_on("edge", "root", [sys.executable, str(kit / "bin" / "check-config.py"),
@@ -512,17 +583,17 @@ def _daemon(name: str, cmd: list[str], action: str, env: dict | None = None) -> 
     in ``/var/log/hadoop/<name>.out``, started detached."""
     pid_file = _pid_file(name)
     pid = int(pid_file.read_text()) if pid_file.exists() else None
-    alive = pid is not None and _alive(pid)
+    running = pid is not None and alive(pid)
     if action == "status":
-        print(f"{name} is {'running as process ' + str(pid) if alive else 'not running'}")
-        return 0 if alive else 1
+        print(f"{name} is {'running as process ' + str(pid) if running else 'not running'}")
+        return 0 if running else 1
     if action == "stop":
-        if alive:
+        if running:
             os.kill(pid, signal.SIGTERM)
             _wait_gone(pid, 10)
         pid_file.unlink(missing_ok=True)
         return 0
-    if alive:
+    if running:
         print(f"{name} is already running as process {pid}")
         return 1
     os.makedirs("/var/log/hadoop", exist_ok=True)
@@ -539,7 +610,8 @@ def _daemon(name: str, cmd: list[str], action: str, env: dict | None = None) -> 
     return 0
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie not yet reaped is not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -553,7 +625,7 @@ def _alive(pid: int) -> bool:
 def _wait_gone(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _alive(pid):
+        if not alive(pid):
             return True
         time.sleep(0.2)
     return False
@@ -587,7 +659,8 @@ def tool_hadoop(name: str, argv: list[str]) -> int:
     log_name = f"{name}-{sub}-{host}.log"
     if action:
         return _daemon(f"{name}-{sub}", _java(main, DAEMON_HEAP, log_name, args), action)
-    cmd = _java(main, DAEMON_HEAP if daemon else TOOL_HEAP, None, args)
+    # a daemon in the foreground (a systemd unit's ExecStart) logs as a started one does
+    cmd = _java(main, DAEMON_HEAP if daemon else TOOL_HEAP, log_name if daemon else None, args)
     os.execvp(cmd[0], cmd)
 
 
@@ -596,6 +669,9 @@ def tool_zookeeper(argv: list[str]) -> int:
     ``$ZOOCFGDIR``)."""
     action = argv[0] if argv else ""
     cfg = Path(os.environ["ZOOCFGDIR"]) / "zoo.cfg"
+    if action == "start-foreground":  # zookeeper.service's ExecStart
+        cmd = _java(ZOOKEEPER_MAIN, DAEMON_HEAP, None, [str(cfg)])
+        os.execvp(cmd[0], cmd)
     if action in ("start", "stop"):
         cmd = _java(ZOOKEEPER_MAIN, DAEMON_HEAP, None, [str(cfg)])
         return _daemon("zookeeper", cmd, action)
@@ -613,40 +689,95 @@ def tool_zookeeper(argv: list[str]) -> int:
         mode = re.search(r"^Mode: (\w+)", reply, re.M)
         print(f"Mode: {mode.group(1)}" if mode else reply.strip())
         return 0 if mode and mode.group(1) in ("leader", "follower", "standalone") else 1
-    print("usage: zkServer.sh start|stop|status", file=sys.stderr)
+    print("usage: zkServer.sh start|start-foreground|stop|status", file=sys.stderr)
     return 2
 
 
+def _template(name: str) -> str:
+    """The unit file of a unit name (``x@1.service`` -> ``x@.service``)."""
+    return re.sub(r"@[^.]*\.service$", "@.service", name)
+
+
 def _unit(name: str) -> dict:
-    """The [Service] section of a unit of the kit (continuations joined)."""
-    template = re.sub(r"@[^.]*\.service$", "@.service", name)
-    text = (lab_dir() / "kit" / "systemd" / template).read_text()
-    out, section = {}, None
-    for line in text.replace("\\\n", " ").splitlines():
+    """The [Service] section of a unit installed on this host (in :data:`UNIT_DIR`;
+    continuations joined, every ``Environment=`` in a list)."""
+    path = Path(UNIT_DIR) / _template(name)
+    if not path.exists():
+        raise LabError(f"unit {name} is not installed on {os.environ.get('SPARKLOG_LAB_HOST')}"
+                       f" (no {path}: start-cluster.sh installs the kit's units)")
+    out, section = {"Environment": []}, None
+    for line in path.read_text().replace("\\\n", " ").splitlines():
         line = line.strip()
         if line.startswith("["):
             section = line.strip("[]")
         elif section == "Service" and "=" in line and line[0] not in "#;":
             key, value = line.split("=", 1)
-            out[key] = " ".join(value.split())
+            if key == "Environment":
+                out[key].append(value.strip())
+            else:
+                out[key] = " ".join(value.split())
     return out
 
 
+def _wants(name: str) -> Path:
+    """The link ``systemctl enable`` makes for a unit (its [Install] WantedBy)."""
+    return Path(UNIT_DIR) / "multi-user.target.wants" / name
+
+
+def unit_pid(host: str, name: str) -> int | None:
+    """The main process of a unit the lab's ``systemctl`` started on ``host`` (its pid
+    file; None when there is none)."""
+    path = lab_dir() / "hosts" / host / "run" / f"{name}.pid"
+    return int(path.read_text()) if path.exists() else None
+
+
+def unit_log(host: str, name: str) -> Path:
+    """What a unit started by the lab's ``systemctl`` on ``host`` wrote (the journal of a
+    real host: ``journalctl -u NAME``)."""
+    return lab_dir() / "hosts" / host / "var" / "log" / "hadoop" / f"{name}.out"
+
+
 def tool_systemctl(argv: list[str]) -> int:
-    """``systemctl start|stop|status NAME@ID.service`` for the kit's unit: its
-    EnvironmentFile and ExecStart (``%i``, ``%H``, ``${VAR}``), its user as the HDFS user,
-    KillSignal on stop."""
-    if len(argv) != 2 or argv[0] not in ("start", "stop", "status"):
-        print("usage: systemctl start|stop|status UNIT", file=sys.stderr)
+    """``systemctl start|stop|status|enable|is-enabled UNIT...`` and ``daemon-reload`` for
+    the units installed on the host (:data:`UNIT_DIR`): their Environment and
+    EnvironmentFile, ExecStart (``%i``, ``%H``, ``${VAR}``), User as the HDFS user,
+    KillSignal and TimeoutStopSec on stop; ``enable`` links a unit into
+    ``multi-user.target.wants`` as systemd does. No manager runs in the lab's namespaces:
+    a unit that exits is not restarted (Restart=), and nothing starts the enabled units
+    at a boot."""
+    actions = ("start", "stop", "status", "enable", "is-enabled")
+    if argv == ["daemon-reload"]:
+        for path in Path(UNIT_DIR).glob("*.service"):
+            if "ExecStart" not in _unit(path.name):
+                raise LabError(f"{path}: no ExecStart in its [Service] section")
+        return 0
+    if len(argv) < 2 or argv[0] not in actions:
+        print(f"usage: systemctl {'|'.join(actions)} UNIT... | daemon-reload", file=sys.stderr)
         return 2
-    action, name = argv
-    if not name.endswith(".service"):
-        name += ".service"
+    code = 0
+    for name in argv[1:]:
+        name = name if name.endswith(".service") else name + ".service"
+        code = max(code, _systemctl(argv[0], name))
+    return code
+
+
+def _systemctl(action: str, name: str) -> int:
+    """One action of :func:`tool_systemctl` on one unit."""
     unit = _unit(name)
-    instance = name.split("@", 1)[1].rsplit(".", 1)[0]
+    if action == "enable":
+        _wants(name).parent.mkdir(parents=True, exist_ok=True)
+        _wants(name).unlink(missing_ok=True)
+        _wants(name).symlink_to(Path("..") / _template(name))
+        return 0
+    if action == "is-enabled":
+        enabled = _wants(name).is_symlink()
+        print("enabled" if enabled else "disabled")
+        return 0 if enabled else 1
+    instance = name.split("@", 1)[1].rsplit(".", 1)[0] if "@" in name else ""
     env = dict(os.environ)
     env_file = unit.get("EnvironmentFile", "").lstrip("-")
-    for line in Path(env_file).read_text().splitlines() if env_file else []:
+    lines = Path(env_file).read_text().splitlines() if env_file else []
+    for line in [*lines, *unit["Environment"]]:
         line = line.strip()
         if line and not line.startswith("#") and "=" in line:
             key, value = line.split("=", 1)
@@ -659,12 +790,14 @@ def tool_systemctl(argv: list[str]) -> int:
         pid_file = _pid_file(name)
         if pid_file.exists():
             pid = int(pid_file.read_text())
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, getattr(signal, unit.get("KillSignal", "SIGTERM")))
                 if not _wait_gone(pid, float(unit.get("TimeoutStopSec", "90"))):
                     os.kill(pid, signal.SIGKILL)
             pid_file.unlink()
         return 0
+    if action == "start" and _pid_file(name).exists() and alive(int(_pid_file(name).read_text())):
+        return 0  # as systemd: starting a running unit does nothing
     return _daemon(name, shlex.split(exec_start), action, env)
 
 
@@ -700,9 +833,9 @@ def down(args) -> int:
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        while time.monotonic() < deadline and any(alive(p) for p in pids):
             time.sleep(0.2)
-        pids = {p for p in pids if _alive(p)}
+        pids = {p for p in pids if alive(p)}
         if not pids:
             break
     if pids:

@@ -52,6 +52,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import lab  # noqa: E402  (the lab's hosts, run_on, directories)
 
+#: the kit's systemd unit of the ResourceManagers (the kill of --rm-failover)
+RESOURCEMANAGER = "hadoop-yarn@resourcemanager.service"
 ARCHIVE = "hdfs://ns1/apps/sparklog/sparklog-venv.tar.gz"
 #: packed venvs kept across labs (outside the lab directory, which ``down`` removes):
 #: pack-venv.sh reuses one whose source, Python and options are unchanged
@@ -236,9 +238,8 @@ def run_with_rm_failover(topic: str, app: str) -> tuple[float, float, bool]:
         lab.wait(lambda: application_id(f"sparklog-etl-{app}", "RUNNING"), 600,
              "the run's application RUNNING", interval=2)
         host = lab.wait(active_rm, 60, "an active ResourceManager", interval=2)
-        pid_file = lab.lab_dir() / "hosts" / host / "run" / "yarn-resourcemanager.pid"
         t_kill = time.monotonic()
-        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        os.kill(lab.unit_pid(host, RESOURCEMANAGER), signal.SIGKILL)
         other = "nn2" if host == "nn1" else "nn1"
         lab.wait(lambda: active_rm() == other, 120, f"the ResourceManager on {other} active",
                  interval=0.5)
@@ -248,8 +249,7 @@ def run_with_rm_failover(topic: str, app: str) -> tuple[float, float, bool]:
         if proc.poll() is None:
             proc.kill()  # the transport we started; spark-submit ends with it
     took = time.monotonic() - t0
-    started = lab.run_on(host, "yarn", ["yarn", "--daemon", "start", "resourcemanager"],
-                         capture=True)
+    started = lab.run_on(host, "root", ["systemctl", "start", RESOURCEMANAGER], capture=True)
     if started.returncode != 0:
         raise CheckFailed(f"restarting the ResourceManager on {host}: {started.stdout}"
                           f"{started.stderr}")

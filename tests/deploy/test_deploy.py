@@ -154,6 +154,10 @@ BROKEN = {  # name: (file, edit, expected message, number of problems)
                    "dfs.ha.fencing.methods is not set", 1),
     "sshfence without key": (HDFS, _drop_property("dfs.ha.fencing.ssh.private-key-files"),
                              "sshfence needs dfs.ha.fencing.ssh.private-key-files", 1),
+    "ed25519 fencing key": (HDFS, _replace("/home/hdfs/.ssh/id_ecdsa",
+                                           "/home/hdfs/.ssh/id_ed25519"),
+                            "dfs.ha.fencing.ssh.private-key-files=/home/hdfs/.ssh/id_ed25519: "
+                            "sshfence's jsch loads only PEM keys", 1),
     "no failover proxy": (HDFS, _drop_property("dfs.client.failover.proxy.provider.ns1"),
                           "dfs.client.failover.proxy.provider.ns1 is not set", 1),
     "no synconclose": (HDFS, _drop_property("dfs.datanode.synconclose"),
@@ -281,16 +285,20 @@ def test_start_cluster_dry_run_prints_the_seed_order():
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    order = ["[zk3.example.com as zookeeper] /opt/zookeeper/bin/zkServer.sh start",
-             "[dn1.example.com as hdfs] /opt/hadoop/bin/hdfs --config /etc/hadoop/conf "
-             "--daemon start journalnode",
+    order = ["[dn4.example.com as root] install hadoop-hdfs@.service hadoop-yarn@.service "
+             "sparklog-broker@.service zookeeper.service into /etc/systemd/system; "
+             "systemctl daemon-reload; systemctl enable hadoop-hdfs@datanode.service "
+             "hadoop-yarn@nodemanager.service\n",
+             "[zk3.example.com as root] systemctl start zookeeper.service",
+             "[dn1.example.com as root] systemctl start hadoop-hdfs@journalnode.service",
              "[nn1.example.com as hdfs] /opt/hadoop/bin/hdfs --config /etc/hadoop/conf "
              "namenode -format", "zkfc -formatZK",
-             "[nn1.example.com as hdfs] /opt/hadoop/bin/hdfs --config /etc/hadoop/conf "
-             "--daemon start namenode", "namenode -bootstrapStandby",
-             "[nn2.example.com as hdfs] /opt/hadoop/bin/hdfs --config /etc/hadoop/conf "
-             "--daemon start namenode", "start zkfc", "start datanode",
-             "dfsadmin -safemode wait", "start resourcemanager", "start nodemanager",
+             "[nn1.example.com as root] systemctl start hadoop-hdfs@namenode.service",
+             "namenode -bootstrapStandby",
+             "[nn2.example.com as root] systemctl start hadoop-hdfs@namenode.service",
+             "start hadoop-hdfs@zkfc.service", "start hadoop-hdfs@datanode.service",
+             "dfsadmin -safemode wait", "start hadoop-yarn@resourcemanager.service",
+             "start hadoop-yarn@nodemanager.service",
              "dfs -mkdir -p /sparklog", "systemctl start sparklog-broker@1.service"]
     position = 0
     for item in order:  # each step after the one before
@@ -299,11 +307,12 @@ def test_start_cluster_dry_run_prints_the_seed_order():
     plain = subprocess.run(["bash", str(BIN / "start-cluster.sh"), "--dry-run"],
                            capture_output=True, text=True, timeout=30).stdout
     assert "-format" not in plain and "bootstrapStandby" not in plain
-    assert "start namenode" in plain
+    assert "start hadoop-hdfs@namenode.service" in plain
 
 
 def _fake_tools(tmp_path: Path) -> tuple[Path, Path]:
-    """ssh, sudo, systemctl, hdfs, yarn and zkServer.sh that log what they are asked."""
+    """ssh, sudo, systemctl, hdfs, yarn and zkServer.sh that log what they are asked; the
+    units are installed under ``units/<host>``."""
     log = tmp_path / "calls.log"
     fake = tmp_path / "fakebin"
     home = tmp_path / "hadoop"
@@ -313,12 +322,13 @@ def _fake_tools(tmp_path: Path) -> tuple[Path, Path]:
     tools = {
         fake / "ssh": 'while [ "$1" = -o ]; do shift 2; done\n'
                       'export FAKE_HOST="${1#*@}"; shift\nexec bash -c "$*"\n',
-        fake / "sudo": '[ "$1" = -n ] && shift\nexport FAKE_USER="$2"; shift 2\nexec "$@"\n',
+        fake / "sudo": '[ "$1" = -n ] && shift\nexport FAKE_USER="$2"; shift 2\n'
+                       f'export SYSTEMD_UNITS="{tmp_path}/units/$FAKE_HOST"\nexec "$@"\n',
         fake / "systemctl": f'echo "$FAKE_HOST $FAKE_USER systemctl $*" >> {log}\n',
         zk / "bin" / "zkServer.sh": f'echo "$FAKE_HOST $FAKE_USER zkServer.sh $*" >> {log}\n',
         home / "bin" / "hdfs": f'echo "$FAKE_HOST $FAKE_USER hdfs $*" >> {log}\n'
                                'case "$*" in *haadmin*)\n'
-                               f'  if grep -q "start zkfc" {log}; then echo "nn1:8020 active"\n'
+                               f'  if grep -q "start hadoop-hdfs@zkfc" {log}; then echo "nn1:8020 active"\n'
                                '  else echo "nn1:8020 standby"; fi ;; esac\n',
         home / "bin" / "yarn": f'echo "$FAKE_HOST $FAKE_USER yarn $*" >> {log}\n'
                                'case "$*" in *rmadmin*) echo "rm1 active" ;;\n'
@@ -330,6 +340,10 @@ def _fake_tools(tmp_path: Path) -> tuple[Path, Path]:
     env_text = (DEPLOY / "cluster.env").read_text()
     env_text = env_text.replace("HADOOP_HOME=/opt/hadoop", f"HADOOP_HOME={home}")
     env_text = env_text.replace("ZOOKEEPER_HOME=/opt/zookeeper", f"ZOOKEEPER_HOME={zk}")
+    # each fake host's unit directory (sudo's environment; ssh hands the remote shell
+    # the variable's name unexpanded)
+    env_text = env_text.replace("SYSTEMD_UNIT_DIR=/etc/systemd/system",
+                                "SYSTEMD_UNIT_DIR='$SYSTEMD_UNITS'")
     (tmp_path / "cluster.env").write_text(env_text)
     return fake, log
 
@@ -349,19 +363,20 @@ def test_start_cluster_runs_each_step_on_its_host_as_its_user(tmp_path):
     def last(pattern: str) -> int:
         return max(i for i, c in enumerate(calls) if re.search(pattern, c))
 
-    steps = [(r"^zk\d.* zookeeper zkServer.sh start", 3),
-             (r"^(nn1|nn2|dn1)\S* hdfs hdfs --config \S+ --daemon start journalnode", 3),
+    steps = [(r"^\S+ root systemctl daemon-reload$", 9),  # every host once
+             (r"^zk\d\S* root systemctl start zookeeper.service$", 3),
+             (r"^(nn1|nn2|dn1)\S* root systemctl start hadoop-hdfs@journalnode.service$", 3),
              (r"^nn1\S* hdfs hdfs .*namenode -format -nonInteractive", 1),
              (r"^nn1\S* hdfs hdfs .*zkfc -formatZK", 1),
-             (r"^nn1\S* hdfs hdfs .*--daemon start namenode", 1),
+             (r"^nn1\S* root systemctl start hadoop-hdfs@namenode.service$", 1),
              (r"^nn1\S* hdfs hdfs .*haadmin -getAllServiceState", None),  # waits (sh -c)
              (r"^nn2\S* hdfs hdfs .*namenode -bootstrapStandby", 1),
-             (r"^nn2\S* hdfs hdfs .*--daemon start namenode", 1),
-             (r"^nn\d\S* hdfs hdfs .*--daemon start zkfc", 2),
-             (r"^dn\d\S* hdfs hdfs .*--daemon start datanode", 4),
+             (r"^nn2\S* root systemctl start hadoop-hdfs@namenode.service$", 1),
+             (r"^nn\d\S* root systemctl start hadoop-hdfs@zkfc.service$", 2),
+             (r"^dn\d\S* root systemctl start hadoop-hdfs@datanode.service$", 4),
              (r"hdfs dfsadmin -safemode wait|hdfs .*dfsadmin -safemode wait", 1),
-             (r"^nn\d\S* yarn yarn .*--daemon start resourcemanager", 2),
-             (r"^dn\d\S* yarn yarn .*--daemon start nodemanager", 4),
+             (r"^nn\d\S* root systemctl start hadoop-yarn@resourcemanager.service$", 2),
+             (r"^dn\d\S* root systemctl start hadoop-yarn@nodemanager.service$", 4),
              (r"^nn1\S* yarn yarn .*node -list", None),  # waits for the NodeManagers
              (r"^nn1\S* hdfs hdfs .*dfs -chmod 750 /sparklog", 1),
              (r"^dn\d\S* root systemctl start sparklog-broker@\d.service", 3)]
@@ -374,6 +389,45 @@ def test_start_cluster_runs_each_step_on_its_host_as_its_user(tmp_path):
         assert first(pattern) > previous_end, f"{pattern} ran too early: {calls}"
         previous_end = last(pattern) if count is not None else first(pattern)
     assert "dn1.example.com root systemctl start sparklog-broker@1.service" in calls
+    # every host got the kit's units and enabled those of its roles
+    kit_units = sorted(p.name for p in (DEPLOY / "systemd").iterdir())
+    assert sorted(p.name for p in (tmp_path / "units").iterdir()) == sorted(
+        ["zk1.example.com", "zk2.example.com", "zk3.example.com", "nn1.example.com",
+         "nn2.example.com", "dn1.example.com", "dn2.example.com", "dn3.example.com",
+         "dn4.example.com"])
+    for host in (tmp_path / "units").iterdir():
+        assert sorted(p.name for p in host.iterdir()) == kit_units, host
+    assert calls.count("zk2.example.com root systemctl enable zookeeper.service") == 1
+    assert ("nn2.example.com root systemctl enable hadoop-hdfs@journalnode.service "
+            "hadoop-hdfs@namenode.service hadoop-hdfs@zkfc.service "
+            "hadoop-yarn@resourcemanager.service") in calls
+    assert ("dn3.example.com root systemctl enable hadoop-hdfs@datanode.service "
+            "hadoop-yarn@nodemanager.service sparklog-broker@3.service") in calls
+
+
+def test_stop_cluster_stops_every_service_in_the_reverse_order(tmp_path):
+    fake, log = _fake_tools(tmp_path)
+    env = dict(os.environ, PATH=f"{fake}{os.pathsep}{os.environ['PATH']}")
+    result = subprocess.run(["bash", str(BIN / "stop-cluster.sh"), "--env",
+                             str(tmp_path / "cluster.env")],
+                            capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    calls = log.read_text().splitlines()
+    assert all(" root systemctl stop " in c for c in calls), calls
+    assert [c.split()[0].split(".")[0] + " " + c.split()[-1] for c in calls] == [
+        "dn3 sparklog-broker@3.service", "dn2 sparklog-broker@2.service",
+        "dn1 sparklog-broker@1.service",
+        *(f"dn{i} hadoop-yarn@nodemanager.service" for i in (4, 3, 2, 1)),
+        *(f"nn{i} hadoop-yarn@resourcemanager.service" for i in (2, 1)),
+        *(f"dn{i} hadoop-hdfs@datanode.service" for i in (4, 3, 2, 1)),
+        *(f"nn{i} hadoop-hdfs@zkfc.service" for i in (2, 1)),
+        *(f"nn{i} hadoop-hdfs@namenode.service" for i in (2, 1)),
+        *(f"{h} hadoop-hdfs@journalnode.service" for h in ("dn1", "nn2", "nn1")),
+        *(f"zk{i} zookeeper.service" for i in (3, 2, 1))], calls
+    assert "== cluster stopped (8 steps)" in result.stdout
+    init = subprocess.run(["bash", str(BIN / "stop-cluster.sh"), "--init"],
+                          capture_output=True, text=True, timeout=30)
+    assert init.returncode == 2 and "unknown argument: --init" in init.stderr
 
 
 def test_submit_etl_builds_a_cluster_mode_spark_submit():
@@ -452,10 +506,21 @@ def test_pack_venv_makes_a_relocatable_archive(tmp_path):
     assert all(line.startswith(str(unpacked)) for line in probe.stdout.splitlines())
 
 
-@pytest.fixture
-def unit_instance(tmp_path):
-    path = tmp_path / "sparklog-broker@1.service"
-    shutil.copy(DEPLOY / UNIT, path)
+#: each unit file of the kit, as an instance start-cluster.sh enables
+UNIT_INSTANCES = {"sparklog-broker@.service": "sparklog-broker@1.service",
+                  "hadoop-hdfs@.service": "hadoop-hdfs@namenode.service",
+                  "hadoop-yarn@.service": "hadoop-yarn@resourcemanager.service",
+                  "zookeeper.service": "zookeeper.service"}
+
+
+def test_every_unit_of_the_kit_is_checked():
+    assert sorted(p.name for p in (DEPLOY / "systemd").iterdir()) == sorted(UNIT_INSTANCES)
+
+
+@pytest.fixture(params=sorted(UNIT_INSTANCES))
+def unit_instance(request, tmp_path):
+    path = tmp_path / UNIT_INSTANCES[request.param]
+    shutil.copy(DEPLOY / "systemd" / request.param, path)
     return path
 
 
@@ -465,7 +530,7 @@ def test_systemd_unit_has_no_unknown_keys(unit_instance):
         pytest.skip("systemd-analyze is not installed")
     result = subprocess.run([analyze, "verify", str(unit_instance)], capture_output=True,
                             text=True, timeout=60)
-    # the only complaint allowed: the broker binary is not installed on this machine
+    # the only complaint allowed: the daemon's command is not installed on this machine
     lines = [line for line in (result.stdout + result.stderr).splitlines()
              if line.strip() and "is not executable" not in line]
     assert lines == [], lines

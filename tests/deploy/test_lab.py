@@ -14,6 +14,7 @@ should spend on it on this shared machine: see docs/deploy.md.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import subprocess
@@ -41,7 +42,7 @@ def _unavailable() -> str | None:
     why = lab.netns_unavailable()
     if why:
         return why
-    why = hadoop_unavailable("yarn")
+    why = hadoop_unavailable("yarn") or lab.ssh_unavailable()
     if why:
         return why
     if any(Path(f"/run/netns/{lab.netns(h)}").exists() for h in lab.HOSTS):
@@ -83,10 +84,26 @@ def on(host: str, user: str, *cmd: str) -> str:
 
 def test_the_kit_comes_up_as_written(lab_up):
     steps = re.findall(r"^== step \d+: (.*)$", lab_up, re.M)
-    assert [s.split()[0] for s in steps] == [
-        "ZooKeeper", "JournalNodes", "format", "NameNode", "copy", "NameNode", "ZKFCs",
+    assert [s.split()[0].rstrip(":") for s in steps] == [
+        "services", "ZooKeeper", "JournalNodes", "format", "NameNode", "copy", "NameNode", "ZKFCs",
         "DataNodes", "ResourceManagers", "NodeManagers", "sparklog", "sparklog"], steps
     assert "check-config: OK" in lab_up
+    # every daemon runs from the kit's units, installed and enabled on its host
+    expected = {"zk1": ["zookeeper.service"],
+                "nn1": ["hadoop-hdfs@journalnode.service", "hadoop-hdfs@namenode.service",
+                        "hadoop-hdfs@zkfc.service", "hadoop-yarn@resourcemanager.service"],
+                "dn1": ["hadoop-hdfs@journalnode.service", "hadoop-hdfs@datanode.service",
+                        "hadoop-yarn@nodemanager.service", "sparklog-broker@1.service"],
+                "dn4": ["hadoop-hdfs@datanode.service", "hadoop-yarn@nodemanager.service"]}
+    for host, units in expected.items():
+        installed = lab.lab_dir() / "hosts" / host / lab.UNIT_DIR.lstrip("/")
+        assert sorted(p.name for p in installed.glob("*.service")) == sorted(
+            p.name for p in (lab.KIT / "systemd").glob("*.service")), host
+        wants = sorted(p.name for p in (installed / "multi-user.target.wants").iterdir())
+        assert wants == sorted(units), (host, wants)
+        for unit in units:
+            pid = lab.unit_pid(host, unit)
+            assert pid is not None and lab.alive(pid), (host, unit)
 
 
 def test_operator_tools_from_the_edge_host(lab_up):
@@ -146,6 +163,23 @@ def test_failover_matrix_once_loses_no_acknowledged_record(lab_up, tmp_path):
     assert "ack-check: OK: every acknowledged record read back once" in proc.stdout
     rows = re.findall(r"^\| (process|host) \| (writing|opening) \| 1 \|", proc.stdout, re.M)
     assert len(rows) == 4, proc.stdout
+    # fencing as docs/deploy.md's matrix says, from the new active NameNode's ZKFC log:
+    # a killed NameNode's host answers ssh and sshfence fences it (the port is closed);
+    # a cut-off host does not, and shell(/bin/true) follows sshfence's failure
+    runs = [json.loads(line) for line in results.read_text().splitlines()[:4]]
+    ssh_ok = ("====== Fencing successful by method "
+              "org.apache.hadoop.ha.SshFenceByTcpPort(null) ======")
+    for run in runs:
+        log = "\n".join(run["fencing"])
+        if run["mode"] == "process":
+            assert run["fenced_by"] == "sshfence", run
+            assert ssh_ok in log and "Verified that the service is down." in log, log
+        else:
+            assert run["fenced_by"] == "shell", run
+            assert ("Fencing method org.apache.hadoop.ha.SshFenceByTcpPort(null) was "
+                    "unsuccessful." in log), log
+            assert ("====== Fencing successful by method "
+                    "org.apache.hadoop.ha.ShellCommandFencer(/bin/true) ======" in log), log
     # every run was appended as it ended, and the file alone gives the table back
     assert len(results.read_text().splitlines()) == 4 + 1  # the runs, then the verdict
     report = subprocess.run([sys.executable, str(LAB / "failover.py"), "--report",
@@ -153,6 +187,30 @@ def test_failover_matrix_once_loses_no_acknowledged_record(lab_up, tmp_path):
     assert report.returncode == 0 and len(re.findall(
         r"^\| (process|host) \| (writing|opening) \| 1 \|", report.stdout, re.M)) == 4, \
         report.stdout + report.stderr
+
+
+def test_stop_cluster_stops_every_daemon_in_reverse_order(lab_up):
+    """The kit's stop script (run last: the lab's other tests need the cluster): brokers
+    first, ZooKeeper last, every unit's process gone, the units still enabled (a host
+    that reboots starts them again)."""
+    kit = lab.lab_dir() / "kit"
+    running = {(h, p.name[:-len(".pid")]) for h in lab.HOSTS
+               for p in (lab.lab_dir() / "hosts" / h / "run").glob("*.service.pid")}
+    pids = {unit: lab.unit_pid(*unit) for unit in running}
+    assert len(pids) == 23, sorted(running)  # ZooKeeper 3, JN 3, NN+ZKFC 4, DN 4, RM 2, NM 4, brokers 3
+    proc = subprocess.run(["bash", str(kit / "bin" / "stop-cluster.sh"), "--env",
+                           str(kit / "cluster.env")], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    steps = [s.split()[0] for s in re.findall(r"^== step \d+: (.*)$", proc.stdout, re.M)]
+    assert steps == ["sparklog", "NodeManagers", "ResourceManagers", "DataNodes", "ZKFCs",
+                     "NameNodes", "JournalNodes", "ZooKeeper"], proc.stdout
+    # (a stopped daemon may stay a zombie until the machine's init reaps it)
+    left = {unit: pid for unit, pid in pids.items() if lab.alive(pid)}
+    assert not left, left
+    assert not list((lab.lab_dir() / "hosts" / "nn1" / "run").glob("*.service.pid"))
+    wants = lab.lab_dir() / "hosts" / "nn1" / lab.UNIT_DIR.lstrip("/") / "multi-user.target.wants"
+    assert (wants / "hadoop-hdfs@namenode.service").is_symlink()
 
 
 def test_a_lab_going_down_leaves_the_shared_directories_to_the_labs_still_up(tmp_path):

@@ -75,6 +75,20 @@ class Checker:
         self.zk_hosts: set | None = None  # set by check_zookeeper
 
     # --- reporting and loading ---------------------------------------------------------
+    def check_fencing_key(self, path: str) -> None:
+        """sshfence's key in a form Hadoop's jsch (0.1.55 in Hadoop 3.4) loads: a PEM key,
+        not ed25519 nor OpenSSH's own key format (checked when the file is readable
+        here, as on a NameNode host)."""
+        try:
+            with open(path, encoding="ascii", errors="replace") as f:
+                first = f.readline().strip()
+        except OSError:
+            first = ""
+        if "ed25519" in os.path.basename(path) or first == "-----BEGIN OPENSSH PRIVATE KEY-----":
+            self.problem("hdfs", f"dfs.ha.fencing.ssh.private-key-files={path}: sshfence's "
+                                 f"jsch loads only PEM keys (no ed25519, not OpenSSH's own "
+                                 f"format): make one with ssh-keygen -t ecdsa -b 256 -m PEM")
+
     def problem(self, kind: str, message: str) -> None:
         """Record one problem of the file of ``kind`` (returns None)."""
         self.problems.append(f"{FILES[kind]}: {message}")
@@ -231,6 +245,9 @@ class Checker:
                                  "method, e.g. sshfence)")
         elif "sshfence" in methods and not hdfs.get("dfs.ha.fencing.ssh.private-key-files"):
             self.problem("hdfs", "sshfence needs dfs.ha.fencing.ssh.private-key-files")
+        elif "sshfence" in methods:
+            for key in hdfs["dfs.ha.fencing.ssh.private-key-files"].split(","):
+                self.check_fencing_key(key.strip())
         self.check_client_failover(hdfs, core or {})
         if core is not None:
             self.check_rpc_timeout(core)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Bring up the HA cluster and the sparklog brokers, in dependency order:
 #
+#   services                      the kit's systemd units installed on every host
+#                                 ($SYSTEMD_UNIT_DIR), each host's roles enabled
 #   ZooKeeper ensemble            everything below coordinates through it
 #   JournalNodes                  the NameNodes' shared edit log
 #   [--init] format NN1's namespace and the ZKFCs' znode
@@ -11,64 +13,25 @@
 #   DataNodes                     then wait until HDFS leaves safe mode
 #   ResourceManagers, NodeManagers
 #   [--init] the sparklog root directory on HDFS
-#   sparklog brokers              sparklog-broker@<id> under systemd
+#   sparklog brokers              sparklog-broker@<id>
 #
 # Usage: start-cluster.sh [--init] [--dry-run] [--env FILE]
 #   --init     first start of a new cluster: formats HDFS (destroys an existing namespace)
 #   --dry-run  print the commands instead of running them
 #   --env      host lists (default: ../cluster.env beside this script)
-# Each remote command runs as `ssh $SSH_USER@host sudo -n -u <user> <command>`, or, when
-# the env file sets REMOTE_COMMAND, as `$REMOTE_COMMAND <host> <user> <command>` (another
-# transport: deploy/lab/lab.py runs commands inside a network namespace that way).
-# Run bin/check-config.py first; stop in the reverse order.
+# Every daemon runs as a systemd service (systemd/ of the kit: hadoop-hdfs@<daemon>,
+# hadoop-yarn@<daemon>, zookeeper, sparklog-broker@<id>), enabled on its hosts, so a
+# rebooted host starts its daemons again by itself. Each remote command runs as
+# `ssh $SSH_USER@host sudo -n -u <user> <command>`, or, when the env file sets
+# REMOTE_COMMAND, as `$REMOTE_COMMAND <host> <user> <command>` (another transport:
+# deploy/lab/lab.py runs commands inside a network namespace that way).
+# Run bin/check-config.py first; bin/stop-cluster.sh stops in the reverse order.
 set -euo pipefail
 
-HERE="$(cd "$(dirname "$0")" && pwd)"
-ENV_FILE="$HERE/../cluster.env"
-INIT=0
-DRY_RUN=0
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --init) INIT=1 ;;
-        --dry-run) DRY_RUN=1 ;;
-        --env) ENV_FILE="$2"; shift ;;
-        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
-        *) echo "start-cluster.sh: unknown argument: $1" >&2; exit 2 ;;
-    esac
-    shift
-done
-[ -r "$ENV_FILE" ] || { echo "start-cluster.sh: cannot read $ENV_FILE" >&2; exit 2; }
-# shellcheck source=/dev/null
-source "$ENV_FILE"
-for var in SSH_USER HADOOP_HOME HADOOP_CONF_DIR ZOOKEEPER_HOME HDFS_USER YARN_USER ZOOKEEPER_USER ZK_HOSTS \
-           JN_HOSTS NN1 NN2 DN_HOSTS RM_HOSTS NM_HOSTS BROKERS SPARKLOG_USER SPARKLOG_GROUP \
-           SPARKLOG_ROOT; do
-    [ -n "${!var:-}" ] || { echo "start-cluster.sh: $var is not set in $ENV_FILE" >&2; exit 2; }
-done
-HDFS=("$HADOOP_HOME/bin/hdfs" --config "$HADOOP_CONF_DIR")
-YARN=("$HADOOP_HOME/bin/yarn" --config "$HADOOP_CONF_DIR")
-STEP=0
-
-step() { STEP=$((STEP + 1)); echo "== step $STEP: $*"; }
-
-# on HOST USER COMMAND...: run COMMAND on HOST as USER (each argument quoted for the
-# remote shell, which ssh hands one string)
-on() {
-    local host="$1" user="$2"; shift 2
-    if [ -n "${REMOTE_COMMAND:-}" ]; then
-        local -a transport
-        read -r -a transport <<< "$REMOTE_COMMAND"
-        "${transport[@]}" "$host" "$user" "$@"
-    else
-        ssh -o BatchMode=yes "$SSH_USER@$host" "sudo -n -u $user $(printf '%q ' "$@")"
-    fi
-}
-
-# remote HOST USER COMMAND...: print and run (only print with --dry-run)
-remote() {
-    echo "   [$1 as $2] ${*:3}"
-    [ "$DRY_RUN" = 1 ] || on "$@"
-}
+SCRIPT=start-cluster.sh
+USAGE_LINES=28
+# shellcheck source=cluster-common.sh
+source "$(dirname "$0")/cluster-common.sh"
 
 # wait_for DESCRIPTION HOST USER COMMAND...: retry COMMAND until it succeeds (2 min)
 wait_for() {
@@ -86,14 +49,27 @@ wait_for() {
     exit 1
 }
 
+step "services: the kit's systemd units on every host, each host's roles enabled"
+unit_files=$(cd "$KIT/systemd" && echo *)
+for h in $(all_hosts); do
+    # shellcheck disable=SC2046  # one unit name per word
+    echo "   [$h as root] install $unit_files into $SYSTEMD_UNIT_DIR;" \
+         "systemctl daemon-reload; systemctl enable" $(units_of "$h")
+    [ "$DRY_RUN" = 1 ] && continue
+    # shellcheck disable=SC2086  # the file names, one per word
+    tar -C "$KIT/systemd" --owner=0 --group=0 --mode=0644 -cf - $unit_files | on "$h" root sh -c \
+        "mkdir -p $SYSTEMD_UNIT_DIR && tar -C $SYSTEMD_UNIT_DIR -xof - &&
+         systemctl daemon-reload && systemctl enable $(units_of "$h" | tr '\n' ' ')"
+done
+
 step "ZooKeeper ensemble"
-for h in $ZK_HOSTS; do remote "$h" "$ZOOKEEPER_USER" "$ZOOKEEPER_HOME/bin/zkServer.sh" start; done
+for h in $ZK_HOSTS; do service start "$h" zookeeper.service; done
 for h in $ZK_HOSTS; do
     wait_for "ZooKeeper on $h serving" "$h" "$ZOOKEEPER_USER" "$ZOOKEEPER_HOME/bin/zkServer.sh" status
 done
 
 step "JournalNodes"
-for h in $JN_HOSTS; do remote "$h" "$HDFS_USER" "${HDFS[@]}" --daemon start journalnode; done
+for h in $JN_HOSTS; do service start "$h" hadoop-hdfs@journalnode.service; done
 
 if [ "$INIT" = 1 ]; then
     step "format the namespace on $NN1 and the ZKFC znode (--init)"
@@ -102,7 +78,7 @@ if [ "$INIT" = 1 ]; then
 fi
 
 step "NameNode on $NN1"
-remote "$NN1" "$HDFS_USER" "${HDFS[@]}" --daemon start namenode
+service start "$NN1" hadoop-hdfs@namenode.service
 wait_for "NameNode on $NN1 up (standby until the ZKFCs run)" "$NN1" "$HDFS_USER" \
     sh -c "${HDFS[*]} haadmin -getAllServiceState | grep -q standby"
 
@@ -111,25 +87,25 @@ if [ "$INIT" = 1 ]; then
     remote "$NN2" "$HDFS_USER" "${HDFS[@]}" namenode -bootstrapStandby -nonInteractive
 fi
 step "NameNode on $NN2"
-remote "$NN2" "$HDFS_USER" "${HDFS[@]}" --daemon start namenode
+service start "$NN2" hadoop-hdfs@namenode.service
 
 step "ZKFCs (automatic failover; one NameNode becomes active)"
-for h in "$NN1" "$NN2"; do remote "$h" "$HDFS_USER" "${HDFS[@]}" --daemon start zkfc; done
+for h in "$NN1" "$NN2"; do service start "$h" hadoop-hdfs@zkfc.service; done
 wait_for "an active NameNode" "$NN1" "$HDFS_USER" \
     sh -c "${HDFS[*]} haadmin -getAllServiceState | grep -q active"
 
 step "DataNodes"
-for h in $DN_HOSTS; do remote "$h" "$HDFS_USER" "${HDFS[@]}" --daemon start datanode; done
+for h in $DN_HOSTS; do service start "$h" hadoop-hdfs@datanode.service; done
 remote "$NN1" "$HDFS_USER" "${HDFS[@]}" dfsadmin -safemode wait
 
 step "ResourceManagers"
-for h in $RM_HOSTS; do remote "$h" "$YARN_USER" "${YARN[@]}" --daemon start resourcemanager; done
+for h in $RM_HOSTS; do service start "$h" hadoop-yarn@resourcemanager.service; done
 first_rm="${RM_HOSTS%% *}"
 wait_for "an active ResourceManager" "$first_rm" "$YARN_USER" \
     sh -c "${YARN[*]} rmadmin -getAllServiceState | grep -q active"
 
 step "NodeManagers"
-for h in $NM_HOSTS; do remote "$h" "$YARN_USER" "${YARN[@]}" --daemon start nodemanager; done
+for h in $NM_HOSTS; do service start "$h" hadoop-yarn@nodemanager.service; done
 nm_count=$(wc -w <<< "$NM_HOSTS")
 wait_for "$nm_count NodeManagers registered with the ResourceManager" "$first_rm" "$YARN_USER" \
     sh -c "${YARN[*]} node -list 2>/dev/null | grep -q 'Total Nodes:$nm_count\$'"
@@ -151,6 +127,6 @@ fi
 step "sparklog brokers"
 for pair in $BROKERS; do
     id="${pair%%:*}"; host="${pair#*:}"
-    remote "$host" root systemctl start "sparklog-broker@$id.service"
+    service start "$host" "sparklog-broker@$id.service"
 done
 echo "== cluster started ($STEP steps)"
