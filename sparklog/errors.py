@@ -148,6 +148,8 @@ class RecordTooLargeError(SparklogError):
     max.request.size."""
 
     code = 10
+    #: the size found over the limit, where the raiser knows it
+    size: int | None = None
 
 
 class RecordBatchTooLargeError(RecordTooLargeError):

@@ -108,7 +108,7 @@ def range_assign(partition_counts: dict, subscriptions: dict) -> dict:
     [(topic, partition)]} with an entry for every consumer (possibly empty). Topics a
     consumer subscribes to that do not exist are ignored.
     """
-    out = {member: [] for member in subscriptions}
+    out: dict = {member: [] for member in subscriptions}
     topics = sorted({t for ts in subscriptions.values() for t in ts})
     for topic in topics:
         count = partition_counts.get(topic)

@@ -262,7 +262,7 @@ class Controller:
         for topic, parts in assignment.items():
             for p in parts:
                 pending[(topic, p)] = self.client.get_async(partition_state_path(topic, p))
-        out = {}
+        out: dict = {}
         for tp, result in pending.items():
             try:
                 data, stat = result.get()

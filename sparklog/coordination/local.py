@@ -107,6 +107,7 @@ class LocalCoordinationStore(CoordinationStore):
                 return version + 1, new
             except FileAlreadyExistsError:
                 continue
+        raise AssertionError("unreachable: cas_attempts raises once exhausted")
 
     # --- shared documents ------------------------------------------------------------------
     def _document(self, name: str, *, write: bool = False) -> VersionedFile:

@@ -257,6 +257,7 @@ class ZkGroupMember:
                     continue  # released meanwhile: claim again
                 owner = data.decode()
                 return None if owner == self.consumer_id else owner
+        raise AssertionError("unreachable: cas_attempts raises once exhausted")
 
     def _members(self) -> dict[str, list[str]]:
         from kazoo.exceptions import NoNodeError

@@ -335,6 +335,7 @@ class ZkCoordinationStore(CoordinationStore):
                 return start
             except BadVersionError:
                 continue
+        raise AssertionError("unreachable: cas_attempts raises once exhausted")
 
     # --- consumer-group offsets ------------------------------------------------------------------
     def commit_offsets(self, group: str, offsets: dict) -> None:
@@ -458,6 +459,7 @@ class ZkCoordinationStore(CoordinationStore):
                 return new
             except (BadVersionError, NoNodeError):
                 continue
+        raise AssertionError("unreachable: cas_attempts raises once exhausted")
 
     def _private_acl(self):
         """The digest entries of the client's default ACL (``zookeeper.set.acl``: the

@@ -61,8 +61,8 @@ class ClusterView:
         self._topics: dict[str, int] = {}
         self._states: dict[tuple[str, int], LeaderAndEpoch] = {}
         self._trusted = False
-        self._listeners = []
-        self._config_listeners = []
+        self._listeners: list = []
+        self._config_listeners: list = []
         self._config_versions: dict[str, int] | None = None  # None until first read
         self._refreshed = threading.Condition(self._lock)
         self._generation = 0  # full refreshes done

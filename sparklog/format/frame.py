@@ -271,7 +271,7 @@ def to_record_batch(data, schema: pa.Schema | None = None) -> pa.RecordBatch:
                     f"record {i} is of type {type(row).__name__}, not a dict: a list of records "
                     "holds one dict of fields per record (raw values: raw_batch(values))")
             extra = None if known is None else sorted(set(row) - known)
-            if extra:
+            if extra and schema is not None:
                 raise SchemaMismatchError(
                     f"record {i} has fields {extra} that are not in the topic schema "
                     f"{schema.names}")

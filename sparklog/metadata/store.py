@@ -159,6 +159,7 @@ class TopicStore:
             except FileAlreadyExistsError:
                 continue
             return new  # the new partitions' directories are made on first use
+        raise AssertionError("unreachable: cas_attempts raises once exhausted")
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic and all its data (UnknownTopicOrPartitionError if absent)."""

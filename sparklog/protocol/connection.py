@@ -76,7 +76,7 @@ class Connection:
             raise BrokerNotAvailableError(f"cannot connect to broker {address}: {exc}") from None
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._ids = itertools.count(1)
-        self._pending: collections.deque = collections.deque()
+        self._pending = collections.deque()
 
     def send(self, api_key: int, body: dict | None = None, api_version: int = 0) -> int:
         """Send a request; return its correlation id."""

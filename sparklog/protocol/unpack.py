@@ -68,19 +68,19 @@ def _decode(view: memoryview, pos: int, min_view: int):
     else:
         raise ValueError(f"unsupported msgpack type byte 0x{t:02x} at byte {pos - 1}")
     if kind == "array":
-        out = []
+        items = []
         for _ in range(n):
             value, pos = _decode(view, pos, min_view)
-            out.append(value)
-        return out, pos
+            items.append(value)
+        return items, pos
     if kind == "map":
-        out = {}
+        entries: dict = {}
         for _ in range(n):
             key, pos = _decode(view, pos, min_view)
             if not isinstance(key, (str, bytes)):
                 raise ValueError(f"map key of type {type(key).__name__} (str or bytes needed)")
-            out[key], pos = _decode(view, pos, min_view)
-        return out, pos
+            entries[key], pos = _decode(view, pos, min_view)
+        return entries, pos
     end = pos + n
     if end > len(view):
         raise _Truncated()
