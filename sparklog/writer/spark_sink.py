@@ -6,7 +6,7 @@ Columns, as Spark's Kafka sink takes them:
 
 * raw topics: ``value`` (binary or string, required), ``key`` (binary or string),
   ``headers`` (array<struct<key string, value binary>>), and ``timestamp`` (timestamp
-  or long ms; the append time when absent);
+  or long ms: the CreateTime; the send time when absent);
 * typed topics: the topic's columns, all of them (plus an optional ``timestamp``);
 * routing: the ``topic`` option, else a ``topic`` column (the option wins, as in Spark's
   Kafka sink), and an optional ``partition`` int column (else key hashing / sticky

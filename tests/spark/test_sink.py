@@ -151,3 +151,20 @@ def test_columns_a_topic_does_not_take_are_ignored_but_its_own_are_required():
     with pytest.raises(SchemaMismatchError, match=r"\['name'\] missing"):
         check_schema(StructType([StructField("id", LongType()),
                                  StructField("offset", LongType())]), "t", {"t": typed})
+
+
+def test_complete_mode_appends_where_a_batch_overwrite_is_refused(broker, admin):
+    """Spark asks the streaming sink to truncate in the ``complete`` output mode; Spark's
+    Kafka sink appends then, and so does this one, while a batch ``overwrite`` is
+    refused (a log cannot be truncated)."""
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from sparklog.errors import InvalidArgumentError
+    from sparklog.writer.spark_sink import SparklogStreamWriter, SparklogWriter
+
+    admin.create_topic("complete", partitions=1)
+    options = {"kafka.bootstrap.servers": broker.address, "topic": "complete"}
+    schema = StructType([StructField("value", BinaryType())])
+    SparklogStreamWriter(options, schema, overwrite=True)
+    with pytest.raises(InvalidArgumentError, match="overwrite is not supported"):
+        SparklogWriter(options, schema, overwrite=True)
