@@ -629,6 +629,10 @@ BROKER_ONLY_BITS = (
     (CONTROL_BIT, "control bit (0x20): clients are not allowed to write control records"),
     (TRANSACTIONAL_BIT, "transactional bit (0x10): only the broker writes transactional "
                         "frames"),
+    # a client's LogAppendTime frame would give all its records its max timestamp on a
+    # CreateTime topic; the broker stamps the bit itself where message.timestamp.type says
+    (TIMESTAMP_TYPE_BIT, "timestamp-type bit (0x08): only the broker stamps LogAppendTime "
+                         "(the topic's message.timestamp.type)"),
 )
 
 

@@ -25,7 +25,7 @@ import pytest
 from sparklog import Consumer, Producer
 from sparklog.client.types import TopicPartition
 from sparklog.errors import DataLossError
-from sparklog.format.frame import encode_frame, raw_batch, reseal
+from sparklog.format.frame import BROKER_ONLY_BITS, encode_frame, raw_batch, reseal
 from sparklog.format.header import (
     ATTRIBUTES,
     CONTROL_BIT,
@@ -34,6 +34,7 @@ from sparklog.format.header import (
     PRODUCER_FIELDS,
     PRODUCER_ID,
     RECORD_COUNT,
+    TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
     unpack_header,
 )
@@ -47,6 +48,8 @@ from tests.support.brokerproc import BrokerProcess, log_frames
 from tests.support.wire import create, produce
 
 INVALID_RECORD = 87
+#: the attribute bits a client frame may not set
+BROKER_ONLY = sum(bit for bit, _ in BROKER_ONLY_BITS)
 FUZZ_FRAMES = int(os.environ.get("SPARKLOG_FORGED_FRAMES", "200"))
 FUZZ_SEED = int(os.environ.get("SPARKLOG_FORGED_SEED", "33"))
 
@@ -92,6 +95,8 @@ CASES = {
     "transaction marker": (
         lambda: encode_marker(COMMIT, producer_id=77, producer_epoch=0, timestamp=1),
         "control bit"),
+    "LogAppendTime bit": (lambda: forged(["a", "b"], attributes=TIMESTAMP_TYPE_BIT),
+                          "timestamp-type bit"),
     "transactional bit": (
         lambda: forged(["a", "b"], transactional=True, producer_id=78, producer_epoch=0,
                        base_sequence=0), "transactional bit"),
@@ -205,8 +210,7 @@ def test_forged_frame_is_refused_and_others_records_stay(broker, conn, case):
     finally:
         reader.close()
     assert log_reader_records(broker.root, topic) == acked
-    assert not any(h.attributes & (EXPLICIT_OFFSETS_BIT | CONTROL_BIT | TRANSACTIONAL_BIT)
-                   for h in log_frames(broker, topic))
+    assert not any(h.attributes & BROKER_ONLY for h in log_frames(broker, topic))
 
 
 def test_forged_frames_in_storage_never_shift_later_offsets(tmp_path):
@@ -310,7 +314,7 @@ def test_consumer_reads_past_a_forged_frame_in_storage(tmp_path):
 
 # --- the must-show fuzz -------------------------------------------------------------------
 
-_BITS = (0, EXPLICIT_OFFSETS_BIT, CONTROL_BIT, TRANSACTIONAL_BIT)
+_BITS = (0, EXPLICIT_OFFSETS_BIT, CONTROL_BIT, TRANSACTIONAL_BIT, TIMESTAMP_TYPE_BIT)
 
 
 def random_forgery(rng: random.Random, victim_pid: int) -> tuple[bytes, bool, list]:
@@ -341,8 +345,7 @@ def random_forgery(rng: random.Random, victim_pid: int) -> tuple[bytes, bool, li
     frame = forged(values, offset_deltas=deltas, attributes=attributes,
                    last_offset_delta=last_delta, record_count=count, producer=producer)
     header = unpack_header(frame)
-    must_refuse = bool(header.attributes & (EXPLICIT_OFFSETS_BIT | CONTROL_BIT
-                                            | TRANSACTIONAL_BIT)) \
+    must_refuse = bool(header.attributes & BROKER_ONLY) \
         or header.last_offset_delta != n - 1 or header.record_count != n \
         or deltas is not None  # an offset column, with the bit or without
     return frame, must_refuse, values
