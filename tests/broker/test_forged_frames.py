@@ -112,10 +112,7 @@ def _without_bit(frame: bytes) -> bytes:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    root = tmp_path_factory.mktemp("forged")
-    proc = BrokerProcess(root.as_uri(), log_path=root.parent / f"{root.name}-broker.log")
-    proc.root = root
-    with proc:
+    with BrokerProcess.in_temp(tmp_path_factory, "forged") as proc:
         yield proc
 
 

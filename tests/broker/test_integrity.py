@@ -185,10 +185,7 @@ def flip(path: Path, byte: int, bit: int) -> None:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    root = tmp_path_factory.mktemp("integrity")
-    proc = BrokerProcess(root.as_uri(), log_path=root.parent / f"{root.name}-broker.log")
-    proc.root = root
-    with proc:
+    with BrokerProcess.in_temp(tmp_path_factory, "integrity") as proc:
         yield proc
 
 

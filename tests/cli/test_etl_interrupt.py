@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("pyspark", reason="pyspark is not installed")
 
 from sparklog.cli.main import main
-from tests.support.jobs import SQL, assert_exactly_once, make_topic
+from tests.support.jobs import SQL, assert_exactly_once, group_gone, make_topic
 from tests.support.shell import ROOT
 from tests.support.waiting import wait_until
 
@@ -46,14 +46,6 @@ def slow(df):
 '''
 
 
-def _group_gone(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
 def test_ctrl_c_during_etl_run_is_one_line_and_the_rerun_is_exact(tmp_path, storage_root):
     make_topic(storage_root, "events", partitions=1, count=20)
     (tmp_path / "etl_slow.py").write_text(TRANSFORM)
@@ -80,9 +72,9 @@ def test_ctrl_c_during_etl_run_is_one_line_and_the_rerun_is_exact(tmp_path, stor
         before = len(lines)
         os.killpg(proc.pid, signal.SIGINT)
         code = proc.wait(timeout=120)
-        wait_until(lambda: _group_gone(proc.pid), what="the run's processes to exit")
+        wait_until(lambda: group_gone(proc.pid), what="the run's processes to exit")
     finally:
-        if not _group_gone(proc.pid):
+        if not group_gone(proc.pid):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     reader.join(10)

@@ -54,7 +54,18 @@ class BrokerProcess:
             os.close(fd)
         self.log_path = Path(log_path)
         self.proc: subprocess.Popen | None = None
+        #: the storage root's local path, where a test set it (:meth:`in_temp` does)
+        self.root: Path | None = None
         self._lines: list[str] = []
+
+    @classmethod
+    def in_temp(cls, tmp_path_factory, name: str, extra_args=()) -> "BrokerProcess":
+        """A broker (not started) of a new temporary storage root named after ``name``
+        (its path as ``.root``), logging beside it: a test module's broker."""
+        root = tmp_path_factory.mktemp(name)
+        proc = cls(root.as_uri(), extra_args, log_path=root.parent / f"{root.name}-broker.log")
+        proc.root = root
+        return proc
 
     @property
     def address(self) -> str:

@@ -165,9 +165,9 @@ def run_killed(cmd: list, fault: str) -> subprocess.CompletedProcess:
         out, err = proc.communicate(timeout=240)
     finally:
         deadline = time.monotonic() + 60
-        while not _group_gone(proc.pid) and time.monotonic() < deadline:
+        while not group_gone(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.2)
-        leftover = not _group_gone(proc.pid)
+        leftover = not group_gone(proc.pid)
         if leftover:
             os.killpg(proc.pid, signal.SIGKILL)  # our own child's process group
     assert not leftover, "the killed job left processes behind"
@@ -205,7 +205,7 @@ def delta_spark_transactions(spark, uri: str) -> dict:
     return out
 
 
-def _group_gone(pgid: int) -> bool:
+def group_gone(pgid: int) -> bool:
     """True when no process of the process group ``pgid`` is left."""
     try:
         os.killpg(pgid, 0)
