@@ -4,7 +4,9 @@
 ``listeners=PLAINTEXT://127.0.0.1:9092,SASL_SSL://0.0.0.0:9093`` opens two sockets; a
 listener's name is its security protocol unless ``listener.security.protocol.map``
 maps custom names (``INTERNAL:PLAINTEXT,EXTERNAL:SASL_SSL``). A bare ``host:port`` (the
-form sparklog accepted before listeners had names) is a PLAINTEXT listener.
+form sparklog accepted before listeners had names) is a PLAINTEXT listener. A listener
+bound to a wildcard (``0.0.0.0``, ``::``, no host) with no ``advertised.listeners`` entry
+is advertised by this host's canonical name, as Kafka does (:func:`canonical_host_name`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from dataclasses import dataclass
 from ..errors import InvalidConfigError
 
 log = logging.getLogger(__name__)
+
+#: addresses that mean "every interface": a broker may listen on them, never advertise them
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "0:0:0:0:0:0:0:0", ""})
 
 #: Kafka's security protocols
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -52,6 +57,36 @@ class Listener:
             return ipaddress.ip_address(self.host.split("%")[0]).is_loopback
         except ValueError:
             return self.host == "localhost"
+
+
+def canonical_host_name(listeners: str, name: str | None = None) -> str:
+    """The name a broker advertises for a listener bound to a wildcard address when
+    ``advertised.listeners`` does not name one: this host's canonical (fully qualified)
+    name, as Kafka's ``InetAddress.getLocalHost().getCanonicalHostName()`` (``name``: the
+    name to check instead of ``socket.getfqdn()``'s). It must resolve to an address that
+    is not itself a wildcard; else InvalidConfigError says so and names
+    ``advertised.listeners``, the setting that avoids the look-up."""
+    import socket
+
+    name = socket.getfqdn() if name is None else name
+    problem = ""
+    if not name or name in WILDCARD_HOSTS:
+        problem = "this host has no canonical name"
+    else:
+        try:
+            found = {info[4][0] for info in socket.getaddrinfo(name, None)}
+        except (OSError, UnicodeError) as exc:
+            problem = f"this host's canonical name {name!r} does not resolve ({exc})"
+        else:
+            if not found - WILDCARD_HOSTS:
+                problem = (f"this host's canonical name {name!r} resolves to no usable "
+                           f"address ({', '.join(sorted(found)) or 'none'})")
+    if problem:
+        raise InvalidConfigError(
+            f"listeners={listeners!r} binds every interface, so the broker would advertise "
+            f"this host's canonical name, but {problem}: set advertised.listeners to an "
+            "address clients can reach, e.g. PLAINTEXT://broker1.example.com:9092")
+    return name
 
 
 def parse_protocol_map(text: str) -> dict[str, str]:
@@ -111,4 +146,4 @@ def parse_listeners(listeners: str, advertised: str = "", protocol_map: str = ""
             for name, host, port in bound]
 
 
-__all__ = ["Listener", "PROTOCOLS", "parse_listeners", "parse_protocol_map"]
+__all__ = ["Listener", "PROTOCOLS", "WILDCARD_HOSTS", "canonical_host_name", "parse_listeners", "parse_protocol_map"]

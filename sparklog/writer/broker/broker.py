@@ -42,6 +42,7 @@ from ...retention.cleaner import LogCleanerManager
 from ...retention.manager import RetentionManager
 from ...security.api import SecurityApis
 from ...security.enforce import authorize
+from ...security.listeners import WILDCARD_HOSTS, canonical_host_name
 from ...storage import FileIO, open_fileio
 from ...storage.paths import storage_root, url_scheme
 from . import server
@@ -86,9 +87,12 @@ class Broker:
         self.storage_uri = storage_root(storage_uri)
         self.config = config or BrokerConfig()
         self.broker_id = self.config.broker_id
-        # the address clients are told must be reachable: a wildcard is refused here,
-        # before anything is opened (InvalidConfigError naming the key and value)
+        # the address clients are told must be reachable, checked before anything is
+        # opened: a wildcard in advertised.listeners is refused; a listener bound to a
+        # wildcard is advertised by this host's canonical name, which must resolve
+        # (InvalidConfigError naming the key and value, or advertised.listeners)
         self.config.advertised_host_port
+        self._canonical_name = self._wildcard_advertised_name()
         self.fileio = fileio or open_fileio(self.storage_uri,
                                             **self._storage_options(probe=True))
         self._own_fileio = fileio is None  # helper processes can open the same one
@@ -291,7 +295,22 @@ class Broker:
         bound = tuple(self._servers[self.security.listeners.index(listener)].address[:2])
         if listener.advertised_host:
             return listener.advertised_host, listener.advertised_port or bound[1]
+        if listener.host in WILDCARD_HOSTS and self._canonical_name:
+            return self._canonical_name, bound[1]
         return bound
+
+    def _wildcard_advertised_name(self) -> str | None:
+        """This host's canonical name when a listener bound to a wildcard address has no
+        ``advertised.listeners`` entry (Kafka advertises that name), else None."""
+        listeners = self.config.security.listeners
+        if not any(lst.host in WILDCARD_HOSTS and not lst.advertised_host
+                   for lst in listeners):
+            return None
+        name = canonical_host_name(self.config.listeners)
+        log.info("listeners=%s binds every interface: advertising this host's canonical "
+                 "name %s (set advertised.listeners to advertise another)",
+                 self.config.listeners, name)
+        return name
 
     @property
     def listener_addresses(self) -> dict[str, str]:

@@ -67,6 +67,7 @@ from dataclasses import dataclass, field
 
 from ...errors import InvalidConfigError
 from ...log.config import LOG_CONFIGS, parse_log_config_value
+from ...security.listeners import WILDCARD_HOSTS
 from ...storage.local import DEFAULT_SYNC_BEHIND_WRITES
 
 log = logging.getLogger(__name__)
@@ -74,8 +75,6 @@ log = logging.getLogger(__name__)
 #: Kafka's "no limit" for int settings (Integer.MAX_VALUE)
 MAX_INT = 2147483647
 
-#: addresses that mean "every interface": a broker may listen on them, never advertise them
-WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "0:0:0:0:0:0:0:0"})
 
 #: broker property -> topic/log config key it supplies the default of
 LOG_DEFAULT_KEYS = {
@@ -370,27 +369,31 @@ class BrokerConfig:
     def advertised_host_port(self) -> tuple[str, int]:
         """(host, port) the broker registers and returns in Metadata responses:
         ``advertised.listeners`` when set, else ``listeners`` (Kafka's rule). Port 0
-        stands for the port the broker bound. A wildcard host (``0.0.0.0``, ``::``) is
-        never advertised: clients on other hosts could not reach it, so
-        InvalidConfigError names the key and value that would have produced it."""
+        stands for the port the broker bound. A listener bound to a wildcard (``0.0.0.0``,
+        ``::``, or no host) is advertised by this host's canonical name, as Kafka does
+        (:func:`~sparklog.security.listeners.canonical_host_name`, whose error names
+        ``advertised.listeners`` when that name is unusable); a wildcard in
+        ``advertised.listeners`` itself is refused (InvalidConfigError naming it)."""
         from ...protocol.connection import parse_address
+        from ...security.listeners import canonical_host_name
 
         key, value = (("advertised.listeners", self.advertised_listeners)
                       if self.advertised_listeners else ("listeners", self.listeners))
         text = value.split(",")[0].strip()
         if "://" in text:
             text = text.split("://", 1)[1]
+        if text.rpartition(":")[0].strip("[]") == "":
+            text = "0.0.0.0" + text  # no host: every interface, as listeners binds it
         try:
             host, port = parse_address(text)
         except Exception as exc:
             raise InvalidConfigError(f"broker config {key}={value!r}: {exc}") from None
         if host in WILDCARD_HOSTS:
-            hint = (" (listeners binds every interface: set advertised.listeners to this "
-                    "host's name, e.g. PLAINTEXT://broker1.example.com:9092)"
-                    if key == "listeners" else "")
+            if key == "listeners":
+                return canonical_host_name(value), port
             raise InvalidConfigError(
                 f"broker config {key}={value!r}: {host} is a wildcard address and is never "
-                f"advertised to clients{hint}")
+                "advertised to clients: name this host, e.g. PLAINTEXT://broker1.example.com:9092")
         return host, port
 
     def with_(self, **changes) -> "BrokerConfig":
