@@ -4,7 +4,9 @@ Each line of standard input becomes one record. With ``--property parse.key=true
 line is ``key<key.separator>value`` (separator default tab); a line without the
 separator stops the tool, or with ``--property ignore.error=true`` is sent whole as the
 value with a null key (Kafka's console producer). Lines for a typed topic are JSON
-objects with the topic's columns.
+objects with the topic's columns. A missing topic is created by a broker with
+``auto.create.topics.enable=true`` (the producer asks, as Kafka's does); else the tool
+fails after ``max.block.ms`` (``--producer-property``) naming the topic.
 
 A record over the size limit (``max.request.size``, the topic's ``max.message.bytes``)
 is reported with its line number and the next lines are sent; after sending what it

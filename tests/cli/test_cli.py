@@ -93,7 +93,6 @@ def test_consume_partition_offset_and_typed_json(broker):
     (["topics", "describe", "--topic", "missing"], None, "missing"),
     (["topics", "delete"], None, "a topic is required"),
     (["topics", "alter", "--topic", "missing2", "--partitions", "3"], None, "missing2"),
-    (["produce", "missing3"], b"x\n", "missing3"),
     (["produce", "lines", "--property", "parse.key=true"], b"no separator here\n",
      "line 1 has no key separator"),
     (["produce", "lines", "--property", "frobnicate=1"], b"", "unknown --property"),

@@ -204,8 +204,6 @@ def test_bad_arguments_raise_clear_errors(broker, admin):
             producer.send(topic, b"v", key=3.5)
         with pytest.raises(UnknownTopicOrPartitionError, match="partition 7"):
             producer.send(topic, b"v", partition=7)
-        with pytest.raises(UnknownTopicOrPartitionError, match="no-such-topic"):
-            producer.send("no-such-topic", b"v")
         with pytest.raises(InvalidTopicError, match="illegal"):
             producer.send("bad/name", b"v")
         with pytest.raises(RecordTooLargeError, match="max_request_size"):

@@ -31,6 +31,7 @@ from ...errors import (
     RequestTimedOutError,
     SchemaMismatchError,
     SparklogError,
+    UnknownTopicOrPartitionError,
 )
 from ...format.frame import (
     HEADER_TYPE,
@@ -209,27 +210,40 @@ class Producer:
 
     # --- topic metadata -------------------------------------------------------------
     def _topic(self, topic: str) -> _Topic:
-        """The topic's metadata, loaded on first use; while no broker answers (one is
-        restarting) the load is retried for up to ``max_block_ms``, as kafka-python's
-        send() waits for metadata."""
+        """The topic's metadata, loaded on first use with Metadata's
+        ``allow_auto_topic_creation`` set, as Kafka's producer asks: a broker with
+        ``auto.create.topics.enable=true`` (the default) creates a missing topic with its
+        defaults (``num.partitions``...) when the principal may Create it. While the
+        topic is unknown (not created) or no broker answers (one is restarting) the load
+        is retried for up to ``max_block_ms``, as Kafka's send() waits for metadata; then
+        UnknownTopicOrPartitionError says the topic was not present in metadata."""
         info = self._topics.get(topic)
         if info is None:
-            deadline = time.monotonic() + self.config["max_block_ms"] / 1000.0
+            max_block_ms = self.config["max_block_ms"]
+            deadline = time.monotonic() + max_block_ms / 1000.0
             while True:
                 try:
-                    info = self._topics[topic] = self._load_topic(topic)
+                    info = self._topics[topic] = self._load_topic(topic, auto_create=True)
                     return info
+                except UnknownTopicOrPartitionError as exc:
+                    if time.monotonic() >= deadline:
+                        raise UnknownTopicOrPartitionError(
+                            f"Topic {topic} not present in metadata after {max_block_ms} ms "
+                            f"(max_block_ms): {exc}; the broker creates a missing topic only "
+                            "with auto.create.topics.enable=true and for a principal allowed "
+                            "to Create it") from None
                 except (BrokerNotAvailableError, RequestTimedOutError):
                     if time.monotonic() >= deadline:
                         raise
-                    time.sleep(self.config["retry_backoff_ms"] / 1000.0)
+                time.sleep(self.config["retry_backoff_ms"] / 1000.0)
         return info
 
-    def _load_topic(self, topic: str) -> _Topic:
-        """Partition count, schema and size limits of ``topic`` from the broker; sets
-        the accumulator's batch limit for the topic."""
+    def _load_topic(self, topic: str, *, auto_create: bool = False) -> _Topic:
+        """Partition count, schema and size limits of ``topic`` from the broker (asking
+        it to create a missing topic when ``auto_create``); sets the accumulator's batch
+        limit for the topic."""
         validate_topic_name(topic)
-        meta = self._client.topic_info(topic, refresh=True)
+        meta = self._client.topic_info(topic, refresh=True, auto_create=auto_create)
         schema, configs = None, {}
         resp = self._client.request(ApiKey.DESCRIBE_CONFIGS, {"topics": [topic]})
         for t in resp["topics"]:
