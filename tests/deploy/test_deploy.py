@@ -87,10 +87,9 @@ def test_check_config_refuses_a_wildcard_listener_without_advertised_name(tmp_pa
     unit.write_text(text.replace(" \\\n    --override advertised.listeners=%H:9092", ""))
     lines = check_config(root).stdout.splitlines()
     assert lines == [f"check-config: {BROKER}: broker config listeners="
-                     "'PLAINTEXT://0.0.0.0:9092': 0.0.0.0 is a wildcard address and is never "
-                     "advertised to clients (listeners binds every interface: set "
-                     "advertised.listeners to this host's name, e.g. "
-                     "PLAINTEXT://broker1.example.com:9092)"], lines
+                     "'PLAINTEXT://0.0.0.0:9092' binds every interface and no "
+                     "advertised.listeners names this host: set it to the host's name (the "
+                     "unit's --override advertised.listeners=%H:9092)"], lines
 
 
 def _replace(old: str, new: str):

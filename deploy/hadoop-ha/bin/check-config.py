@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 try:
     from sparklog.coordination.zkpaths import parse_zk_connect
     from sparklog.errors import InvalidConfigError
+    from sparklog.security.listeners import WILDCARD_HOSTS
     from sparklog.writer.broker.config import (
         BROKER_SETTINGS,
         LOG_DEFAULT_KEYS,
@@ -480,7 +481,18 @@ class Checker:
             props["advertised.listeners"] = match.group(1).replace("%H", "host.invalid")
             kind = "unit"
         try:
-            BrokerConfig.from_props(props).advertised_host_port
+            config = BrokerConfig.from_props(props)
+            # without advertised.listeners a wildcard listener is advertised by the
+            # broker host's canonical name (Kafka's rule), which this check cannot see
+            # from here: the kit names each host itself
+            if any(lst.host in WILDCARD_HOSTS and not lst.advertised_host
+                   for lst in config.security.listeners):
+                self.problem(kind, f"broker config listeners={config.listeners!r} binds "
+                                   "every interface and no advertised.listeners names this "
+                                   "host: set it to the host's name (the unit's --override "
+                                   "advertised.listeners=%H:9092)")
+                return
+            config.advertised_host_port
         except InvalidConfigError as exc:
             self.problem(kind, str(exc))
 
