@@ -139,3 +139,20 @@ def test_cluster_brokers_on_a_wildcard_register_the_canonical_name(
         with Producer(bootstrap, acks="all") as producer:
             sent = [producer.send("t", b"v", partition=p).get(30) for p in range(4)]
         assert sorted(m.partition for m in sent) == [0, 1, 2, 3]
+
+
+@pytest.mark.skipif(not _usable(FQDN), reason="this host's canonical name does not resolve")
+def test_each_wildcard_listener_is_advertised_by_the_canonical_name(storage_root):
+    """Not only the first listener: each bound to a wildcard without an
+    advertised.listeners entry is named by the canonical name on its own port."""
+    from sparklog.writer.broker.embedded import EmbeddedBroker
+
+    props = {"listeners": "LOCAL://127.0.0.1:0,EXTERNAL://0.0.0.0:0",
+             "listener.security.protocol.map": "LOCAL:PLAINTEXT,EXTERNAL:PLAINTEXT"}
+    with EmbeddedBroker(storage_root, props) as broker:
+        bound = broker.broker.listener_addresses
+        for name, host in (("LOCAL", "127.0.0.1"), ("EXTERNAL", FQDN)):
+            port = int(bound[name].rpartition(":")[2])
+            with Connection(f"127.0.0.1:{port}") as conn:
+                brokers = conn.request(ApiKey.METADATA, {"topics": []})["brokers"]
+            assert [(b["host"], b["port"]) for b in brokers] == [(host, port)], name
