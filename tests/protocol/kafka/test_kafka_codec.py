@@ -204,3 +204,43 @@ def test_fuzz_decode_request_raises_only_the_named_error() -> None:
         except (KafkaDecodeError, KafkaUnsupportedVersionError):
             pass
         assert time.monotonic() < deadline
+
+
+def test_golden_group_and_sasl_requests_match_kafka_python() -> None:
+    from kafka.protocol.old import find_coordinator, group, sasl_handshake
+    from kio.schema.find_coordinator.v1.request import FindCoordinatorRequest
+    from kio.schema.heartbeat.v0.request import HeartbeatRequest
+    from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+
+    cases = [
+        (
+            RequestHeader(12, 0, 42, "client-1"),
+            HeartbeatRequest(group_id="g1", generation_id=5, member_id="m-1"),  # type: ignore[arg-type]
+            group.HeartbeatRequest[0](group_id="g1", generation_id=5, member_id="m-1"),
+        ),
+        (
+            RequestHeader(17, 1, 42, "client-1"),
+            SaslHandshakeRequest(mechanism="SCRAM-SHA-512"),
+            sasl_handshake.SaslHandshakeRequest[1](mechanism="SCRAM-SHA-512"),
+        ),
+        (
+            RequestHeader(10, 1, 42, "client-1"),
+            FindCoordinatorRequest(key="g1", key_type=0),  # type: ignore[arg-type]
+            find_coordinator.FindCoordinatorRequest[1](key="g1", key_type=0),
+        ),
+    ]
+    for header, ours, theirs in cases:
+        assert encode_request(header, ours) == _kafka_python(theirs)
+
+
+def test_kip511_answer_parses_with_kafka_python() -> None:
+    """kafka-python's own ApiVersions v0 response parser reads the error-35 answer."""
+    from kafka.protocol.old import api_versions
+
+    answer = unsupported_version_response(RequestHeader(18, 7, 9, None))
+    assert struct.unpack(">ii", answer[:8]) == (len(answer) - 4, 9)
+    parsed = api_versions.ApiVersionsResponse[0].decode(answer[8:])
+    assert parsed.error_code == 35
+    assert {tuple(entry) for entry in parsed.api_keys} == {
+        (k, lo, hi) for k, (lo, hi, _) in ADVERTISED.items()
+    }
