@@ -172,8 +172,6 @@ def decode_request(frame: bytes) -> tuple[RequestHeader, Any]:
     schema = load_request_schema(api_key, version)
     try:
         body, size = entity_reader(schema)(data, pos)
-    except KafkaDecodeError:
-        raise
     except Exception as exc:  # kio's reader raises several kinds on garbage bytes
         raise KafkaDecodeError(
             f"malformed Kafka request (api key {api_key} v{version}): {type(exc).__name__}: {exc}"

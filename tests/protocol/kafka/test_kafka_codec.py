@@ -244,3 +244,27 @@ def test_kip511_answer_parses_with_kafka_python() -> None:
     assert {tuple(entry) for entry in parsed.api_keys} == {
         (k, lo, hi) for k, (lo, hi, _) in ADVERTISED.items()
     }
+
+
+def test_response_header_v1_for_flexible_but_v0_for_api_versions() -> None:
+    from kio.schema.api_versions.v3.response import ApiVersionsResponse
+    from kio.schema.heartbeat.v4.response import HeartbeatResponse
+
+    heartbeat = HeartbeatResponse(
+        throttle_time=datetime.timedelta(0),  # type: ignore[arg-type]
+        error_code=ErrorCode.none,
+    )
+    # size, correlation id, header tagged fields (0), throttle, error, body tagged fields
+    assert encode_response(RequestHeader(12, 4, 3, "c"), heartbeat) == (
+        struct.pack(">ii", 12, 3) + b"\x00" + struct.pack(">ih", 0, 0) + b"\x00"
+    )
+    versions = ApiVersionsResponse(
+        error_code=ErrorCode.none,
+        api_keys=(),
+        throttle_time=datetime.timedelta(0),  # type: ignore[arg-type]
+    )
+    # no header tagged fields for ApiVersions, even at a flexible version
+    assert encode_response(RequestHeader(18, 3, 3, "c"), versions)[8:10] == b"\x00\x00"
+    assert encode_response(RequestHeader(18, 3, 3, "c"), versions)[4:] == (
+        struct.pack(">ih", 3, 0) + b"\x01" + struct.pack(">i", 0) + b"\x00"
+    )
