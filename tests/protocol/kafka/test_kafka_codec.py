@@ -268,3 +268,18 @@ def test_response_header_v1_for_flexible_but_v0_for_api_versions() -> None:
     assert encode_response(RequestHeader(18, 3, 3, "c"), versions)[4:] == (
         struct.pack(">ih", 3, 0) + b"\x01" + struct.pack(">i", 0) + b"\x00"
     )
+
+
+def test_huge_declared_lengths_fail_fast_without_allocating() -> None:
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    bodies = [
+        struct.pack(">hhihi", 3, 1, 1, -1, 0x7FFFFFFF),  # legacy array of 2^31-1 topics
+        struct.pack(">hhih", 3, 12, 1, -1) + b"\x00" + b"\xff\xff\xff\xff\x07",  # compact
+        struct.pack(">hhih", 17, 1, 1, -1) + struct.pack(">h", 32767),  # string overruns
+    ]
+    for body in bodies:
+        with pytest.raises(KafkaDecodeError, match="malformed|truncated"):
+            decode_request(body)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 * 1024  # KiB
