@@ -110,6 +110,18 @@ class BrokerMetrics:
         self.throttle = Counter("sparklog_quota_throttle_time_seconds",
                                 "Seconds connections were muted by a quota", ["quota"],
                                 registry=r)
+        # Prometheus's standard process_* metrics (CPU, memory, fds, start time) and the
+        # *_build_info convention: sparklog_build_info{version="..."} 1
+        from importlib.metadata import PackageNotFoundError, version
+
+        from prometheus_client import Info, ProcessCollector
+        try:
+            __version__ = version("sparklog")
+        except PackageNotFoundError:  # a source tree that was never installed
+            __version__ = "unknown"
+        ProcessCollector(registry=r)
+        Info("sparklog_build", "The broker's sparklog version", registry=r).info(
+            {"version": __version__})
         self._server = None
 
     def _children(self, topic: str) -> _TopicSeries:
