@@ -1,0 +1,24 @@
+"""Docs say what is true today (issue #32 item 15)."""
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _doc(name: str) -> str:
+    return (ROOT / "docs" / name).read_text()
+
+
+def test_clients_md_does_not_deny_what_security_md_provides():
+    clients = _doc("clients.md")
+    security = _doc("security.md")
+    for feature in ("## TLS", "## Authentication (SASL)", "## Authorization (ACLs)", "## Quotas"):
+        assert feature in security
+    assert "no `kafka-configs.sh`, ACLs, quotas, SASL/TLS" not in clients
+    assert "no ACLs," not in clients
+
+
+def test_cluster_md_zookeeper_command_works_from_an_installed_sparklog():
+    cluster = _doc("cluster.md")
+    assert "-m\ntests.support.zkserver" not in cluster
+    assert "tests.support.zkserver`" not in cluster
+    assert "zkServer.sh start-foreground" in cluster
