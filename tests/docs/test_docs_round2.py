@@ -22,3 +22,11 @@ def test_cluster_md_zookeeper_command_works_from_an_installed_sparklog():
     assert "-m\ntests.support.zkserver" not in cluster
     assert "tests.support.zkserver`" not in cluster
     assert "zkServer.sh start-foreground" in cluster
+
+
+def test_upgrade_md_says_unknown_broker_configs_are_ignored_and_describe_shows_overrides():
+    upgrade = _doc("upgrade.md")
+    assert "unknown keys are refused by name |" not in upgrade
+    assert "logged as a warning and ignored" in upgrade
+    assert "shows the effective values" not in upgrade
+    assert "lists only the overrides" in upgrade
