@@ -3,7 +3,7 @@
 ::
 
     sparklog broker start --storage file:///data/log [--listen 127.0.0.1:9092]
-        [--config broker.properties] [--override key=value ...] [--metrics-port 9100]
+        [--config broker.properties] [--override key=value ...] [--metrics-port 19100]
         [--zookeeper HOST:PORT[,...][/chroot] --broker-id N]   (cluster mode)
 
 Properties use Kafka's names (see ``sparklog/writer/broker/config.py``); command-line
