@@ -30,3 +30,13 @@ def test_upgrade_md_says_unknown_broker_configs_are_ignored_and_describe_shows_o
     assert "logged as a warning and ignored" in upgrade
     assert "shows the effective values" not in upgrade
     assert "lists only the overrides" in upgrade
+
+
+def test_administration_md_is_linked_and_says_how_logs_rotate():
+    readme = (ROOT / "README.md").read_text()
+    assert "(docs/administration.md)" in readme
+    admin = _doc("administration.md")
+    assert "journalctl -u sparklog-broker@" in admin
+    assert "copytruncate" in admin
+    unit = (ROOT / "deploy/hadoop-ha/systemd/sparklog-broker@.service").read_text()
+    assert "StandardError=" not in unit or "journal" in unit
