@@ -40,3 +40,17 @@ def test_administration_md_is_linked_and_says_how_logs_rotate():
     assert "copytruncate" in admin
     unit = (ROOT / "deploy/hadoop-ha/systemd/sparklog-broker@.service").read_text()
     assert "StandardError=" not in unit or "journal" in unit
+
+
+def test_administration_md_commands_parse_with_the_real_cli():
+    import shlex
+
+    from sparklog.cli.main import build_parser
+
+    admin = _doc("administration.md")
+    lines = [ln for ln in admin.replace("\\\n", " ").splitlines() if ln.startswith("sparklog ")]
+    lines += [c for c in admin.split("`") if c.startswith("sparklog ") and " --" in c]
+    assert len(lines) >= 2
+    parser = build_parser()
+    for line in lines:
+        parser.parse_args(shlex.split(line)[1:])
