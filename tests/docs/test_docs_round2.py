@@ -54,3 +54,11 @@ def test_administration_md_commands_parse_with_the_real_cli():
     parser = build_parser()
     for line in lines:
         parser.parse_args(shlex.split(line)[1:])
+
+
+def test_administration_md_restore_names_snapshots_distcp_and_log_ends():
+    admin = _doc("administration.md")
+    for needed in ("hdfs dfsadmin -allowSnapshot", "hdfs dfs -createSnapshot", "distcp",
+                   "log-ends", "Stop every broker", "Lost partition data"):
+        assert needed in admin, needed
+    assert "### Lost partition data" in _doc("operations.md")
