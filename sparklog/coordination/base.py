@@ -188,6 +188,13 @@ class CoordinationStore(abc.ABC):
     def delete_offsets(self, group: str, topics=None) -> None:
         """Forget ``group``'s offsets (of ``topics`` only, if given)."""
 
+    def forget_topic_offsets(self, topic: str) -> None:
+        """Forget every group's committed offsets of ``topic`` (a deleted topic: as in
+        Kafka, a topic re-created under its name starts each group from its reset
+        policy, not from the old topic's offsets)."""
+        for group in self.list_groups():
+            self.delete_offsets(group, [topic])
+
     # --- how far each log went ----------------------------------------------------------------
     def _log_ends_name(self, topic: str) -> str:
         return f"{LOG_ENDS_DOCUMENT}/{validate_topic_name(topic)}"

@@ -38,6 +38,7 @@ from .zkpaths import (
     ADMIN_DELETE_TOPICS,
     BROKERS_IDS,
     BROKERS_TOPICS,
+    CONSUMERS,
     CONTROLLER,
     CONTROLLER_EPOCH,
     controlled_shutdown_path,
@@ -326,6 +327,7 @@ class Controller:
         self._delete_quietly(topic_path(topic), recursive=True)
         self._delete_quietly(topic_config_path(topic))
         self._delete_quietly(document_path(f"{LOG_ENDS_DOCUMENT}/{topic}"))
+        self._forget_offsets(topic)
         self._delete_quietly(delete_topic_path(topic))
         log.info("controller %d: deleted topic %s", self.broker_id, topic)
 
@@ -353,6 +355,18 @@ class Controller:
                 log.info("controller %d: registered storage topic %s", self.broker_id, topic)
             except NodeExistsError:
                 pass
+
+    def _forget_offsets(self, topic: str) -> None:
+        """Every group's committed offsets of a deleted topic go with it (Kafka's
+        behaviour: a topic re-created under the name starts from the reset policy)."""
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            groups = self.client.get_children(CONSUMERS)
+        except NoNodeError:
+            return
+        for node in groups:
+            self._delete_quietly(f"{CONSUMERS}/{node}/offsets/{topic}", recursive=True)
 
     def _delete_quietly(self, path: str, recursive: bool = False) -> None:
         from kazoo.exceptions import NoNodeError, NotEmptyError

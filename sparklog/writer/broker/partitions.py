@@ -459,6 +459,7 @@ class PartitionManager:
             for p in sorted(used | {w.partition for w in writers}):
                 await self.run_io(self.store.release_leadership, name, p, self.broker_id)
             await self.run_io(self.store.forget_log_ends, name)
+            await self.run_io(self.store.forget_topic_offsets, name)
             for key in [k for k in self._lost if k[0] == name]:
                 del self._lost[key]
         finally:
