@@ -14,7 +14,7 @@ broker's produce rate while its cleaner runs beside the same broker idle (same r
    from run to run; each cleaner is judged against the fastest way (by median: the
    strictest baseline), its ratios against the others printed beside.
    With ``--spark`` the Spark job cleans too
-   (:func:`sparklog.job.compaction.compact_partition` on local[2], timed from the call
+   (:func:`sparklog.spark.jobs.compaction.compact_partition` on local[2], timed from the call
    to its return: planning, the job, the driver's commits). Every measured step runs
    on a fresh copy of the partition, after ``sync`` (the copy in the page cache,
    clean; no writeback nor discard of an earlier step pending), and deletes its copy
@@ -217,7 +217,7 @@ def settle() -> None:
 
 def _warm_worker(_) -> int:
     """Run in a Spark Python worker: import what the job's tasks import."""
-    import sparklog.job.compaction  # noqa: F401
+    import sparklog.spark.jobs.compaction  # noqa: F401
 
     return os.getpid()
 
@@ -270,7 +270,7 @@ class Steps:
         on every core that imports what the tasks import, as the previous partition's
         job of ``sparklog compact --spark`` leaves them (PySpark ends a worker idle for
         a minute, and a new one pays the imports, seconds on a loaded machine)."""
-        from sparklog.job.compaction import compact_partition
+        from sparklog.spark.jobs.compaction import compact_partition
 
         copy = self._copy("job")
         sc = self.spark.sparkContext

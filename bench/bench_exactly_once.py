@@ -7,7 +7,7 @@ log. Each repeat then times, in alternating order:
 
 * **plain**: ``spark.read.format("sparklog")`` of the whole topic, the job's SQL, and
   ``df.write.parquet`` into a new directory (no offsets, no atomicity);
-* **delta** / **parquet**: :func:`sparklog.job.run_incremental` of a fresh
+* **delta** / **parquet**: :func:`sparklog.spark.jobs.run_incremental` of a fresh
   application into a new output: cleanup, planning from the output, the same read, SQL
   and Spark write, the Parquet footers, and the atomic commit with the offsets;
 
@@ -89,7 +89,7 @@ def plain_write(spark, root_uri: str, out: str) -> None:
 
 
 def exactly_once(spark, root_uri: str, out: str, fmt: str, app: str) -> int:
-    from sparklog.job import run_incremental
+    from sparklog.spark.jobs import run_incremental
 
     result = run_incremental(spark, app_id=app, subscribe=TOPIC, path=root_uri, output=out,
                              format=fmt, transform=SQL)

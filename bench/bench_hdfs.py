@@ -64,7 +64,7 @@ from bench_broker_ingest import broker_ingest, build_requests  # noqa: E402
 from bench_latency import percentiles  # noqa: E402
 from bench_spark_scan import TOPIC, best_times_in_turn, generate  # noqa: E402
 
-from sparklog.admin import Admin  # noqa: E402
+from sparklog.clients.admin import Admin  # noqa: E402
 from sparklog.protocol import Connection  # noqa: E402
 from sparklog.storage import jvm  # noqa: E402
 from tests.support.brokerproc import BrokerProcess  # noqa: E402  (the tests' broker process helper)
@@ -240,8 +240,8 @@ def part_latency(cluster: HdfsCluster, work: Path, args) -> None:
 def part_scan(cluster: HdfsCluster, work: Path, args) -> None:
     from pyspark.sql import functions as F
 
-    from sparklog.reader.jvm import COUNT_PUSHDOWN_OPTION, JVM_PLANNING_OPTION
     from sparklog.spark import local_session
+    from sparklog.spark.jvm import COUNT_PUSHDOWN_OPTION, JVM_PLANNING_OPTION
 
     root = f"{cluster.hdfs_uri}/bench-scan/log"
     parquet_local = work / "parquet"

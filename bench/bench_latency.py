@@ -32,12 +32,12 @@ sys.path.insert(0, str(ROOT))
 
 from pathtrace import PAD, STAMP  # noqa: E402  (a record's value: its send() time, padding)
 
-from sparklog.admin import Admin  # noqa: E402
-from sparklog.client.types import TopicPartition  # noqa: E402
+from sparklog.clients.admin import Admin  # noqa: E402
+from sparklog.clients.consumer import Consumer  # noqa: E402
+from sparklog.clients.producer import Producer  # noqa: E402
+from sparklog.clients.types import TopicPartition  # noqa: E402
 from sparklog.format.frame import encode_frame, raw_batch  # noqa: E402
 from sparklog.protocol import ApiKey, Connection  # noqa: E402
-from sparklog.reader.consumer import Consumer  # noqa: E402
-from sparklog.writer.producer import Producer  # noqa: E402
 from tests.support.brokerproc import BrokerProcess  # noqa: E402  (the tests' broker process helper)
 
 

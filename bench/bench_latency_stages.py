@@ -45,9 +45,9 @@ import pathtrace  # noqa: E402  (bench-only: loaded into the broker process)
 from bench_latency import percentiles, produce_consume  # noqa: E402
 from pathtrace import STAMP  # noqa: E402
 
-from sparklog.admin import Admin  # noqa: E402
-from sparklog.client.fetcher import Fetcher  # noqa: E402
-from sparklog.writer.producer.sender import Sender  # noqa: E402
+from sparklog.clients.admin import Admin  # noqa: E402
+from sparklog.clients.consumer.fetcher import Fetcher  # noqa: E402
+from sparklog.clients.producer.sender import Sender  # noqa: E402
 from tests.support.brokerproc import BrokerProcess  # noqa: E402
 from tests.support.processes import context_switches, cpu_seconds  # noqa: E402
 

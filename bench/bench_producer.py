@@ -27,10 +27,10 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sparklog.admin import Admin  # noqa: E402
+from sparklog.clients.admin import Admin  # noqa: E402
+from sparklog.clients.producer import Producer  # noqa: E402
 from sparklog.format.frame import encode_frame, raw_batch  # noqa: E402
 from sparklog.protocol import ApiKey, Connection, raise_for_error  # noqa: E402
-from sparklog.writer.producer import Producer  # noqa: E402
 from tests.support.brokerproc import BrokerProcess  # noqa: E402  (the tests' broker process helper)
 
 VALUE = b"v" * 100

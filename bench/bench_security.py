@@ -37,9 +37,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench_latency import percentiles  # noqa: E402
 
-from sparklog.admin import Admin  # noqa: E402
+from sparklog.clients.admin import Admin  # noqa: E402
+from sparklog.clients.producer import Producer  # noqa: E402
 from sparklog.security.acl import AclBinding  # noqa: E402
-from sparklog.writer.producer import Producer  # noqa: E402
 from tests.support.brokerproc import BrokerProcess  # noqa: E402  (the tests' helpers)
 from tests.support.processes import cpu_seconds  # noqa: E402
 from tests.support.tlscerts import make_pki  # noqa: E402

@@ -8,7 +8,7 @@ as one Parquet file per partition (pyarrow, snappy). Then, in one local Spark se
 times two queries on each: ``count()`` and an aggregate over ``value``
 (``sum(length(value))``, ``max(value)``), best of K runs after a warm-up, and prints
 rows/s and the ratio sparklog / Parquet (target >= 0.7) for both readers of
-format("sparklog"): the JVM reader (sparklog/reader/jvm, its jar built and put on the
+format("sparklog"): the JVM reader (sparklog/spark/jvm, its jar built and put on the
 session's classpath) and the Python reader (option ``sparklog.jvmReader=false``).
 
 Parquet answers ``count()`` from its footers without reading data. The Python reader
@@ -105,7 +105,7 @@ def floor_source(per_partition: int, per_frame: int, width: int, name: str = "py
     """A Python data source class yielding pre-built Kafka-shaped batches (no I/O)."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-    from sparklog.reader.spark.schema import arrow_schema, kafka_schema
+    from sparklog.spark.source.schema import arrow_schema, kafka_schema
 
     class FloorReader(DataSourceReader):
         def __init__(self, schema, partitions):
@@ -190,7 +190,7 @@ def main(argv=None) -> int:
         from pyspark.sql import functions as F
 
         import sparklog.spark
-        from sparklog.reader.jvm import jar_path
+        from sparklog.spark.jvm import jar_path
 
         jar = None if args.no_jvm else jar_path()
         if jar is None:

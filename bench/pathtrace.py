@@ -75,11 +75,11 @@ def install(out_path: str) -> None:
 
     from sparklog.protocol.apis import ApiKey
     from sparklog.protocol.codec import FileRegion
-    from sparklog.writer.broker import server
-    from sparklog.writer.broker.broker import Broker
-    from sparklog.writer.broker.partition import PartitionWriter
-    from sparklog.writer.broker.receiver import RequestReceiver
-    from sparklog.writer.broker.records_api import RecordApis
+    from sparklog.server import server
+    from sparklog.server.broker import Broker
+    from sparklog.server.partition import PartitionWriter
+    from sparklog.server.receiver import RequestReceiver
+    from sparklog.server.records_api import RecordApis
 
     now = time.monotonic_ns
     lock = threading.Lock()

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from synctrace import time_collections  # noqa: E402  (this directory's)
 
-from sparklog.writer.producer import Producer  # noqa: E402
+from sparklog.clients.producer import Producer  # noqa: E402
 
 
 def _full_collections() -> list[float]:

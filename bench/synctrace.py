@@ -65,9 +65,9 @@ def install(out_path: str) -> None:
     """Wrap the broker's stages (see the module docstring); the summary goes to
     ``out_path`` at exit."""
     from sparklog.log.partition import PartitionLog
+    from sparklog.server.partition import PartitionWriter
     from sparklog.storage.hdfs import HadoopOutputStream
     from sparklog.storage.local import LocalOutputStream
-    from sparklog.writer.broker.partition import PartitionWriter
 
     now = time.perf_counter
     lock = threading.Lock()

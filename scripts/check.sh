@@ -6,7 +6,7 @@
 #     import cycle (pyproject.toml [tool.importlinter]);
 #   - mypy: the types of the public surface (pyproject.toml [tool.mypy]);
 #   - javac: the JVM reader's Java sources with every warning an error
-#     (sparklog.reader.jvm.STRICT_OPTIONS).
+#     (sparklog.spark.jvm.STRICT_OPTIONS).
 # Installs the tools into .venv (the `lint` extra) beside the `test` one.
 source "$(dirname "$0")/env.sh" test
 source scripts/env.sh lint
@@ -30,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sparklog.reader.jvm import javac_command, pyspark_jars
+from sparklog.spark.jvm import javac_command, pyspark_jars
 
 javac, jars = shutil.which("javac"), pyspark_jars()
 if javac is None or jars is None:

@@ -8,7 +8,7 @@
 #     on) and a Java runtime: the cluster-mode tests start a real ZooKeeper server
 #     (tests/support/zkserver.py);
 #   - a JDK (javac): the Spark tests build and use the JVM reader's jar
-#     (sparklog/reader/jvm);
+#     (sparklog/spark/jvm);
 #   - Maven (mvn): the Java artifact sets of sparklog/maven come from Maven Central on
 #     first use: Apache Hadoop's jars (the HDFS daemons of tests/support/hdfscluster.py and the
 #     hdfs:// client), Apache Kafka's broker (tests/support/kafkaserver.py), Spark's Kafka source,

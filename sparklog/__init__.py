@@ -13,24 +13,24 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what IDEs and type checkers see; at run time loaded on first use
     # "X as X": re-exported names (PEP 484), not unused imports
-    from sparklog.admin import Admin as Admin
-    from sparklog.admin import NewTopic as NewTopic
-    from sparklog.client.types import OffsetAndMetadata as OffsetAndMetadata
-    from sparklog.client.types import TopicPartition as TopicPartition
-    from sparklog.reader.consumer import Consumer as Consumer
+    from sparklog.clients.admin import Admin as Admin
+    from sparklog.clients.admin import NewTopic as NewTopic
+    from sparklog.clients.consumer import Consumer as Consumer
+    from sparklog.clients.producer import Producer as Producer
+    from sparklog.clients.types import OffsetAndMetadata as OffsetAndMetadata
+    from sparklog.clients.types import TopicPartition as TopicPartition
     from sparklog.session import Session as Session
     from sparklog.session import connect as connect
-    from sparklog.writer.producer import Producer as Producer
 
 _EXPORTS = {
     "connect": ("sparklog.session", "connect"),
     "Session": ("sparklog.session", "Session"),
-    "Producer": ("sparklog.writer.producer", "Producer"),
-    "Consumer": ("sparklog.reader.consumer", "Consumer"),
-    "Admin": ("sparklog.admin", "Admin"),
-    "NewTopic": ("sparklog.admin", "NewTopic"),
-    "TopicPartition": ("sparklog.client.types", "TopicPartition"),
-    "OffsetAndMetadata": ("sparklog.client.types", "OffsetAndMetadata"),
+    "Producer": ("sparklog.clients.producer", "Producer"),
+    "Consumer": ("sparklog.clients.consumer", "Consumer"),
+    "Admin": ("sparklog.clients.admin", "Admin"),
+    "NewTopic": ("sparklog.clients.admin", "NewTopic"),
+    "TopicPartition": ("sparklog.clients.types", "TopicPartition"),
+    "OffsetAndMetadata": ("sparklog.clients.types", "OffsetAndMetadata"),
 }
 __all__ = sorted(_EXPORTS) + ["__version__"]
 

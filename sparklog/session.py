@@ -1,7 +1,7 @@
 """``sparklog.connect()``: one call from a notebook to a working log.
 
 ``connect("file:///data/log")`` (or any storage URI: ``hdfs://``, ``webhdfs://``)
-starts an in-process :class:`~sparklog.writer.broker.EmbeddedBroker` on that storage,
+starts an in-process :class:`~sparklog.server.EmbeddedBroker` on that storage,
 listening on an ephemeral 127.0.0.1 port, and returns a :class:`Session` whose
 ``producer()``, ``consumer()`` and ``admin()`` are ordinary clients of it (so the same
 code later runs against a cluster by changing the argument). ``connect("host:port")``
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import threading
 
-from .admin import Admin
+from .clients.admin import Admin
+from .clients.consumer import Consumer
+from .clients.producer import Producer
 from .errors import InvalidArgumentError
-from .reader.consumer import Consumer
-from .writer.producer import Producer
 
 _STORAGE_SCHEMES = ("file://", "hdfs://", "webhdfs://", "viewfs://")
 _EMBEDDED: dict[str, list] = {}  # storage URI -> [EmbeddedBroker, sessions open]
@@ -61,17 +61,17 @@ class Session:
         return client
 
     def producer(self, **configs) -> Producer:
-        """A :class:`~sparklog.writer.producer.Producer` (Kafka-named configs)."""
+        """A :class:`~sparklog.clients.producer.Producer` (Kafka-named configs)."""
         return self._track(Producer(self.bootstrap_servers,
                                     **{**self.client_configs, **configs}))
 
     def consumer(self, *topics, **configs) -> Consumer:
-        """A :class:`~sparklog.reader.consumer.Consumer`, subscribed to ``topics`` if any."""
+        """A :class:`~sparklog.clients.consumer.Consumer`, subscribed to ``topics`` if any."""
         return self._track(Consumer(*topics, bootstrap_servers=self.bootstrap_servers,
                                     **{**self.client_configs, **configs}))
 
     def admin(self, **kwargs) -> Admin:
-        """An :class:`~sparklog.admin.Admin` client."""
+        """An :class:`~sparklog.clients.admin.Admin` client."""
         return self._track(Admin(self.bootstrap_servers, **{**self.client_configs, **kwargs}))
 
     def close(self) -> None:
@@ -120,8 +120,8 @@ def connect(target: str, *, broker_config: dict | None = None,
                 "webhdfs:// for embedded mode or host:port for a cluster")
         servers = target.split("://", 1)[-1]
         return Session(servers, client_configs=client_configs)
+    from .server import EmbeddedBroker
     from .storage.paths import storage_root
-    from .writer.broker import EmbeddedBroker
 
     uri = storage_root(target)
     with _LOCK:

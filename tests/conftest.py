@@ -78,8 +78,8 @@ def spark():
     on (its jars resolved from Maven; without Maven the Delta tests skip and say why)."""
     pytest.importorskip("pyspark", reason="pyspark is not installed")
     from sparklog.maven import MavenError
-    from sparklog.reader.jvm import jar_path
     from sparklog.spark import delta_conf, local_session
+    from sparklog.spark.jvm import jar_path
 
     conf = {"spark.sql.execution.arrow.pyspark.enabled": "true",
             "spark.python.worker.reuse": "true",
@@ -120,7 +120,7 @@ def broker(tmp_path_factory, request):
 @pytest.fixture(scope="module")
 def admin(broker):
     """An Admin client of the module's broker."""
-    from sparklog.admin import Admin
+    from sparklog.clients.admin import Admin
 
     with Admin(broker.address) as a:
         yield a
@@ -158,7 +158,7 @@ def pytest_unconfigure(config):
 def metered_broker(tmp_path_factory):
     """A broker process of the test module serving its Prometheus metrics
     (``.metrics_port``), with its storage root path (``.root``) and an Admin (``.admin``)."""
-    from sparklog.admin import Admin
+    from sparklog.clients.admin import Admin
     from tests.support.brokerproc import BrokerProcess
     from tests.support.processes import free_port
 

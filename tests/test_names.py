@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from sparklog.admin import Admin, NewTopic
+from sparklog.clients.admin import Admin, NewTopic
+from sparklog.clients.consumer import Consumer
 from sparklog.coordination import CommittedOffset, LocalCoordinationStore
 from sparklog.errors import (
     CoordinationError,
@@ -31,7 +32,6 @@ from sparklog.names import (
     validate_group_id,
     validate_topic_name,
 )
-from sparklog.reader.consumer import Consumer
 from sparklog.storage import open_fileio
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -225,7 +225,7 @@ def test_client_ids_through_the_shell_tools(wire, broker, capsys, client_id):
 def _one_record(broker, state) -> None:
     """Produce one record to ``fz`` once, for the consuming tools to print."""
     if "fz-record" not in state:
-        from sparklog.writer.producer.producer import Producer
+        from sparklog.clients.producer.producer import Producer
 
         with Producer(bootstrap_servers=broker.address) as producer:
             producer.send("fz", b"one record").get(timeout=30)

@@ -271,7 +271,7 @@ def leaders_moved_watch(topic: str, broker: int):
     topic's config from HDFS on dn1, which the lost host's DataNode can stall)."""
     script = (
         "import sys, time\n"
-        "from sparklog.client import NetworkClient\n"
+        "from sparklog.clients.network import NetworkClient\n"
         "topic, broker = sys.argv[1], int(sys.argv[2])\n"
         "deadline = time.time() + 300\n"
         "while time.time() < deadline:\n"
@@ -533,7 +533,7 @@ def set_probe_interval(ms: int) -> None:
 def restart_brokers() -> None:
     """Stop and start every broker of the lab (broker i on dn<i>), then wait until dn1's
     metadata lists all of them."""
-    from sparklog.client import NetworkClient
+    from sparklog.clients.network import NetworkClient
 
     for i, host in enumerate(BROKER_HOSTS, 1):
         for action in ("stop", "start"):

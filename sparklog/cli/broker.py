@@ -6,7 +6,7 @@
         [--config broker.properties] [--override key=value ...] [--metrics-port 19100]
         [--zookeeper HOST:PORT[,...][/chroot] --broker-id N]   (cluster mode)
 
-Properties use Kafka's names (see ``sparklog/writer/broker/config.py``); command-line
+Properties use Kafka's names (see ``sparklog/server/config.py``); command-line
 flags win over ``--override``, which wins over the file. Once listening the broker
 prints one line ``sparklog broker <id> listening on <host>:<port>`` on stdout. SIGTERM
 or SIGINT shut it down gracefully (drain, flush, sync, release leases); a second signal
@@ -52,7 +52,7 @@ def add_parser(subparsers) -> None:
 
 def build_props(args) -> dict:
     """Broker properties from the file, the overrides and the flags (in that order)."""
-    from ..writer.broker.config import load_properties
+    from ..server.config import load_properties
 
     props = load_properties(args.config) if args.config else {}
     for item in args.override:
@@ -72,7 +72,7 @@ def build_props(args) -> dict:
 
 
 async def _serve(storage: str, props: dict) -> int:
-    from ..writer.broker import Broker, BrokerConfig
+    from ..server import Broker, BrokerConfig
 
     # what start-up imported lives as long as the process: frozen out of the collector's
     # generations, a full collection walks only what serving allocates (a shorter pause)

@@ -126,7 +126,7 @@ def command_config(args) -> dict:
     path = getattr(args, "command_config", None)
     if not path:
         return {}
-    from ..writer.broker.config import parse_properties
+    from ..server.config import parse_properties
 
     try:
         with open(path, encoding="utf-8") as f:

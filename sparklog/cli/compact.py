@@ -14,7 +14,7 @@ cleaner at a time cleans a partition. A cleaning runs when the partition is due
 dirty with ``--force``. One line per partition says what was done.
 
 With ``--spark`` each partition is cleaned by a Spark job instead
-(:mod:`sparklog.job.compaction`: the key map built by Spark, the cleaned segments
+(:mod:`sparklog.spark.jobs.compaction`: the key map built by Spark, the cleaned segments
 written by tasks, the swap committed here, in the driver, which holds the partition's
 lease throughout), in the active Spark session (``spark-submit``:
 deploy/hadoop-ha/sparklog/compact_driver.py) or a new one (``--master``); progress lines
@@ -93,7 +93,7 @@ def run(args, out=None) -> int:
         try:
             start = time.monotonic()
             if spark is not None:
-                from ..job.compaction import compact_partition
+                from ..spark.jobs.compaction import compact_partition
 
                 result = compact_partition(
                     spark, plog, force=args.force,

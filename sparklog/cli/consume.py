@@ -23,7 +23,7 @@ import json
 import sys
 import time
 
-from ..client.types import TopicPartition
+from ..clients.types import TopicPartition
 from ..errors import InvalidArgumentError, UnknownTopicOrPartitionError
 from .clientargs import (
     add_console_args,

@@ -147,7 +147,7 @@ def spark_session(app_name: str, master: str | None = None, *, quiet: bool = Fal
     if quiet:
         builder = builder.config("spark.ui.showConsoleProgress", "false")
     if SparkSession.getActiveSession() is None:
-        from ..reader.jvm import with_jvm_reader
+        from ..spark.jvm import with_jvm_reader
 
         for key, value in with_jvm_reader({}).items():
             builder = builder.config(key, value)
@@ -156,7 +156,7 @@ def spark_session(app_name: str, master: str | None = None, *, quiet: bool = Fal
 
 def run(args) -> int:
     """``etl run``: one incremental job; prints its summary (or JSON)."""
-    from ..job import run_incremental
+    from ..spark.jobs import run_incremental
 
     source_of(args)
     transform = args.sql if args.sql is not None else load_transform(args.transform)
@@ -278,7 +278,7 @@ def spark_error(exc: Exception, what: str) -> Exception:
 def format_descriptions(descriptions) -> list[str]:
     """Kafka-style table lines (GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG,
     then the application's committed TXN-VERSION and its OUTPUT) for
-    :class:`~sparklog.job.ApplicationDescription` objects."""
+    :class:`~sparklog.spark.jobs.ApplicationDescription` objects."""
     rows = [("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
              "TXN-VERSION", "OUTPUT")]
     for d in descriptions:
@@ -295,7 +295,7 @@ def format_descriptions(descriptions) -> list[str]:
 
 def describe(args) -> int:
     """``etl describe``: committed offsets and lag of the output's applications."""
-    from ..job import describe_application, list_applications
+    from ..spark.jobs import describe_application, list_applications
 
     source_of(args)
     apps = [args.app_id] if args.app_id else list_applications(args.output)

@@ -120,7 +120,7 @@ def parse_datetime_ms(text: str) -> int:
 
 
 def _partitions(admin, args, committed) -> list:
-    from ..client.types import TopicPartition
+    from ..clients.types import TopicPartition
 
     if args.all_topics:
         return sorted(committed)
@@ -175,7 +175,7 @@ def new_offsets(admin, args, tps, committed) -> dict:
 
 def reset_offsets(args) -> int:
     """``groups reset-offsets``: see the module docstring."""
-    from ..client.types import TopicPartition
+    from ..clients.types import TopicPartition
 
     with session(args) as s:
         admin = s.admin()
@@ -287,7 +287,7 @@ def application_rows(admin, output_uri: str) -> list:
     """Rows of ``_COLUMNS`` for the exactly-once applications committed to
     ``output_uri`` (their offsets live in the output, not in a group; CLIENT-ID shows
     the output format and committed transaction version)."""
-    from ..job import describe_application, list_applications
+    from ..spark.jobs import describe_application, list_applications
 
     def ends(tps):
         return {tuple(tp): o.offset

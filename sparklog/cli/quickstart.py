@@ -101,8 +101,8 @@ def run(args) -> int:
     import sparklog
 
     from ..errors import InvalidArgumentError
-    from ..job import run_incremental
     from ..spark import local_session
+    from ..spark.jobs import run_incremental
 
     if args.records < 1 or args.second_batch < 1 or args.partitions < 1:
         raise InvalidArgumentError("--records, --second-batch and --partitions must be >= 1")

@@ -23,7 +23,7 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     """Print the jar's path; status 1 when there is none."""
-    from ..reader.jvm import jar_path
+    from ..spark.jvm import jar_path
 
     path = jar_path(build=not args.no_build)
     if path is None:

@@ -75,7 +75,7 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     """Carry out one ``topics`` action."""
-    from ..admin import NewTopic, parse_schema, schema_to_spec
+    from ..clients.admin import NewTopic, parse_schema, schema_to_spec
     from ..names import COLLISION_WARNING, has_collision_chars, validate_topic_name
 
     topic = topic_of(args) if args.action != "list" else None
@@ -131,7 +131,7 @@ def run(args) -> int:
                 admin.alter_configs({topic: configs}, delete={topic: args.delete_config})
             print(f"Altered topic {topic}.", file=out)
         elif args.action == "delete-records":
-            from ..client.types import TopicPartition
+            from ..clients.types import TopicPartition
 
             tp = TopicPartition(topic, args.partition)
             low = admin.delete_records({tp: args.offset})[tp]

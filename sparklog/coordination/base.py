@@ -49,7 +49,7 @@ class LeaderAndEpoch:
 class CommittedOffset:
     """A committed group offset as the store keeps it: the next offset to consume, the
     client's metadata string and the commit time (ms since the epoch). Clients see it as
-    :class:`sparklog.client.types.OffsetAndMetadata` (kafka-python's shape)."""
+    :class:`sparklog.clients.types.OffsetAndMetadata` (kafka-python's shape)."""
 
     offset: int
     metadata: str = ""

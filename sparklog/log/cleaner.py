@@ -318,7 +318,7 @@ def due_cleaning(plog, now: int, force: bool = False, max_offset: int | None = N
     """Under ``plog.maintenance``: wait for sealing, delete the replaced files whose delay
     passed, and return the partition's cleanable state when a cleaning is due (or
     ``force`` and anything is dirty), else None. Shared by :func:`clean` and the Spark
-    job (:mod:`sparklog.job.compaction`)."""
+    job (:mod:`sparklog.spark.jobs.compaction`)."""
     plog.wait_sealed()
     plog.delete_replaced_files(now)
     state = cleanable_state(plog, now, max_offset)
@@ -830,7 +830,7 @@ class MarkerGuard:
 
 class CleanedSegmentWriter:
     """One cleaned segment being written (steps 3 and 4), the same for the broker's
-    cleaner (:func:`write_cleaned`) and the Spark job (:mod:`sparklog.job.compaction`):
+    cleaner (:func:`write_cleaned`) and the Spark job (:mod:`sparklog.spark.jobs.compaction`):
     the segment replacing the consecutive sealed segments ``group`` of partition
     ``name`` (LogConfig ``config``) in ``directory``, under generation one above
     theirs. :meth:`add` takes the frames of ``group`` in offset order with the key

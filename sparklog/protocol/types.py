@@ -1,6 +1,6 @@
 """Value types that both sides of the wire protocol share.
 
-Kept free of heavy imports: the client (:mod:`sparklog.client`) and the coordination
+Kept free of heavy imports: the client (:mod:`sparklog.clients.network`) and the coordination
 stores (:mod:`sparklog.coordination`) both build on them.
 """
 

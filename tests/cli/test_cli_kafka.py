@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from sparklog.admin import Admin
 from sparklog.cli.main import build_parser
-from sparklog.client.types import TopicPartition
-from sparklog.reader.consumer import Consumer
-from sparklog.writer.producer import Producer
+from sparklog.clients.admin import Admin
+from sparklog.clients.consumer import Consumer
+from sparklog.clients.producer import Producer
+from sparklog.clients.types import TopicPartition
 from tests.support.brokerproc import BrokerProcess
 from tests.support.shell import ok, sparklog
 

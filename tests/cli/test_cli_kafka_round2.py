@@ -14,10 +14,10 @@ import threading
 
 import pytest
 
-from sparklog.admin import Admin
-from sparklog.client.types import TopicPartition
-from sparklog.reader.consumer import Consumer
-from sparklog.writer.producer import Producer
+from sparklog.clients.admin import Admin
+from sparklog.clients.consumer import Consumer
+from sparklog.clients.producer import Producer
+from sparklog.clients.types import TopicPartition
 from tests.support.shell import ROOT, ok, sparklog
 from tests.support.waiting import wait_until
 

@@ -96,8 +96,8 @@ def test_ctrl_c_during_etl_run_is_one_line_and_the_rerun_is_exact(tmp_path, stor
 
 def test_etl_run_takes_the_broker_from_the_environment(spark, broker, tmp_path, capsys,
                                                        monkeypatch):
-    from sparklog.admin import Admin
-    from sparklog.writer.producer import Producer
+    from sparklog.clients.admin import Admin
+    from sparklog.clients.producer import Producer
 
     with Admin(broker.address) as admin:
         admin.create_topic("envtopic", 1)

@@ -455,7 +455,7 @@ def test_submit_etl_builds_a_cluster_mode_spark_submit():
                               "--subscribe", "x"], capture_output=True, text=True, timeout=30)
     assert missing.returncode == 2 and "need --app-id" in missing.stderr
 
-    # the same script with a local master (the path tests/job/test_kill.py runs for real):
+    # the same script with a local master (the path tests/spark/jobs/test_kill.py runs for real):
     # client mode, none of the cluster's settings
     local = subprocess.run(["bash", str(BIN / "submit-etl.sh"), "--dry-run", "--master",
                             "local[2]", "--", *args], capture_output=True, text=True,
@@ -578,8 +578,8 @@ def test_ack_check_pauses_are_measured_within_a_run():
 
 @pytest.mark.spark
 def test_ack_check_finds_every_acknowledged_record_once(tmp_path, storage_root, spark):
-    from sparklog.admin import Admin, NewTopic
-    from sparklog.writer.broker import EmbeddedBroker
+    from sparklog.clients.admin import Admin, NewTopic
+    from sparklog.server import EmbeddedBroker
 
     ack_check = _load_script("ack_check", "ack-check.py")
     ack_log = tmp_path / "acks.log"

@@ -104,7 +104,7 @@ def make(root: Path = DATA) -> None:
                   [f"k{d}".encode() for d in COMPACTED_DELTAS]),
         timestamps=[BASE_TS + d for d in COMPACTED_DELTAS], offset_deltas=COMPACTED_DELTAS)])
 
-    from sparklog.reader.spark.planning import PlannedRange
+    from sparklog.spark.source.planning import PlannedRange
 
     PICKLE.write_bytes(pickle.dumps(PlannedRange(*PLANNED), protocol=pickle.HIGHEST_PROTOCOL))
 

@@ -172,18 +172,18 @@ def test_topic_config_file():
 
 def test_planned_range_pickle_contract():
     """docs/format.md, "Planned ranges": a planned partition (a PlannedRange) is pickled
-    as ``sparklog.reader.spark.planning.OffsetRange`` with exactly these fields; the JVM
+    as ``sparklog.spark.source.planning.OffsetRange`` with exactly these fields; the JVM
     reader (RangePartition.fromPickled) reads them by name. Python still pickles it to
     the committed bytes, and reads them back as a PlannedRange."""
     from dataclasses import asdict
 
-    from sparklog.reader.spark.planning import PlannedRange
+    from sparklog.spark.source.planning import PlannedRange
 
     golden = PICKLE.read_bytes()
     loaded = pickle.loads(golden)
     assert type(loaded) is PlannedRange and asdict(loaded) == PLANNED
     assert pickle.dumps(PlannedRange(**PLANNED), protocol=pickle.HIGHEST_PROTOCOL) == golden
-    assert b"sparklog.reader.spark.planning" in golden and b"OffsetRange" in golden
+    assert b"sparklog.spark.source.planning" in golden and b"OffsetRange" in golden
 
 
 # --- JVM -----------------------------------------------------------------------------
@@ -192,7 +192,7 @@ def jvm_check(tmp_path_factory):
     """Output lines of GoldenCheck.java, compiled against the JVM reader's classes and
     run on the golden files."""
     pyspark = pytest.importorskip("pyspark", reason="pyspark is not installed")
-    from sparklog.reader.jvm import jar_path
+    from sparklog.spark.jvm import jar_path
 
     java, javac = shutil.which("java"), shutil.which("javac")
     jar = jar_path(quiet=True)
@@ -251,7 +251,7 @@ def test_spark_reads_the_golden_topics(spark, tmp_path, jvm):
     """format("sparklog") over a copy of the golden root, on the JVM reader (checked in
     the plan) and on the Python reader: the records stated above."""
     import sparklog.spark
-    from sparklog.reader.jvm import JVM_READER_OPTION, jar_path
+    from sparklog.spark.jvm import JVM_READER_OPTION, jar_path
 
     if jvm and (jar_path(build=False) is None or jar_path(build=False) not in (
             spark.sparkContext.getConf().get("spark.jars") or "")):

@@ -133,12 +133,12 @@ def test_broker_logs_in_from_its_keytab_and_renews_its_ticket_and_spark_reads(se
 #: keytabs: one process (the JVM carries both logins), run by the test below.
 GSSAPI_SCRIPT = """
 import sys, tempfile
-from sparklog.admin import Admin
+from sparklog.clients.admin import Admin
 from sparklog.errors import TopicAuthorizationFailedError
-from sparklog.reader.consumer import Consumer
+from sparklog.clients.consumer import Consumer
 from sparklog.security.acl import AclBinding
-from sparklog.writer.broker.embedded import EmbeddedBroker
-from sparklog.writer.producer.producer import Producer
+from sparklog.server.embedded import EmbeddedBroker
+from sparklog.clients.producer.producer import Producer
 from sparklog.protocol import ApiKey, Connection
 broker_principal, broker_keytab, client_principal, client_keytab = sys.argv[1:5]
 jaas = ('com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true '
@@ -210,11 +210,11 @@ def test_gssapi_listener_authenticates_keytab_clients_as_acl_principals(kdc):
 #: principal became, and the audit log's lines.
 RULES_SCRIPT = """
 import logging, sys, tempfile
-from sparklog.admin import Admin
+from sparklog.clients.admin import Admin
 from sparklog.protocol import ApiKey, Connection
 from sparklog.security.acl import AclBinding
 from sparklog.security.client import ClientSecurity
-from sparklog.writer.broker.embedded import EmbeddedBroker
+from sparklog.server.embedded import EmbeddedBroker
 broker_principal, broker_keytab, keytab, rules = sys.argv[1:5]
 clients = sys.argv[5:]
 audit = []

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import pytest
 
-from sparklog.admin import Admin
+from sparklog.clients.admin import Admin
+from sparklog.clients.consumer import Consumer
+from sparklog.clients.producer.producer import Producer
 from sparklog.errors import (
     InvalidArgumentError,
     InvalidProducerIdMappingError,
@@ -28,11 +30,9 @@ from sparklog.errors import (
 from sparklog.format.frame import encode_frame, raw_batch
 from sparklog.format.header import unpack_header
 from sparklog.protocol import ApiKey, Connection
-from sparklog.reader.consumer import Consumer
 from sparklog.security.acl import AclBinding
 from sparklog.security.client import ClientSecurity
-from sparklog.writer.broker.embedded import EmbeddedBroker
-from sparklog.writer.producer.producer import Producer
+from sparklog.server.embedded import EmbeddedBroker
 from tests.support.brokerproc import BrokerProcess
 from tests.support.shell import ok, sparklog
 from tests.support.wire import create, fetch, forge_next, produce

@@ -18,8 +18,10 @@ import time
 
 import pytest
 
-from sparklog.admin import Admin
-from sparklog.client.types import TopicPartition
+from sparklog.clients.admin import Admin
+from sparklog.clients.consumer import Consumer
+from sparklog.clients.producer.producer import Producer
+from sparklog.clients.types import TopicPartition
 from sparklog.errors import (
     BrokerNotAvailableError,
     ClusterAuthorizationFailedError,
@@ -30,11 +32,9 @@ from sparklog.errors import (
 )
 from sparklog.protocol import ApiKey, Connection
 from sparklog.protocol.codec import encode_request
-from sparklog.reader.consumer import Consumer
 from sparklog.security.acl import AclBinding, AclFilter
 from sparklog.security.scram import ScramClient
-from sparklog.writer.broker.embedded import EmbeddedBroker
-from sparklog.writer.producer.producer import Producer
+from sparklog.server.embedded import EmbeddedBroker
 from tests.support.tlscerts import make_pki
 from tests.support.waiting import wait_until
 from tests.support.wire import closed_within
@@ -179,7 +179,7 @@ def test_client_refuses_a_broker_certificate_it_does_not_trust(secure, pki):
 def test_plaintext_sent_to_a_tls_port_is_closed(secure, caplog):
     _, addresses = secure
     host, port = addresses["SASL_SSL"].rsplit(":", 1)
-    with caplog.at_level(logging.WARNING, logger="sparklog.writer.broker.acceptor"):
+    with caplog.at_level(logging.WARNING, logger="sparklog.server.acceptor"):
         with socket.create_connection((host, int(port)), timeout=10) as sock:
             sock.sendall(encode_request(ApiKey.API_VERSIONS, {}, 1, "plain-client"))
             answer = closed_within(sock)
@@ -453,8 +453,8 @@ def test_non_loopback_listener_without_authentication_is_warned(storage_root, ca
     ({"storage.topic.dir.permission": "rwx"}, "storage.topic.dir.permission"),
 ])
 def test_bad_security_settings_name_the_problem(storage_root, props, words):
-    from sparklog.writer.broker.broker import Broker
-    from sparklog.writer.broker.config import BrokerConfig
+    from sparklog.server.broker import Broker
+    from sparklog.server.config import BrokerConfig
 
     with pytest.raises(InvalidConfigError, match=words):
         Broker(storage_root, BrokerConfig.from_props(props))
@@ -520,8 +520,8 @@ def test_zookeeper_acls_refuse_an_unauthenticated_writer(zookeeper, storage_root
 
     from sparklog.coordination.zkclient import close_zk, connect_zk
     from sparklog.security.scram import ScramCredential
-    from sparklog.writer.broker.broker import Broker
-    from sparklog.writer.broker.config import BrokerConfig
+    from sparklog.server.broker import Broker
+    from sparklog.server.config import BrokerConfig
 
     props = {"listeners": "127.0.0.1:0", "zookeeper.connect": zookeeper.connect,
              "zookeeper.set.acl": "true", "zookeeper.digest.credentials": "brokers:zk-secret"}
@@ -677,7 +677,7 @@ def test_request_percentage_throttles_and_the_client_backs_off(secure):
     """request_percentage: a client id whose requests take more than its share of a
     thread's time is throttled (the responses say for how long, the metric adds it
     up), and its connection sends nothing until the throttle time has passed."""
-    from sparklog.client.connection import BrokerConnection
+    from sparklog.clients.network.connection import BrokerConnection
 
     broker, addresses = secure
     with Admin(addresses["LOCAL"]) as admin:

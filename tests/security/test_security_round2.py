@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from sparklog.admin import Admin
+from sparklog.clients.admin import Admin
 from sparklog.coordination.local import LocalCoordinationStore
 from sparklog.errors import SaslAuthenticationFailedError
 from sparklog.protocol import ApiKey, Connection
@@ -29,7 +29,7 @@ from sparklog.security.client import ClientSecurity
 from sparklog.security.sasl import SaslAuthenticator
 from sparklog.security.scram import ScramClient, ScramCredential
 from sparklog.security.store import SecurityStore
-from sparklog.writer.broker.embedded import EmbeddedBroker
+from sparklog.server.embedded import EmbeddedBroker
 
 PROPS = {
     "listeners": "LOCAL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",

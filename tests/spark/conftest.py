@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from sparklog.reader.jvm import jar_path
+from sparklog.spark.jvm import jar_path
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from sparklog.admin import Admin
+from sparklog.clients.admin import Admin
 from sparklog.errors import SchemaMismatchError
 from tests.support.brokerproc import BrokerProcess
 from tests.support.logdata import BASE_TS, expected_rows, make_topic
@@ -152,13 +152,13 @@ def test_bad_schema_and_overwrite_write_nothing(sl_spark, broker, admin):
     latest = admin.list_offsets({("guarded", 0): "latest"})
     assert [v.offset for v in latest.values()] == [0]
     with pytest.raises(SchemaMismatchError):
-        from sparklog.writer.spark_sink import check_schema
+        from sparklog.spark.sink import check_schema
 
         check_schema(no_value.schema, "guarded", {"guarded": None})
 
 
 def test_stream_publishes_group_offsets(sl_spark, broker, admin, tmp_path):
-    from sparklog.writer.producer import Producer
+    from sparklog.clients.producer import Producer
 
     def run():
         df = (sl_spark.readStream.format("sparklog").option("bootstrap.servers", broker.address)

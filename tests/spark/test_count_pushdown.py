@@ -18,7 +18,7 @@ from sparklog.format.marker import ABORT, COMMIT, encode_marker  # noqa: E402
 from sparklog.log.index import FLAG_NO_CONTROL, INDEX_HEADER_SIZE  # noqa: E402
 from sparklog.log.partition import PartitionLog  # noqa: E402
 from sparklog.metadata import TopicStore  # noqa: E402
-from sparklog.reader.jvm import COUNT_PUSHDOWN_OPTION, JVM_PLANNING_OPTION, JVM_READER_OPTION  # noqa: E402
+from sparklog.spark.jvm import COUNT_PUSHDOWN_OPTION, JVM_PLANNING_OPTION, JVM_READER_OPTION  # noqa: E402
 from sparklog.storage import open_fileio  # noqa: E402
 from tests.support.logdata import BASE_TS, cleaned_topic, make_topic  # noqa: E402
 from tests.support.sparkread import load, scan_of  # noqa: E402

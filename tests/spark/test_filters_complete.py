@@ -34,10 +34,10 @@ from pyspark.sql.datasource import (
     StringStartsWith,
 )
 
-from sparklog.reader.spark.catalog import StorageCatalog
-from sparklog.reader.spark.filters import PushedFilters
-from sparklog.reader.spark.options import parse_options
-from sparklog.reader.spark.planning import plan_batch
+from sparklog.spark.source.catalog import StorageCatalog
+from sparklog.spark.source.filters import PushedFilters
+from sparklog.spark.source.options import parse_options
+from sparklog.spark.source.planning import plan_batch
 from tests.support.logdata import BASE_TS, make_topic, record, ts
 from tests.support.sparkread import ROUTES, load_route, register_routes
 

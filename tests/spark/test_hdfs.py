@@ -19,7 +19,7 @@ from sparklog.format.header import LENGTH, LOG_OVERHEAD, RECORD_COUNT  # noqa: E
 from sparklog.log.partition import PartitionLog  # noqa: E402
 from sparklog.log.reader import LogReader  # noqa: E402
 from sparklog.metadata import TopicStore  # noqa: E402
-from sparklog.reader.jvm import COUNT_PUSHDOWN_OPTION, JVM_READER_OPTION  # noqa: E402
+from sparklog.spark.jvm import COUNT_PUSHDOWN_OPTION, JVM_READER_OPTION  # noqa: E402
 from sparklog.storage import open_fileio  # noqa: E402
 from tests.support.hdfscluster import HdfsCluster, hadoop_unavailable  # noqa: E402
 from tests.support.logdata import append_more, expected_rows, make_topic  # noqa: E402

@@ -10,10 +10,10 @@ import pytest
 pytest.importorskip("pyspark", reason="pyspark is not installed")
 pytest.importorskip("chispa", reason="chispa is not installed")
 
-from sparklog.reader.jvm import JVM_PLANNING_OPTION  # noqa: E402
-from sparklog.reader.spark.catalog import StorageCatalog  # noqa: E402
-from sparklog.reader.spark.options import parse_options  # noqa: E402
-from sparklog.reader.spark.planning import plan_batch  # noqa: E402
+from sparklog.spark.jvm import JVM_PLANNING_OPTION  # noqa: E402
+from sparklog.spark.source.catalog import StorageCatalog  # noqa: E402
+from sparklog.spark.source.options import parse_options  # noqa: E402
+from sparklog.spark.source.planning import plan_batch  # noqa: E402
 from tests.support.logdata import BASE_TS, cleaned_topic, expected_rows, make_topic  # noqa: E402
 from tests.support.sparkread import JVM, assert_same, load, scan_of  # noqa: E402
 
@@ -122,7 +122,7 @@ def test_available_now_target_read_on_the_jvm(jspark, storage_root, tmp_path):
     drains the backlog in several micro-batches."""
     import json
 
-    from sparklog.reader.spark.stream import SparklogStreamReader
+    from sparklog.spark.source.stream import SparklogStreamReader
     from tests.support.sparkread import output, stream
 
     make_topic(storage_root, "an", partitions=2, count=30, per_frame=4,

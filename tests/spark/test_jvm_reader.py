@@ -1,4 +1,4 @@
-"""The JVM reader of format("sparklog") (sparklog/reader/jvm): with its jar on the test
+"""The JVM reader of format("sparklog") (sparklog/spark/jvm): with its jar on the test
 session's classpath (tests/conftest.py) batch scans run on the JVM; these tests check
 that the JVM path is the one used, compare its rows with chispa against the Python
 reader (option sparklog.jvmReader=false) over frames of every kind, and check its
@@ -32,7 +32,7 @@ from sparklog.format.header import (
 )
 from sparklog.log.partition import PartitionLog
 from sparklog.metadata import TopicStore
-from sparklog.reader.jvm import COUNT_PUSHDOWN_OPTION, JVM_READER_OPTION, jar_path
+from sparklog.spark.jvm import COUNT_PUSHDOWN_OPTION, JVM_READER_OPTION, jar_path
 from sparklog.storage import open_fileio
 from tests.support.logdata import BASE_TS, append_more, expected_rows, make_topic, record, ts
 from tests.support.sparkread import (
@@ -427,7 +427,7 @@ def test_each_scan_plans_its_own_offsets(jspark, storage_root, jvm):
 
 
 def test_with_jvm_reader_adds_the_jar_once(jspark):
-    from sparklog.reader.jvm import with_jvm_reader
+    from sparklog.spark.jvm import with_jvm_reader
 
     jar = jar_path(build=False)
     conf = with_jvm_reader({"spark.jars": "other.jar", "spark.ui.enabled": "false"})

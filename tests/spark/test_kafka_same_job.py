@@ -22,7 +22,7 @@ confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka
 from pyspark.sql import functions as F
 
 from sparklog import Admin, NewTopic, Producer
-from sparklog.reader.jvm import class_loaded
+from sparklog.spark.jvm import class_loaded
 from tests.support.sparkread import assert_same
 
 pytestmark = [pytest.mark.spark, pytest.mark.peers]

@@ -8,9 +8,9 @@ import pytest
 pytest.importorskip("pyspark", reason="pyspark is not installed")
 
 from sparklog.errors import UnknownTopicOrPartitionError
-from sparklog.reader.spark.catalog import StorageCatalog
-from sparklog.reader.spark.options import parse_options
-from sparklog.reader.spark.planning import plan_batch, subscribed_partitions
+from sparklog.spark.source.catalog import StorageCatalog
+from sparklog.spark.source.options import parse_options
+from sparklog.spark.source.planning import plan_batch, subscribed_partitions
 from tests.support.logdata import make_topic
 from tests.support.sparkread import load
 

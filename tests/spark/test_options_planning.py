@@ -20,13 +20,13 @@ from sparklog.errors import (
     UnknownTopicOrPartitionError,
 )
 from sparklog.log.partition import PartitionLog
-from sparklog.reader.spark.catalog import StorageCatalog
-from sparklog.reader.spark.filters import PushedFilters
-from sparklog.reader.spark.options import parse_options
-from sparklog.reader.spark.planning import PlannedRange, plan_batch, split_ranges
-from sparklog.reader.spark.scan import read_range
-from sparklog.reader.spark.schema import arrow_schema, spark_schema
-from sparklog.reader.spark.stream import rate_limit
+from sparklog.spark.source.catalog import StorageCatalog
+from sparklog.spark.source.filters import PushedFilters
+from sparklog.spark.source.options import parse_options
+from sparklog.spark.source.planning import PlannedRange, plan_batch, split_ranges
+from sparklog.spark.source.scan import read_range
+from sparklog.spark.source.schema import arrow_schema, spark_schema
+from sparklog.spark.source.stream import rate_limit
 from tests.support.logdata import BASE_TS, make_topic
 
 
@@ -191,7 +191,7 @@ def test_running_stream_sees_new_partitions_and_caps_batches(topic_t):
     from pyspark.sql.types import StructType
 
     from sparklog.metadata import TopicStore
-    from sparklog.reader.spark.stream import SparklogStreamReader
+    from sparklog.spark.source.stream import SparklogStreamReader
     from tests.support.logdata import append_records, record
 
     options = {"path": topic_t, "subscribe": "t", "startingOffsets": "earliest",

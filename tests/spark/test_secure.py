@@ -10,9 +10,9 @@ pytest.importorskip("pyspark", reason="pyspark is not installed")
 
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType  # noqa: E402
 
-from sparklog.admin import Admin  # noqa: E402
+from sparklog.clients.admin import Admin  # noqa: E402
 from sparklog.security.acl import AclBinding  # noqa: E402
-from sparklog.writer.broker.embedded import EmbeddedBroker  # noqa: E402
+from sparklog.server.embedded import EmbeddedBroker  # noqa: E402
 from tests.support.tlscerts import make_pki  # noqa: E402
 
 pytestmark = pytest.mark.spark

@@ -12,7 +12,7 @@ pytest.importorskip("pyspark", reason="pyspark is not installed")
 
 from pyspark.sql import functions as F
 
-from sparklog.writer.producer import Producer
+from sparklog.clients.producer import Producer
 
 pytestmark = pytest.mark.spark
 
@@ -128,7 +128,7 @@ def test_columns_a_topic_does_not_take_are_ignored_but_its_own_are_required():
     )
 
     from sparklog.errors import SchemaMismatchError
-    from sparklog.writer.spark_sink import check_schema, ignored_columns, taken_columns
+    from sparklog.spark.sink import check_schema, ignored_columns, taken_columns
 
     read_frame = StructType([
         StructField("key", BinaryType()), StructField("value", BinaryType()),
@@ -160,7 +160,7 @@ def test_complete_mode_appends_where_a_batch_overwrite_is_refused(broker, admin)
     from pyspark.sql.types import BinaryType, StructField, StructType
 
     from sparklog.errors import InvalidArgumentError
-    from sparklog.writer.spark_sink import SparklogStreamWriter, SparklogWriter
+    from sparklog.spark.sink import SparklogStreamWriter, SparklogWriter
 
     admin.create_topic("complete", partitions=1)
     options = {"kafka.bootstrap.servers": broker.address, "topic": "complete"}

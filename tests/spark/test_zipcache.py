@@ -1,4 +1,4 @@
-"""sparklog.reader.spark.zipcache: Spark's Python workers stop re-reading unchanged zip
+"""sparklog.spark.source.zipcache: Spark's Python workers stop re-reading unchanged zip
 archives on every importlib.invalidate_caches(), and still see an archive replaced on
 disk. Each case runs in a fresh interpreter: the fix changes a class of the import
 system for the whole process."""
@@ -12,11 +12,11 @@ import textwrap
 
 import pytest
 
-from sparklog.reader.spark import zipcache
+from sparklog.spark.source import zipcache
 
 SCRIPT = textwrap.dedent("""
     import importlib, os, sys, time, zipfile, zipimport
-    from sparklog.reader.spark import zipcache
+    from sparklog.spark.source import zipcache
 
     archive = sys.argv[1]
     def write(modules):

@@ -21,9 +21,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from sparklog.server.broker import Broker
+from sparklog.server.config import BrokerConfig
 from sparklog.storage import jvm, open_fileio
-from sparklog.writer.broker.broker import Broker
-from sparklog.writer.broker.config import BrokerConfig
 from tests.support.hdfscluster import HdfsCluster, hadoop_unavailable
 from tests.support.waiting import wait_until
 from tests.support.zkserver import TcpProxy
@@ -211,7 +211,7 @@ def test_probe_is_off_by_default_and_with_zero(own_cluster):
 def test_a_broker_on_hdfs_runs_its_probe_and_stops_it(own_cluster, monkeypatch):
     """The broker's own storage starts the probe (``storage.namenode.probe.interval.ms``)
     and the broker's stop ends it: no probe thread left in the process."""
-    from sparklog.writer.broker import EmbeddedBroker
+    from sparklog.server import EmbeddedBroker
 
     monkeypatch.setenv("HADOOP_CONF_DIR", own_cluster.conf_dir)
     broker = EmbeddedBroker(own_cluster.hdfs_uri + "/broker",

@@ -1,11 +1,11 @@
-"""Reading topics back through the client API (:class:`sparklog.reader.consumer.Consumer`)."""
+"""Reading topics back through the client API (:class:`sparklog.clients.consumer.Consumer`)."""
 
 from __future__ import annotations
 
 import time
 
-from sparklog.client.types import TopicPartition
-from sparklog.reader.consumer import Consumer
+from sparklog.clients.consumer import Consumer
+from sparklog.clients.types import TopicPartition
 
 
 def consume_all(address, topic, partitions, expected, timeout=20.0, **kw):

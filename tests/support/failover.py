@@ -1,5 +1,5 @@
-"""The failover scenarios of cluster mode, run on a local root (tests/broker/test_cluster_failover.py)
-and on HDFS (tests/broker/test_hdfs_pipeline.py): checksummed records written without
+"""The failover scenarios of cluster mode, run on a local root (tests/server/test_cluster_failover.py)
+and on HDFS (tests/server/test_hdfs_pipeline.py): checksummed records written without
 pause by an idempotent acks=all producer while partition leaders are stopped and killed
 (:func:`leaders_killed_repeatedly`), a frozen old leader whose pending write must never
 reach the log (:func:`paused_old_leader`), and the storage read back to check that every

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sparklog.job.faults import ENV_VAR
+from sparklog.spark.jobs.faults import ENV_VAR
 from sparklog.storage import open_fileio
 
 from .logdata import append_records, make_topic, record

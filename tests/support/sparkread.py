@@ -18,7 +18,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from sparklog.reader.jvm import JVM_PLANNING_OPTION, JVM_READER_OPTION
+from sparklog.spark.jvm import JVM_PLANNING_OPTION, JVM_READER_OPTION
 
 #: Spark's Kafka source schema, spelt out independently of the implementation.
 KAFKA_SCHEMA = StructType([

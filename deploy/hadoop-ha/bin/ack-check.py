@@ -53,7 +53,7 @@ def wait_for_topic(args) -> None:
 
 def produce(args) -> int:
     """Send ``--records`` records, logging each acknowledgement as it arrives."""
-    from sparklog.writer.producer import Producer
+    from sparklog.clients.producer import Producer
 
     run_id = args.run_id or f"{os.getpid()}-{int(time.time())}"
     if args.wait_for_topic:

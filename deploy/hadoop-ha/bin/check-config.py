@@ -31,7 +31,7 @@ try:
     from sparklog.coordination.zkpaths import parse_zk_connect
     from sparklog.errors import InvalidConfigError
     from sparklog.security.listeners import WILDCARD_HOSTS
-    from sparklog.writer.broker.config import (
+    from sparklog.server.config import (
         BROKER_SETTINGS,
         LOG_DEFAULT_KEYS,
         BrokerConfig,

@@ -1,1 +1,0 @@
-"""reader layer."""
