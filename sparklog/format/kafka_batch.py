@@ -1,0 +1,1000 @@
+"""Apache Kafka's record batches (magic 2), the second frame kind a segment may hold.
+
+A Kafka client's batch is stored as the client sent it; the broker checks it
+(:func:`validate_client_batch`, as Kafka's ``LogValidator``) and patches only the two
+fields outside the CRC (:func:`stamp`). Readers decode it with :func:`decode_batch`;
+a Kafka consumer of an Arrow-framed topic gets batches built by :func:`encode_batch`.
+
+Layout (all integers big-endian; the same 61-byte prefix as an Arrow frame's header,
+see :mod:`sparklog.format.header`, with ``magic`` 2 at byte 16 where an Arrow frame
+has 1)::
+
+    0   baseOffset            int64   stamped by the broker (outside the CRC)
+    8   batchLength           int32   bytes after this field
+    12  partitionLeaderEpoch  int32   stamped by the broker (outside the CRC)
+    16  magic                 int8    2
+    17  crc                   uint32  CRC-32C of bytes [21, end of batch)
+    21  attributes            int16   bits 0-2 compression (0 none, 1 gzip, 2 snappy,
+                                      3 lz4, 4 zstd), 3 timestamp type (LogAppendTime),
+                                      4 transactional, 5 control, 6 delete horizon set
+    23  lastOffsetDelta       int32
+    27  baseTimestamp         int64
+    35  maxTimestamp          int64
+    43  producerId            int64
+    51  producerEpoch         int16
+    53  baseSequence          int32
+    57  recordCount           int32
+    61  records               the records, compressed as one block by the codec
+
+Each record: ``length`` varint (bytes after it), ``attributes`` int8 (unused),
+``timestampDelta`` varlong, ``offsetDelta`` varint, ``keyLength`` varint (-1: null),
+``key``, ``valueLength`` varint (-1: null), ``value``, ``headersCount`` varint, then
+per header ``headerKeyLength`` varint, ``headerKey`` (UTF-8), ``headerValueLength``
+varint (-1: null), ``headerValue``. Varints are zigzag-encoded base-128 as in
+protobuf (Kafka's ``ByteUtils.readVarint``/``readVarlong``).
+
+Errors: bytes that are not a well-formed batch (short, bad magic, CRC, length,
+compression, records that do not parse) raise :class:`~sparklog.errors.CorruptRecordError`
+(Kafka's CORRUPT_MESSAGE); a well-formed batch a client may not write raises
+:class:`~sparklog.errors.InvalidRecordError` (INVALID_RECORD); records decompressing to
+more than the caller's bound raise :class:`~sparklog.errors.RecordTooLargeError`
+(MESSAGE_TOO_LARGE). Nothing else escapes from the decoding functions.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import Iterable, NamedTuple, Sequence
+
+import crc32c as _crc32c
+import pyarrow as pa
+
+from ..errors import (
+    CorruptRecordError,
+    InvalidArgumentError,
+    InvalidRecordError,
+    RecordTooLargeError,
+)
+
+MAGIC = 2
+#: bytes of the batch header (Kafka's RECORD_BATCH_OVERHEAD)
+HEADER_SIZE = 61
+#: baseOffset + batchLength: the bytes ``batchLength`` does not count
+LOG_OVERHEAD = 12
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+#: the CRC covers [ATTRIBUTES_OFFSET, end of batch)
+ATTRIBUTES_OFFSET = 21
+BASE_OFFSET_OFFSET = 0
+PARTITION_LEADER_EPOCH_OFFSET = 12
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+assert _HEADER.size == HEADER_SIZE
+
+COMPRESSION_MASK = 0x07
+#: Kafka's compression type ids (attributes bits 0-2)
+COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+COMPRESSION_IDS = {name: cid for cid, name in COMPRESSION_NAMES.items()}
+TIMESTAMP_TYPE_BIT = 0x08
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
+#: KIP-534: baseTimestamp is the delete horizon (written by the log cleaner only)
+DELETE_HORIZON_BIT = 0x40
+
+NO_TIMESTAMP = -1
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+
+#: default bound on a batch's decompressed records (the parameter
+#: ``max_decompressed_bytes`` of the functions that decompress)
+DEFAULT_MAX_DECOMPRESSED_BYTES = 64 << 20
+
+#: the smallest record: length, attributes, timestampDelta, offsetDelta, keyLength,
+#: valueLength and headersCount of one byte each
+MIN_RECORD_SIZE = 7
+
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+class KafkaBatchHeader(NamedTuple):
+    """The 61-byte header of a Kafka record batch, Kafka's field names in snake case."""
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size(self) -> int:
+        """Bytes of the whole batch (``batch_length`` + 12)."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        """Offset of the batch's last record."""
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        """Offset the next batch starts at."""
+        return self.last_offset + 1
+
+    @property
+    def compression(self) -> str:
+        """'none', 'gzip', 'snappy', 'lz4', 'zstd' (or 'unknown')."""
+        return COMPRESSION_NAMES.get(self.attributes & COMPRESSION_MASK, "unknown")
+
+    @property
+    def timestamp_type(self) -> int:
+        """0 CreateTime, 1 LogAppendTime (every record's timestamp is ``max_timestamp``)."""
+        return 1 if self.attributes & TIMESTAMP_TYPE_BIT else 0
+
+    @property
+    def is_transactional(self) -> bool:
+        """True for a batch of a transaction."""
+        return bool(self.attributes & TRANSACTIONAL_BIT)
+
+    @property
+    def is_control(self) -> bool:
+        """True for a control batch (transaction markers: not user records)."""
+        return bool(self.attributes & CONTROL_BIT)
+
+    @property
+    def has_producer_id(self) -> bool:
+        """True when the batch is an idempotent or transactional producer's."""
+        return self.producer_id > NO_PRODUCER_ID
+
+    def pack(self) -> bytes:
+        """The 61 header bytes."""
+        return _HEADER.pack(*self)
+
+
+class KafkaRecord(NamedTuple):
+    """One record: absolute offset and timestamp (ms), key and value (None for null)
+    and headers as ``(key, value)`` pairs (a header key is a str, its value bytes or
+    None)."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple = ()
+
+
+class KafkaBatch(NamedTuple):
+    """A decoded batch: its header and its records."""
+
+    header: KafkaBatchHeader
+    records: list
+
+
+# --- header ----------------------------------------------------------------------
+
+
+def _view(buf, pos) -> memoryview:
+    if isinstance(pos, bool) or not isinstance(pos, int) or pos < 0:
+        raise InvalidArgumentError(f"pos must be an int >= 0, got {pos!r}")
+    if isinstance(buf, str):
+        raise InvalidArgumentError("a Kafka record batch must be bytes-like, got str")
+    try:
+        view = memoryview(buf)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"a Kafka record batch must be bytes-like, got {type(buf).__name__}") from None
+    if view.ndim != 1 or view.itemsize != 1:
+        view = view.cast("B")
+    return view
+
+
+def _where(pos: int) -> str:
+    return f"Kafka record batch at position {pos}"
+
+
+def parse_header(buf, pos: int = 0, *, verify_crc: bool = True) -> KafkaBatchHeader:
+    """Read and check the header of the batch at ``buf[pos:]`` (bytes, bytearray,
+    memoryview or any buffer; nothing is copied): the 61 header bytes present,
+    ``batchLength`` at least 49 and the whole batch inside ``buf``, ``magic`` 2, a
+    known compression type, and (unless ``verify_crc`` is False, for bytes the log
+    checked already) the CRC-32C over ``attributes`` to the end. Raises
+    CorruptRecordError naming the field."""
+    view = _view(buf, pos)
+    have = len(view) - pos
+    where = _where(pos)
+    if have < HEADER_SIZE:
+        raise CorruptRecordError(
+            f"{where}: {have} bytes, a record batch header needs {HEADER_SIZE}",
+            position=pos)
+    header = KafkaBatchHeader._make(_HEADER.unpack_from(view, pos))
+    if header.magic != MAGIC:
+        raise CorruptRecordError(
+            f"{where}: magic {header.magic}, a Kafka record batch (v2) has magic {MAGIC}",
+            position=pos)
+    if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+        raise CorruptRecordError(
+            f"{where}: batchLength {header.batch_length} is below the minimum "
+            f"{HEADER_SIZE - LOG_OVERHEAD}", position=pos)
+    if header.size > have:
+        raise CorruptRecordError(
+            f"{where}: batchLength {header.batch_length} runs past the data: the batch "
+            f"needs {header.size} bytes, {have} are present", position=pos)
+    if header.attributes & COMPRESSION_MASK not in COMPRESSION_NAMES:
+        raise CorruptRecordError(
+            f"{where}: attributes {header.attributes:#06x} name unknown compression "
+            f"type {header.attributes & COMPRESSION_MASK}", position=pos)
+    if verify_crc:
+        actual = _crc32c.crc32c(view[pos + ATTRIBUTES_OFFSET:pos + header.size])
+        if actual != header.crc:
+            raise CorruptRecordError(
+                f"{where}: crc {header.crc:#010x} does not match the batch's CRC-32C "
+                f"{actual:#010x}", position=pos)
+    return header
+
+
+def records_section(buf, pos: int = 0, header: KafkaBatchHeader | None = None) -> memoryview:
+    """Zero-copy view of the batch's records section (compressed as stored)."""
+    view = _view(buf, pos)
+    if header is None:
+        header = parse_header(view, pos, verify_crc=False)
+    return view[pos + HEADER_SIZE:pos + header.size]
+
+
+# --- patching --------------------------------------------------------------------
+
+
+def _check_int(name: str, value, bits: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"{name} must be an int, got {type(value).__name__}")
+    if not -(1 << (bits - 1)) <= value < (1 << (bits - 1)):
+        raise InvalidArgumentError(f"{name} {value} does not fit in a signed {bits}-bit field")
+
+
+def stamp(buf: bytearray | memoryview, pos: int, base_offset: int,
+          partition_leader_epoch: int) -> None:
+    """Write the broker-assigned ``baseOffset`` and ``partitionLeaderEpoch`` into the
+    batch at ``buf[pos:]`` in place (``buf``: a bytearray or writable memoryview). Both
+    lie outside the CRC, which stays valid."""
+    if not (isinstance(buf, bytearray) or (isinstance(buf, memoryview) and not buf.readonly)):
+        raise InvalidArgumentError(
+            "stamp() patches in place: buf must be a bytearray or a writable memoryview, "
+            f"got {type(buf).__name__}")
+    view = _view(buf, pos)
+    if len(view) - pos < HEADER_SIZE:
+        raise InvalidArgumentError(
+            f"no Kafka record batch header at position {pos}: {len(view) - pos} bytes "
+            f"left, {HEADER_SIZE} needed")
+    _check_int("base_offset", base_offset, 64)
+    _check_int("partition_leader_epoch", partition_leader_epoch, 32)
+    _I64.pack_into(view, pos + BASE_OFFSET_OFFSET, base_offset)
+    _I32.pack_into(view, pos + PARTITION_LEADER_EPOCH_OFFSET, partition_leader_epoch)
+
+
+def stamped(batch, base_offset: int, partition_leader_epoch: int) -> bytes:
+    """A copy of ``batch`` (one whole batch) with these ``baseOffset`` and
+    ``partitionLeaderEpoch``: :func:`stamp` on new bytes."""
+    out = bytearray(_view(batch, 0))
+    stamp(out, 0, base_offset, partition_leader_epoch)
+    return bytes(out)
+
+
+# --- decompression ---------------------------------------------------------------
+
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER_SIZE = 16  # magic, version int32, compatible version int32
+_XERIAL_BLOCK = 32 * 1024  # the block size of snappy-java's stream (Kafka's Java client)
+_LZ4_MAGIC = b"\x04\x22\x4d\x18"
+_LZ4_BLOCK = 64 * 1024
+_LZ4_UNCOMPRESSED = 0x80000000
+
+
+def _too_large(where: str, cap: int) -> RecordTooLargeError:
+    err = RecordTooLargeError(
+        f"{where}: the records decompress to more than max_decompressed_bytes {cap}")
+    return err
+
+
+def _snappy_length(chunk: memoryview, where: str) -> int:
+    """The uncompressed length a raw snappy block starts with (an unsigned base-128
+    varint of at most 5 bytes)."""
+    value = shift = 0
+    for i in range(min(5, len(chunk))):
+        b = chunk[i]
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value
+        shift += 7
+    raise CorruptRecordError(f"{where}: snappy block has no valid length prefix")
+
+
+def _snappy_block(chunk: memoryview, budget: int, where: str, cap: int) -> bytes:
+    size = _snappy_length(chunk, where)
+    if size > budget:
+        raise _too_large(where, cap)
+    if size == 0:
+        return b""
+    return pa.decompress(chunk, decompressed_size=size, codec="snappy", asbytes=True)
+
+
+def _unsnappy(data: memoryview, cap: int, where: str) -> bytes:
+    if data[:len(_XERIAL_MAGIC)] != _XERIAL_MAGIC:  # raw snappy (librdkafka and others)
+        return _snappy_block(data, cap, where, cap)
+    # xerial framing (snappy-java, Kafka's Java client): header, then blocks of
+    # [int32 compressed length][raw snappy block]
+    if len(data) < _XERIAL_HEADER_SIZE:
+        raise CorruptRecordError(f"{where}: truncated xerial snappy header")
+    parts = []
+    total = 0
+    pos = _XERIAL_HEADER_SIZE
+    end = len(data)
+    while pos < end:
+        if end - pos < 4:
+            raise CorruptRecordError(f"{where}: truncated xerial snappy block length")
+        size = _I32.unpack_from(data, pos)[0]
+        pos += 4
+        if size < 0 or size > end - pos:
+            raise CorruptRecordError(
+                f"{where}: xerial snappy block of {size} bytes at byte {pos - 4} of the "
+                f"records runs past them")
+        block = _snappy_block(data[pos:pos + size], cap - total, where, cap)
+        total += len(block)
+        parts.append(block)
+        pos += size
+    return b"".join(parts)
+
+
+def _stream(data: memoryview, codec: str, cap: int, where: str) -> bytes:
+    stream = pa.CompressedInputStream(pa.BufferReader(pa.py_buffer(data)), codec)
+    parts = []
+    total = 0
+    chunk = max(1 << 20, 4 * len(data))
+    while True:
+        part = stream.read(min(chunk, cap + 1 - total))
+        if not part:
+            break
+        total += len(part)
+        if total > cap:
+            raise _too_large(where, cap)
+        parts.append(part)
+        chunk *= 2
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def decompress_records(buf, pos: int = 0, header: KafkaBatchHeader | None = None, *,
+                       max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES) -> bytes:
+    """The records of the batch at ``buf[pos:]``, decompressed (a copy of the section
+    when uncompressed). Snappy is read in both framings: xerial's (Kafka's Java client)
+    and raw (librdkafka). Raises CorruptRecordError for data the codec cannot read and
+    RecordTooLargeError once more than ``max_decompressed_bytes`` come out (reading
+    stops there: a small batch that would decompress to gigabytes takes no more
+    memory than the bound)."""
+    if isinstance(max_decompressed_bytes, bool) or not isinstance(max_decompressed_bytes, int) \
+            or max_decompressed_bytes < 0:
+        raise InvalidArgumentError(
+            f"max_decompressed_bytes must be an int >= 0, got {max_decompressed_bytes!r}")
+    view = _view(buf, pos)
+    if header is None:
+        header = parse_header(view, pos, verify_crc=False)
+    section = view[pos + HEADER_SIZE:pos + header.size]
+    codec = header.compression
+    where = _where(pos)
+    cap = max_decompressed_bytes
+    if codec == "none":
+        if len(section) > cap:
+            raise _too_large(where, cap)
+        return bytes(section)
+    try:
+        if codec == "snappy":
+            return _unsnappy(section, cap, where)
+        if codec == "unknown":
+            raise CorruptRecordError(
+                f"{where}: unknown compression type {header.attributes & COMPRESSION_MASK}")
+        return _stream(section, "gzip" if codec == "gzip" else codec, cap, where)
+    except (pa.ArrowException, OSError, ValueError, zlib.error) as exc:
+        raise CorruptRecordError(
+            f"{where}: {codec} records cannot be decompressed: {exc}", position=pos) from None
+
+
+# --- records ---------------------------------------------------------------------
+
+
+def _uvarint(data: bytes, pos: int, limit: int) -> tuple[int, int]:
+    """The raw (not yet zigzag-decoded) base-128 varint at ``data[pos:]`` of at most
+    ``limit`` bytes (5 for an int32, 10 for an int64) and the position after it;
+    IndexError when the data ends first, ValueError when it is too long or its value
+    does not fit (Kafka's "illegal varint")."""
+    value = shift = 0
+    for i in range(pos, pos + limit):
+        b = data[i]
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            if value >> (32 if limit == 5 else 64):
+                raise ValueError
+            return value, i + 1
+        shift += 7
+    raise ValueError
+
+
+class _Problem(Exception):
+    """A record that does not parse: carries the field and what is wrong."""
+
+
+_new_record = tuple.__new__
+
+
+def _parse_records(data: bytes, header: KafkaBatchHeader, where: str, want: bool,
+                   client: bool) -> tuple[list, int, int]:
+    """Walk the ``header.record_count`` records of ``data``; returns (the records when
+    ``want``, the smallest and the largest timestamp). With ``client``, raises
+    InvalidRecordError for an offset delta other than the record's index (Kafka: "does
+    not have incremental offsets"). One pass, one step per field: a varint of one or
+    two bytes (every length below 8 KiB) is read inline, longer ones by
+    :func:`_uvarint`; keys and values are single slices."""
+    count = header.record_count
+    end = len(data)
+    if count < 0:
+        raise CorruptRecordError(f"{where}: recordCount {count} is negative")
+    if count * MIN_RECORD_SIZE > end:
+        raise CorruptRecordError(
+            f"{where}: recordCount {count} cannot fit in {end} bytes of records "
+            f"(a record takes at least {MIN_RECORD_SIZE})")
+    base_offset = header.base_offset
+    base_ts = header.base_timestamp
+    out: list = []
+    append = out.append
+    record_type = KafkaRecord
+    new = _new_record
+    max_ts = _INT64_MIN
+    min_ts = _INT64_MAX
+    pos = 0
+    index = 0
+    field = "length"
+    uvarint = _uvarint
+    try:
+        for index in range(count):
+            field = "length"
+            b = data[pos]
+            if b < 0x80:
+                pos += 1
+            else:
+                c = data[pos + 1]
+                if c < 0x80:
+                    b = (b & 0x7F) | (c << 7)
+                    pos += 2
+                else:
+                    b, pos = uvarint(data, pos, 5)
+            length = (b >> 1) ^ -(b & 1)
+            rec_end = pos + length
+            if length < MIN_RECORD_SIZE - 1 or rec_end > end:
+                raise _Problem(f"length {length} is not within [{MIN_RECORD_SIZE - 1}, "
+                               f"{end - pos}] (the bytes left)")
+            field = "timestampDelta"
+            pos += 1  # attributes: unused
+            b = data[pos]
+            if b < 0x80:
+                pos += 1
+            else:
+                c = data[pos + 1]
+                if c < 0x80:
+                    b = (b & 0x7F) | (c << 7)
+                    pos += 2
+                else:
+                    b, pos = uvarint(data, pos, 10)
+            ts_delta = (b >> 1) ^ -(b & 1)
+            field = "offsetDelta"
+            b = data[pos]
+            if b < 0x80:
+                pos += 1
+            else:
+                c = data[pos + 1]
+                if c < 0x80:
+                    b = (b & 0x7F) | (c << 7)
+                    pos += 2
+                else:
+                    b, pos = uvarint(data, pos, 5)
+            off_delta = (b >> 1) ^ -(b & 1)
+            if client and off_delta != index:
+                raise InvalidRecordError(
+                    f"{where}: record {index} has offsetDelta {off_delta}, expected "
+                    f"{index}: a client batch's records have incremental offsets "
+                    f"0..recordCount-1")
+            field = "keyLength"
+            b = data[pos]
+            if b < 0x80:
+                pos += 1
+            else:
+                c = data[pos + 1]
+                if c < 0x80:
+                    b = (b & 0x7F) | (c << 7)
+                    pos += 2
+                else:
+                    b, pos = uvarint(data, pos, 5)
+            size = (b >> 1) ^ -(b & 1)
+            if size < 0:
+                if size != -1:
+                    raise _Problem(f"keyLength {size}")
+                key = None
+            else:
+                if pos + size > rec_end:
+                    raise _Problem(f"keyLength {size} runs past the record")
+                key = data[pos:pos + size]
+                pos += size
+            field = "valueLength"
+            b = data[pos]
+            if b < 0x80:
+                pos += 1
+            else:
+                c = data[pos + 1]
+                if c < 0x80:
+                    b = (b & 0x7F) | (c << 7)
+                    pos += 2
+                else:
+                    b, pos = uvarint(data, pos, 5)
+            size = (b >> 1) ^ -(b & 1)
+            if size < 0:
+                if size != -1:
+                    raise _Problem(f"valueLength {size}")
+                value = None
+            else:
+                if pos + size > rec_end:
+                    raise _Problem(f"valueLength {size} runs past the record")
+                value = data[pos:pos + size]
+                pos += size
+            field = "headersCount"
+            b = data[pos]
+            if b < 0x80:
+                pos += 1
+            else:
+                c = data[pos + 1]
+                if c < 0x80:
+                    b = (b & 0x7F) | (c << 7)
+                    pos += 2
+                else:
+                    b, pos = uvarint(data, pos, 5)
+            nheaders = (b >> 1) ^ -(b & 1)
+            if nheaders:
+                if nheaders < 0 or nheaders * 2 > rec_end - pos:
+                    raise _Problem(f"headersCount {nheaders} does not fit the record")
+                headers = []
+                for h in range(nheaders):
+                    field = f"header {h} key"
+                    b = data[pos]
+                    if b < 0x80:
+                        pos += 1
+                    else:
+                        c = data[pos + 1]
+                        if c < 0x80:
+                            b = (b & 0x7F) | (c << 7)
+                            pos += 2
+                        else:
+                            b, pos = uvarint(data, pos, 5)
+                    size = (b >> 1) ^ -(b & 1)
+                    if size < 0 or pos + size > rec_end:
+                        raise _Problem(f"headerKeyLength {size}")
+                    hkey = data[pos:pos + size].decode("utf-8")
+                    pos += size
+                    field = f"header {h} value"
+                    b = data[pos]
+                    if b < 0x80:
+                        pos += 1
+                    else:
+                        c = data[pos + 1]
+                        if c < 0x80:
+                            b = (b & 0x7F) | (c << 7)
+                            pos += 2
+                        else:
+                            b, pos = uvarint(data, pos, 5)
+                    size = (b >> 1) ^ -(b & 1)
+                    if size < 0:
+                        if size != -1:
+                            raise _Problem(f"headerValueLength {size}")
+                        hvalue = None
+                    else:
+                        if pos + size > rec_end:
+                            raise _Problem(f"headerValueLength {size} runs past the record")
+                        hvalue = data[pos:pos + size]
+                        pos += size
+                    headers.append((hkey, hvalue))
+                hs = tuple(headers)
+            else:
+                hs = ()
+            if pos != rec_end:
+                field = "length"
+                raise _Problem(f"its fields take {pos - rec_end + length} bytes, its "
+                               f"length says {length}")
+            ts = base_ts + ts_delta
+            if ts > max_ts:
+                max_ts = ts
+            if ts < min_ts:
+                min_ts = ts
+            if want:
+                append(new(record_type, (base_offset + off_delta, ts, key, value, hs)))
+    except _Problem as exc:
+        raise CorruptRecordError(f"{where}: record {index}: {field}: {exc}") from None
+    except InvalidRecordError:  # a ValueError too: not a malformed field
+        raise
+    except IndexError:
+        raise CorruptRecordError(
+            f"{where}: record {index}: {field}: the records end inside it (recordCount "
+            f"{count})") from None
+    except ValueError:  # a varint too long, or a header key that is not UTF-8
+        raise CorruptRecordError(
+            f"{where}: record {index}: {field} is malformed (a varint too long or a "
+            f"header key that is not UTF-8)") from None
+    if pos != end:
+        raise CorruptRecordError(
+            f"{where}: {end - pos} bytes remain after the last of its {count} records "
+            f"(recordCount disagrees with the records)")
+    if count and not (_INT64_MIN <= min_ts and max_ts <= _INT64_MAX):
+        raise CorruptRecordError(
+            f"{where}: record timestamps (baseTimestamp {base_ts} plus their deltas) "
+            "overflow int64")
+    return out, min_ts, max_ts
+
+
+def decode_batch(buf, pos: int = 0, *, verify_crc: bool = True,
+                 max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES) -> KafkaBatch:
+    """Decode the batch at ``buf[pos:]``: its header (checked as :func:`parse_header`)
+    and its records with absolute offsets (``baseOffset + offsetDelta``) and
+    timestamps (``baseTimestamp + timestampDelta``; on a LogAppendTime batch every
+    record's timestamp is ``max_timestamp``, as Kafka's consumer reads it). Control
+    batches decode too (their records are markers; readers skip them by
+    ``header.is_control``). Raises CorruptRecordError (or RecordTooLargeError past
+    ``max_decompressed_bytes``) and nothing else for any bytes."""
+    view = _view(buf, pos)
+    header = parse_header(view, pos, verify_crc=verify_crc)
+    data = decompress_records(view, pos, header, max_decompressed_bytes=max_decompressed_bytes)
+    records, _, _ = _parse_records(data, header, _where(pos), True, False)
+    if header.timestamp_type and records:
+        ts = header.max_timestamp
+        records = [r._replace(timestamp=ts) for r in records]
+    return KafkaBatch(header, records)
+
+
+def iter_batches(buf, pos: int = 0, *, verify_crc: bool = True):
+    """Yield ``(position, header)`` of each consecutive batch of ``buf`` from ``pos``
+    (headers only; CorruptRecordError at the first that is incomplete or invalid)."""
+    view = _view(buf, pos)
+    end = len(view)
+    while pos < end:
+        header = parse_header(view, pos, verify_crc=verify_crc)
+        yield pos, header
+        pos += header.size
+
+
+# --- validation of a client's batch ------------------------------------------------
+
+#: attribute bits a client's batch may not set: the field each is named by
+CLIENT_REFUSED_BITS = (
+    (CONTROL_BIT, "control bit (0x20): clients are not allowed to write control records"),
+    (TIMESTAMP_TYPE_BIT, "timestamp-type bit (0x08): only the broker stamps "
+                         "LogAppendTime (the topic's message.timestamp.type)"),
+    (DELETE_HORIZON_BIT, "delete-horizon bit (0x40): only the log cleaner sets it"),
+)
+
+
+def validate_client_batch(buf, pos: int = 0, *,
+                          max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+                          allow_transactional: bool = False, now_ms: int | None = None,
+                          timestamp_before_max_ms: int | None = None,
+                          timestamp_after_max_ms: int | None = None) -> KafkaBatchHeader:
+    """Check a batch a Kafka client sent, as Kafka's ``LogValidator`` checks one from a
+    client, treating the client as hostile; returns its header. ``baseOffset`` and
+    ``partitionLeaderEpoch`` are not checked (the broker stamps both, :func:`stamp`).
+
+    CorruptRecordError: what :func:`parse_header` checks (size, magic, CRC-32C,
+    compression), records that do not parse or do not fill the batch exactly, and
+    records the codec cannot decompress. RecordTooLargeError: records decompressing to
+    more than ``max_decompressed_bytes``. InvalidRecordError, naming the field:
+
+    - the control, timestamp-type (LogAppendTime) or delete-horizon attribute bit; the
+      transactional bit unless ``allow_transactional``;
+    - ``recordCount`` below 1, or ``lastOffsetDelta`` other than ``recordCount - 1``;
+      a record whose ``offsetDelta`` is not its index (0, 1, ... in order);
+    - a producer id without a base sequence (``baseSequence`` < 0), a transactional
+      batch without a producer id;
+    - ``maxTimestamp`` other than the largest record timestamp; with ``now_ms``, a
+      timestamp more than ``timestamp_before_max_ms`` before it or
+      ``timestamp_after_max_ms`` after it (Kafka's ``message.timestamp.before.max.ms``
+      and ``message.timestamp.after.max.ms``; None: no bound).
+    """
+    view = _view(buf, pos)
+    header = parse_header(view, pos, verify_crc=True)
+    where = _where(pos)
+    attributes = header.attributes
+    for bit, claim in CLIENT_REFUSED_BITS:
+        if attributes & bit:
+            raise InvalidRecordError(f"{where}: attributes {attributes:#06x} set the {claim}")
+    if attributes & TRANSACTIONAL_BIT:
+        if not allow_transactional:
+            raise InvalidRecordError(
+                f"{where}: attributes {attributes:#06x} set the transactional bit (0x10): "
+                "transactions are not accepted here")
+        if not header.has_producer_id:
+            raise InvalidRecordError(
+                f"{where}: transactional batch without a producer id (producerId "
+                f"{header.producer_id})")
+    count = header.record_count
+    if count < 1:
+        raise InvalidRecordError(f"{where}: invalid recordCount {count}: a batch holds at "
+                                 "least one record")
+    if header.last_offset_delta != count - 1:
+        raise InvalidRecordError(
+            f"{where}: inconsistent offset range and count of records: lastOffsetDelta "
+            f"{header.last_offset_delta} with recordCount {count} (a client batch's "
+            f"records take consecutive offsets: lastOffsetDelta must be {count - 1})")
+    if header.has_producer_id and header.base_sequence < 0:
+        raise InvalidRecordError(
+            f"{where}: invalid baseSequence {header.base_sequence} in a batch with "
+            f"producerId {header.producer_id}")
+    data = decompress_records(view, pos, header, max_decompressed_bytes=max_decompressed_bytes)
+    _, lowest, max_ts = _parse_records(data, header, where, False, True)
+    if max_ts != header.max_timestamp:
+        raise InvalidRecordError(
+            f"{where}: maxTimestamp {header.max_timestamp} is not the largest record "
+            f"timestamp {max_ts}")
+    if now_ms is not None:
+        # the records' timestamps lie in [lowest, max_ts]: the extremes are checked
+        if timestamp_before_max_ms is not None and lowest < now_ms - timestamp_before_max_ms:
+            raise InvalidRecordError(
+                f"{where}: timestamp {lowest} of a record is more than "
+                f"message.timestamp.before.max.ms {timestamp_before_max_ms} before the "
+                f"broker's time {now_ms}")
+        if timestamp_after_max_ms is not None and max_ts > now_ms + timestamp_after_max_ms:
+            raise InvalidRecordError(
+                f"{where}: timestamp {max_ts} of a record is more than "
+                f"message.timestamp.after.max.ms {timestamp_after_max_ms} after the "
+                f"broker's time {now_ms}")
+    return header
+
+
+# --- encoding --------------------------------------------------------------------
+
+
+def _zigzag(value: int) -> bytes:
+    """Zigzag base-128 varint of ``value`` (int64 range)."""
+    v = (value << 1) ^ (value >> 63)
+    if v < 0x80:
+        return _SMALL[v]
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+_SMALL = [bytes((i,)) for i in range(0x80)]
+_NULL = _zigzag(-1)
+_ZERO = _zigzag(0)
+
+
+def _bytes_field(value, what: str) -> bytes:
+    if value is None:
+        return _NULL
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise InvalidArgumentError(f"{what} must be bytes or None, got {type(value).__name__}")
+    return _zigzag(len(value)) + bytes(value)
+
+
+def _encode_record(record, base_offset: int, base_ts: int, index: int) -> bytes:
+    offset, ts, key, value = record[0], record[1], record[2], record[3]
+    headers = record[4] if len(record) > 4 else ()
+    parts = [b"\x00", _zigzag(ts - base_ts), _zigzag(offset - base_offset),
+             _bytes_field(key, f"record {index}'s key"),
+             _bytes_field(value, f"record {index}'s value")]
+    if headers:
+        parts.append(_zigzag(len(headers)))
+        for h in headers:
+            try:
+                hkey, hvalue = h
+            except (TypeError, ValueError):
+                raise InvalidArgumentError(
+                    f"record {index}'s headers must be (str, bytes | None) pairs, got "
+                    f"{h!r}") from None
+            if not isinstance(hkey, str):
+                raise InvalidArgumentError(
+                    f"record {index}'s header key must be a str, got {type(hkey).__name__}")
+            raw = hkey.encode("utf-8")
+            parts.append(_zigzag(len(raw)))
+            parts.append(raw)
+            parts.append(_bytes_field(hvalue, f"record {index}'s header {hkey!r} value"))
+    else:
+        parts.append(_ZERO)
+    body = b"".join(parts)
+    return _zigzag(len(body)) + body
+
+
+def _xxh32_short(data: bytes, seed: int = 0) -> int:
+    """xxHash32 of fewer than 16 bytes (an LZ4 frame descriptor's checksum)."""
+    p1, p2, p3, p4, p5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
+    mask = 0xFFFFFFFF
+    assert len(data) < 16
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & mask
+
+    h = (seed + p5 + len(data)) & mask
+    i = 0
+    while i + 4 <= len(data):
+        h = (rotl((h + int.from_bytes(data[i:i + 4], "little") * p3) & mask, 17) * p4) & mask
+        i += 4
+    for b in data[i:]:
+        h = (rotl((h + b * p5) & mask, 11) * p1) & mask
+    h ^= h >> 15
+    h = (h * p2) & mask
+    h ^= h >> 13
+    h = (h * p3) & mask
+    h ^= h >> 16
+    return h
+
+
+#: LZ4 frame descriptor as Kafka's Java client writes and requires: version 1, block
+#: independence (FLG 0x60), 64 KiB blocks (BD 0x40), and its header checksum
+_LZ4_DESCRIPTOR = b"\x60\x40"
+_LZ4_HEADER = _LZ4_MAGIC + _LZ4_DESCRIPTOR + bytes(((_xxh32_short(_LZ4_DESCRIPTOR) >> 8) & 0xFF,))
+
+
+def _lz4_frame(data: bytes) -> bytes:
+    """An LZ4 frame of independent 64 KiB blocks. (pyarrow's 'lz4' codec writes linked
+    blocks, which Kafka's Java client refuses: "Dependent block stream is
+    unsupported".)"""
+    parts = [_LZ4_HEADER]
+    view = memoryview(data)
+    for start in range(0, len(data), _LZ4_BLOCK):
+        block = view[start:start + _LZ4_BLOCK]
+        packed = pa.compress(block, codec="lz4_raw", asbytes=True)
+        if len(packed) >= len(block):
+            parts.append(struct.pack("<I", len(block) | _LZ4_UNCOMPRESSED))
+            parts.append(bytes(block))
+        else:
+            parts.append(struct.pack("<I", len(packed)))
+            parts.append(packed)
+    parts.append(b"\x00\x00\x00\x00")
+    return b"".join(parts)
+
+
+def _xerial_snappy(data: bytes) -> bytes:
+    parts = [_XERIAL_MAGIC, struct.pack(">ii", 1, 1)]
+    view = memoryview(data)
+    for start in range(0, len(data), _XERIAL_BLOCK):
+        packed = pa.compress(view[start:start + _XERIAL_BLOCK], codec="snappy", asbytes=True)
+        parts.append(_I32.pack(len(packed)))
+        parts.append(packed)
+    return b"".join(parts)
+
+
+def compress_records(data: bytes, compression: str, *, level: int | None = None,
+                     snappy_framing: str = "xerial") -> bytes:
+    """``data`` (a batch's records) compressed as Kafka's clients do: gzip, snappy
+    (``snappy_framing`` 'xerial' as Kafka's Java client writes, or 'raw' as librdkafka
+    does), lz4 (an LZ4 frame of independent blocks) or zstd; ``level`` for gzip and
+    zstd."""
+    if compression == "none":
+        return data
+    if compression == "gzip":
+        packer = zlib.compressobj(6 if level is None else level, zlib.DEFLATED, 31)
+        return packer.compress(data) + packer.flush()
+    if compression == "snappy":
+        if snappy_framing == "raw":
+            return pa.compress(data, codec="snappy", asbytes=True)
+        if snappy_framing != "xerial":
+            raise InvalidArgumentError(
+                f"unknown snappy_framing {snappy_framing!r}: expected 'xerial' or 'raw'")
+        return _xerial_snappy(data)
+    if compression == "lz4":
+        return _lz4_frame(data)
+    if compression == "zstd":
+        return pa.Codec("zstd", compression_level=level).compress(data, asbytes=True)
+    raise InvalidArgumentError(
+        f"unknown compression type {compression!r}: expected one of "
+        f"{', '.join(COMPRESSION_IDS)}")
+
+
+def encode_batch(
+    records: Sequence[KafkaRecord] | Iterable[KafkaRecord],
+    *,
+    compression: str = "none",
+    base_offset: int = 0,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    transactional: bool = False,
+    control: bool = False,
+    log_append_time: int | None = None,
+    last_offset_delta: int | None = None,
+    compression_level: int | None = None,
+    snappy_framing: str = "xerial",
+) -> bytes:
+    """One Kafka record batch (magic 2) of ``records``, CRC-32C computed.
+
+    Each record is a :class:`KafkaRecord` (or a tuple of its fields): its ``offset``
+    is absolute, stored as ``offset - base_offset``; offsets must increase (gaps are
+    allowed: compacted data) and start at or after ``base_offset``. ``baseTimestamp``
+    is the first record's timestamp and ``maxTimestamp`` the largest, as Kafka's
+    builder writes them; ``log_append_time`` (ms) marks the batch LogAppendTime with
+    that ``maxTimestamp``. ``last_offset_delta`` defaults to the last record's delta
+    (the log cleaner keeps a larger one). ``compression``: 'none', 'gzip', 'snappy',
+    'lz4', 'zstd' (see :func:`compress_records`)."""
+    records = list(records)
+    if not records:
+        raise InvalidArgumentError("a Kafka record batch needs at least one record")
+    if compression not in COMPRESSION_IDS:
+        raise InvalidArgumentError(
+            f"unknown compression type {compression!r}: expected one of "
+            f"{', '.join(COMPRESSION_IDS)}")
+    for name, value, bits in (("base_offset", base_offset, 64),
+                              ("partition_leader_epoch", partition_leader_epoch, 32),
+                              ("producer_id", producer_id, 64),
+                              ("producer_epoch", producer_epoch, 16),
+                              ("base_sequence", base_sequence, 32)):
+        _check_int(name, value, bits)
+    previous = base_offset - 1
+    max_ts = NO_TIMESTAMP
+    for i, record in enumerate(records):
+        if not isinstance(record, tuple) or len(record) not in (4, 5):
+            raise InvalidArgumentError(
+                f"record {i} must be a KafkaRecord (offset, timestamp, key, value, "
+                f"headers), got {type(record).__name__}")
+        offset, ts = record[0], record[1]
+        _check_int(f"record {i}'s offset", offset, 64)
+        _check_int(f"record {i}'s timestamp", ts, 64)
+        if offset <= previous:
+            raise InvalidArgumentError(
+                f"record {i}'s offset {offset} does not follow {previous}: offsets "
+                f"increase from base_offset {base_offset}")
+        if offset - base_offset > _INT32_MAX:
+            raise InvalidArgumentError(
+                f"record {i}'s offset {offset} is more than 2**31-1 after base_offset")
+        previous = offset
+        if ts > max_ts:
+            max_ts = ts
+    base_ts = records[0][1]
+    for i, record in enumerate(records):
+        if not _INT64_MIN <= record[1] - base_ts <= _INT64_MAX:
+            raise InvalidArgumentError(
+                f"record {i}'s timestamp {record[1]} is too far from the first's {base_ts}")
+    last_delta = records[-1][0] - base_offset
+    if last_offset_delta is not None:
+        _check_int("last_offset_delta", last_offset_delta, 32)
+        if last_offset_delta < last_delta:
+            raise InvalidArgumentError(
+                f"last_offset_delta {last_offset_delta} is below the last record's "
+                f"offset delta {last_delta}")
+        last_delta = last_offset_delta
+    body = b"".join([_encode_record(r, base_offset, base_ts, i)
+                     for i, r in enumerate(records)])
+    packed = compress_records(body, compression, level=compression_level,
+                              snappy_framing=snappy_framing)
+    attributes = COMPRESSION_IDS[compression]
+    if log_append_time is not None:
+        _check_int("log_append_time", log_append_time, 64)
+        attributes |= TIMESTAMP_TYPE_BIT
+        max_ts = log_append_time
+    if transactional:
+        attributes |= TRANSACTIONAL_BIT
+    if control:
+        attributes |= CONTROL_BIT
+    header = KafkaBatchHeader(
+        base_offset, HEADER_SIZE - LOG_OVERHEAD + len(packed), partition_leader_epoch,
+        MAGIC, 0, attributes, last_delta, base_ts, max_ts, producer_id, producer_epoch,
+        base_sequence, len(records))
+    out = bytearray(header.pack())
+    out += packed
+    _U32.pack_into(out, CRC_OFFSET, _crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
+    return bytes(out)
