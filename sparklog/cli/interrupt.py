@@ -43,7 +43,8 @@ class StopRequest:
         """128 + the signal's number (0 when none came)."""
         return 128 + self.signal if self.signal is not None else 0
 
-    def _handle(self, signum, frame) -> None:
+    def handle(self, signum, frame) -> None:
+        """The signal handler: record the first signal; a second one stops at once."""
         if self.signal is not None:
             raise KeyboardInterrupt  # the second one: stop now
         self.signal = signum
@@ -60,7 +61,7 @@ def stop_signals(interrupt: bool = False) -> Iterator[StopRequest]:
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return
-    previous = {sig: signal.signal(sig, stop._handle) for sig in STOP_SIGNALS}
+    previous = {sig: signal.signal(sig, stop.handle) for sig in STOP_SIGNALS}
     try:
         yield stop
     finally:

@@ -637,6 +637,11 @@ class KnownKeys:
         self.rows = 0 if keys is None else len(keys)
         self._plan = None
 
+    @property
+    def planned(self) -> bool:
+        """True once :meth:`plan` decided which records stay."""
+        return self._plan is not None
+
     def plan(self, offsets: "KeyMap", aborted: AbortedTransactions | None = None,
              stays=None):
         """Which records stay (done once): ``(stays, runs, wanted, dropped)``: per
@@ -688,7 +693,7 @@ class SegmentKeys:
         of a mapped segment stays exactly when its offset is its key's offset in the
         map, so the map's offsets, sorted once, are looked up by offset (numpy)."""
         todo = [k for k in (self.by_path.get(seg.path) for seg in segments)
-                if k is not None and k.rows and k._plan is None]
+                if k is not None and k.rows and not k.planned]
         if not todo or offsets.offsets is None:
             return
         mapped = np.sort(offsets.offsets.to_numpy(zero_copy_only=False))
@@ -918,7 +923,7 @@ class CleanedSegmentWriter:
         self._out.sync()
         self._out.close()
         new = self.segment
-        new._next_offset = new.end_offset  # compaction may have removed the last records
+        new.reach_end_offset()  # compaction may have removed the last records
         if commit:
             new.seal()  # .timeindex, then .index: the commit
             return new, None

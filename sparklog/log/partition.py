@@ -139,7 +139,7 @@ class PartitionLog:
                  clock: Callable[[], int] | None = None):
         self.fileio = fileio
         self.dir_url = dir_url
-        self.config = config
+        self._config = config
         self.topic, self.partition = describe_partition(dir_url)
         self.name = f"{self.topic}-{self.partition}" if self.topic else dir_url
         self._clock = clock or _now_ms
@@ -236,6 +236,27 @@ class PartitionLog:
         and again carries an ever longer traceback, and with it the frames (and
         request bytes) of every refused call."""
         return StorageError(str(self._offline))
+
+    @property
+    def config(self) -> LogConfig:
+        """The log's :class:`~sparklog.log.config.LogConfig` (broker defaults overlaid
+        with the topic's configs; replaced by :meth:`update_config`)."""
+        return self._config
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply an altered topic config: the next append, roll, flush, retention and
+        cleaning check use it (Kafka's ``UnifiedLog.updateConfig``)."""
+        if not isinstance(config, LogConfig):
+            raise InvalidArgumentError(
+                f"partition log {self.name}: update_config takes a LogConfig, got "
+                f"{type(config).__name__}")
+        self._config = config
+
+    @property
+    def failed(self) -> BaseException | None:
+        """The storage error that failed the log (appends are refused until it is
+        reopened), else None."""
+        return self._failed
 
     @property
     def offline(self) -> StorageError | None:
@@ -508,7 +529,7 @@ class PartitionLog:
                     continue
                 start = frames[i][0]
                 end = frames[j - 1][0] + frames[j - 1][1].size
-                base, position = self._leo, seg._size
+                base, position = self._leo, seg.size
                 next_offset = stamp_run(buf, frames[i:j], base, epoch)
                 try:
                     self._out.write(view[start:end], borrow=borrow)
@@ -540,13 +561,13 @@ class PartitionLog:
         checks a record set, or the frame overflows ``segment.bytes``, or its offsets do
         not fit the segment's relative index). An empty segment takes at least one
         frame."""
-        if seg._size:
+        if seg.size:
             timestamp = append_time if append_time >= 0 else \
                 max(header.max_timestamp for _, header in frames[i:])
             if seg.time_waited_for_roll(now, timestamp) > \
                     self.config.segment_ms - self._roll_jitter(seg):
                 return i
-        room = self.config.segment_bytes - seg._size
+        room = self.config.segment_bytes - seg.size
         offset, size, j = self._leo, 0, i
         for _, header in frames[i:]:
             after = offset + header.last_offset_delta + 1
@@ -555,7 +576,7 @@ class PartitionLog:
             size += header.size
             offset = after
             j += 1
-        return j if j > i or seg._size else i + 1
+        return j if j > i or seg.size else i + 1
 
     def _roll_jitter(self, seg) -> int:
         """What ``seg`` rolls before ``segment.ms``: a random number below
@@ -578,7 +599,7 @@ class PartitionLog:
             except BaseException as exc:
                 self._seal_failed(exc)
                 raise
-            self._hw, self._hw_position = self._leo, self._segments[-1]._size
+            self._hw, self._hw_position = self._leo, self._segments[-1].size
 
     def sync(self) -> None:
         """hsync the active segment (durable), advancing the high watermark too; the
@@ -611,7 +632,7 @@ class PartitionLog:
             except BaseException as exc:
                 self._seal_failed(exc)
                 raise
-            leo, position = self._leo, self._segments[-1]._size
+            leo, position = self._leo, self._segments[-1].size
             self._unsynced_records = 0
             self._last_sync_ms = self._clock()
 
@@ -634,7 +655,7 @@ class PartitionLog:
         when the active segment is empty)."""
         with self._lock:
             self._check_usable()
-            if self._segments[-1]._size:
+            if self._segments[-1].size:
                 self._roll()
 
     def _roll(self) -> None:

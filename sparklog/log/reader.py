@@ -134,7 +134,7 @@ class LogReader:
             sealed = files.sealed or i < len(entries) - 1
             seg = old.get(files.log.path)
             if seg is None or (sealed and not seg.sealed) or (
-                    not seg.sealed and files.log.size < seg._size):  # rolled, or repaired
+                    not seg.sealed and files.log.size < seg.size):  # rolled, or repaired
                 seg = LogSegment.of(self.fileio, self.dir_url, files, sealed=sealed,
                                     listed_size=files.log.size if sealed else None)
             segments.append(seg)

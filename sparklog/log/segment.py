@@ -287,6 +287,12 @@ class LogSegment:
             return timestamp - first
         return now_ms - self.created_ms
 
+    def reach_end_offset(self) -> None:
+        """A cleaned segment's next offset is its ``end_offset`` (the range it replaced)
+        even when compaction removed its last records; no-op for an appended one."""
+        if self.end_offset is not None:
+            self._next_offset = max(self._next_offset, self.end_offset)
+
     # --- sealing and indexes -------------------------------------------------------------
     def seal(self) -> SegmentSummary:
         """Write the ``.timeindex`` then the ``.index`` (the seal marker); the segment's
@@ -352,8 +358,7 @@ class LogSegment:
                 f"sealed segment {self.path} is corrupt ({scan.error}): offsets from "
                 f"{scan.next_offset} on in it cannot be read",
                 path=self.path, position=scan.error.position, first_offset=scan.next_offset)
-        if self.end_offset is not None:  # compaction may have removed its last records
-            self._next_offset = max(self._next_offset, self.end_offset)
+        self.reach_end_offset()
         if self.writable:
             self.fileio.delete(self.index_path)
             self.fileio.delete(self.timeindex_path)

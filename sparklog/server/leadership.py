@@ -190,7 +190,7 @@ class BrokerLeadership:
         """For a writer whose log failed: NotLeaderError when it failed because another
         writer took over its storage lease (a new leader fenced this broker: the
         broker must not fence it back by reopening; ZooKeeper tells who leads)."""
-        failure = getattr(writer.log, "_failed", None)
+        failure = writer.log.failed
         if isinstance(failure, LeaseExpiredError):
             raise NotLeaderError(
                 f"partition {writer.name}: broker {self.broker_id} was fenced (another "

@@ -296,6 +296,12 @@ class PartitionWriter:
         #: True once the log failed (storage error): the broker reopens the partition
         self.failed = False
 
+    def update_config(self, topic: TopicConfig, log_config: LogConfig) -> None:
+        """Apply an altered topic config (``topic``, and ``log_config``: the broker's
+        defaults overlaid with it) to the open partition."""
+        self.topic = topic
+        self.log.update_config(log_config)
+
     # --- opening (I/O thread) ----------------------------------------------------------------
     @staticmethod
     def open_blocking(fileio, partition_dir: str, log_config: LogConfig, leader_epoch: int,

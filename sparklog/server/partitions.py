@@ -124,8 +124,7 @@ class PartitionManager:
         log_config = self.log_config(tc)
         for (topic, _), w in list(self.writers.items()):
             if topic == name:
-                w.topic = tc
-                w.log.config = log_config
+                w.update_config(tc, log_config)
         return tc
 
     def check_served(self, tc: TopicConfig) -> None:

@@ -20,6 +20,7 @@ from sparklog.errors import (
 from sparklog.format.frame import decode_frame, iter_frames, validate_frame
 from sparklog.format.header import unpack_header
 from sparklog.log import LogReader, PartitionLog
+from sparklog.log.config import LogConfig
 from sparklog.storage import open_fileio
 from tests.support.logdata import lock_held_elsewhere
 from tests.support.logfiles import RecordingFileIO, raw_frame, typed_frame
@@ -358,9 +359,12 @@ def test_single_writer_lease_and_fencing(fio, pdir):
         PartitionLog.open(fio, pdir, leader_epoch=1)
     new = PartitionLog.open(fio, pdir, leader_epoch=1, fence=True)
     assert new.log_end_offset == 1
+    assert old.failed is None
     with pytest.raises(LeaseExpiredError):  # the old leader is fenced: at the write
         old.append(typed_frame([2]))         # (or, if only buffered, at the flush)
         old.flush()
+    assert isinstance(old.failed, LeaseExpiredError)  # what the broker's leadership reads
+    assert new.failed is None
     with pytest.raises(StorageError, match="failed earlier"):
         old.append(typed_frame([3]))
     old.close()
@@ -378,6 +382,21 @@ def test_flush_messages_syncs_and_advances_the_high_watermark(fio, pdir):
         assert plog.high_watermark == 0
         plog.append(typed_frame([3]))
         assert plog.high_watermark == 3
+
+
+def test_update_config_applies_to_the_next_append(fio, pdir):
+    size = len(typed_frame([0] * 5))
+    with PartitionLog.open(fio, pdir) as plog:
+        fill(plog, frames=3, per=5)
+        assert len(plog.segments) == 1
+        plog.update_config(LogConfig.from_props({"segment.bytes": str(size + 10)}))
+        assert plog.config.segment_bytes == size + 10
+        fill(plog, frames=2, per=5)
+        assert len(plog.segments) == 3  # the full segment rolled, then each frame's
+        with pytest.raises(InvalidArgumentError, match="update_config takes a LogConfig"):
+            plog.update_config({"segment.bytes": "1"})
+        with pytest.raises(AttributeError):
+            plog.config = LogConfig()  # only through update_config
 
 
 def test_view_is_one_moment_and_try_lock_never_waits(fio, pdir):
