@@ -127,6 +127,8 @@ class Broker:
                 self.metrics = BrokerMetrics()
             except ImportError:  # prometheus-client is an optional extra
                 log.warning("prometheus-client is not installed: broker metrics are off")
+            else:  # before any partition opens a writer
+                self.metrics.watch_storage(self.fileio)
         self.refusals = RefusalLog(self.metrics, level=refusal_log_level)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.pool = concurrent.futures.ThreadPoolExecutor(

@@ -16,6 +16,11 @@ Two gauges report the broker's own limits (docs/operations.md, "Limits"):
 ``sparklog_server_delayedoperationpurgatory_purgatorysize{delayedoperation="Fetch"}``
 (long polls waiting for data, Kafka's PurgatorySize) and ``sparklog_log_open_partitions``
 (partitions with open files, bounded by ``max.open.partitions``; no Kafka equivalent).
+
+``sparklog_storage_sync_seconds{kind="hflush"|"hsync"}`` times every hflush and hsync
+the broker's writers issue to its storage (the FileIO's ``on_sync`` observer, set by
+:meth:`BrokerMetrics.watch_storage`): the client-side view of what HDFS's DataNodes
+report as FlushNanos and FsyncNanos, and of Kafka's LogFlushRateAndTimeMs for hsync.
 """
 
 from __future__ import annotations
@@ -27,6 +32,11 @@ from ..errors import error_name
 
 log = logging.getLogger(__name__)
 
+#: hflush/hsync latency: a local write(2) takes microseconds, an HDFS hsync through a
+#: slow DataNode seconds
+_SYNC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_SYNC_KINDS = ("hflush", "hsync")
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                     2.5, 5.0, 10.0, 30.0)
 #: errors that name no existing topic: counted by error only, never under a topic label
@@ -110,6 +120,13 @@ class BrokerMetrics:
         self.throttle = Counter("sparklog_quota_throttle_time_seconds",
                                 "Seconds connections were muted by a quota", ["quota"],
                                 registry=r)
+        # storage latency: every hflush and hsync of the broker's writers
+        self.storage_sync = Histogram(
+            "sparklog_storage_sync_seconds", "Time of each hflush (bytes handed to the "
+            "storage, visible to readers) and hsync (made durable: HDFS hsync, local "
+            "fsync) the broker's writers issue", ["kind"], buckets=_SYNC_BUCKETS,
+            registry=r)
+        self._sync_kinds = {kind: self.storage_sync.labels(kind) for kind in _SYNC_KINDS}
         # Prometheus's standard process_* metrics (CPU, memory, fds, start time) and the
         # *_build_info convention: sparklog_build_info{version="..."} 1
         from importlib.metadata import PackageNotFoundError, version
@@ -142,6 +159,18 @@ class BrokerMetrics:
         found[1].observe(seconds)
         if error_code:
             self.errors.labels(request, error_name(error_code)).inc()
+
+    def storage_synced(self, kind: str, seconds: float) -> None:
+        """One hflush or hsync (``kind``) of a writer completed after ``seconds`` (the
+        storage's ``on_sync`` observer; called from the writers' threads)."""
+        self._sync_kinds[kind].observe(seconds)
+
+    def watch_storage(self, fileio) -> None:
+        """Time the hflushes and hsyncs of the writers ``fileio`` opens from now on
+        (its ``on_sync`` observer), unless it already has an observer (a FileIO
+        shared with another broker of this process keeps reporting to the first)."""
+        if fileio.on_sync is None:
+            fileio.on_sync = self.storage_synced
 
     def authenticated(self, listener: str, ok: bool) -> None:
         """One SASL authentication ended on ``listener`` (succeeded or not)."""

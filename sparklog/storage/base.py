@@ -20,6 +20,7 @@ never touch the network or the disk themselves.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -116,6 +117,15 @@ class FileIO(abc.ABC):
     """
 
     scheme: str = ""
+    #: Observer of the writers' hflushes and hsyncs: ``on_sync(kind, seconds)`` with
+    #: ``kind`` "hflush" (bytes handed to the storage, visible to new readers: HDFS's
+    #: hflush, a write(2) on the local disk) or "hsync" (made durable: HDFS's hsync, an
+    #: fsync(2) on the local disk; the time includes handing over the bytes it covers),
+    #: called once each completes (see :mod:`sparklog.storage.stream`). Streams take
+    #: the observer set when they are opened. None (the default): nothing is timed. The
+    #: broker sets it to feed its storage latency histogram; it must be quick and
+    #: thread-safe (writers of several threads call it).
+    on_sync: Callable[[str, float], None] | None = None
 
     # --- writing ---------------------------------------------------------------------
     @abc.abstractmethod

@@ -149,7 +149,7 @@ class HadoopOutputStream(BufferedOutputStream):
 
     def __init__(self, fileio: "HadoopFileIO", path: str, hpath: str, client, jout,
                  length: int):
-        super().__init__(path, length, fileio.buffer_size)
+        super().__init__(path, length, fileio.buffer_size, fileio.on_sync)
         self._fileio = fileio
         self._hpath = hpath
         self._url = fileio.url(hpath)

@@ -89,8 +89,8 @@ class LocalOutputStream(BufferedOutputStream):
     concurrent_persist = True
 
     def __init__(self, path: str, os_path: str, fd: int, lease: dict, length: int,
-                 buffer_size: int, sync_behind_writes: int = 0):
-        super().__init__(path, length, buffer_size)
+                 buffer_size: int, sync_behind_writes: int = 0, on_sync=None):
+        super().__init__(path, length, buffer_size, on_sync)
         self._write_behind = WriteBehind(sync_behind_writes, length)
         self._os_path = os_path
         self._dir = os.path.dirname(os_path)
@@ -298,7 +298,7 @@ class LocalFileIO(FileIO):
                 os.unlink(p)
                 raise
         return LocalOutputStream(path, p, fd, lease, 0, self.buffer_size,
-                                 self.sync_behind_writes)
+                                 self.sync_behind_writes, self.on_sync)
 
     def append(self, path: str) -> LocalOutputStream:
         """Open an existing file for appending under a new lease (an expired lease of a
@@ -321,7 +321,7 @@ class LocalFileIO(FileIO):
                 os.unlink(lease_path(p))
                 raise
         return LocalOutputStream(path, p, fd, lease, os.fstat(fd).st_size, self.buffer_size,
-                                 self.sync_behind_writes)
+                                 self.sync_behind_writes, self.on_sync)
 
     def recover_lease(self, path: str) -> None:
         """Revoke whatever lease ``path`` has (live or dead); the fenced writer cannot

@@ -20,16 +20,27 @@ Borrowed writes (``write(data, borrow=True)``) are not copied: the stream keeps 
 of the caller's memory and hands it to ``_push_parts`` with the rest at the next push,
 so a batch of frames costs one vectored write and no user-space copy. The caller must
 leave that memory unchanged until the next ``flush``, ``sync`` or ``close`` returns.
+
+Timing (``on_sync``, the FileIO's observer: :attr:`~sparklog.storage.base.FileIO.on_sync`):
+each push that is not followed by a persist (a ``flush``, a ``write`` that filled the
+buffer, the push of ``close``) is reported as ``("hflush", seconds)``; each sync as
+``("hsync", seconds)``: its push plus its persist, not the time a caller of
+``start_sync`` spends between starting the sync and calling the function it returned.
+Only completed ones are reported (a push or persist that raised is not).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
+from time import perf_counter
 
 from sparklog.errors import LeaseExpiredError, StorageError, StorageFileNotFoundError
 from sparklog.storage.base import OutputStream
 from sparklog.storage.paths import check_bytes
+
+log = logging.getLogger(__name__)
 
 #: borrowed views held before a push is forced (well below IOV_MAX = 1024)
 MAX_HELD_PARTS = 512
@@ -58,8 +69,11 @@ class BufferedOutputStream(OutputStream):
     #: persists of other threads (see the module docstring); default False
     concurrent_persist: bool = False
 
-    def __init__(self, path: str, length: int, buffer_size: int):
+    def __init__(self, path: str, length: int, buffer_size: int,
+                 on_sync: Callable[[str, float], None] | None = None):
         self.path = path
+        #: ``on_sync(kind, seconds)`` after each hflush and hsync (module docstring)
+        self.on_sync = on_sync
         self._pushed = length
         self._buf = bytearray()     # copied bytes, after every held part
         self._held: list = []       # borrowed views and sealed copies, in file order
@@ -153,11 +167,14 @@ class BufferedOutputStream(OutputStream):
         return self._held_bytes + len(self._buf)
 
     def _push_buffer(self, op: str, data: memoryview | None = None, *,
-                     persist_next: bool = False) -> None:
+                     persist_next: bool = False) -> float:
         """Push the held parts and the buffer, followed by ``data`` (pushed from the
-        caller's memory); ``persist_next``: a ``_persist`` follows at once."""
+        caller's memory); ``persist_next``: a ``_persist`` follows at once (its caller
+        reports the push with it as one hsync), else the push is reported as an hflush.
+        Return the seconds the push took (0.0: nothing to push)."""
         if not self._buffered() and data is None:
-            return
+            return 0.0
+        started = perf_counter()
         try:
             with memoryview(self._buf) as view:
                 parts = self._held + ([view] if self._buf else [])
@@ -169,10 +186,31 @@ class BufferedOutputStream(OutputStream):
                     self._push_parts(parts)
         except LeaseLost as exc:
             raise self._fenced(op, exc.vanished) from None
+        took = perf_counter() - started
         self._pushed += self._buffered() + (len(data) if data is not None else 0)
         self._buf.clear()
         self._held, self._held_bytes = [], 0
         self._dirty = True
+        if not persist_next:
+            self._report("hflush", took)
+        return took
+
+    def _persist_timed(self, op: str, pushed: float) -> None:
+        """``_persist`` as the end of a sync whose push took ``pushed`` seconds; report
+        the two as one hsync (raise LeaseExpiredError of ``op`` on a lost lease)."""
+        started = perf_counter()
+        self._guarded(op, self._persist)
+        self._report("hsync", pushed + perf_counter() - started)
+
+    def _report(self, kind: str, seconds: float) -> None:
+        """Tell ``on_sync`` of a completed hflush or hsync; a failing observer is
+        logged, never fails the write."""
+        if self.on_sync is None:
+            return
+        try:
+            self.on_sync(kind, seconds)
+        except Exception:  # noqa: BLE001 - metrics must not fail the storage
+            log.exception("%s: on_sync observer failed", self.path)
 
     # OutputStream ---------------------------------------------------------------------
     def write(self, data, *, borrow: bool = False) -> int:
@@ -219,8 +257,7 @@ class BufferedOutputStream(OutputStream):
         see ``_push_parts_for_persist``)."""
         with self._lock:
             self._check_open("sync")
-            self._push_buffer("sync", persist_next=True)
-            self._guarded("sync", self._persist)
+            self._persist_timed("sync", self._push_buffer("sync", persist_next=True))
             self._dirty = False
 
     def start_sync(self) -> Callable[[], None]:
@@ -231,15 +268,17 @@ class BufferedOutputStream(OutputStream):
         sync is done before ``start_sync`` returns."""
         with self._lock:
             self._check_open("sync")
-            self._push_buffer("sync", persist_next=True)
+            pushed = self._push_buffer("sync", persist_next=True)
             if not self.concurrent_persist:
-                self._guarded("sync", self._persist)
+                self._persist_timed("sync", pushed)
                 self._dirty = False
                 return _nothing
             covered = self._pushed
             self._persisting += 1
 
         def finish() -> None:
+            # timed here: the wait for the storage, not the caller's time before it
+            started = perf_counter()
             try:
                 self._persist()
             except LeaseLost as exc:
@@ -251,6 +290,7 @@ class BufferedOutputStream(OutputStream):
                     self._idle.notify_all()
                     if self._lost and not self._persisting:  # fenced meanwhile
                         self._drop_handle()
+            self._report("hsync", pushed + perf_counter() - started)
             with self._lock:
                 if self._pushed == covered:  # nothing pushed since: all durable
                     self._dirty = False
@@ -285,7 +325,9 @@ class BufferedOutputStream(OutputStream):
                 self._push_buffer("close")
                 try:
                     if self._dirty:
+                        started = perf_counter()
                         self._persist()
+                        self._report("hsync", perf_counter() - started)
                 except LeaseLost:
                     self._fenced("close")
                     raise LeaseExpiredError(

@@ -60,7 +60,7 @@ class WebHdfsOutputStream(BufferedOutputStream):
 
     def __init__(self, fileio: "WebHdfsFileIO", path: str, hpath: str, lease_id: int,
                  length: int, buffer_size: int):
-        super().__init__(path, length, buffer_size)
+        super().__init__(path, length, buffer_size, fileio.on_sync)
         self._fs = fileio
         self._hpath = hpath
         self._lease_path = fileio._lease_path(hpath)
