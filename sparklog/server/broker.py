@@ -48,7 +48,7 @@ from ..storage.paths import storage_root, url_scheme
 from . import server
 from .acceptor import Acceptor
 from .config import BrokerConfig
-from .context import RequestContext
+from .context import ConnectionContext, RequestContext
 from .group import GroupCoordinator
 from .groups_api import GroupApis
 from .instance import InstanceRecord
@@ -150,19 +150,25 @@ class Broker:
         self.cleaner: LogCleanerManager | None = None
         if self.metrics is not None:
             self.metrics.watch_logs(lambda: list(self.partitions.writers.values()), self.store)
-        self.stopping = False
+        #: what the connections need of the broker (limits, security, handler...)
+        self.connection_context = ConnectionContext.of_config(
+            self.config, handle=self.handle, security=self.security, run_io=self.run_io,
+            metrics=self.metrics)
         #: the cluster id (read by :meth:`start`)
         self.cluster_id = ""
         self.host, self.port = self.config.listen_host_port
         self._server: Acceptor | None = None  # the first listener's
         self._servers: list[Acceptor] = []
-        self.connections: set = set()
-        self.budget: server.ByteBudget | None = None
         self._stopped: asyncio.Event | None = None
         #: api key -> ``handler(body, ctx)`` (the others are added by :meth:`start`)
         self.handlers: dict = {ApiKey.API_VERSIONS: self._api_versions}
 
     # --- lifecycle -------------------------------------------------------------------------
+    @property
+    def stopping(self) -> bool:
+        """True once :meth:`stop` began."""
+        return self.connection_context.stopping
+
     @property
     def address(self) -> str:
         """``host:port`` the broker listens on (the real port after binding port 0)."""
@@ -195,7 +201,6 @@ class Broker:
         """Recover every partition, start listening, register; return the address."""
         self.loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
-        self.budget = server.ByteBudget(self.config.queued_max_request_bytes)
         self.groups = GroupCoordinator(
             self.loop, self.partitions.partition_counts,
             min_session_ms=self.config.group_min_session_timeout_ms,
@@ -270,7 +275,8 @@ class Broker:
         """Bind one listener (its TLS context, its own connection count)."""
         holder: list[Acceptor] = []
         acceptor = Acceptor(
-            self.loop, server.protocol_factory(self, lambda r: holder[0].on_closed(r.peer_ip),
+            self.loop, server.protocol_factory(self.connection_context,
+                                               lambda r: holder[0].on_closed(r.peer_ip),
                                                listener),
             listener.host, listener.port, max_connections=self.partitions.limits.max_connections,
             max_connections_per_ip=self.config.max_connections_per_ip,
@@ -341,7 +347,8 @@ class Broker:
         if self.stopping:
             await self._stopped.wait()
             return
-        self.stopping = self.partitions.closing = True
+        self.connection_context.begin_stop()
+        self.partitions.closing = True
         try:
             if self.retention is not None:
                 await self.retention.stop()
@@ -354,9 +361,7 @@ class Broker:
             for acceptor in self._servers:
                 acceptor.close()
             timeout = self.config.shutdown_timeout_ms / 1000
-            conns = list(self.connections)
-            for conn in conns:
-                conn.stop_reading()
+            conns = self.connection_context.stop_reading()
             if self.groups is not None:
                 self.groups.close()  # pending joins answer now
             self.partitions.wake_fetchers()  # long polls answer now with what they have

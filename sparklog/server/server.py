@@ -52,7 +52,7 @@ import struct
 from ..errors import InvalidArgumentError, RecordTooLargeError, SparklogError
 from ..protocol.apis import ApiKey
 from ..protocol.codec import FileRegion, decode_request_header, encode_response_parts, error_fields
-from .context import IO_SLOTS_PER_CONNECTION, RequestContext
+from .context import IO_SLOTS_PER_CONNECTION, ConnectionContext, RequestContext
 from .receiver import ReadTimeout, RequestReceiver
 
 log = logging.getLogger(__name__)
@@ -125,15 +125,17 @@ class ByteBudget:
 
 
 class ClientConnection:
-    """One client connection (see the module docstring)."""
+    """One client connection (see the module docstring), accepted on ``listener``
+    (None: the default one) of the broker whose
+    :class:`~sparklog.server.context.ConnectionContext` is ``context``."""
 
-    def __init__(self, broker, receiver, listener=None):
-        self.broker = broker
+    def __init__(self, context: ConnectionContext, receiver, listener=None):
+        self.context = context
         self.io = receiver
         peer = receiver.transport.get_extra_info("peername") or ("?", 0)
         self.peer = f"{peer[0]}:{peer[1]}"
         self.client_host = str(peer[0])
-        self.queue: asyncio.Queue = asyncio.Queue(maxsize=broker.config.queued_max_requests)
+        self.queue: asyncio.Queue = asyncio.Queue(maxsize=context.max_queued_requests)
         self.task: asyncio.Task | None = None
         self._read_task: asyncio.Task | None = None
         self.order = asyncio.Lock()
@@ -151,12 +153,12 @@ class ClientConnection:
         self._broken = False
         #: the owner of the small request taken beside the full byte budget, if any
         self._spare = None
-        receiver.read_timeout = broker.config.request_read_timeout_ms / 1000
+        receiver.read_timeout = context.read_timeout
         receiver.deadline_reason = "did not authenticate within authentication.timeout.ms"
-        self.session = broker.security.session(listener, receiver.transport,
-                                               self.client_host, broker.run_io)
+        self.session = context.security.session(listener, receiver.transport,
+                                                self.client_host, context.run_io)
         self.auth_deadline = asyncio.get_running_loop().time() \
-            + broker.security.authentication_timeout(listener)
+            + context.security.authentication_timeout(listener)
 
     def stop_reading(self) -> None:
         """Stop taking new requests (graceful shutdown); queued ones are still answered."""
@@ -171,7 +173,7 @@ class ClientConnection:
         try:
             await self._read_task
         except asyncio.CancelledError:
-            if not self.broker.stopping:
+            if not self.context.stopping:
                 raise
         finally:
             await self.queue.put(None)
@@ -181,12 +183,12 @@ class ClientConnection:
                 self.io.close()
 
     async def _read_loop(self) -> None:
-        broker = self.broker
+        context = self.context
         io = self.io
-        max_size = broker.config.socket_request_max_bytes
-        idle = broker.config.connections_max_idle_ms / 1000
+        max_size = context.max_request_bytes
+        idle = context.max_idle
         try:
-            while not broker.stopping:
+            while not context.stopping:
                 wait_mute = self.muted_until - asyncio.get_running_loop().time()
                 if wait_mute > 0:  # a quota's throttle: the channel is muted
                     await asyncio.sleep(wait_mute)
@@ -220,7 +222,7 @@ class ClientConnection:
                     payload = await io.read_exact(size)
                     await self._reserve_small(size, owner)
                 else:
-                    payload = await io.read_exact(size, broker.budget, owner)
+                    payload = await io.read_exact(size, context.budget, owner)
                 try:
                     header, position = decode_request_header(payload)
                 except BaseException:
@@ -251,7 +253,7 @@ class ClientConnection:
     async def _reserve_small(self, size: int, owner) -> None:
         """Reserve a small request's bytes (all arrived): from the byte budget, else,
         when it is full and the connection holds none beside it, beside it."""
-        budget = self.broker.budget
+        budget = self.context.budget
         if budget.try_acquire(size, owner):
             return
         if self._spare is None:
@@ -264,7 +266,7 @@ class ClientConnection:
         if owner is self._spare:
             self._spare = None
         else:
-            self.broker.budget.release(size, owner)
+            self.context.budget.release(size, owner)
 
     async def _handle(self, header, payload, position: int, ctx: RequestContext):
         """The broker's answer to one request; the time it took (less a long poll's
@@ -276,7 +278,7 @@ class ClientConnection:
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
-            response = await self.broker.handle(header, payload, position, ctx)
+            response = await self.context.handle(header, payload, position, ctx)
         finally:
             self.work[header.correlation_id] = (
                 header.api_key, header.client_id,
@@ -290,14 +292,14 @@ class ClientConnection:
         """Count ``amount`` against the connection's quota ``kind``; mute the
         connection for the time the quota's debt takes to repay (Kafka's throttling)
         and return that time in milliseconds (0: no throttling)."""
-        delay = self.broker.security.quotas.record(kind, self.session.principal,
-                                                   client_id, amount)
+        delay = self.context.security.quotas.record(kind, self.session.principal,
+                                                    client_id, amount)
         if delay <= 0:
             return 0
         now = asyncio.get_running_loop().time()
         self.muted_until = max(self.muted_until, now + delay)
-        if self.broker.metrics is not None:
-            self.broker.metrics.throttled(kind, delay)
+        if self.context.metrics is not None:
+            self.context.metrics.throttled(kind, delay)
         return max(1, int(delay * 1000))
 
     async def _authenticate(self, header, payload, position: int) -> bool:
@@ -308,7 +310,7 @@ class ClientConnection:
 
         done = asyncio.get_running_loop().create_future()
         ok = True
-        metrics = self.broker.metrics
+        metrics = self.context.metrics
         listener = getattr(self.session.listener, "name", "?")
         try:
             body = decode_request_body(header, payload, position)
@@ -326,7 +328,7 @@ class ClientConnection:
         self.pending += 1
         await self.queue.put((header.correlation_id, done))
         if not ok:
-            await asyncio.sleep(self.broker.security.failure_delay(self.session.listener))
+            await asyncio.sleep(self.context.security.failure_delay(self.session.listener))
         return ok
 
     async def _refuse_oversized(self, size: int, max_size: int) -> None:
@@ -421,31 +423,32 @@ class ClientConnection:
 _ANSWERED = object()
 
 
-def accept(broker, receiver, listener=None) -> None:
+def accept(context: ConnectionContext, receiver, listener=None) -> None:
     """A new connection arrived on ``listener`` (its :class:`RequestReceiver` is
     connected): serve it."""
-    conn = ClientConnection(broker, receiver, listener)
-    conn.task = asyncio.get_running_loop().create_task(_serve(broker, conn))
+    conn = ClientConnection(context, receiver, listener)
+    conn.task = asyncio.get_running_loop().create_task(_serve(context, conn))
 
 
-async def _serve(broker, conn: ClientConnection) -> None:
-    broker.connections.add(conn)
-    if broker.metrics is not None:
-        broker.metrics.connections.inc()
+async def _serve(context: ConnectionContext, conn: ClientConnection) -> None:
+    context.connections.add(conn)
+    if context.metrics is not None:
+        context.metrics.connections.inc()
     try:
         await conn.run()
     except Exception:
         log.exception("connection from %s failed", conn.peer)
     finally:
-        broker.connections.discard(conn)
-        if broker.metrics is not None:
-            broker.metrics.connections.dec()
+        context.connections.discard(conn)
+        if context.metrics is not None:
+            context.metrics.connections.dec()
 
 
-def protocol_factory(broker, on_lost=None, listener=None):
-    """The protocol factory for sockets accepted on ``listener``;
-    ``on_lost(receiver)`` is called when a connection is gone."""
-    return lambda: RequestReceiver(lambda receiver: accept(broker, receiver, listener),
+def protocol_factory(context: ConnectionContext, on_lost=None, listener=None):
+    """The protocol factory for sockets accepted on ``listener`` of the broker whose
+    connections share ``context``; ``on_lost(receiver)`` is called when a connection
+    is gone."""
+    return lambda: RequestReceiver(lambda receiver: accept(context, receiver, listener),
                                    on_lost)
 
 
