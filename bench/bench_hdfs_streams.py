@@ -25,7 +25,7 @@ prints, each beside its alternative measured in the same run:
     .venv/bin/python bench/bench_hdfs_streams.py [--part open,sync,takeover,read]
         [--rate 10000] [--seconds 10] [--partitions 1,100,1000] [--open-count 200]
         [--takeover-count 20] [--read-mb 64] [--threads 16] [--io-threads 8] [--block-size 4194304]
-        [--uri hdfs://nn:8020/tmp/b]
+        [--uri hdfs://nn:8020/user/bench/streams]
 
 Without ``--uri`` it starts the cluster for the run (about 15 s) and stops it at the end.
 With ``--uri`` the DataNode thread counts are not printed (their processes are not ours).
@@ -406,7 +406,7 @@ def main(argv=None) -> int:
         cluster = HdfsCluster(tempfile.mkdtemp(prefix="sparklog-bench-streams-"),
                               datanodes=args.datanodes,
                               conf={"dfs.heartbeat.interval": 3}).start()
-        args.uri = cluster.hdfs_uri + "/tmp/bench-streams"
+        args.uri = cluster.hdfs_uri + "/bench-streams"
         os.environ["HADOOP_CONF_DIR"] = cluster.conf_dir
     from sparklog.storage import open_fileio
 
