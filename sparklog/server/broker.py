@@ -13,16 +13,21 @@ none of their state:
 
 * :class:`~.partitions.PartitionManager` owns the partitions: opening and recovery,
   writer lookup, idle closing, deletion, the topic config cache;
-* :class:`~.leadership.BrokerLeadership` (cluster mode: a coordination store whose
-  ``assigns_leaders`` is true) opens and closes partitions as the controller assigns
-  their leaders;
+* the leadership, given at construction (default: :func:`~.leadership.leadership_for`
+  the store): :class:`~.leadership.StandaloneLeadership` (this broker leads what it
+  opens; its instance record tells whether its predecessor died) or, in cluster mode (a
+  coordination store whose ``assigns_leaders`` is true),
+  :class:`~.leadership.BrokerLeadership`, which opens and closes partitions as the
+  controller assigns their leaders;
 * :class:`~.group.GroupCoordinator` holds consumer-group membership;
 * :class:`~.producer_ids.ProducerIdManager` hands out producer ids;
 * the request handlers receive the collaborators they use: :class:`~.records_api.RecordApis`
   (Produce, Fetch, ListOffsets), :class:`~.topics_api.TopicApis` (Metadata, topics,
   DescribeLog), :class:`~.groups_api.GroupApis` (groups and offsets);
 * :mod:`.server` and :mod:`.acceptor` carry connections (framing, ordering, limits,
-  sendfile) and call :meth:`Broker.handle` for each request.
+  sendfile); each connection knows of the broker only its
+  :class:`~.server.ConnectionContext` (limits, security, metrics, and
+  :meth:`Broker.handle`, called for each request).
 """
 
 from __future__ import annotations
@@ -48,15 +53,15 @@ from ..storage.paths import storage_root, url_scheme
 from . import server
 from .acceptor import Acceptor
 from .config import BrokerConfig
-from .context import ConnectionContext, RequestContext
+from .context import RequestContext
 from .group import GroupCoordinator
 from .groups_api import GroupApis
-from .instance import InstanceRecord
-from .leadership import BrokerLeadership
+from .leadership import check_leadership, leadership_for
 from .partitions import PartitionManager
 from .producer_ids import ProducerIdManager
 from .records_api import RecordApis
 from .refusals import RefusalLog
+from .resources import ResourceLimits
 from .topics_api import TopicApis, deduplicate
 
 log = logging.getLogger(__name__)
@@ -74,13 +79,15 @@ class Broker:
     level of refused partition writes (WARNING; an embedded broker, whose in-process
     client reports each refusal to its caller, uses DEBUG); ``authorizer`` replaces the
     ACL authorizer ``authorizer.class.name`` configures (see
-    :class:`~sparklog.security.session.BrokerSecurity`).
+    :class:`~sparklog.security.session.BrokerSecurity`); ``leadership`` who leads the
+    partitions (default: :func:`~.leadership.leadership_for` the store; one given must
+    fit the store: InvalidArgumentError otherwise).
     """
 
     def __init__(self, storage_uri: str, config: BrokerConfig | None = None, *,
                  store: CoordinationStore | None = None, fileio: FileIO | None = None,
                  metrics: bool = True, refusal_log_level: int = logging.WARNING,
-                 authorizer=None):
+                 authorizer=None, leadership=None):
         if not isinstance(storage_uri, str) or not storage_uri:
             raise InvalidArgumentError(
                 f"storage URI must be a non-empty string, got {storage_uri!r}")
@@ -114,6 +121,13 @@ class Broker:
                 connection_timeout_ms=self.config.zookeeper_connection_timeout_ms or None,
                 auto_leader_rebalance=self.config.auto_leader_rebalance_enable)
         self.store = store or LocalCoordinationStore(self.storage_uri, self.fileio)
+        if leadership is None:
+            leadership = leadership_for(self.store, self.fileio, self.storage_uri,
+                                        self.broker_id)
+        else:
+            check_leadership(leadership, self.store, self.broker_id)
+        #: who leads the partitions: this broker (standalone) or ZooKeeper's controller
+        self.leadership = leadership
         from ..security.session import BrokerSecurity
 
         #: listeners, TLS, SASL, credentials and the authorizer (sparklog.security)
@@ -136,14 +150,10 @@ class Broker:
         #: the owner of the partitions this broker serves
         self.partitions = PartitionManager(self.config, self.fileio, self.topics, self.store,
                                            run_io=self.run_io, pool=self.pool,
-                                           metrics=self.metrics)
+                                           leadership=self.leadership, metrics=self.metrics)
         self.producer_ids = ProducerIdManager(
             self.store, self.partitions, block_size=self.config.producer_id_block_size,
             run_io=self.run_io, binding=self.security.producer_ids)
-        #: cluster mode: opens/closes partitions as ZooKeeper assigns leaders (else None)
-        self.leadership: BrokerLeadership | None = None
-        #: standalone mode: who ran this broker before, and whether it died
-        self.instance: InstanceRecord | None = None
         self.groups: GroupCoordinator | None = None
         self.retention: RetentionManager | None = None
         #: compaction of the partitions led here (None when log.cleaner.enable=false)
@@ -151,7 +161,7 @@ class Broker:
         if self.metrics is not None:
             self.metrics.watch_logs(lambda: list(self.partitions.writers.values()), self.store)
         #: what the connections need of the broker (limits, security, handler...)
-        self.connection_context = ConnectionContext.of_config(
+        self.connection_context = server.ConnectionContext.of_config(
             self.config, handle=self.handle, security=self.security, run_io=self.run_io,
             metrics=self.metrics)
         #: the cluster id (read by :meth:`start`)
@@ -159,7 +169,7 @@ class Broker:
         self.host, self.port = self.config.listen_host_port
         self._server: Acceptor | None = None  # the first listener's
         self._servers: list[Acceptor] = []
-        self._stopped: asyncio.Event | None = None
+        self._stopped = asyncio.Event()  # set once stop() ended
         #: api key -> ``handler(body, ctx)`` (the others are added by :meth:`start`)
         self.handlers: dict = {ApiKey.API_VERSIONS: self._api_versions}
 
@@ -195,12 +205,11 @@ class Broker:
 
     async def run_io(self, fn, *args):
         """Run a blocking storage call on the broker's I/O threads."""
-        return await self.loop.run_in_executor(self.pool, fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
     async def start(self) -> str:
         """Recover every partition, start listening, register; return the address."""
         self.loop = asyncio.get_running_loop()
-        self._stopped = asyncio.Event()
         self.groups = GroupCoordinator(
             self.loop, self.partitions.partition_counts,
             min_session_ms=self.config.group_min_session_timeout_ms,
@@ -208,16 +217,9 @@ class Broker:
         started = time.monotonic()
         # read once: Metadata and ApiVersions answers name it without an I/O thread
         self.cluster_id = await self.run_io(self.store.cluster_id)
-        fence_all = False
-        if self.store.assigns_leaders:
-            # partitions open when the controller makes this broker their leader
-            self.leadership = self.partitions.leadership = \
-                BrokerLeadership(self.partitions, self.store)
-            names = []
-        else:
-            names = await self.run_io(self.topics.list_topics)
-            self.instance = InstanceRecord(self.fileio, self.storage_uri, self.broker_id)
-            fence_all = await self.run_io(self.instance.claim)
+        # cluster mode: partitions open when the controller makes this broker their leader
+        names = [] if self.leadership.cluster else await self.run_io(self.topics.list_topics)
+        fence_all = await self.run_io(self.leadership.claim)
         self.partitions.start(self.loop, fence_all=fence_all)
         if self.config.log_cleaner_enable:
             self.cleaner = LogCleanerManager.for_broker(
@@ -249,8 +251,7 @@ class Broker:
         self.security.warn_unauthenticated()
         self.security.warn_plain_in_clear()
         await self.run_io(self.security.warn_readable_storage, self.topics)
-        if self.leadership is not None:
-            self.leadership.start()
+        self.leadership.start(self.partitions)
         self.retention = RetentionManager(lambda: self.partitions.writers.values(),
                                           self.run_io, self.config.retention_check_interval_ms)
         self.retention.start()
@@ -275,16 +276,23 @@ class Broker:
         """Bind one listener (its TLS context, its own connection count)."""
         holder: list[Acceptor] = []
         acceptor = Acceptor(
-            self.loop, server.protocol_factory(self.connection_context,
+            asyncio.get_running_loop(), server.protocol_factory(self.connection_context,
                                                lambda r: holder[0].on_closed(r.peer_ip),
                                                listener),
-            listener.host, listener.port, max_connections=self.partitions.limits.max_connections,
+            listener.host, listener.port, max_connections=self._limits().max_connections,
             max_connections_per_ip=self.config.max_connections_per_ip,
             ssl=self.security.ssl_context(listener),
             ssl_handshake_timeout=self.security.authentication_timeout(listener),
             per_ip_overrides=self.security.config.per_ip_overrides())
         holder.append(acceptor)
         return acceptor
+
+    def _limits(self) -> ResourceLimits:
+        """The resource limits :meth:`PartitionManager.recover_existing` planned."""
+        limits = self.partitions.limits
+        if limits is None:
+            raise RuntimeError("resource limits are planned as the broker starts")
+        return limits
 
     def advertised_address(self, session=None) -> tuple[str, int]:
         """(host, port) clients of ``session``'s listener (default: the first listener,
@@ -329,6 +337,7 @@ class Broker:
 
     def _make_handlers(self) -> dict:
         """Every API's handler, each bound to the collaborators it uses."""
+        assert self.groups is not None, "the group coordinator is made by start()"
         records = RecordApis(self.partitions, self.config, run_io=self.run_io,
                              refusals=self.refusals, metrics=self.metrics,
                              producer_ids=self.producer_ids)
@@ -337,7 +346,7 @@ class Broker:
                            storage_uri=self.storage_uri, cleaner=self.cleaner,
                            cluster_id=self.cluster_id)
         groups = GroupApis(self.groups, self.store, self.partitions, run_io=self.run_io,
-                           cluster=self.leadership is not None)
+                           cluster=self.leadership.cluster)
         return {ApiKey.API_VERSIONS: self._api_versions, **records.handlers(),
                 **self.producer_ids.handlers(), **topics.handlers(), **groups.handlers(),
                 **SecurityApis(self.security, self.run_io).handlers()}
@@ -354,9 +363,9 @@ class Broker:
                 await self.retention.stop()
             if self.cleaner is not None:
                 await self.run_io(self.cleaner.stop)
-            if self.leadership is not None and self.config.controlled_shutdown_enable:
+            if self.config.controlled_shutdown_enable:
                 # move every leadership to another broker before closing anything
-                await self.run_io(self.store.controlled_shutdown, self.broker_id,
+                await self.run_io(self.leadership.controlled_shutdown,
                                   self.config.shutdown_timeout_ms / 1000)
             for acceptor in self._servers:
                 acceptor.close()
@@ -366,14 +375,13 @@ class Broker:
                 self.groups.close()  # pending joins answer now
             self.partitions.wake_fetchers()  # long polls answer now with what they have
             if conns:
-                await asyncio.wait([c.task for c in conns], timeout=timeout)
-            if self.leadership is not None:
-                await self.leadership.stop(timeout)
+                await asyncio.wait([c.task for c in conns if c.task is not None],
+                                   timeout=timeout)
+            await self.leadership.stop(timeout)
             closed = await self.partitions.close_all()
             await self.run_io(self.store.unregister_broker, self.broker_id)
-            if self.instance is not None:
-                await self.run_io(self.instance.release)
-            if self.leadership is not None:
+            await self.run_io(self.leadership.release)
+            if self.leadership.cluster:
                 await self.run_io(self.store.close)
             if self.metrics is not None:
                 self.metrics.close()

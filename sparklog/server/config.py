@@ -210,12 +210,12 @@ def _parse_setting(key: str, value):
         if isinstance(value, bool):
             raise InvalidConfigError(f"broker config {key}={value!r} is not a number")
         try:
-            parsed = float(value.strip()) if isinstance(value, str) else float(value)
+            number = float(value.strip()) if isinstance(value, str) else float(value)
         except (TypeError, ValueError):
             raise InvalidConfigError(f"broker config {key}={value!r} is not a number") from None
-        if minimum is not None and not parsed >= minimum:
-            raise InvalidConfigError(f"broker config {key}={parsed} must be >= {minimum}")
-        return parsed
+        if minimum is not None and not number >= minimum:
+            raise InvalidConfigError(f"broker config {key}={number} must be >= {minimum}")
+        return number
     return str(value).strip()
 
 

@@ -204,7 +204,7 @@ class GroupCoordinator:
         validate_group_id(group_id)
         group = self.groups.get(group_id)
         member = group.members.get(member_id) if group is not None else None
-        if member is None:
+        if group is None or member is None:
             raise UnknownMemberIdError(f"group {group_id!r} has no member {member_id!r}")
         return group, member
 

@@ -71,7 +71,7 @@ class InstanceRecord:
         except FileAlreadyExistsError:
             return False
         self.record = mine
-        if predecessor_dead:
+        if predecessor_dead and previous is not None:
             log.info("broker process %s ended without stopping: its partitions are fenced "
                      "as they open (lease recovery, no wait for lease expiry)",
                      previous.get("pid"))

@@ -1,6 +1,18 @@
-"""Leadership handover on a broker in cluster mode: ZooKeeper states -> open/close logs.
+"""Who leads a broker's partitions: :class:`StandaloneLeadership` or, in cluster mode,
+:class:`BrokerLeadership` (ZooKeeper states -> open/close logs).
 
-The controller writes each partition's leader and leader epoch; every broker's
+:func:`leadership_for` makes the one a coordination store calls for; the broker is
+given it at construction and hands it to its
+:class:`~sparklog.server.partitions.PartitionManager` and request handlers, which
+ask it (:meth:`~BrokerLeadership.check`, :meth:`~BrokerLeadership.checked_result`,
+:meth:`~BrokerLeadership.metadata`...) without knowing the mode.
+
+**Standalone** (a store whose ``assigns_leaders`` is false): the broker that opens a
+partition leads it; :class:`StandaloneLeadership` claims the broker's
+:class:`~sparklog.server.instance.InstanceRecord` at start (a predecessor that died
+has its partitions fenced as they open) and releases it at stop. Its checks pass.
+
+**Cluster mode.** The controller writes each partition's leader and leader epoch; every broker's
 :class:`~sparklog.coordination.zkview.ClusterView` sees the write. :class:`BrokerLeadership`
 turns what the view reports into actions on the broker's event loop, one partition at a
 time and in order:
@@ -31,32 +43,127 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
-from ..errors import LeaseExpiredError, NotLeaderError, SparklogError, StorageError
+from ..errors import (
+    InvalidArgumentError,
+    LeaseExpiredError,
+    NotLeaderError,
+    SparklogError,
+    StorageError,
+)
+from ..storage import FileIO
+from .instance import InstanceRecord
+
+if TYPE_CHECKING:
+    from ..coordination.base import LeaderAndEpoch
+    from .partitions import PartitionManager
 
 log = logging.getLogger(__name__)
+
+
+def leadership_for(store, fileio: FileIO, storage_uri: str, broker_id: int):
+    """The leadership of broker ``broker_id`` on ``store``: a
+    :class:`BrokerLeadership` when the store assigns leaders (ZooKeeper), else a
+    :class:`StandaloneLeadership` keeping its instance record under ``storage_uri``."""
+    if store.assigns_leaders:
+        return BrokerLeadership(store, broker_id)
+    return StandaloneLeadership(InstanceRecord(fileio, storage_uri, broker_id))
+
+
+def check_leadership(leadership, store, broker_id: int) -> None:
+    """InvalidArgumentError unless ``leadership`` (given to a broker) fits its ``store``
+    and ``broker_id``."""
+    if not isinstance(leadership, (StandaloneLeadership, BrokerLeadership)):
+        raise InvalidArgumentError(
+            f"leadership must be a StandaloneLeadership or a BrokerLeadership, got "
+            f"{type(leadership).__name__}")
+    if leadership.cluster != bool(store.assigns_leaders):
+        raise InvalidArgumentError(
+            f"a {type(leadership).__name__} does not fit the coordination store "
+            f"{type(store).__name__} (assigns_leaders={store.assigns_leaders}): use "
+            "leadership_for(store, ...)")
+    if isinstance(leadership, BrokerLeadership) and leadership.broker_id != broker_id:
+        raise InvalidArgumentError(
+            f"the leadership is broker {leadership.broker_id}'s, not broker {broker_id}'s")
+
+
+class StandaloneLeadership:
+    """Standalone mode (module docstring): the broker that opens a partition leads it;
+    ``instance`` is the broker's :class:`~sparklog.server.instance.InstanceRecord`."""
+
+    #: False: the broker itself creates and deletes topics and leads what it opens
+    cluster = False
+
+    def __init__(self, instance: InstanceRecord):
+        self.instance = instance
+
+    def claim(self) -> bool:
+        """Claim the instance record (blocking); True when the previous broker process
+        died without stopping: every partition is then fenced as it opens."""
+        return self.instance.claim()
+
+    def start(self, partitions: PartitionManager) -> None:
+        """Nothing to follow: the broker leads what it opens."""
+
+    async def stop(self, timeout: float) -> None:
+        """No handover can be under way."""
+
+    def controlled_shutdown(self, timeout: float) -> None:
+        """Nothing to hand over: no other broker serves the storage root."""
+
+    def release(self) -> None:
+        """Delete the instance record (blocking; graceful stop)."""
+        self.instance.release()
+
+    def check(self, topic: str, partition: int, writer=None) -> None:
+        """Passes: the broker leads every partition it opens."""
+
+    def checked_result(self, topic: str, partition: int, result):
+        """``result`` unchanged: the broker may acknowledge what it wrote."""
+        return result
+
+    def check_failed_writer(self, writer) -> None:
+        """Passes: the failed log is reopened (its lease recovered)."""
+
+    def metadata(self, listener: str | None = None) -> None:
+        """None: Metadata names this broker alone."""
+        return None
+
+    def broker_count(self) -> int:
+        """1: the brokers a topic's partitions are spread over."""
+        return 1
 
 
 class BrokerLeadership:
     """Drives a broker's partition writers from ZooKeeper leadership (module docstring).
 
-    ``partitions``: the broker's
-    :class:`~sparklog.server.partitions.PartitionManager` (bound to its event
-    loop); ``store``: the :class:`~sparklog.coordination.zkstore.ZkCoordinationStore`.
-    """
+    ``store``: the :class:`~sparklog.coordination.zkstore.ZkCoordinationStore`;
+    ``broker_id``: this broker's. :meth:`start` binds it to the broker's
+    :class:`~sparklog.server.partitions.PartitionManager` (bound to its event loop)."""
 
-    def __init__(self, partitions, store):
-        self.partitions = partitions
-        self.broker_id = partitions.broker_id
+    #: True: the controller assigns leaders; topics are created through it
+    cluster = True
+    #: the partitions it opens and closes (bound by :meth:`start`)
+    partitions: PartitionManager
+
+    def __init__(self, store, broker_id: int):
+        self.broker_id = broker_id
         self.store = store
-        self._desired: dict[tuple[str, int], object] = {}
+        self._desired: dict[tuple[str, int], LeaderAndEpoch | None] = {}
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}
         self._tasks: set[asyncio.Task] = set()
         self._stopping = False
 
-    def start(self) -> None:
-        """Listen to leadership changes (call on the broker's loop, before registering;
-        partitions the broker already leads are reported by the first refresh)."""
+    def claim(self) -> bool:
+        """False: every takeover fences already (the controller's leader epochs)."""
+        return False
+
+    def start(self, partitions: PartitionManager) -> None:
+        """Open and close ``partitions`` as leadership changes (call on the broker's
+        loop, before registering; partitions the broker already leads are reported by
+        the first refresh)."""
+        self.partitions = partitions
         self.store.add_leadership_listener(self._on_changes)
         self.store.view.add_config_listener(self._on_config)
         loop = self.partitions.loop
@@ -79,10 +186,19 @@ class BrokerLeadership:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
 
+    def controlled_shutdown(self, timeout: float) -> None:
+        """Kafka's controlled shutdown (blocking): ask the controller to move every
+        leadership of this broker to another live broker, and wait up to ``timeout``
+        seconds for it."""
+        self.store.controlled_shutdown(self.broker_id, timeout)
+
+    def release(self) -> None:
+        """Nothing to release: the registration is the broker's to withdraw."""
+
     # --- reacting (view thread -> event loop) ----------------------------------------------
     def _on_changes(self, changes: dict) -> None:
         loop = self.partitions.loop
-        if loop is not None and not loop.is_closed():
+        if not loop.is_closed():
             loop.call_soon_threadsafe(self._apply, changes)
 
     def _apply(self, changes: dict) -> None:
@@ -135,7 +251,7 @@ class BrokerLeadership:
 
     def _on_config(self, topic: str) -> None:  # view thread
         loop = self.partitions.loop
-        if loop is not None and not loop.is_closed() and not self._stopping:
+        if not loop.is_closed() and not self._stopping:
             loop.call_soon_threadsafe(lambda: self._spawn(self._reload_config(topic)))
 
     async def _reload_config(self, topic: str) -> None:
@@ -195,6 +311,10 @@ class BrokerLeadership:
             raise NotLeaderError(
                 f"partition {writer.name}: broker {self.broker_id} was fenced (another "
                 "broker took over the storage lease); waiting for ZooKeeper's leader")
+
+    def broker_count(self) -> int:
+        """The live brokers the controller spreads partitions over (at least 1)."""
+        return max(len(self.store.view.brokers()), 1)
 
     def metadata(self, listener: str | None = None) -> dict:
         """What a Metadata response needs: ``brokers`` [{node_id, host, port}] (each

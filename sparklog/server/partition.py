@@ -640,6 +640,7 @@ class PartitionWriter:
             if first is None:
                 first = ProduceResult(res.base_offset, res.log_append_time,
                                       plog.log_start_offset)
+        assert first is not None, "a produce request carries at least one frame"
         return first
 
     def _snapshot(self) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+from typing import Callable
 
 from ..coordination.base import CoordinationStore
 from ..errors import (
@@ -50,14 +51,15 @@ class PartitionManager:
     Collaborators: ``config`` (the broker's properties), ``fileio`` and ``topics`` (the
     storage root and its topic configs), ``store`` (leadership and its epochs),
     ``run_io`` (``await run_io(fn, *args)`` runs a blocking call on the I/O threads),
-    ``pool`` (those threads, handed to each writer) and ``metrics`` (or None).
-    :meth:`start` binds it to the event loop; ``leadership`` is set in cluster mode
-    (a :class:`~sparklog.server.leadership.BrokerLeadership`: every lookup then
-    checks that this broker provably leads the partition).
+    ``pool`` (those threads, handed to each writer), ``leadership`` (the broker's
+    :class:`~sparklog.server.leadership.StandaloneLeadership` or, in cluster mode,
+    :class:`~sparklog.server.leadership.BrokerLeadership`: every lookup then checks
+    that this broker provably leads the partition) and ``metrics`` (or None).
+    :meth:`start` binds it to the event loop.
     """
 
     def __init__(self, config: BrokerConfig, fileio: FileIO, topics: TopicStore,
-                 store: CoordinationStore, *, run_io, pool, metrics=None):
+                 store: CoordinationStore, *, run_io, pool, leadership, metrics=None):
         self.config = config
         self.broker_id = config.broker_id
         self.fileio = fileio
@@ -66,9 +68,9 @@ class PartitionManager:
         self.run_io = run_io
         self.pool = pool
         self.metrics = metrics
-        self.loop: asyncio.AbstractEventLoop | None = None
-        #: cluster mode: the broker's leadership handover (else None)
-        self.leadership = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: who leads the partitions (standalone: this broker; cluster: ZooKeeper)
+        self.leadership = leadership
         #: open partitions: (topic, partition) -> writer
         self.writers: dict[tuple[str, int], PartitionWriter] = {}
         self.limits: resources.ResourceLimits | None = None
@@ -94,8 +96,15 @@ class PartitionManager:
     def start(self, loop: asyncio.AbstractEventLoop, *, fence_all: bool = False) -> None:
         """Bind to the broker's event loop; ``fence_all``: the previous broker process on
         this storage root died (see :class:`~.instance.InstanceRecord`)."""
-        self.loop = loop
+        self._loop = loop
         self._fence_all = fence_all
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The broker's event loop (bound by :meth:`start`)."""
+        if self._loop is None:
+            raise RuntimeError("PartitionManager.start() binds the event loop first")
+        return self._loop
 
     # --- topics ------------------------------------------------------------------------------
     async def topic_config(self, name: str, refresh: bool = False) -> TopicConfig:
@@ -153,9 +162,7 @@ class PartitionManager:
         names = await self.run_io(self.topics.list_topics)
         counts = await self.partition_counts(n for n in names if n != name)
         total = sum(c for c in counts.values() if c <= limit)
-        brokers = 1
-        if self.leadership is not None:
-            brokers = max(len(self.leadership.metadata()["brokers"]), 1)
+        brokers = self.leadership.broker_count()
         cap = self.config.max_broker_partitions * brokers
         if total + count > cap:
             raise PolicyViolationError(
@@ -223,8 +230,7 @@ class PartitionManager:
     async def writer(self, topic: str, partition: int) -> PartitionWriter:
         """The partition's writer, opened (and recovered) on first use."""
         key = (topic, partition)
-        if self.leadership is not None:
-            self.leadership.check(topic, partition)  # NotLeaderError unless provably ours
+        self.leadership.check(topic, partition)  # NotLeaderError unless provably ours
         lost = self._lost.get(key)
         if lost is not None:  # its tail is gone: until an operator's DeleteRecords
             raise StorageError(lost[0])
@@ -235,8 +241,7 @@ class PartitionManager:
             if not found.failed:
                 self._recent.move_to_end(key)
                 return found
-            if self.leadership is not None:
-                self.leadership.check_failed_writer(found)  # fenced: NotLeaderError
+            self.leadership.check_failed_writer(found)  # fenced: NotLeaderError
             # the log failed (a storage error): close it and recover it afresh
             log.warning("partition %s-%d: reopening after a storage failure", topic, partition)
             if self.writers.get(key) is found:
@@ -300,7 +305,7 @@ class PartitionManager:
             # cannot both write: the second gets LeaseHeldError
             # a restart after a crash (the instance record's process is dead) fences too
             fence = (before is not None and before.leader not in (-1, self.broker_id)) \
-                or (tc.name, partition) in self._refence or self.leadership is not None \
+                or (tc.name, partition) in self._refence or self.leadership.cluster \
                 or self._fence_all
             self._refence.discard((tc.name, partition))
             opened = PartitionWriter.open_blocking(
@@ -359,8 +364,7 @@ class PartitionManager:
                 f"DeleteRecords of {topic}-{partition}: offset must be -1 (the high "
                 f"watermark) or >= 0, got {offset!r}")
         key = (topic, partition)
-        if self.leadership is not None:
-            self.leadership.check(topic, partition)
+        self.leadership.check(topic, partition)
         found = self.writers.get(key)
         lost = self._lost.get(key)
         if lost is None and found is not None and found.log.offline is not None:
@@ -423,8 +427,15 @@ class PartitionManager:
             self._closed_idle[key] = w.log.leader_epoch
             excess -= 1
             task = self._idle_closes[key] = self.loop.create_task(self._close_writer(w))
-            task.add_done_callback(lambda t, k=key: self._idle_closes.get(k) is t
-                                   and self._idle_closes.pop(k))
+            task.add_done_callback(self._idle_closed(key))
+
+    def _idle_closed(self, key: tuple[str, int]) -> Callable[[asyncio.Task], None]:
+        """The done callback of ``key``'s idle close: forget the task (unless a newer
+        one replaced it)."""
+        def done(task: asyncio.Task) -> None:
+            if self._idle_closes.get(key) is task:
+                del self._idle_closes[key]
+        return done
 
     async def _close_writer(self, w: PartitionWriter) -> None:
         try:

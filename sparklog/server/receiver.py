@@ -209,8 +209,10 @@ class RequestReceiver(asyncio.BufferedProtocol):
     def _reserve_more(self) -> bool:
         """Extend the part of the target the socket may fill, if the budget has room
         now; False when the target is complete or the reader must wait for room."""
+        if self._target is None or self._budget is None:
+            return False
         n = len(self._target)
-        if self._target_end >= n or self._budget is None:
+        if self._target_end >= n:
             return False
         budget, owner = self._budget
         k = min(n - self._target_end, max(STAGE_BYTES, min(self._target_end,
@@ -366,15 +368,17 @@ class RequestReceiver(asyncio.BufferedProtocol):
 
     def write(self, data) -> None:
         """Queue bytes for sending."""
+        assert self.transport is not None, "written before connection_made"
         self.transport.write(data)
 
     def writelines(self, parts) -> None:
         """Queue several byte strings for sending."""
+        assert self.transport is not None, "written before connection_made"
         self.transport.writelines(parts)
 
     async def drain(self) -> None:
         """Wait until the transport's write buffer is below its high-water mark."""
-        if self.error is not None or self.transport.is_closing():
+        if self.error is not None or self.transport is None or self.transport.is_closing():
             raise ConnectionError(f"connection lost: {self.error or 'closed'}")
         if self._write_paused:
             waiter = asyncio.get_running_loop().create_future()

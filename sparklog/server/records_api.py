@@ -104,7 +104,7 @@ class RecordApis:
         acks = body["acks"]
         if acks not in (ACKS_NONE, ACKS_LEADER, ACKS_ALL):
             raise InvalidArgumentError(f"Produce.acks={acks} must be 0, 1 or -1 (all)")
-        pending = []   # (topic, partition, future | error, size)
+        pending: list[tuple] = []   # (topic, partition, future | error, size)
         woke = False   # an append done in submit() woke parked fetches
         async with ctx.order:  # requests of a connection are queued in arrival order
             for t in body["topics"]:
@@ -145,8 +145,7 @@ class RecordApis:
                 item = {"partition": partition, **error_fields(fut), "base_offset": -1}
             else:
                 res = fut.result()
-                if self.partitions.leadership is not None:
-                    res = self.partitions.leadership.checked_result(topic, partition, res)
+                res = self.partitions.leadership.checked_result(topic, partition, res)
                 error = res.error
                 item = {"partition": partition, **error_fields(res.error),
                         "base_offset": res.base_offset,
@@ -215,7 +214,7 @@ class RecordApis:
     async def _fetch_once(self, body, ctx):
         """One pass over the fetched partitions: (results, total bytes, waiters,
         errors)."""
-        wanted = []
+        wanted: list[tuple] = []  # (topic, partition, writer | None, error | None)
         waiters = []   # (writer, future): given back to the writer once done
         wake = self.loop.create_future()  # one for all the partitions (see fetch())
         errors = 0
@@ -278,7 +277,7 @@ class RecordApis:
                                         log_start_offset=w.log.log_start_offset)
                             out.append((topic, base))
                             continue
-                        records = res.data
+                        records: bytes | FileRegion = res.data
                         local = fileio.local_path(res.segment_path) if res.size else None
                         if local is not None:
                             records = FileRegion(local, res.position, res.size)

@@ -1,5 +1,9 @@
 """Connections: framing, in-order responses, bounded memory, sendfile.
 
+A connection knows of its broker only the :class:`ConnectionContext` the broker made
+for its listeners (limits, security, quotas, metrics, the byte budget and the request
+handler), never the broker itself.
+
 Each connection has a reader (reads size-prefixed requests and starts one handler task
 per request, so several requests are in flight) and a sender (awaits the handler tasks
 in arrival order and writes their responses, so answers keep the request order). A
@@ -48,12 +52,23 @@ import asyncio
 import collections
 import logging
 import struct
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from ..errors import InvalidArgumentError, RecordTooLargeError, SparklogError
 from ..protocol.apis import ApiKey
-from ..protocol.codec import FileRegion, decode_request_header, encode_response_parts, error_fields
-from .context import IO_SLOTS_PER_CONNECTION, ConnectionContext, RequestContext
+from ..protocol.codec import (
+    FileRegion,
+    RequestHeader,
+    decode_request_header,
+    encode_response_parts,
+    error_fields,
+)
+from .context import IO_SLOTS_PER_CONNECTION, RequestContext
 from .receiver import ReadTimeout, RequestReceiver
+
+if TYPE_CHECKING:
+    from ..security.session import BrokerSecurity
+    from .config import BrokerConfig
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +137,75 @@ class ByteBudget:
             waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
+
+
+#: ``await handle(header, payload, position, ctx)``: a request's answer (None: none due)
+RequestHandler = Callable[[RequestHeader, Any, int, RequestContext], Awaitable["dict | None"]]
+
+
+class ConnectionContext:
+    """What a broker's connections need of it (see the module docstring).
+
+    ``handle`` answers one request (:meth:`~sparklog.server.broker.Broker.handle`);
+    ``security`` is the broker's :class:`~sparklog.security.session.BrokerSecurity`
+    (sessions, authentication deadlines, quotas); ``run_io`` runs a blocking call on
+    the I/O threads; ``budget`` holds ``queued.max.request.bytes``; ``metrics`` is
+    the broker's (or None). The limits are in the units connections use:
+    ``max_queued_requests`` (``queued.max.requests``), ``max_request_bytes``
+    (``socket.request.max.bytes``), ``read_timeout`` (``request.read.timeout.ms``,
+    in seconds) and ``max_idle`` (``connections.max.idle.ms``, in seconds).
+    :meth:`of_config` reads them from a ``BrokerConfig``.
+
+    ``connections`` are the connections open now; :meth:`stop_reading` (graceful
+    shutdown) makes every connection stop taking new requests."""
+
+    __slots__ = ("handle", "security", "run_io", "budget", "metrics",
+                 "max_queued_requests", "max_request_bytes", "read_timeout", "max_idle",
+                 "connections", "_stopping")
+
+    def __init__(self, *, handle: RequestHandler, security: BrokerSecurity, run_io,
+                 budget: ByteBudget, metrics=None, max_queued_requests: int,
+                 max_request_bytes: int, read_timeout: float, max_idle: float):
+        self.handle = handle
+        self.security = security
+        self.run_io = run_io
+        self.budget = budget
+        self.metrics = metrics
+        self.max_queued_requests = max_queued_requests
+        self.max_request_bytes = max_request_bytes
+        self.read_timeout = read_timeout
+        self.max_idle = max_idle
+        self.connections: set[ClientConnection] = set()
+        self._stopping = False
+
+    @classmethod
+    def of_config(cls, config: BrokerConfig, *, handle: RequestHandler,
+                  security: BrokerSecurity, run_io, metrics=None) -> ConnectionContext:
+        """The context of a broker of ``config`` (its byte budget is made here)."""
+        return cls(handle=handle, security=security, run_io=run_io,
+                   budget=ByteBudget(config.queued_max_request_bytes), metrics=metrics,
+                   max_queued_requests=config.queued_max_requests,
+                   max_request_bytes=config.socket_request_max_bytes,
+                   read_timeout=config.request_read_timeout_ms / 1000,
+                   max_idle=config.connections_max_idle_ms / 1000)
+
+    @property
+    def stopping(self) -> bool:
+        """True once the broker stops: connections take no new request."""
+        return self._stopping
+
+    def begin_stop(self) -> None:
+        """The broker stops: each connection takes no request after the one it reads."""
+        self._stopping = True
+
+    def stop_reading(self) -> list[ClientConnection]:
+        """Make every open connection stop taking new requests now (those already read
+        are still answered); return them."""
+        self._stopping = True
+        conns = list(self.connections)
+        for conn in conns:
+            conn.stop_reading()
+        return conns
 
 
 class ClientConnection:
@@ -237,7 +321,7 @@ class ClientConnection:
                                      self.io_slots, session)
                 task = asyncio.get_running_loop().create_task(
                     self._handle(header, payload, position, ctx))
-                task.add_done_callback(lambda _t, n=size, o=owner: self._release(n, o))
+                task.add_done_callback(self._releaser(size, owner))
                 del payload
                 if header.api_key == ApiKey.PRODUCE:
                     delay = self._throttle("producer_byte_rate", header.client_id, size)
@@ -260,6 +344,10 @@ class ClientConnection:
             self._spare = owner
             return
         await budget.acquire(size, owner)
+
+    def _releaser(self, size: int, owner) -> Callable[[asyncio.Task], None]:
+        """A done callback of a request's handler task: :meth:`_release` its bytes."""
+        return lambda _task: self._release(size, owner)
 
     def _release(self, size: int, owner) -> None:
         """Give back a request's reserved bytes."""
@@ -452,4 +540,4 @@ def protocol_factory(context: ConnectionContext, on_lost=None, listener=None):
                                    on_lost)
 
 
-__all__ = ["ByteBudget", "ClientConnection", "accept", "protocol_factory"]
+__all__ = ["ByteBudget", "ClientConnection", "ConnectionContext", "accept", "protocol_factory"]

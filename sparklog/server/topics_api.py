@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from functools import partial
+from typing import Callable
 
 import pyarrow as pa
 
@@ -82,15 +83,16 @@ class TopicApis:
     """The topic handlers (module docstring) and what they use: ``partitions`` (the
     broker's :class:`~sparklog.server.partitions.PartitionManager`), ``store``
     (the coordination store), ``config`` (the broker's properties), ``run_io`` (runs a
-    blocking call on the I/O threads), ``leadership`` (cluster mode's
-    :class:`~sparklog.server.leadership.BrokerLeadership`, else None: topics are
-    then created and deleted on the storage directly), ``listener`` (returns the
+    blocking call on the I/O threads), ``leadership`` (the broker's
+    :class:`~sparklog.server.leadership.StandaloneLeadership`: topics are created
+    and deleted on the storage directly; or cluster mode's
+    :class:`~sparklog.server.leadership.BrokerLeadership`: through the controller), ``listener`` (returns the
     ``(host, port)`` clients of a connection's session are told to use), ``storage_uri`` (the root readers read from) and
     ``cleaner`` (the broker's log cleaner, for the dirty ratio of compacted partitions;
     None when ``log.cleaner.enable=false``)."""
 
     def __init__(self, partitions: PartitionManager, store, config: BrokerConfig, *, run_io,
-                 leadership=None, listener, storage_uri: str, cleaner=None,
+                 leadership, listener, storage_uri: str, cleaner=None,
                  cluster_id: str = ""):
         self.partitions = partitions
         self.topics = partitions.topics
@@ -132,7 +134,7 @@ class TopicApis:
         auto = body["allow_auto_topic_creation"] and self.config.auto_create_topics_enable
         listener = getattr(getattr(getattr(ctx, "session", None), "listener", None), "name",
                            None)
-        cluster = self.leadership.metadata(listener) if self.leadership is not None else None
+        cluster = self.leadership.metadata(listener)
         topics = []
         for name in names:
             item = {"name": name, "typed": False, "partitions": []}
@@ -173,7 +175,7 @@ class TopicApis:
     def _create_topic(self, name, partitions, schema, configs) -> TopicConfig:
         """Create on the storage; in cluster mode also register it for the controller and
         wait for its leaders (:mod:`sparklog.coordination.zkadmin`)."""
-        if self.leadership is not None:
+        if self.leadership.cluster:
             from ..coordination import zkadmin
 
             return zkadmin.create_topic(self.store, name, partitions, schema=schema,
@@ -239,7 +241,7 @@ class TopicApis:
                         f"topic {name!r} not deleted: delete.topic.enable is false on this "
                         "broker")
                 await self.partitions.topic_config(name, refresh=True)  # it exists
-                if self.leadership is not None:  # the controller deletes it everywhere
+                if self.leadership.cluster:  # the controller deletes it everywhere
                     from ..coordination import zkadmin
 
                     await self.run_io(zkadmin.delete_topic, self.store, name)
@@ -263,7 +265,7 @@ class TopicApis:
             try:
                 tc = await self.partitions.topic_config(name, refresh=True)
                 item.update(_OK, num_partitions=tc.partitions,
-                            schema=tc.schema.serialize().to_pybytes() if tc.typed else None,
+                            schema=tc.schema.serialize().to_pybytes() if tc.schema is not None else None,
                             configs=effective_configs(self.config, tc),
                             explicit=sorted(tc.configs))
             except SparklogError as exc:
@@ -290,7 +292,8 @@ class TopicApis:
                 probe = TopicConfig(name, count, current.schema, merged)
                 self.partitions.log_config(probe)  # refuses bad configs
                 if not body["validate_only"]:
-                    if self.leadership is not None:  # new partitions get leaders too
+                    alter: Callable[..., object]
+                    if self.leadership.cluster:  # new partitions get leaders too
                         from ..coordination import zkadmin
 
                         alter = partial(zkadmin.alter_topic, self.store)

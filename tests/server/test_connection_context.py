@@ -15,8 +15,7 @@ from sparklog.security.config import SecurityConfig
 from sparklog.security.session import BrokerSecurity
 from sparklog.server.acceptor import Acceptor
 from sparklog.server.config import BrokerConfig
-from sparklog.server.context import ConnectionContext
-from sparklog.server.server import protocol_factory
+from sparklog.server.server import ConnectionContext, protocol_factory
 from sparklog.storage import open_fileio
 
 

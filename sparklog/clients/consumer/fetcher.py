@@ -276,7 +276,8 @@ class Fetcher:
                     break
                 raise
             with self.cond:
-                if st.epoch == cf.epoch and self.states.get(cf.tp) is st:
+                current = self.states.get(cf.tp)
+                if st.epoch == cf.epoch and current is not None and current is st:
                     st.position = new_position
                     if done:
                         st.buffered_bytes = max(0, st.buffered_bytes - cf.size)
@@ -303,7 +304,7 @@ class Fetcher:
     def _take(self, cf: CompletedFetch, position: int, limit: int, batches: bool):
         """Consume up to ``limit`` rows of ``cf`` from ``position``; returns (records or
         batches, new position, cf exhausted?)."""
-        out = []
+        out: list = []
         if cf.corrupt is not None:
             raise cf.corrupt
         if cf.frames is None:
@@ -405,7 +406,7 @@ def _next_offset(data) -> int | None:
 
 
 def _first_row_at(offsets: pa.Array | None, position: int, base: int, explicit: bool) -> int:
-    if not explicit:
+    if not explicit or offsets is None:  # implicit offsets: base + row index
         return max(0, position - base)
     import pyarrow.compute as pc
 
@@ -456,6 +457,7 @@ def _python_columns(batch: pa.RecordBatch, frame, typed: bool):
         return [None] * n, values, [[]] * n, stamps
     keys = batch.column(names.index("key")).to_pylist()
     values = batch.column(names.index("value")).to_pylist()
+    headers: list[list[tuple]]
     if "headers" in names:
         col = batch.column(names.index("headers"))
         if col.null_count == n:

@@ -97,6 +97,8 @@ class BrokerConnection:
         self._announced = 0  # size of a response being received
         self._throttled_until = 0.0  # a quota's throttle_time_ms: no blocking send before
         self._error: SparklogError | None = None
+        #: api key -> (lowest, highest) version the broker speaks (from ApiVersions)
+        self.api_versions: dict[int, tuple[int, int]] = {}
         self.polled = polled
         self._reading = False  # a polled connection: a response is being read
         self._reading_since = 0.0  # ... since then
@@ -196,11 +198,12 @@ class BrokerConnection:
             send_parts(self._sock, parts)  # record data goes out without a joining copy
         except OSError as exc:
             self._write_lock.release()
-            self._fail(BrokerNotAvailableError(
+            error = BrokerNotAvailableError(
                 f"connection to broker {self.address} broke while sending "
-                f"{api_name(api_key)}: {exc.strerror or exc}"))
+                f"{api_name(api_key)}: {exc.strerror or exc}")
+            self._fail(error)
             if not expect_response:
-                future.failure(self._error)
+                future.failure(self._error or error)
             return future
         self._write_lock.release()
         if not expect_response:

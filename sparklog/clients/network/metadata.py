@@ -42,7 +42,7 @@ class ClusterMetadata:
         self.controller_id = -1
         self.version = 0
         self.last_refresh = 0.0
-        self.unknown: dict[str, BaseException] = {}  # topics the last refresh rejected
+        self.unknown: dict[str, SparklogError] = {}  # topics the last refresh rejected
         self._changed = threading.Condition()
 
     def update(self, body: dict, requested_topics=None) -> None:

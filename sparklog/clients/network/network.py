@@ -48,6 +48,7 @@ def parse_bootstrap_servers(servers) -> list[tuple[str, int]]:
     InvalidArgumentError naming the bad entry."""
     if servers is None:
         raise InvalidArgumentError("bootstrap_servers is required (\"host:port\")")
+    items: list
     if isinstance(servers, str):
         items = [s for s in (p.strip() for p in servers.split(",")) if s]
     elif isinstance(servers, tuple) and len(servers) == 2 and isinstance(servers[1], int):

@@ -43,9 +43,13 @@ import itertools
 import logging
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from ...errors import RequestTimedOutError
 from ..types import RecordMetadata
+
+if TYPE_CHECKING:
+    from ..network.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +75,11 @@ class ProduceRequestResult:
         self.event = threading.Event()
         self.base_offset = -1
         self.log_append_time = -1
-        self.error = None
-        self.callbacks = None  # list of (index, timestamp, fn, on_error) once used
-        self.pieces = None
-        self.parent = None
+        self.error: BaseException | None = None
+        #: (index, timestamp, fn, on_error) of the callbacks, once one is added
+        self.callbacks: list[tuple] | None = None
+        self.pieces: list[tuple[int, ProduceRequestResult, int]] | None = None
+        self.parent: ProduceRequestResult | None = None
         self.pending = 0
 
     def metadata(self, index: int, timestamp: int) -> RecordMetadata:
@@ -220,7 +225,7 @@ def complete_result(result: ProduceRequestResult, base_offset: int,
     if callbacks:
         for index, timestamp, fn, on_error in callbacks:
             _run(result, index, timestamp, fn, on_error)
-    if parent is not None:  # every piece is complete
+    if parent is not None and parent.pieces:  # every piece is complete
         first = parent.pieces[0][1]
         error = next((c.error for _, c, _ in parent.pieces if c.error is not None), None)
         complete_result(parent, first.base_offset, first.log_append_time, error)
@@ -236,16 +241,16 @@ class ProducerBatch:
 
     def __init__(self, tp: tuple, now: float):
         self.tp = tp
-        self.values = []
-        self.keys = []
-        self.headers = None  # list, created by the first record with headers
-        self.timestamps = []
+        self.values: list = []
+        self.keys: list = []
+        self.headers: list | None = None  # created by the first record with headers
+        self.timestamps: list[int] = []
         self.size = 0
         self.count = 0
         self.created = now
         self.result = ProduceRequestResult(tp[0], tp[1])
         self.has_keys = False
-        self.frame = None  # the encoded frame (lists are dropped then)
+        self.frame: bytes | None = None  # the encoded frame (lists are dropped then)
 
     def piece(self, frame: bytes, count: int, size: int,
               result: ProduceRequestResult) -> "ProducerBatch":
@@ -268,7 +273,7 @@ class InFlightBatch:
     def __init__(self, tp: tuple, batches: list):
         self.tp = tp
         self.set_batches(batches)
-        self.frame = None
+        self.frame: bytes | None = None
         self.base_sequence = -1
         self.epoch = -1
         self.producer_id = -1  # with epoch: the producer identity its sequence belongs to
@@ -276,9 +281,10 @@ class InFlightBatch:
         self.attempts = 0
         self.retry_at = 0.0
         self.created = batches[0].created
-        self.last_error = None
+        self.last_error: BaseException | None = None
         self.finished = False
-        self.order = (0,)  # drain order within the partition; pieces of a split: (n, i)
+        #: drain order within the partition; pieces of a split: (n, i)
+        self.order: tuple[int, ...] = (0,)
 
     def set_batches(self, batches: list) -> None:
         """Carry ``batches`` (what the item's buffer accounting covers)."""
@@ -341,8 +347,8 @@ class RecordAccumulator:
         #: the sender is waiting (for answers and for this accumulator) in a poll
         #: that ``wakeup`` (a :class:`~sparklog.clients.network.wakeup.Wakeup`) ends
         self.sender_waiting = False
-        self.wakeup = None
-        self.sender_ident = None  # the sender's thread (which needs no wake-up)
+        self.wakeup: Wakeup | None = None
+        self.sender_ident: int | None = None  # the sender's thread (needs no wake-up)
 
     def _notify(self) -> None:
         """Wake the threads waiting on ``cond`` (flushes, sends blocked on

@@ -115,7 +115,7 @@ class IdempotenceManager:
         return (item.producer_id, item.epoch) == (self.producer_id, self.producer_epoch)
 
     # --- stamping ---------------------------------------------------------------------
-    def stamp(self, item, frames: list[tuple[bytes, int]]) -> list[bytes]:
+    def stamp(self, item, frames: list[tuple[bytes, int]]) -> list[bytearray]:
         """Give an in-flight batch's frames (``(frame, record count)`` each) the
         current identity and its partition's next sequences; the item records the
         identity and its first frame's sequence (``base_sequence``)."""

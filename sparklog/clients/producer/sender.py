@@ -207,7 +207,8 @@ class Sender(threading.Thread):
         send (every record failed: too large, or not matching a typed topic)."""
         tp = item.tp
         info = self.topic_of(tp[0])
-        fitting, failed = [], []
+        fitting: list = []
+        failed: list = []
         for b in item.batches:
             cap = info.frame_limit
             if b.frame is None:
@@ -219,8 +220,8 @@ class Sender(threading.Thread):
                 if b.count > 1:
                     cap = min(cap, self.acc.batch_size)
             self._fit(b, cap, info, fitting, failed)
-        for b, exc in failed:
-            self._finish_failed(InFlightBatch(tp, [b]), exc)
+        for b, error in failed:
+            self._finish_failed(InFlightBatch(tp, [b]), error)
         limit = self.acc.frames_per_request
         taken, size = 0, 0
         for b in fitting:
