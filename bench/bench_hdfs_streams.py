@@ -37,6 +37,7 @@ import argparse
 import collections
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -428,6 +429,7 @@ def main(argv=None) -> int:
     finally:
         if cluster is not None:
             cluster.stop()
+            shutil.rmtree(cluster.base_dir, ignore_errors=True)
     return 0
 
 
