@@ -241,6 +241,22 @@ class RebalanceInProgressError(SparklogError):
     retriable = True
 
 
+class CoordinatorNotAvailableError(SparklogError):
+    """No broker coordinates the group now (its coordinator died and no other broker has
+    taken its slot yet): find the coordinator again (Kafka: COORDINATOR_NOT_AVAILABLE)."""
+
+    code = 15
+    retriable = True
+
+
+class NotCoordinatorError(SparklogError):
+    """The broker asked is not the group's coordinator (Kafka: NOT_COORDINATOR): find
+    the coordinator again (FindCoordinator) and send the request there."""
+
+    code = 16
+    retriable = True
+
+
 class UnsupportedVersionError(SparklogError):
     """The peer does not support the request's api key or version."""
 
@@ -366,7 +382,8 @@ class SaslAuthenticationFailedError(SparklogError):
 KAFKA_ERROR_NAMES = {
     -1: "UNKNOWN_SERVER_ERROR", 1: "OFFSET_OUT_OF_RANGE", 2: "CORRUPT_MESSAGE",
     3: "UNKNOWN_TOPIC_OR_PARTITION", 6: "NOT_LEADER_OR_FOLLOWER", 7: "REQUEST_TIMED_OUT",
-    8: "BROKER_NOT_AVAILABLE", 10: "MESSAGE_TOO_LARGE", 17: "INVALID_TOPIC_EXCEPTION",
+    8: "BROKER_NOT_AVAILABLE", 10: "MESSAGE_TOO_LARGE", 15: "COORDINATOR_NOT_AVAILABLE",
+    16: "NOT_COORDINATOR", 17: "INVALID_TOPIC_EXCEPTION",
     18: "RECORD_LIST_TOO_LARGE", 22: "ILLEGAL_GENERATION", 25: "UNKNOWN_MEMBER_ID",
     27: "REBALANCE_IN_PROGRESS", 35: "UNSUPPORTED_VERSION", 36: "TOPIC_ALREADY_EXISTS",
     40: "INVALID_CONFIG", 42: "INVALID_REQUEST", 45: "OUT_OF_ORDER_SEQUENCE_NUMBER",

@@ -18,6 +18,7 @@ from ..errors import InvalidArgumentError, InvalidConfigError
 from ..names import validate_group_id, validate_topic_name
 from ..protocol.apis import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ApiKey
 from ..protocol.codec import raise_for_error
+from .network.coordinator import coordinator_request
 from .network.network import NetworkClient
 from .network.offsets import commit_request, fetch_committed, list_offsets
 from .types import OffsetAndTimestamp, PartitionInfo, TopicPartition
@@ -391,9 +392,8 @@ class Admin:
         group_ids = [group_ids] if isinstance(group_ids, str) else list(group_ids)
         for group_id in group_ids:
             validate_group_id(group_id)
-        resp = self._client.request(ApiKey.DESCRIBE_GROUPS, {"groups": group_ids})
         out = []
-        for g in resp["groups"]:
+        for g in self._per_coordinator(ApiKey.DESCRIBE_GROUPS, group_ids):
             raise_for_error(g, f"group {g['group_id']!r}")
             out.append(GroupDescription(g["group_id"], g["state"], g.get("generation_id", -1),
                                         list(g.get("members", []))))
@@ -404,9 +404,14 @@ class Admin:
         DeleteGroups). Raises NonEmptyGroupError or GroupIdNotFoundError naming the
         group."""
         group_ids = [group_ids] if isinstance(group_ids, str) else list(group_ids)
-        resp = self._client.request(ApiKey.DELETE_GROUPS, {"groups": group_ids})
-        for g in resp["groups"]:
+        for g in self._per_coordinator(ApiKey.DELETE_GROUPS, group_ids):
             raise_for_error(g, f"delete group {g['group_id']!r}")
+
+    def _per_coordinator(self, api_key: int, group_ids) -> list:
+        """The ``groups`` items of DescribeGroups/DeleteGroups, each group asked of its
+        own coordinator (one broker per group for the whole cluster)."""
+        return [item for group_id in group_ids for item in coordinator_request(
+            self._client, group_id, api_key, {"groups": [group_id]})["groups"]]
 
     def alter_consumer_group_offsets(self, group_id: str, offsets: dict) -> None:
         """Commit ``{TopicPartition: int | OffsetAndMetadata}`` for ``group_id`` (Kafka's
@@ -414,7 +419,8 @@ class Admin:
         ``sparklog groups reset-offsets`` checks)."""
         if not isinstance(group_id, str) or not group_id:
             raise InvalidArgumentError(f"group id must be a non-empty str, got {group_id!r}")
-        resp = self._client.request(ApiKey.OFFSET_COMMIT, commit_request(group_id, offsets))
+        resp = coordinator_request(self._client, group_id, ApiKey.OFFSET_COMMIT,
+                                   commit_request(group_id, offsets))
         for t in resp["topics"]:
             for p in t["partitions"]:
                 raise_for_error(p, f"commit of {t['name']}-{p['partition']} for group "

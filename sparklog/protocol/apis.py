@@ -31,6 +31,7 @@ class ApiKey(enum.IntEnum):
     METADATA = 3
     OFFSET_COMMIT = 8
     OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
     JOIN_GROUP = 11
     HEARTBEAT = 12
     LEAVE_GROUP = 13
@@ -65,6 +66,8 @@ ACKS_NONE, ACKS_LEADER, ACKS_ALL = 0, 1, -1
 LATEST_TIMESTAMP, EARLIEST_TIMESTAMP = -1, -2
 #: "no offset committed" / "no offset for that timestamp"
 NO_OFFSET = -1
+#: FindCoordinator key types (Kafka's): a consumer group; a transactional id (not served)
+COORDINATOR_KEY_GROUP, COORDINATOR_KEY_TRANSACTION = 0, 1
 
 _ERR = {"error_code": int, "error_message": Opt(str, "")}
 
@@ -191,6 +194,10 @@ REQUESTS: dict[int, dict] = {
         "transaction_timeout_ms": Opt(int, 60000),
         "producer_id": Opt(int, -1),          # >= 0 with its epoch: bump the epoch
         "producer_epoch": Opt(int, -1),
+    },
+    ApiKey.FIND_COORDINATOR: {
+        "key": str,                           # the group id
+        "key_type": Opt(int, COORDINATOR_KEY_GROUP),
     },
     ApiKey.JOIN_GROUP: {
         "group_id": str,
@@ -323,6 +330,11 @@ RESPONSES: dict[int, dict] = {
         "producer_id": int,
         "producer_epoch": int,
         "producer_token": Opt(bytes, b""),    # sent with the id's frames in Produce
+    }),
+    ApiKey.FIND_COORDINATOR: _with_err({     # CoordinatorNotAvailable while none
+        "node_id": Opt(int, -1),
+        "host": Opt(str, ""),
+        "port": Opt(int, -1),
     }),
     ApiKey.JOIN_GROUP: _with_err({
         "generation_id": int,

@@ -93,7 +93,8 @@ class _Check:
 
 
 def _split(items, allowed) -> tuple[list, list]:
-    keep, refused = [], []
+    keep: list = []
+    refused: list = []
     for item in items:
         (keep if allowed(item) else refused).append(item)
     return keep, refused
@@ -117,7 +118,7 @@ def _named(**fields):
                       **fields}
 
 
-async def authorize(api_key: int, handler, body: dict, ctx, authorizer) -> dict:
+async def authorize(api_key: int, handler, body: dict, ctx, authorizer) -> dict | None:
     """Run ``handler(body, ctx)`` under the authorizer (module docstring)."""
     check = _Check(authorizer, ctx)
     extra: list = []       # response items of refused topics/groups
@@ -188,6 +189,8 @@ async def authorize(api_key: int, handler, body: dict, ctx, authorizer) -> dict:
             listing = lambda t: check("Describe", "Topic", t["name"], quiet=True)  # noqa: E731
         else:
             extra = _topics(body, check, "Describe", _partitions({"offset": -1}))
+    elif key == ApiKey.FIND_COORDINATOR:  # Kafka: Describe on the group
+        check.group("Describe", body["key"])
     elif key in (ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP):
         check.group("Read", body["group_id"])
         if key == ApiKey.JOIN_GROUP:  # the assignment names only describable topics

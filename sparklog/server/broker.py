@@ -38,6 +38,7 @@ import logging
 import time
 
 from ..coordination.base import BrokerInfo, CoordinationStore
+from ..coordination.coordinators import coordinators_for
 from ..coordination.local import LocalCoordinationStore
 from ..errors import InvalidArgumentError, SparklogError, UnsupportedVersionError
 from ..metadata import TopicStore
@@ -213,7 +214,10 @@ class Broker:
         self.groups = GroupCoordinator(
             self.loop, self.partitions.partition_counts,
             min_session_ms=self.config.group_min_session_timeout_ms,
-            max_session_ms=self.config.group_max_session_timeout_ms)
+            max_session_ms=self.config.group_max_session_timeout_ms,
+            coordinators=coordinators_for(
+                self.store, self.broker_id,
+                rebalance=self.config.auto_leader_rebalance_enable).start())
         started = time.monotonic()
         # read once: Metadata and ApiVersions answers name it without an I/O thread
         self.cluster_id = await self.run_io(self.store.cluster_id)
@@ -346,7 +350,8 @@ class Broker:
                            storage_uri=self.storage_uri, cleaner=self.cleaner,
                            cluster_id=self.cluster_id)
         groups = GroupApis(self.groups, self.store, self.partitions, run_io=self.run_io,
-                           cluster=self.leadership.cluster)
+                           cluster=self.leadership.cluster,
+                           listener=self.advertised_address)
         return {ApiKey.API_VERSIONS: self._api_versions, **records.handlers(),
                 **self.producer_ids.handlers(), **topics.handlers(), **groups.handlers(),
                 **SecurityApis(self.security, self.run_io).handlers()}

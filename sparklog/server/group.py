@@ -13,6 +13,14 @@ their session alive with Heartbeat; a heartbeat during a rebalance answers
 RebalanceInProgress (rejoin), a stale generation IllegalGeneration, an unknown member
 UnknownMemberId. A member silent for its session timeout is removed (a rebalance
 follows), as is one that sends LeaveGroup.
+
+One broker coordinates a group for the whole cluster (Kafka's model): ``coordinators``
+(:mod:`sparklog.coordination.coordinators`) says which; every request of a group this
+broker does not coordinate raises NotCoordinator (CoordinatorNotAvailable while no
+broker does), and when the broker loses a coordinator slot the groups of that slot are
+forgotten here (pending joins answer NotCoordinator; members find the new coordinator
+and join it). The methods take plain values, not protocol bodies, so the handlers of
+either wire protocol call the same coordinator.
 """
 
 from __future__ import annotations
@@ -23,9 +31,11 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from ..coordination.coordinators import LocalCoordinators
 from ..errors import (
     IllegalGenerationError,
     InvalidArgumentError,
+    NotCoordinatorError,
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
@@ -73,20 +83,49 @@ class GroupCoordinator:
     """Coordinates every group of this broker.
 
     ``partition_counts`` is an ``async (topics) -> {topic: partitions}`` callback (topics
-    that do not exist are left out).
+    that do not exist are left out); ``coordinators`` says which groups this broker
+    coordinates (default: every group, standalone).
     """
 
     def __init__(self, loop, partition_counts, *, min_session_ms: int = 100,
-                 max_session_ms: int = 1800000):
+                 max_session_ms: int = 1800000, coordinators=None):
         self.loop = loop
         self.partition_counts = partition_counts
         self.min_session_ms = min_session_ms
         self.max_session_ms = max_session_ms
+        self.coordinators = coordinators or LocalCoordinators(-1)
         self.groups: dict[str, Group] = {}
         self._expiry = loop.create_task(self._expire_loop(), name="group-expiry")
+        self.coordinators.add_listener(self._slots_lost)
+
+    def check_coordinator(self, group_id: str) -> None:
+        """Raise NotCoordinatorError/CoordinatorNotAvailableError unless this broker
+        coordinates ``group_id`` now (InvalidGroupIdError for a bad id)."""
+        validate_group_id(group_id)
+        self.coordinators.check(group_id)
+
+    def _slots_lost(self, slots) -> None:  # the coordinators' thread
+        if not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.unload, frozenset(slots))
+
+    def unload(self, slots) -> None:
+        """Forget the groups of coordinator ``slots`` this broker no longer holds, as
+        Kafka unloads a ``__consumer_offsets`` partition's groups: their pending joins
+        answer NotCoordinator (the members find the new coordinator)."""
+        for group_id in [g for g in self.groups if self.coordinators.slot(g) in slots]:
+            group = self.groups.pop(group_id)
+            if group.timer is not None:
+                group.timer.cancel()
+                group.timer = None
+            for member in group.members.values():
+                if member.join is not None and not member.join.done():
+                    member.join.set_exception(NotCoordinatorError(
+                        f"group {group_id!r} moved to another coordinator; find it again"))
+            log.info("group %s: no longer coordinated here (%d member(s) forgotten)",
+                     group_id, len(group.members))
 
     def _group(self, group_id: str) -> Group:
-        validate_group_id(group_id)
+        self.check_coordinator(group_id)
         group = self.groups.get(group_id)
         if group is None:
             group = self.groups[group_id] = Group(group_id)
@@ -201,7 +240,7 @@ class GroupCoordinator:
 
     # --- heartbeat, leave, commit checks ---------------------------------------------------
     def _member(self, group_id: str, member_id: str) -> tuple[Group, Member]:
-        validate_group_id(group_id)
+        self.check_coordinator(group_id)
         group = self.groups.get(group_id)
         member = group.members.get(member_id) if group is not None else None
         if group is None or member is None:
@@ -244,7 +283,7 @@ class GroupCoordinator:
         """Raise unless an OffsetCommit with this generation/member may commit: a simple
         consumer (generation -1) only to a group without members, a member only in the
         current generation."""
-        validate_group_id(group_id)
+        self.check_coordinator(group_id)
         group = self.groups.get(group_id)
         if generation_id < 0:
             if group is not None and group.members:
@@ -262,7 +301,7 @@ class GroupCoordinator:
     # --- description ------------------------------------------------------------------------
     def describe(self, group_id: str) -> dict:
         """DescribeGroups item of one group."""
-        validate_group_id(group_id)
+        self.check_coordinator(group_id)
         group = self.groups.get(group_id)
         if group is None:
             return {"group_id": group_id, "state": DEAD, "generation_id": -1, "members": [],
@@ -292,8 +331,10 @@ class GroupCoordinator:
                         self._remove(group, member, "session timed out")
 
     def close(self) -> None:
-        """Stop the session checks and fail pending joins."""
+        """Stop the session checks, fail pending joins and release the coordinator slots
+        (their groups move to other brokers at once)."""
         self._expiry.cancel()
+        self.coordinators.stop()
         for group in self.groups.values():
             if group.timer is not None:
                 group.timer.cancel()

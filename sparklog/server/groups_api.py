@@ -1,18 +1,28 @@
-"""Group APIs of the broker: JoinGroup, Heartbeat, LeaveGroup, ListGroups,
-DescribeGroups, DeleteGroups, OffsetCommit and OffsetFetch.
+"""Group APIs of the broker: FindCoordinator, JoinGroup, Heartbeat, LeaveGroup,
+ListGroups, DescribeGroups, DeleteGroups, OffsetCommit and OffsetFetch.
 
 Membership is the :class:`~sparklog.server.group.GroupCoordinator`'s (memory);
-offsets are the coordination store's (persistent). :class:`GroupApis` holds the
-collaborators; each handler is ``async (body, ctx) -> response dict``.
+offsets are the coordination store's (persistent). One broker coordinates each group
+for the whole cluster (:mod:`sparklog.coordination.coordinators`): FindCoordinator
+names it from any broker, and the group's requests sent elsewhere answer
+NotCoordinator (a request-level error). ListGroups answers every broker's groups with
+committed offsets. :class:`GroupApis` holds the collaborators; each handler is
+``async (body, ctx) -> response dict``.
 """
 
 from __future__ import annotations
 
 from ..coordination.base import CommittedOffset
-from ..errors import GroupIdNotFoundError, NonEmptyGroupError, SparklogError
+from ..errors import (
+    CoordinatorNotAvailableError,
+    GroupIdNotFoundError,
+    InvalidArgumentError,
+    NonEmptyGroupError,
+    SparklogError,
+)
 from ..metadata import validate_partition
 from ..names import validate_group_id
-from ..protocol.apis import NO_OFFSET, ApiKey
+from ..protocol.apis import COORDINATOR_KEY_GROUP, NO_OFFSET, ApiKey
 from ..protocol.codec import error_fields
 from .group import EMPTY, GroupCoordinator
 
@@ -24,21 +34,25 @@ class GroupApis:
     broker's :class:`~sparklog.server.group.GroupCoordinator`), ``store`` (the
     coordination store, which keeps committed offsets), ``partitions`` (the broker's
     :class:`~sparklog.server.partitions.PartitionManager`, for topic configs),
-    ``run_io`` (runs a blocking call on the I/O threads) and ``cluster`` (True in
+    ``run_io`` (runs a blocking call on the I/O threads), ``cluster`` (True in
     ZooKeeper mode, where Kafka 0.8 consumer groups registered there are described
-    too)."""
+    too, and FindCoordinator names brokers from the store's view) and ``listener``
+    (``(session) -> (host, port)``, this broker's advertised address on the
+    connection's listener: FindCoordinator's answer standalone)."""
 
     def __init__(self, groups: GroupCoordinator, store, partitions, *, run_io,
-                 cluster: bool = False):
+                 cluster: bool = False, listener=None):
         self.groups = groups
         self.store = store
         self.partitions = partitions
         self.run_io = run_io
         self.cluster = cluster
+        self.listener = listener
 
     def handlers(self) -> dict:
         """api key -> ``handler(body, ctx)``."""
         return {
+            ApiKey.FIND_COORDINATOR: self.find_coordinator,
             ApiKey.JOIN_GROUP: self.join_group,
             ApiKey.HEARTBEAT: self.heartbeat,
             ApiKey.LEAVE_GROUP: self.leave_group,
@@ -48,6 +62,30 @@ class GroupApis:
             ApiKey.OFFSET_COMMIT: self.offset_commit,
             ApiKey.OFFSET_FETCH: self.offset_fetch,
         }
+
+    async def find_coordinator(self, body, ctx) -> dict:
+        """FindCoordinator (key type group): the broker coordinating the group, the same
+        from every broker; CoordinatorNotAvailable while none does."""
+        if body["key_type"] != COORDINATOR_KEY_GROUP:
+            raise InvalidArgumentError(
+                f"FindCoordinator key_type {body['key_type']} is not served: only "
+                f"{COORDINATOR_KEY_GROUP} (a consumer group; sparklog has no transaction "
+                "coordinator)")
+        group_id = validate_group_id(body["key"])
+        node = self.groups.coordinators.coordinator(group_id)
+        session = getattr(ctx, "session", None)
+        if not self.cluster:
+            host, port = self.listener(session)
+            return {**_OK, "node_id": node, "host": host, "port": port}
+        broker = self.store.view.brokers().get(node) if node >= 0 else None
+        if broker is None:
+            raise CoordinatorNotAvailableError(
+                f"group {group_id!r}: no live broker coordinates it now"
+                + (f" (broker {node} holds its slot but is not registered)" if node >= 0
+                   else "") + "; retry")
+        listener = getattr(getattr(session, "listener", None), "name", None)
+        host, port = broker.endpoint(listener)
+        return {**_OK, "node_id": node, "host": host, "port": port}
 
     async def join_group(self, body, ctx) -> dict:
         """JoinGroup: waits for the rebalance; returns the member's assignment."""
@@ -131,9 +169,9 @@ class GroupApis:
     async def offset_commit(self, body, ctx) -> dict:
         """OffsetCommit: all partitions of the request are stored in one atomic write."""
         group_id = body["group_id"]
+        self.groups.check_coordinator(group_id)  # request-level: the client re-finds it
         failure = None
         try:
-            validate_group_id(group_id)
             self.groups.check_commit(group_id, body["generation_id"], body["member_id"])
         except SparklogError as exc:
             failure = exc
@@ -166,7 +204,8 @@ class GroupApis:
 
     async def offset_fetch(self, body, ctx) -> dict:
         """OffsetFetch: committed offsets (-1 where none)."""
-        group_id = validate_group_id(body["group_id"])
+        group_id = body["group_id"]
+        self.groups.check_coordinator(group_id)
         if body["topics"] is None:
             found = await self.run_io(self.store.fetch_offsets, group_id)
             keys = sorted(found)

@@ -44,6 +44,7 @@ from ...names import validate_group_id, validate_topic_name
 from ...protocol.apis import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ApiKey
 from ...protocol.codec import error_from
 from ...security.client import CLIENT_SECURITY_DEFAULTS, ClientSecurity
+from ..network.coordinator import COORDINATOR_ERRORS, GroupCoordinator
 from ..network.future import Future
 from ..network.network import NetworkClient
 from ..network.offsets import commit_request, fetch_committed, list_offsets
@@ -126,6 +127,7 @@ class Consumer:
             check_crcs=cfg["check_crcs"], retry_backoff_ms=cfg["retry_backoff_ms"],
             key_deserializer=cfg["key_deserializer"],
             value_deserializer=cfg["value_deserializer"])
+        self._group_coordinator: GroupCoordinator | None = None  # without a membership's
         self._membership = self._make_membership(cfg)
         self._subscription: list[str] | None = None
         self._pattern = None
@@ -533,16 +535,32 @@ class Consumer:
                 for p in t["partitions"]:
                     exc = exc or error_from(p, f"commit of {t['name']}-{p['partition']}")
             if exc is not None:
-                result.failure(exc)
+                failed(exc)
             else:
                 result.success(resp)
 
+        coordinator = self._coordinator()
+
+        def failed(exc):
+            if isinstance(exc, COORDINATOR_ERRORS):  # moved or gone: find it again
+                coordinator.reset(exc)
+            result.failure(exc)
+
         try:
-            sent = self._client.send(-1, ApiKey.OFFSET_COMMIT, body)
-        except SparklogError as exc:  # no broker reachable: the future fails, not the call
-            return result.failure(exc)
-        sent.add_callback(done).add_errback(result.failure)
+            sent = coordinator.send(ApiKey.OFFSET_COMMIT, body)
+        except SparklogError as exc:  # no coordinator reachable: the future fails
+            failed(exc)
+            return result
+        sent.add_callback(done).add_errback(failed)
         return result
+
+    def _coordinator(self) -> GroupCoordinator:
+        """The group's coordinator (the membership's when it has one: one lookup)."""
+        if isinstance(self._membership, BrokerMembership):
+            return self._membership.coordinator_of(self.group_id)
+        if self._group_coordinator is None:
+            self._group_coordinator = GroupCoordinator(self._client, self.group_id)
+        return self._group_coordinator
 
     def committed(self, tp) -> int | None:
         """The group's committed offset of ``tp`` (None if none)."""
@@ -552,7 +570,8 @@ class Consumer:
         return found.offset if found is not None else None
 
     def _fetch_committed(self, tps) -> dict:
-        return fetch_committed(self._client, self.group_id, tps)
+        return fetch_committed(self._client, self.group_id, tps,
+                               coordinator=self._coordinator())
 
     def _maybe_auto_commit(self) -> None:
         if not (self.group_id and self.config["enable_auto_commit"]):

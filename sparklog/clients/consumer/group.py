@@ -26,6 +26,7 @@ from ...errors import (
     UnknownMemberIdError,
 )
 from ...protocol.apis import ApiKey
+from ..network.coordinator import COORDINATOR_ERRORS, GroupCoordinator
 from ..network.network import NetworkClient
 from ..types import TopicPartition
 
@@ -141,13 +142,17 @@ class ZooKeeperMembership(GroupMembership):
 
 
 class BrokerMembership(GroupMembership):
-    """Group membership coordinated by the broker (JoinGroup/Heartbeat/LeaveGroup).
+    """Group membership coordinated by the group's coordinator, one broker for the whole
+    cluster (FindCoordinator, then JoinGroup/Heartbeat/LeaveGroup sent there).
 
-    The broker assigns partitions (range assignment) when members join or leave. A
-    daemon thread heartbeats every ``heartbeat_interval_ms``; when the broker answers
-    that the group is rebalancing (or forgot this member), the next :meth:`poll`
-    rejoins, after calling ``before_rejoin()`` (the consumer commits its positions
-    there), and returns the new assignment.
+    The coordinator assigns partitions (range assignment) when members join or leave. A
+    daemon thread heartbeats every ``heartbeat_interval_ms``; when the coordinator
+    answers that the group is rebalancing (or forgot this member), the next
+    :meth:`poll` rejoins, after calling ``before_rejoin()`` (the consumer commits its
+    positions there), and returns the new assignment. When the coordinator moves (it
+    answers NOT_COORDINATOR, or its broker is gone), it is found again; the new one
+    does not know this member, so the member rejoins there, and positions restart at
+    the group's committed offsets as Kafka's consumer does.
     """
 
     def __init__(self, client: NetworkClient, *, session_timeout_ms: int = 10000,
@@ -159,26 +164,40 @@ class BrokerMembership(GroupMembership):
         self.heartbeat_interval = heartbeat_interval_ms / 1000.0
         self.before_rejoin = before_rejoin
         self.group_id: str | None = None
+        #: the group's coordinator (set by the first join)
+        self.coordinator: GroupCoordinator | None = None
         self._topics: list[str] = []
         self._rejoin = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def coordinator_of(self, group_id: str) -> GroupCoordinator:
+        """The :class:`~sparklog.clients.network.coordinator.GroupCoordinator` of
+        ``group_id`` this membership uses (the consumer commits through it too)."""
+        if self.coordinator is None or self.coordinator.group_id != group_id:
+            self.coordinator = GroupCoordinator(self.client, group_id)
+        return self.coordinator
 
     def join(self, group_id, topics) -> list[TopicPartition]:
         if not group_id:
             raise InvalidArgumentError("subscribe() with group coordination needs a group_id")
         self.group_id = group_id
         self._topics = list(topics)
+        coordinator = self.coordinator_of(group_id)
+        # JoinGroup waits for the rebalance: up to the rebalance timeout, and the
+        # coordinator may have to be found again meanwhile
+        wait = self.rebalance_timeout_ms / 1000.0 + 30
+        deadline = time.monotonic() + max(wait, self.client.request_timeout_ms / 1000.0)
         for attempt in range(3):
             try:
-                resp = self.client.request(ApiKey.JOIN_GROUP, {
+                resp = coordinator.request(ApiKey.JOIN_GROUP, {
                     "group_id": group_id, "member_id": self.member_id, "topics": self._topics,
                     "session_timeout_ms": self.session_timeout_ms,
                     "rebalance_timeout_ms": self.rebalance_timeout_ms},
-                    timeout=self.rebalance_timeout_ms / 1000.0 + 30)
+                    timeout=wait, deadline=deadline)
                 break
             except (UnknownMemberIdError, IllegalGenerationError):
-                self.member_id = ""  # forgotten by the broker: join as a new member
+                self.member_id = ""  # forgotten by the coordinator: join as a new member
                 if attempt == 2:
                     raise
         self.generation_id = resp["generation_id"]
@@ -197,15 +216,17 @@ class BrokerMembership(GroupMembership):
 
     def _heartbeat_loop(self) -> None:
         while not self._stop.wait(self.heartbeat_interval):
-            if self._rejoin.is_set():
+            if self._rejoin.is_set() or self.coordinator is None:
                 continue
             try:
-                self.client.request(ApiKey.HEARTBEAT, {
+                self.coordinator.call(ApiKey.HEARTBEAT, {
                     "group_id": self.group_id, "generation_id": self.generation_id,
-                    "member_id": self.member_id}, retries=0)
+                    "member_id": self.member_id})
             except (RebalanceInProgressError, IllegalGenerationError, UnknownMemberIdError):
                 self._rejoin.set()
-            except SparklogError as exc:  # broker unreachable: retried next interval
+            except COORDINATOR_ERRORS as exc:  # moved or unreachable: found again next time
+                log.debug("heartbeat of group %r: %s", self.group_id, exc)
+            except SparklogError as exc:  # retried next interval
                 log.debug("heartbeat of group %r failed: %s", self.group_id, exc)
 
     def poll(self):
@@ -220,11 +241,10 @@ class BrokerMembership(GroupMembership):
 
     def leave(self) -> None:
         self._stop.set()
-        if self.member_id and self.group_id:
+        if self.member_id and self.group_id and self.coordinator is not None:
             try:
-                self.client.request(ApiKey.LEAVE_GROUP, {"group_id": self.group_id,
-                                                         "member_id": self.member_id},
-                                    retries=0)
+                self.coordinator.call(ApiKey.LEAVE_GROUP, {
+                    "group_id": self.group_id, "member_id": self.member_id})
             except SparklogError as exc:
                 log.debug("leaving group %r failed: %s", self.group_id, exc)
         self.member_id = ""

@@ -61,17 +61,24 @@ def list_offsets(client: NetworkClient, wanted: dict) -> dict:
     raise NotLeaderError(f"no leader answered ListOffsets for {sorted(pending)}")
 
 
-def fetch_committed(client: NetworkClient, group_id: str, partitions=None) -> dict:
+def fetch_committed(client: NetworkClient, group_id: str, partitions=None, *,
+                    coordinator=None) -> dict:
     """``{TopicPartition: OffsetAndMetadata}`` committed by ``group_id`` for
     ``partitions`` (all of the group's when None); partitions without a commit are
-    left out."""
+    left out. Asked of the group's coordinator (``coordinator``: a
+    :class:`~sparklog.clients.network.coordinator.GroupCoordinator` already in use, else
+    found first)."""
+    from .coordinator import GroupCoordinator
+
     topics = None
     if partitions is not None:
         topics = {}
         for topic, partition in partitions:
             topics.setdefault(topic, []).append(partition)
         topics = [{"name": t, "partitions": p} for t, p in topics.items()]
-    resp = client.request(ApiKey.OFFSET_FETCH, {"group_id": group_id, "topics": topics})
+    if coordinator is None:
+        coordinator = GroupCoordinator(client, group_id)
+    resp = coordinator.request(ApiKey.OFFSET_FETCH, {"group_id": group_id, "topics": topics})
     out = {}
     for t in resp["topics"]:
         for p in t["partitions"]:

@@ -110,12 +110,13 @@ class BrokerCatalog(Catalog):
     def commit_group_offsets(self, group_id: str, offsets: dict) -> None:
         """Publish ``{(topic, partition): next offset}`` as the group's committed offsets
         (a simple, memberless commit: for lag monitoring)."""
+        from ...clients.network.coordinator import coordinator_request
         from ...clients.network.offsets import commit_request
 
         body = commit_request(group_id, offsets)
         if not body["topics"]:
             return
-        resp = self.client.request(ApiKey.OFFSET_COMMIT, body)
+        resp = coordinator_request(self.client, group_id, ApiKey.OFFSET_COMMIT, body)
         for t in resp["topics"]:
             for p in t["partitions"]:
                 raise_for_error(p, f"commit of {t['name']}-{p['partition']} for group "
