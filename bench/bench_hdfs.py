@@ -29,10 +29,8 @@ DataNodes, default 3, replication 3, on this machine's loopback) and measures:
   into HDFS, and the same records as Parquet files put into the same HDFS; one local
   Spark session counts and aggregates both (best of ``--repeat`` after a warm-up, the
   readers taking turns in each round):
-  format("sparklog") on its JVM reader vs ``spark.read.parquet``, and beside it the same
-  read whose schema and plan the Python source makes (``sparklog.jvmPlanning=false``: the
-  path before the JVM provider planned path-mode scans), and the JVM-planned read with
-  ``sparklog.countPushDown=false`` (count() from the rows, as before COUNT(*) was
+  format("sparklog") on its JVM reader vs ``spark.read.parquet``, and beside it the
+  same read with ``sparklog.countPushDown=false`` (count() from the rows, as before COUNT(*) was
   pushed down). Target: ratio >= 1.0.
 
     .venv/bin/python bench/bench_hdfs.py [--part ingest,latency,scan] [--datanodes 3]
@@ -241,7 +239,7 @@ def part_scan(cluster: HdfsCluster, work: Path, args) -> None:
     from pyspark.sql import functions as F
 
     from sparklog.spark import local_session
-    from sparklog.spark.jvm import COUNT_PUSHDOWN_OPTION, JVM_PLANNING_OPTION
+    from sparklog.spark.jvm import COUNT_PUSHDOWN_OPTION
 
     root = f"{cluster.hdfs_uri}/bench-scan/log"
     parquet_local = work / "parquet"
@@ -255,11 +253,7 @@ def part_scan(cluster: HdfsCluster, work: Path, args) -> None:
     sources = {
         "sparklog": lambda: spark.read.format("sparklog").option("path", root)
         .option("subscribe", TOPIC).load(),
-        # the same read with its schema and plan made by the Python source (the path
-        # before the JVM provider planned path-mode scans), measured in the same run
-        "py-planned": lambda: spark.read.format("sparklog").option("path", root)
-        .option("subscribe", TOPIC).option(JVM_PLANNING_OPTION, "false").load(),
-        # the JVM-planned read without COUNT(*) push-down: count() from the rows
+        # the same read without COUNT(*) push-down: count() from the rows
         "unpushed": lambda: spark.read.format("sparklog").option("path", root)
         .option("subscribe", TOPIC).option(COUNT_PUSHDOWN_OPTION, "false").load(),
         "parquet": lambda: spark.read.parquet(parquet),
@@ -272,27 +266,24 @@ def part_scan(cluster: HdfsCluster, work: Path, args) -> None:
     queries = {"count()": lambda df: df.count(),
                "agg(value)": lambda df: df.agg(F.sum(F.length("value")),
                                                F.max("value")).collect()}
-    planned = "JVM" if "planned on the JVM" in plan else "Python"
     print(f"\nscan: {n:,} records of 100-byte values in {args.partitions} partitions in "
-          f"HDFS; format('sparklog') on its {reader} (planned on {planned}; py-planned: "
-          f"{JVM_PLANNING_OPTION}=false) vs Parquet; best of {args.repeat}, in turn; load average "
+          f"HDFS; format('sparklog') on its {reader} vs Parquet; best of {args.repeat}, "
+          f"in turn; load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     counted = sources["sparklog"]().selectExpr("count(*)")._jdf.queryExecution() \
         .executedPlan().toString()
     print(f"  count(): {'answered on the driver' if 'LocalTableScan' in counted else 'not'} "
           f"(push-down); unpushed: {COUNT_PUSHDOWN_OPTION}=false")
     print(f"  {'query':<12} {'sparklog rows/s':>16} {'unpushed rows/s':>16} "
-          f"{'py-planned rows/s':>18} {'parquet rows/s':>15} {'ratio':>6} "
-          f"{'unpushed ratio':>15} {'py-planned ratio':>17}")
+          f"{'parquet rows/s':>15} {'ratio':>6} {'unpushed ratio':>15}")
     for qname, query in queries.items():
         best = best_times_in_turn({s: (lambda make=make: query(make()))
                                    for s, make in sources.items()}, args.repeat)
         rates = {s: n / t for s, t in best.items()}
         print(f"  {qname:<12} {rates['sparklog']:>16,.0f} {rates['unpushed']:>16,.0f} "
-              f"{rates['py-planned']:>18,.0f} {rates['parquet']:>15,.0f} "
+              f"{rates['parquet']:>15,.0f} "
               f"{rates['sparklog'] / rates['parquet']:>6.2f} "
-              f"{rates['unpushed'] / rates['parquet']:>15.2f} "
-              f"{rates['py-planned'] / rates['parquet']:>17.2f}")
+              f"{rates['unpushed'] / rates['parquet']:>15.2f}")
     print(f"  target: ratio >= 1.0 (load average at the end {os.getloadavg()[0]:.1f})")
     spark.stop()
 

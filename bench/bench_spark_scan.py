@@ -27,6 +27,10 @@ topic in one micro-batch, on each reader.
 
     .venv/bin/python bench/bench_spark_scan.py [--records 2000000] [--partitions 4]
         [--value-bytes 100] [--records-per-frame 8192] [--repeat 3] [--root DIR] [--no-jvm]
+        [--jvm-option KEY=VALUE ...]
+
+``--jvm-option`` passes a read option to the JVM reader's scans only (e.g. to compare a
+setting of the JVM provider with its default in two runs).
 """
 
 from __future__ import annotations
@@ -176,7 +180,15 @@ def main(argv=None) -> int:
     ap.add_argument("--root", help="work directory (default: a temporary one, removed)")
     ap.add_argument("--no-jvm", action="store_true",
                     help="leave the JVM reader's jar off the classpath (Python reader only)")
+    ap.add_argument("--jvm-option", action="append", default=[], metavar="KEY=VALUE",
+                    help="a read option for the JVM reader's scans (repeatable)")
     args = ap.parse_args(argv)
+    jvm_options = {}
+    for item in args.jvm_option:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            ap.error(f"--jvm-option {item!r} is not KEY=VALUE")
+        jvm_options[key] = value
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     work = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="bench-spark-"))
@@ -212,7 +224,7 @@ def main(argv=None) -> int:
         def sparklog_df(jvm: bool, **options):
             reader = spark.read.format("sparklog").option("path", log_root.as_uri()) \
                 .option("subscribe", TOPIC).option("sparklog.jvmReader", str(jvm).lower())
-            for k, v in options.items():
+            for k, v in {**(jvm_options if jvm else {}), **options}.items():
                 reader = reader.option(k, v)
             return reader.load()
 

@@ -18,7 +18,6 @@ import logging
 from pyspark.sql.datasource import DataSource
 
 from ..errors import SchemaMismatchError
-from .sink import SparklogStreamWriter, SparklogWriter
 from .source.batch import SparklogBatchReader, SparklogPushdownReader
 from .source.catalogs import open_catalog
 from .source.options import parse_options
@@ -82,11 +81,15 @@ class SparklogDataSource(DataSource):
 
     def writer(self, schema, overwrite: bool):
         """The writer producing rows to a topic through the broker."""
+        from .sink import SparklogWriter  # writes only: reads and plans do not import it
+
         return SparklogWriter(dict(self.options), schema, overwrite)
 
     def streamWriter(self, schema, overwrite: bool):
         """The streaming sink (``writeStream``): each micro-batch produced to a topic
         through the broker, at least once, as Spark's Kafka sink."""
+        from .sink import SparklogStreamWriter
+
         return SparklogStreamWriter(dict(self.options), schema, overwrite)
 
 

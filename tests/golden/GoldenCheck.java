@@ -75,7 +75,7 @@ public final class GoldenCheck {
     Schema typed = LogFiles.topicSchema(fs, root, "typed");
     System.out.println("schema typed " + typed.getFields());
     byte[] pickled = Files.readAllBytes(Paths.get(args[1]));
-    RangePartition r = RangePartition.fromPickled(new Unpickler().loads(pickled));
+    RangePartition r = RangePartition.fromPlanned(new Unpickler().loads(pickled));
     System.out.println("range " + r.topic + " " + r.partition + " " + r.start + " " + r.end
         + " " + r.root + " " + r.failOnDataLoss);
   }

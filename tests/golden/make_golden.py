@@ -1,6 +1,7 @@
 """Make the golden fixtures of the on-disk format (run once; the output is committed).
 
     python tests/golden/make_golden.py            # rewrites tests/golden/data/
+    python tests/golden/make_golden.py --range    # rewrites planned-range.pickle only
 
 Everything is written by the project's own code (TopicStore, PartitionLog, encode_frame)
 with fixed timestamps, producer ids and leader epochs, so the files hold no clock or
@@ -19,7 +20,8 @@ Contents of ``data/`` (a storage root, docs/format.md):
 * ``compacted``: one frame with explicit offsets (the ``__offset_delta`` column).
 * every topic's ``config`` file (``raw`` with topic configs).
 * ``planned-range.pickle``: a :class:`PlannedRange` pickled as Spark pickles
-  planned partitions (the contract the JVM reader unpickles with pyrolite).
+  planned partitions: its state is the version-1 planned-range descriptor the JVM
+  reader parses (docs/format.md, "Planned ranges").
 """
 
 from __future__ import annotations
@@ -104,13 +106,21 @@ def make(root: Path = DATA) -> None:
                   [f"k{d}".encode() for d in COMPACTED_DELTAS]),
         timestamps=[BASE_TS + d for d in COMPACTED_DELTAS], offset_deltas=COMPACTED_DELTAS)])
 
+    make_planned_range()
+
+
+def make_planned_range() -> None:
+    """Write ``planned-range.pickle``: :data:`PLANNED` as Spark pickles a planned range."""
     from sparklog.spark.source.planning import PlannedRange
 
     PICKLE.write_bytes(pickle.dumps(PlannedRange(*PLANNED), protocol=pickle.HIGHEST_PROTOCOL))
 
 
 if __name__ == "__main__":
-    make()
+    if sys.argv[1:] == ["--range"]:
+        make_planned_range()
+    else:
+        make()
     for p in sorted(DATA.rglob("*")) + [PICKLE]:
         if p.is_file():
             print(f"{p.stat().st_size:6d}  {p.relative_to(HERE)}")

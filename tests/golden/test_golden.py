@@ -5,7 +5,7 @@ committed: these tests decode those bytes (never bytes made by the code under te
 check every field against the values stated here, in Python (format/, log/index.py,
 metadata/) and on the JVM (the reader's own classes, through a small javac-compiled
 check, and through ``format("sparklog")`` in Spark). A change of the format in either
-language, or of the pickled planned-range contract, fails them: change the format only
+language, or of the planned-range descriptor, fails them: change the format only
 on purpose, with docs/format.md, both readers and these values.
 """
 
@@ -68,9 +68,12 @@ RAW_CONFIG_JSON = {"configs": {"index.interval.bytes": 1, "message.timestamp.typ
 TYPED_SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False),
                           pa.field("name", pa.string()), pa.field("score", pa.float64())])
 
-#: the pickled planned range: PlannedRange's fields as the JVM reads them
+#: the pickled planned range: PlannedRange's fields
 PLANNED = {"topic": "raw", "partition": 0, "start": 2, "end": 11,
            "root": "file:///golden-root", "fail_on_data_loss": True, "storage_options": {}}
+#: its version-1 descriptor (docs/format.md, "Planned ranges"), byte for byte
+DESCRIPTOR = ('{"version":1,"topic":"raw","partition":0,"start":2,"end":11,'
+              '"root":"file:///golden-root","failOnDataLoss":true,"storageOptions":{}}')
 
 
 def raw_rows():
@@ -170,20 +173,27 @@ def test_topic_config_file():
     assert config.get("segment.bytes") == 2500 and config.get("retention.ms") == 604800000
 
 
-def test_planned_range_pickle_contract():
-    """docs/format.md, "Planned ranges": a planned partition (a PlannedRange) is pickled
-    as ``sparklog.spark.source.planning.OffsetRange`` with exactly these fields; the JVM
-    reader (RangePartition.fromPickled) reads them by name. Python still pickles it to
-    the committed bytes, and reads them back as a PlannedRange."""
+def test_planned_range_descriptor_contract():
+    """docs/format.md, "Planned ranges": a planned partition (a PlannedRange) pickles its
+    version-1 descriptor as its whole state (key ``descriptor``), which the JVM reader
+    (RangePartition.fromPlanned) parses whatever class carried it. Python still pickles
+    it to the committed bytes, and reads them back as a PlannedRange."""
     from dataclasses import asdict
 
+    from sparklog.errors import InvalidArgumentError
     from sparklog.spark.source.planning import PlannedRange
 
     golden = PICKLE.read_bytes()
     loaded = pickle.loads(golden)
     assert type(loaded) is PlannedRange and asdict(loaded) == PLANNED
+    assert loaded.descriptor() == DESCRIPTOR
     assert pickle.dumps(PlannedRange(**PLANNED), protocol=pickle.HIGHEST_PROTOCOL) == golden
-    assert b"sparklog.spark.source.planning" in golden and b"OffsetRange" in golden
+    assert DESCRIPTOR.encode() in golden and b"OffsetRange" not in golden
+    assert PlannedRange.from_descriptor(DESCRIPTOR) == loaded
+    with pytest.raises(InvalidArgumentError, match="version 2 is not known"):
+        PlannedRange.from_descriptor(DESCRIPTOR.replace('"version":1', '"version":2'))
+    with pytest.raises(InvalidArgumentError, match="field start"):
+        PlannedRange.from_descriptor(DESCRIPTOR.replace('"start":2', '"start":"2"'))
 
 
 # --- JVM -----------------------------------------------------------------------------

@@ -1,6 +1,7 @@
-"""COUNT(*) pushed down to a scan the JVM plans (io.sparklog.spark.PushedCount): answered
-on the driver from what planning read (a LocalTableScan, no task) when that is exact,
-counted by the tasks otherwise, and not pushed where it must not be; the count always
+"""COUNT(*) pushed down to a scan the JVM reader reads (io.sparklog.spark.PushedCount):
+the Python planner's ranges counted on the driver from the files' metadata (index
+summaries, the active segment's frame headers: a LocalTableScan, no task) when that is
+exact, by the tasks otherwise, and not pushed where it must not be; the count always
 equals what the unpushed row scan returns on the same log."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from sparklog.format.marker import ABORT, COMMIT, encode_marker  # noqa: E402
 from sparklog.log.index import FLAG_NO_CONTROL, INDEX_HEADER_SIZE  # noqa: E402
 from sparklog.log.partition import PartitionLog  # noqa: E402
 from sparklog.metadata import TopicStore  # noqa: E402
-from sparklog.spark.jvm import COUNT_PUSHDOWN_OPTION, JVM_PLANNING_OPTION, JVM_READER_OPTION  # noqa: E402
+from sparklog.spark.jvm import COUNT_PUSHDOWN_OPTION, JVM_READER_OPTION  # noqa: E402
 from sparklog.storage import open_fileio  # noqa: E402
 from tests.support.logdata import BASE_TS, cleaned_topic, make_topic  # noqa: E402
 from tests.support.sparkread import load, scan_of  # noqa: E402
@@ -70,7 +71,7 @@ def test_count_on_the_driver_over_sealed_and_active_segments(jspark, storage_roo
     for options in ({}, {"minPartitions": "7"}, {"maxRecordsPerPartition": "9"}):
         df = load(jspark, storage_root, subscribe="ev", **options)
         assert check(df, "driver") == 3 * n
-    # cut points inside the active segments' frames: counted from the planning walk
+    # cut points inside the active segments' frames: counted from their headers
     cut = load(jspark, storage_root, subscribe="ev",
                startingOffsets=f'{{"ev": {{"0": {bases[1]}, "1": -2, "2": {active + 1}}}}}',
                endingOffsets=f'{{"ev": {{"0": -1, "1": {active + 2}, "2": {n - 1}}}}}')
@@ -98,12 +99,17 @@ def test_not_pushed_where_it_must_not_be(jspark, storage_root):
     # a filter the source does not take stays above the scan: no push-down either
     by_value = df.where("length(value) > 0")
     assert how_counted(by_value) == "scan" and by_value.count() == 80
-    for options in ({JVM_PLANNING_OPTION: "false"}, {JVM_READER_OPTION: "false"},
-                    {COUNT_PUSHDOWN_OPTION: "false"},
-                    {"kafka.isolation.level": "read_committed"}):
+    for options in ({JVM_READER_OPTION: "false"}, {COUNT_PUSHDOWN_OPTION: "false"}):
         other = load(jspark, storage_root, subscribe="ev", **options)
         assert how_counted(other) == "scan"
         assert other.count() == 80
+    # whatever the Python planner plans is counted from its ranges: timestamps (offset
+    # 10 is inside a sealed segment: the tasks count that one), options the source
+    # accepts and ignores
+    for options, how, n in (({"startingTimestamp": str(BASE_TS + 10_000)}, "tasks", 2 * 30),
+                            ({"kafka.isolation.level": "read_committed"}, "driver", 80)):
+        other = load(jspark, storage_root, subscribe="ev", **options)
+        assert check(other, how) == n
 
 
 def txn_topic(root: str, topic: str, segment_bytes: str) -> None:
@@ -132,16 +138,16 @@ def txn_topic(root: str, topic: str, segment_bytes: str) -> None:
 
 def test_transactions_count_as_the_row_scan(jspark, storage_root):
     """Markers are no rows, aborted records are (as the row scan returns them today):
-    in an active segment the walk that finds the log end counts them; a sealed segment
+    in an active segment the walk of its frame headers counts them; a sealed segment
     holding markers has no usable summary count, so the tasks count."""
     txn_topic(storage_root, "active", str(1 << 20))
     txn_topic(storage_root, "sealed", "2500")
     assert check(load(jspark, storage_root, subscribe="active"), "driver") == 3 * 13
     assert check(load(jspark, storage_root, subscribe="sealed"), "tasks") == 3 * 13
-    # kafka.isolation.level is accepted and ignored, planned by Python: not pushed
+    # kafka.isolation.level is accepted and ignored: the same count
     iso = load(jspark, storage_root, subscribe="active",
                **{"kafka.isolation.level": "read_committed"})
-    assert how_counted(iso) == "scan" and iso.count() == 3 * 13
+    assert check(iso, "driver") == 3 * 13
 
 
 def test_compacted_topic_counts_its_summaries(jspark, storage_root):
@@ -151,7 +157,7 @@ def test_compacted_topic_counts_its_summaries(jspark, storage_root):
     df = load(jspark, storage_root, subscribe="cp")
     n = check(df, "driver")
     assert n < 80
-    unpushed = load(jspark, storage_root, subscribe="cp", **{JVM_PLANNING_OPTION: "false"})
+    unpushed = load(jspark, storage_root, subscribe="cp", **{COUNT_PUSHDOWN_OPTION: "false"})
     assert unpushed.count() == n
     cut = load(jspark, storage_root, subscribe="cp", startingOffsets='{"cp": {"0": 7}}')
     assert check(cut, "tasks") == len(df.where("offset >= 7").select("offset").collect())

@@ -1,27 +1,32 @@
-"""The JVM provider plans path-mode batch scans itself (io.sparklog.spark.BatchPlanner):
-its offset ranges equal the Python planner's (planning.plan_batch) on the same log and
-options (splits, JSON offsets, subscriptions, a compacted topic's live set), a scan it
-plans reads the same rows, and whatever it leaves to Python is planned there."""
+"""One planner per mode: the Python planner (``planning.plan_batch``) plans every batch
+scan of ``format("sparklog")``, ``path`` mode with the jar included, and the JVM reader
+reads exactly the ranges it planned, received as versioned descriptors (docs/spark.md,
+"Who owns what"; docs/format.md, "Planned ranges"). The JVM carries no planner of its
+own, and refuses a descriptor version it does not know, naming it."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 pytest.importorskip("pyspark", reason="pyspark is not installed")
 pytest.importorskip("chispa", reason="chispa is not installed")
 
-from sparklog.spark.jvm import JVM_PLANNING_OPTION  # noqa: E402
+from sparklog.spark.jvm import class_loaded  # noqa: E402
 from sparklog.spark.source.catalog import StorageCatalog  # noqa: E402
 from sparklog.spark.source.options import parse_options  # noqa: E402
-from sparklog.spark.source.planning import plan_batch  # noqa: E402
+from sparklog.spark.source.planning import PlannedRange, plan_batch  # noqa: E402
 from tests.support.logdata import BASE_TS, cleaned_topic, expected_rows, make_topic  # noqa: E402
 from tests.support.sparkread import JVM, assert_same, load, scan_of  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
-PLANNED_ON_JVM = "planned on the JVM"
+#: the JVM's former copy of the planner (deleted: the Python planner is the only one)
+FORMER_JVM_PLANNER = ("io.sparklog.spark.BatchPlanner", "io.sparklog.spark.PlanOptions",
+                      "io.sparklog.spark.LogEnd")
 
-#: option sets compared on the same log (topics "ev": 3 partitions, several segments)
+#: option sets planned on the same log (topics "ev": 3 partitions, several segments)
 CASES = [
     {"subscribe": "ev"},
     {"subscribe": "ev", "minPartitions": "7"},
@@ -31,112 +36,114 @@ CASES = [
     {"assign": '{"ev": [2, 0]}', "minPartitions": "4"},
     {"subscribe": "ev", "startingOffsets": '{"ev": {"0": 5, "1": -2, "2": 40}}',
      "endingOffsets": '{"ev": {"0": 61, "1": -1, "2": 41}}', "minPartitions": "6"},
+    {"subscribe": "ev", "startingTimestamp": str(BASE_TS + 30)},
 ]
 
 
-def python_plan(root: str, options: dict) -> str:
-    """The Python planner's ranges, in BatchPlanner.describe's text form."""
+def python_plan(root: str, options: dict) -> list:
+    """(topic, partition, start, end) of the Python planner's ranges."""
     opts = parse_options({"path": root, **options}, streaming=False)
     catalog = StorageCatalog(root)
     try:
-        ranges = plan_batch(catalog, opts)
+        return [(r.topic, r.partition, r.start, r.end) for r in plan_batch(catalog, opts)]
     finally:
         catalog.close()
-    return "".join(f"{r.topic}-{r.partition}:[{r.start},{r.end})\n" for r in ranges)
 
 
-def jvm_plan(spark, root: str, options: dict) -> str:
-    """BatchPlanner's ranges for the same options ("unsupported: ..." when it leaves
-    the scan to Python)."""
-    jvm = spark.sparkContext._jvm
-    jmap = jvm.java.util.HashMap()
-    for k, v in {"path": root, **options}.items():
-        jmap.put(k, v)
-    conf = spark._jsparkSession.sessionState().newHadoopConf()
-    return jvm.io.sparklog.spark.BatchPlanner.describe(jmap, conf)
+def jvm_ranges(df) -> list:
+    """(topic, partition, start, end) of the ranges the JVM reader's scan of ``df`` reads."""
+    from py4j.java_gateway import get_field
+
+    leaf = df._jdf.queryExecution().executedPlan().collectLeaves().head()
+    out = []
+    it = leaf.inputPartitions().iterator()
+    while it.hasNext():
+        r = it.next()
+        out.append((get_field(r, "topic"), get_field(r, "partition"), get_field(r, "start"),
+                    get_field(r, "end")))
+    return out
 
 
-def assert_same_plan(spark, root, options):
+def assert_reads_python_plan(spark, root, options) -> list:
+    """The JVM scan of ``options`` reads exactly the Python planner's ranges."""
+    df = load(spark, root, **options)
+    assert JVM in scan_of(df), scan_of(df)
     want = python_plan(root, options)
-    got = jvm_plan(spark, root, options)
-    assert got == want, f"options {options}"
-    return got
+    assert jvm_ranges(df) == want, f"options {options}"
+    return want
 
 
-def test_jvm_ranges_equal_the_python_planners(jspark, storage_root):
+def test_the_jvm_has_no_planner_of_its_own(jspark):
+    """The jar holds the reader, not a second planner (the classes that restated the
+    Python planner are gone); the reader's range class is there."""
+    assert class_loaded(jspark, "io.sparklog.spark.RangePartition")
+    for name in FORMER_JVM_PLANNER:
+        assert not class_loaded(jspark, name), name
+
+
+def test_the_jvm_reads_the_python_planners_ranges(jspark, storage_root):
     make_topic(storage_root, "ev", partitions=3, count=97, per_frame=4,
                config={"segment.bytes": "2500"})
     make_topic(storage_root, "empty", partitions=1, count=0)
     for options in CASES:
-        plan = assert_same_plan(jspark, storage_root, options)
-        assert plan.count("\n") >= 3, plan
-    assert assert_same_plan(jspark, storage_root, {"subscribe": "empty"}) == ""
-    # the scan it plans reads the records, and says where it was planned
+        assert len(assert_reads_python_plan(jspark, storage_root, options)) >= 3, options
+    assert assert_reads_python_plan(jspark, storage_root, {"subscribe": "empty"}) == []
     df = load(jspark, storage_root, subscribe="ev", minPartitions="5")
-    assert PLANNED_ON_JVM in scan_of(df)
-    assert_same(df, load(jspark, storage_root, subscribe="ev",
-                         **{JVM_PLANNING_OPTION: "false"}))
+    assert_same(df, load(jspark, storage_root, subscribe="ev", **{"sparklog.jvmReader": "false"}))
     assert sorted(tuple(r) for r in df.collect()) == sorted(
         expected_rows("ev", {p: range(97) for p in range(3)}))
-
-
-def test_what_the_jvm_leaves_to_the_python_planner(jspark, storage_root):
-    make_topic(storage_root, "lp", partitions=2, count=20, per_frame=5)
-    for options, why in [
-        ({"subscribe": "lp", "startingTimestamp": str(BASE_TS)}, "startingtimestamp"),
-        ({"subscribe": "lp", "startingOffsets": '{"lp": {"0": 1}}'}, "offsets miss lp-1"),
-        ({"subscribe": "nope"}, "does not exist"),
-        ({"subscribe": "lp", JVM_PLANNING_OPTION: "false"}, JVM_PLANNING_OPTION),
-    ]:
-        assert why in jvm_plan(jspark, storage_root, options).lower().replace(
-            JVM_PLANNING_OPTION.lower(), JVM_PLANNING_OPTION)
-    df = load(jspark, storage_root, subscribe="lp", startingTimestamp=str(BASE_TS + 3))
-    assert JVM in scan_of(df) and PLANNED_ON_JVM not in scan_of(df)
-    planned = python_plan(storage_root, {"subscribe": "lp", "startingTimestamp": str(BASE_TS + 3)})
-    ranges = [line.split(":")[1].strip("[)").split(",") for line in planned.splitlines()]
-    assert 0 < sum(int(b) - int(a) for a, b in ranges) < 40
-    assert df.count() == sum(int(b) - int(a) for a, b in ranges)  # the timestamp resolved
-    # a filter pushed to the Python source keeps the plan it makes
-    assert load(jspark, storage_root, subscribe="lp").where("offset >= 15").count() == 10
-    # Python's errors stay Python's
-    bad = load(jspark, storage_root, subscribe="lp", endingOffsets='{"lp": {"0": 99, "1": 2}}')
+    # a filter pushed to the Python source narrows the plan the JVM reads
+    assert load(jspark, storage_root, subscribe="ev").where("offset >= 90").count() == 3 * 7
+    # the Python planner's errors are the scan's errors
+    bad = load(jspark, storage_root, subscribe="ev",
+               endingOffsets='{"ev": {"0": 99, "1": 2, "2": 2}}')
     with pytest.raises(Exception, match="beyond the latest offset"):
         bad.count()
 
 
-def test_compacted_topic_plans_the_live_set(jspark, storage_root):
+def test_compacted_topic_reads_the_live_set(jspark, storage_root):
     cleaned = cleaned_topic(storage_root)  # replaced segments stay beside the cleaned ones
     assert cleaned.segments_replaced >= 2
     for options in ({"subscribe": "cp"}, {"subscribe": "cp", "minPartitions": "4"},
                     {"subscribe": "cp", "maxRecordsPerPartition": "7"}):
-        assert_same_plan(jspark, storage_root, options)
+        assert_reads_python_plan(jspark, storage_root, options)
     df = load(jspark, storage_root, subscribe="cp", minPartitions="3")
-    assert PLANNED_ON_JVM in scan_of(df)
-    assert_same(df, load(jspark, storage_root, subscribe="cp", minPartitions="3",
-                         **{JVM_PLANNING_OPTION: "false"}))
+    assert_same(df, load(jspark, storage_root, subscribe="cp",
+                         **{"sparklog.jvmReader": "false"}))
 
 
-def test_available_now_target_read_on_the_jvm(jspark, storage_root, tmp_path):
-    """A capped AvailableNow stream in path mode takes its target (the log ends when the
-    run starts) from the JVM, equal to the Python stream's uncapped latest offset, and
-    drains the backlog in several micro-batches."""
-    import json
+def test_descriptor_versions_the_jvm_does_not_know_are_refused(jspark):
+    """The JVM parses the descriptor Python's PlannedRange sends, and refuses another
+    version (or a malformed descriptor) naming the problem."""
+    from py4j.java_gateway import get_field
 
-    from sparklog.spark.source.stream import SparklogStreamReader
+    parse = jspark.sparkContext._jvm.io.sparklog.spark.RangePartition.fromDescriptor
+    r = PlannedRange("t.x", 3, 5, 2 ** 40, "file:///r", False)
+    j = parse(r.descriptor())
+    assert tuple(get_field(j, f) for f in ("topic", "partition", "start", "end", "root",
+                                           "failOnDataLoss")) == \
+        ("t.x", 3, 5, 2 ** 40, "file:///r", False)
+    fields = json.loads(r.descriptor())
+    for bad, message in [
+        ({**fields, "version": 2}, "descriptor version 2 is not known"),
+        ({k: v for k, v in fields.items() if k != "version"}, "descriptor version null"),
+        ({**fields, "hosts": []}, "has fields"),
+        ({**fields, "start": "5"}, "field start"),
+        ({**fields, "storageOptions": {"kerberos": "x"}}, "storage options"),
+    ]:
+        with pytest.raises(Exception, match=message):  # IllegalArgumentException
+            parse(json.dumps(bad))
+
+
+def test_available_now_target_of_a_capped_path_stream(jspark, storage_root, tmp_path):
+    """A capped AvailableNow stream in path mode drains what was there when it started
+    in several micro-batches (its target is the Python stream's uncapped latest
+    offsets)."""
     from tests.support.sparkread import output, stream
 
     make_topic(storage_root, "an", partitions=2, count=30, per_frame=4,
                config={"segment.bytes": "2000"})
     options = {"subscribe": "an", "maxOffsetsPerTrigger": "16"}
-    jvm = jspark.sparkContext._jvm
-    jmap = jvm.java.util.HashMap()
-    for k, v in {"path": storage_root, **options}.items():
-        jmap.put(k, v)
-    ends = jvm.io.sparklog.spark.BatchPlanner.describeLogEnds(
-        jmap, jspark._jsparkSession.sessionState().newHadoopConf())
-    reader = SparklogStreamReader(parse_options({"path": storage_root, "subscribe": "an"},
-                                                streaming=True), None)
-    assert json.loads(ends) == reader.latestOffset() == {"an": {"0": 30, "1": 30}}
     out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
     df = stream(jspark, storage_root, startingOffsets="earliest", **options)
     q = (df.writeStream.format("parquet").option("path", out)

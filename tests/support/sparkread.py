@@ -18,7 +18,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from sparklog.spark.jvm import JVM_PLANNING_OPTION, JVM_READER_OPTION
+from sparklog.spark.jvm import JVM_READER_OPTION
 
 #: Spark's Kafka source schema, spelt out independently of the implementation.
 KAFKA_SCHEMA = StructType([
@@ -105,16 +105,14 @@ def no_jar_source():
 
 
 #: Every route a batch read of ``format("sparklog")`` can take (docs/spark.md, "The JVM
-#: reader"): name -> (format, options). "jvm" is the default: planned on the JVM when
-#: no filter is pushed, by the Python planner otherwise, read by the JVM reader;
-#: "python-planned" always plans in Python and reads on the JVM; "python-reader" reads
-#: on Python behind the JVM provider; "no-jar" is the Python data source alone, as
+#: reader"): name -> (format, options). "jvm" is the default: planned by the Python
+#: planner (the only one), read by the JVM reader; "python-reader" reads on Python
+#: behind the JVM provider; "no-jar" is the Python data source alone, as
 #: ``register(spark)`` makes it in a session without the jar (no filter pushdown: with
 #: it, Spark 4.1 reuses one DataFrame's plan across its scans; docs/spark.md,
 #: Registering).
 ROUTES = {
     "jvm": ("sparklog", {}),
-    "python-planned": ("sparklog", {JVM_PLANNING_OPTION: "false"}),
     "python-reader": ("sparklog", {JVM_READER_OPTION: "false"}),
     "no-jar": ("sparklog_nojar", {}),
 }

@@ -6,7 +6,10 @@ resolves ``spark.read.format("sparklog")`` to it before the Python data source o
 same name; it delegates schema inference, options, planning, filter pushdown, stream
 offsets and writes to that Python source (registering it in a session that has none,
 so a job needs no registration step) and runs only the read tasks of batch scans and
-stream micro-batches on the JVM (columnar, no Python worker). See docs/spark.md.
+stream micro-batches on the JVM (columnar, no Python worker), and counts pushed-down
+``COUNT(*)``s of the planned ranges from the files' metadata. The Python planner is the
+only planner: ranges cross to the JVM as versioned descriptors (docs/format.md,
+"Planned ranges"). See docs/spark.md.
 
 :func:`jar_path` compiles the sources with ``javac --release 17`` against pyspark's jars
 into a per-user cache directory, keyed by a hash of the sources and the pyspark version,
@@ -32,10 +35,7 @@ log = logging.getLogger(__name__)
 SOURCE_DIR = Path(__file__).resolve().parent / "java"
 #: Read option that keeps a batch scan on the Python reader when "false".
 JVM_READER_OPTION = "sparklog.jvmReader"
-#: Read option: "false" leaves a batch scan's planning and schema to the Python source
-#: (the JVM provider plans path-mode batch scans itself; see docs/spark.md).
-JVM_PLANNING_OPTION = "sparklog.jvmPlanning"
-#: Read option: "false" keeps COUNT(*) from being pushed down to a scan the JVM plans
+#: Read option: "false" keeps COUNT(*) from being pushed down to a scan the JVM reads
 #: (it is then counted from the rows; see docs/spark.md, "Counting").
 COUNT_PUSHDOWN_OPTION = "sparklog.countPushDown"
 
@@ -198,5 +198,5 @@ def register_python_source(spark, source_cls) -> None:
 
 
 __all__ = ["jar_path", "cache_dir", "source_hash", "register_python_source", "SOURCE_DIR",
-           "JVM_READER_OPTION", "JVM_PLANNING_OPTION", "COUNT_PUSHDOWN_OPTION",
+           "JVM_READER_OPTION", "COUNT_PUSHDOWN_OPTION",
            "PROVIDER_CLASS", "provider_loaded", "class_loaded"]

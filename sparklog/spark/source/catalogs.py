@@ -6,14 +6,17 @@ Kept apart from :mod:`.catalog` (the interface and the storage catalog) and
 
 from __future__ import annotations
 
-from .broker_catalog import BrokerCatalog
 from .catalog import Catalog, StorageCatalog
 
 
 def open_catalog(opts) -> Catalog:
     """The catalog for parsed source options: broker when ``bootstrap.servers`` is set,
-    else the storage root ``path``."""
+    else the storage root ``path``. The broker catalog (the network clients) is imported
+    only then: a ``path``-mode plan, which runs in a Python worker started for it, does
+    not pay for it."""
     if opts.bootstrap_servers:
+        from .broker_catalog import BrokerCatalog
+
         return BrokerCatalog(opts.bootstrap_servers, opts.path, security=opts.security,
                              storage_options=opts.storage_options)
     return StorageCatalog(opts.path, opts.storage_options)

@@ -11,6 +11,7 @@ is near so that a task rarely decodes a frame another task also reads.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from bisect import bisect_left
@@ -43,15 +44,24 @@ class LogSnapshot:
         return max(total / (self.high_watermark - self.segments[0][0]), 1.0)
 
 
+#: Version of the planned-range descriptor (docs/format.md, "Planned ranges"): the JVM
+#: reader reads the versions it knows and refuses any other, naming it.
+RANGE_DESCRIPTOR_VERSION = 1
+#: The descriptor's fields in version 1, in their order (JSON names).
+RANGE_DESCRIPTOR_FIELDS = ("version", "topic", "partition", "start", "end", "root",
+                           "failOnDataLoss", "storageOptions")
+
+
 @dataclass
 class PlannedRange(InputPartition):
     """One Spark task: records ``[start, end)`` of ``topic``/``partition``, read from the
     storage root ``root``. ``fail_on_data_loss`` decides what a range that retention
     deleted during the scan does (raise, or skip with a warning).
 
-    Spark pickles it to the tasks and the JVM reader unpickles it by class name and
-    fields: a format contract (docs/format.md, "Planned ranges") in which the class is
-    named ``OffsetRange`` (see below the class)."""
+    It crosses to the tasks and to the JVM reader as its descriptor
+    (:meth:`descriptor`: versioned JSON, docs/format.md, "Planned ranges"): Spark
+    pickles the range, and its pickled state is that descriptor alone, which the JVM
+    reader reads whatever class carried it."""
 
     topic: str
     partition: int
@@ -66,14 +76,49 @@ class PlannedRange(InputPartition):
         """Number of offsets in the range."""
         return max(self.end - self.start, 0)
 
+    def descriptor(self) -> str:
+        """The range as its version-:data:`RANGE_DESCRIPTOR_VERSION` descriptor: one JSON
+        object of :data:`RANGE_DESCRIPTOR_FIELDS` (compact, in that order)."""
+        values = (RANGE_DESCRIPTOR_VERSION, self.topic, self.partition, self.start,
+                  self.end, self.root, self.fail_on_data_loss, self.storage_options)
+        return json.dumps(dict(zip(RANGE_DESCRIPTOR_FIELDS, values)), separators=(",", ":"))
 
-# The class name a pickled PlannedRange carries is "sparklog.spark.source.planning.
-# OffsetRange": the JVM reader checks it (RangePartition.PYTHON_CLASS) and the committed
-# golden pickle pins it. Pickle writes a class as its module and __qualname__ and finds
-# it again under that name, so the class answers to it here. Code uses PlannedRange: a
-# job's sparklog.spark.jobs.OffsetRange (what a batch consumed) is another concept.
-PlannedRange.__qualname__ = "OffsetRange"
-OffsetRange = PlannedRange  # the pickled name only
+    @classmethod
+    def from_descriptor(cls, text: str) -> "PlannedRange":
+        """The range a descriptor holds; InvalidArgumentError naming the problem (another
+        version, a missing, extra or mistyped field)."""
+        try:
+            d = json.loads(text)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgumentError(f"planned-range descriptor is not JSON: {exc}") from None
+        if not isinstance(d, dict):
+            raise InvalidArgumentError(f"planned-range descriptor is not a JSON object: {text!r}")
+        if d.get("version") != RANGE_DESCRIPTOR_VERSION:
+            raise InvalidArgumentError(
+                f"planned-range descriptor version {d.get('version')!r} is not known here "
+                f"(this sparklog reads version {RANGE_DESCRIPTOR_VERSION})")
+        if set(d) != set(RANGE_DESCRIPTOR_FIELDS):
+            raise InvalidArgumentError(
+                f"planned-range descriptor version {RANGE_DESCRIPTOR_VERSION} has fields "
+                f"{sorted(d)}, not {sorted(RANGE_DESCRIPTOR_FIELDS)}")
+        types = {"topic": str, "partition": int, "start": int, "end": int, "root": str,
+                 "failOnDataLoss": bool, "storageOptions": dict}
+        for name, kind in types.items():
+            value = d[name]
+            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                raise InvalidArgumentError(
+                    f"planned-range descriptor field {name} is {value!r}, not a {kind.__name__}")
+        return cls(d["topic"], d["partition"], d["start"], d["end"], d["root"],
+                   d["failOnDataLoss"], d["storageOptions"])
+
+    def __getstate__(self) -> dict:
+        return {"descriptor": self.descriptor()}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(PlannedRange.from_descriptor(state["descriptor"]).__dict__)
+
+
+OffsetRange = PlannedRange  # the class's earlier name (still imported by some tests)
 
 
 def data_loss_message(topic: str, partition: int, first: int, end: int | None,

@@ -38,8 +38,7 @@ import org.slf4j.LoggerFactory;
  * <p>{@code Trigger.AvailableNow} ({@link SupportsTriggerAvailableNow}): when the query
  * starts, the offsets available then are taken as the target (when
  * {@code maxOffsetsPerTrigger} / {@code maxBytesPerTrigger} cap the Python stream: the
- * log ends read on the JVM in {@code path} mode, else an uncapped twin of the Python
- * stream);
+ * latest offsets of an uncapped twin of the Python stream, which plans them);
  * each micro-batch then ends where the Python stream's capped answer does, clamped to the
  * target, so a capped AvailableNow run drains the backlog in as many batches as the caps
  * need and stops at the target (Spark's Kafka source does the same). Partitions that
@@ -55,7 +54,6 @@ public class JvmMicroBatchStream
   private final StructType schema;
   private final boolean jvmRead;
   private final Supplier<MicroBatchStream> uncapped;
-  private final Supplier<JsonNode> logEnds;
   private JsonNode availableNowTarget;
   private final Map<String, Schema> checkedTopics = new HashMap<>();
   private Configuration hadoopConf;
@@ -65,16 +63,13 @@ public class JvmMicroBatchStream
   /** Wraps the Python stream {@code delegate}, whose rows have {@code schema}; its
    *  micro-batches are read on the JVM when {@code jvmRead} (and they can be), else on
    *  Python. {@code uncapped} makes the same Python stream without the per-trigger caps
-   *  (null when there are none): it reads the target of an AvailableNow run, unless
-   *  {@code logEnds} (null: none) reads the same offsets on the JVM (a {@code path}-mode
-   *  stream: {@link BatchPlanner#logEnds}); it answers null when Python must. */
+   *  (null when there are none): it reads the target of an AvailableNow run. */
   public JvmMicroBatchStream(MicroBatchStream delegate, StructType schema, boolean jvmRead,
-      Supplier<MicroBatchStream> uncapped, Supplier<JsonNode> logEnds) {
+      Supplier<MicroBatchStream> uncapped) {
     this.delegate = delegate;
     this.schema = schema;
     this.jvmRead = jvmRead;
     this.uncapped = uncapped;
-    this.logEnds = logEnds;
   }
 
   @Override
@@ -117,11 +112,6 @@ public class JvmMicroBatchStream
   public void prepareForTriggerAvailableNow() {
     if (uncapped == null) {
       availableNowTarget = tree(delegate.latestOffset());
-      return;
-    }
-    JsonNode ends = logEnds == null ? null : logEnds.get();
-    if (ends != null) {  // no uncapped Python twin (a Python process) to start
-      availableNowTarget = ends;
       return;
     }
     MicroBatchStream twin = uncapped.get();

@@ -18,8 +18,8 @@ import org.apache.spark.sql.types.StructType;
 
 /**
  * Turns the partitions the Python source planned (batch or micro-batch) into the ranges
- * the JVM reader reads, or explains why it cannot: every planned partition must be a
- * pickled {@code PlannedRange}, every storage root must open through Hadoop, and every
+ * the JVM reader reads, or explains why it cannot: every planned partition must carry a
+ * planned-range descriptor ({@link RangePartition#fromPlanned}), every storage root must open through Hadoop, and every
  * queried record column must have an Arrow type that maps 1:1 to its Spark type. Each
  * range is given the hosts of its segment blocks ({@link BlockHosts}).
  */
@@ -53,13 +53,13 @@ final class PlannedRanges {
       }
       Object obj = unpickler.loads(pickled);
       if (obj != null) {  // null: Python's placeholder partition of an empty plan
-        ranges.add(RangePartition.fromPickled(obj));
+        ranges.add(RangePartition.fromPlanned(obj));
       }
     }
     return finish(ranges, readSchema, conf, checked);
   }
 
-  /** {@code ranges} (from Python or {@link BatchPlanner}) checked as readable by the JVM
+  /** {@code ranges} checked as readable by the JVM
    *  reader ({@code checked} as in {@link #convert(InputPartition[], StructType,
    *  Configuration, Map)}) and given the hosts of their segment blocks. */
   static RangePartition[] finish(List<RangePartition> ranges, StructType readSchema,

@@ -31,19 +31,23 @@ import org.slf4j.LoggerFactory;
 
 /**
  * A {@code COUNT(*)} (or {@code COUNT(column)} of columns that are never null) pushed down
- * to a scan that {@link BatchPlanner} plans ({@link SparklogScanBuilder}, Spark's
- * {@code SupportsPushDownAggregates}): no filter pushed, the JVM reader on, no grouping.
+ * to a batch scan ({@link SparklogScanBuilder}, Spark's {@code SupportsPushDownAggregates}):
+ * no filter pushed, the JVM reader on, no grouping, and every range the Python planner
+ * planned readable by the JVM reader.
  *
- * <p>{@link RecordCount} counts what it can from what planning read (the frames of the
- * active segments, the summaries of the sealed ones). When that is everything, the
- * push-down is complete and the scan is a {@link LocalScan}: the driver returns the
- * single row, no task runs. Otherwise it is partial: each piece of range it could not
- * count is a task that counts it as the row scan reads it ({@link SparklogPartitionReader}
- * with no column: frame headers) and returns one row, one more task returns what the
- * driver counted, and Spark sums the rows.
+ * <p>Counting is reading, not planning: the ranges are the Python planner's, and
+ * {@link RecordCount} counts what it can of them from the files' own metadata (the
+ * {@code .index} summaries of sealed segments, the frame headers of active ones). When
+ * that is everything, the push-down is complete and the scan is a {@link LocalScan}: the
+ * driver returns the single row, no task runs. Otherwise it is partial: each piece of
+ * range it could not count is a task that counts it as the row scan reads it
+ * ({@link SparklogPartitionReader} with no column: frame headers) and returns one row,
+ * one more task returns what the driver counted, and Spark sums the rows.
  */
 final class PushedCount {
   private static final Logger LOG = LoggerFactory.getLogger(PushedCount.class);
+  /** Read option: {@code false} keeps COUNT(*) from being pushed down (the rows count). */
+  static final String OPTION = "sparklog.countPushDown";
 
   private final StructType schema;
   /** Records the driver counted. */
@@ -60,33 +64,48 @@ final class PushedCount {
     this.conf = conf;
   }
 
+  /** The ranges the Python planner planned for the scan, or an exception saying why the
+   *  JVM reader cannot read them (see {@link PlannedRanges#convert}). */
+  interface Planner {
+    RangePartition[] plan(Configuration conf) throws Exception;
+  }
+
   /**
    * The pushed count of {@code agg} over a read of {@code options} whose table schema is
    * {@code fullSchema}, or null when it is not pushed ({@code filtersPushed}, the JVM
-   * reader off, {@code sparklog.countPushDown=false}, another aggregate, or a scan the
-   * Python source plans).
+   * reader off, {@code sparklog.countPushDown=false}, another aggregate, or ranges the JVM
+   * reader cannot read). {@code planner} gives the Python planner's ranges.
    */
   static PushedCount of(Aggregation agg, StructType fullSchema,
-      CaseInsensitiveStringMap options, boolean filtersPushed) {
-    if (filtersPushed || !JvmReaderOption.enabled(options) || !countsRows(agg, fullSchema)) {
+      CaseInsensitiveStringMap options, boolean filtersPushed, Planner planner) {
+    if (filtersPushed || !JvmReaderOption.enabled(options) || !enabled(options)
+        || !countsRows(agg, fullSchema)) {
       return null;
     }
     try {
-      if (!PlanOptions.countPushDown(options)) {
-        return null;
-      }
       Configuration conf = SparklogScan.hadoopConf();
-      BatchPlanner.Planned planned = BatchPlanner.planToCount(options, conf);
-      RecordCount.Split split = RecordCount.split(planned.ranges, planned.snapshots);
+      RangePartition[] planned = planner.plan(conf);
+      RecordCount.Split split = RecordCount.split(java.util.List.of(planned), conf);
       RangePartition[] rest = PlannedRanges.finish(split.rest, new StructType(), conf,
           new HashMap<>());
       return new PushedCount(schema(agg), split.known, rest, conf);
-    } catch (PlanOptions.Unsupported e) {
-      LOG.debug("sparklog: count not pushed down, the Python source plans: {}", e.getMessage());
     } catch (Exception e) {
-      LOG.info("sparklog: count not pushed down, the Python source plans: {}", e.toString());
+      LOG.info("sparklog: count not pushed down: {}", e.toString());
     }
     return null;
+  }
+
+  /** The option {@value #OPTION}: true unless {@code false}; another value fails. */
+  static boolean enabled(CaseInsensitiveStringMap options) {
+    String raw = options.get(OPTION);
+    if (raw == null) {
+      return true;
+    }
+    String v = raw.trim().toLowerCase(java.util.Locale.ROOT);
+    if (v.equals("true") || v.equals("false")) {
+      return v.equals("true");
+    }
+    throw new IllegalArgumentException("option " + OPTION + "=" + raw + " must be true or false");
   }
 
   /** Whether the driver knows the count (complete push-down). */

@@ -1,19 +1,27 @@
 package io.sparklog.spark;
 
+import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.zip.CRC32C;
 
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FSDataInputStream;
 import org.apache.hadoop.fs.FileSystem;
 
 /**
- * The number of records a batch scan of planned ranges returns, found from what planning
- * already read or reads cheaply, without the tasks: the frames of each active segment
- * (walked by {@link LogEnd} to find the log end, {@link ActiveFrames}) and the
- * {@code .index} summary of each sealed segment ({@link Sealed}: its record count, usable
+ * The number of records a batch scan of planned ranges returns, found on the driver from
+ * the files' own metadata, without the tasks: the frame headers of each active segment
+ * up to the ranges' end ({@link ActiveFrames#walk}) and the {@code .index} summary of
+ * each sealed segment ({@link Sealed}: its record count, usable
  * when the summary says the segment holds no control frame). Anything these cannot
  * answer exactly (a sealed segment only partly in the ranges or without that flag, a
  * range cutting through a frame with explicit offsets, a frame whose header the row scan
@@ -35,13 +43,78 @@ final class RecordCount {
   private RecordCount() {
   }
 
-  /** The frames of an active segment as the planning walk found them, in order. */
+  /** Bytes read at once while walking frames smaller than {@link #SKIP_BODY_BYTES}. */
+  static final int CHUNK_BYTES = 8 << 20;
+  /** A frame at least this large has its body skipped by a new read at the next header
+   *  (a read costs about what reading this many bytes does). */
+  static final int SKIP_BODY_BYTES = 512 << 10;
+  /** Bytes read at the next header after a skipped body. */
+  static final int HEADER_READ_BYTES = 64 << 10;
+  /** Most partitions whose files are read at the same time. */
+  static final int THREADS = 16;
+
+  /** The frames of an active segment as {@link #walk} found them, in order. */
   static final class ActiveFrames {
     private long[] base = new long[64];
     private long[] last = new long[64];
     private int[] records = new int[64];
     private byte[] kind = new byte[64];
     private int n;
+    /** Offsets from here on were not walked (a frame the walk could not take, or the end
+     *  of the visible bytes): a read counts them. */
+    private long walkedTo;
+
+    /**
+     * The frames of the active segment {@code seg} whose offsets start below
+     * {@code until}, from its frame headers: control frames and frames with explicit
+     * offsets are read whole and CRC-checked (what the row scan checks of them decides
+     * whether their count is sure). The walk stops at a frame that is cut off by the end
+     * of the visible bytes (being written) or that it cannot take (an inconsistent
+     * header, an offset gap it does not expect): what follows is left to the tasks.
+     */
+    static ActiveFrames walk(FileSystem fs, LogFiles.Segment seg, long until)
+        throws IOException {
+      ActiveFrames frames = new ActiveFrames();
+      try (FSDataInputStream in = fs.open(seg.log)) {
+        long end = LogFiles.visibleLength(fs, seg.log, in);
+        byte[] window = new byte[0];
+        long windowStart = 0;
+        long pos = 0;
+        long expected = seg.baseOffset;
+        int want = SKIP_BODY_BYTES;  // until a frame shows the size: a header's read
+        while (expected < until && end - pos >= FrameHeader.SIZE) {
+          if (pos < windowStart || pos + FrameHeader.SIZE > windowStart + window.length) {
+            int chunk = want < SKIP_BODY_BYTES ? CHUNK_BYTES : HEADER_READ_BYTES;
+            window = new byte[(int) Math.min(chunk, end - pos)];
+            in.readFully(pos, window, 0, window.length);
+            windowStart = pos;
+          }
+          ByteBuffer h = ByteBuffer.wrap(window, (int) (pos - windowStart), FrameHeader.SIZE)
+              .slice();
+          int length = FrameHeader.length(h);
+          long size = (long) length + FrameHeader.LOG_OVERHEAD;
+          if (length < FrameHeader.SIZE - FrameHeader.LOG_OVERHEAD || size > end - pos) {
+            break;
+          }
+          int count = FrameHeader.recordCount(h);
+          int delta = FrameHeader.lastOffsetDelta(h);
+          long base = FrameHeader.baseOffset(h);
+          boolean explicit =
+              (FrameHeader.attributes(h) & FrameHeader.EXPLICIT_OFFSETS_BIT) != 0;
+          if (FrameHeader.magic(h) != FrameHeader.MAGIC || count <= 0 || delta < count - 1
+              || (FrameHeader.attributes(h) & FrameHeader.CODEC_MASK) > 2
+              || !(base == expected || (base > expected && explicit))) {
+            break;
+          }
+          frames.add(base, base + delta, count, kind(in, h, pos, (int) size));
+          want = (int) size;
+          expected = base + delta + 1;
+          pos += size;
+        }
+        frames.walkedTo = expected;
+      }
+      return frames;
+    }
 
     void add(long frameBase, long lastOffset, int recordCount, byte frameKind) {
       if (n == base.length) {
@@ -58,7 +131,8 @@ final class RecordCount {
     }
 
     /** Records of {@code [lo, hi)} in these frames that their headers count; the spans of
-     *  the frames they cannot are added to {@code unknown}, in offset order. */
+     *  the frames they cannot, and of what was not walked, are added to {@code unknown},
+     *  in offset order. */
     long count(long lo, long hi, List<long[]> unknown) {
       long total = 0;
       for (int i = 0; i < n; i++) {
@@ -74,7 +148,73 @@ final class RecordCount {
           unknown.add(new long[] {Math.max(lo, base[i]), Math.min(hi, last[i] + 1)});
         }
       }
+      if (hi > walkedTo) {
+        unknown.add(new long[] {Math.max(lo, walkedTo), hi});
+      }
       return total;
+    }
+  }
+
+  /** The {@link RecordCount} kind of the frame of header {@code h} at {@code pos}: what the
+   *  row scan checks of it (a header alone for implicit offsets, the whole frame's CRC32C
+   *  for control frames and explicit offsets) decides whether its count is sure. */
+  private static byte kind(FSDataInputStream in, ByteBuffer h, long pos, int size)
+      throws IOException {
+    int attributes = FrameHeader.attributes(h);
+    if ((attributes & (FrameHeader.CONTROL_BIT | FrameHeader.EXPLICIT_OFFSETS_BIT)) == 0) {
+      return FrameHeader.lastOffsetDelta(h) == FrameHeader.recordCount(h) - 1
+          ? IMPLICIT : UNSURE;
+    }
+    byte[] frame = new byte[size];
+    in.readFully(pos, frame, 0, size);
+    CRC32C crc = new CRC32C();
+    crc.update(frame, FrameHeader.CRC_START, size - FrameHeader.CRC_START);
+    if ((int) crc.getValue() != FrameHeader.crc(ByteBuffer.wrap(frame))) {
+      return UNSURE;
+    }
+    return (attributes & FrameHeader.CONTROL_BIT) != 0 ? CONTROL : EXPLICIT;
+  }
+
+  /** What counting needs of one topic-partition's files: the base offsets of its live
+   *  segments, the sound summary of each sealed one and the frames of an active last
+   *  one. */
+  static final class Snapshot {
+    /** Base offsets of the live segments, ascending. */
+    final long[] bases;
+    /** The frames of an active last segment (else null). */
+    final ActiveFrames active;
+    /** The sound summary of each sealed segment, by the index of {@link #bases} (null
+     *  entries: none). */
+    final Sealed[] sealed;
+
+    Snapshot(long[] bases, ActiveFrames active, Sealed[] sealed) {
+      this.bases = bases;
+      this.active = active;
+      this.sealed = sealed;
+    }
+
+    /** The snapshot of {@code topic}/{@code partition} under {@code root} as far as the
+     *  offset {@code until} (the end of the ranges counted). */
+    static Snapshot of(FileSystem fs, String root, String topic, int partition, long until)
+        throws IOException {
+      List<LogFiles.Segment> segments =
+          LogFiles.listSegments(fs, LogFiles.partitionDir(root, topic, partition));
+      long[] bases = new long[segments.size()];
+      Sealed[] sealed = new Sealed[bases.length];
+      ActiveFrames active = null;
+      for (int i = 0; i < bases.length; i++) {
+        LogFiles.Segment seg = segments.get(i);
+        bases[i] = seg.baseOffset;
+        if (seg.baseOffset >= until) {
+          continue;
+        }
+        if (seg.hasIndex) {
+          sealed[i] = Sealed.of(fs, seg);
+        } else if (i == bases.length - 1) {
+          active = ActiveFrames.walk(fs, seg, until);
+        }
+      }
+      return new Snapshot(bases, active, sealed);
     }
   }
 
@@ -118,28 +258,25 @@ final class RecordCount {
   }
 
   /**
-   * The records the row scan of {@code ranges} returns, counted from the {@code snapshots}
-   * planning took of their partitions (with their frames and summaries:
-   * {@link BatchPlanner#planToCount}) where they say it exactly, and the pieces of the
-   * ranges where they do not (a sealed segment without a usable count or only partly in a
-   * range, a frame the row scan might refuse or cut by a range with explicit offsets).
+   * The records the row scan of {@code ranges} returns, counted from a {@link Snapshot} of
+   * each of their partitions (read in parallel through {@code conf}'s file systems) where
+   * it says it exactly, and the pieces of the ranges where it does not (a sealed segment
+   * without a usable count or only partly in a range, a frame the row scan might refuse
+   * or cut by a range with explicit offsets, offsets beyond the walked frames).
    */
-  static Split split(List<RangePartition> ranges, List<BatchPlanner.Snapshot> snapshots) {
-    Map<String, BatchPlanner.Snapshot> snapshotOf = new TreeMap<>();
-    for (BatchPlanner.Snapshot s : snapshots) {
-      snapshotOf.put(s.topic + "\u0000" + s.partition, s);
-    }
+  static Split split(List<RangePartition> ranges, Configuration conf) throws IOException {
     Map<String, List<RangePartition>> byPartition = new TreeMap<>();
     for (RangePartition r : ranges) {
-      byPartition.computeIfAbsent(r.topic + "\u0000" + r.partition, k -> new ArrayList<>())
-          .add(r);
+      byPartition.computeIfAbsent(r.root + "\u0000" + r.topic + "\u0000" + r.partition,
+          k -> new ArrayList<>()).add(r);
     }
+    Map<String, Snapshot> snapshotOf = snapshots(byPartition, conf);
     long known = 0;
     List<RangePartition> rest = new ArrayList<>();
     for (Map.Entry<String, List<RangePartition>> e : byPartition.entrySet()) {
       List<RangePartition> mine = e.getValue();
       mine.sort((a, b) -> Long.compare(a.start, b.start));
-      BatchPlanner.Snapshot s = snapshotOf.get(e.getKey());
+      Snapshot s = snapshotOf.get(e.getKey());
       // the ranges of a partition joined where they meet (a split counts as the whole)
       List<long[]> unknown = new ArrayList<>();
       long[] span = null;
@@ -187,7 +324,46 @@ final class RecordCount {
 
   /** Records of {@code [lo, hi)} in the partition of {@code s} that its snapshot counts;
    *  the spans it cannot count are added to {@code unknown}, in offset order. */
-  private static long count(BatchPlanner.Snapshot s, long lo, long hi, List<long[]> unknown) {
+  /** A {@link Snapshot} of each partition of {@code byPartition} (key: root, topic and
+   *  partition), as far as its ranges reach. */
+  private static Map<String, Snapshot> snapshots(Map<String, List<RangePartition>> byPartition,
+      Configuration conf) throws IOException {
+    Map<String, Snapshot> out = new TreeMap<>();
+    if (byPartition.isEmpty()) {
+      return out;
+    }
+    ExecutorService pool = Executors.newFixedThreadPool(Math.min(byPartition.size(), THREADS));
+    try {
+      Map<String, Future<Snapshot>> futures = new TreeMap<>();
+      for (Map.Entry<String, List<RangePartition>> e : byPartition.entrySet()) {
+        RangePartition any = e.getValue().get(0);
+        long until = 0;
+        for (RangePartition r : e.getValue()) {
+          until = Math.max(until, r.end);
+        }
+        long end = until;
+        FileSystem fs = LogFiles.fileSystem(any.root, conf);
+        futures.put(e.getKey(), pool.submit(
+            () -> Snapshot.of(fs, any.root, any.topic, any.partition, end)));
+      }
+      for (Map.Entry<String, Future<Snapshot>> e : futures.entrySet()) {
+        try {
+          out.put(e.getKey(), e.getValue().get());
+        } catch (ExecutionException ex) {
+          Throwable cause = ex.getCause();
+          throw cause instanceof IOException ? (IOException) cause : new IOException(cause);
+        } catch (InterruptedException ex) {
+          Thread.currentThread().interrupt();
+          throw new IOException("interrupted while counting", ex);
+        }
+      }
+      return out;
+    } finally {
+      pool.shutdownNow();
+    }
+  }
+
+  private static long count(Snapshot s, long lo, long hi, List<long[]> unknown) {
     if (s == null) {
       unknown.add(new long[] {lo, hi});
       return 0;
@@ -204,7 +380,7 @@ final class RecordCount {
         total += s.active.count(lo, hi, unknown);
         continue;
       }
-      Sealed sum = s.sealed == null ? null : s.sealed[i];
+      Sealed sum = s.sealed[i];
       if (sum != null && sum.nextOffset <= lo) {
         continue;
       }

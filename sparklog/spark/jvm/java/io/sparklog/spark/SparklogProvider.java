@@ -22,9 +22,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * (schema inference, option checks, planning, filter pushdown, stream offsets, writes) to
  * the Python data source of the same name through Spark's {@link PythonDataSourceV2}, and
  * runs the read tasks of batch scans and micro-batches on the JVM
- * ({@link SparklogScan}, {@link JvmMicroBatchStream}); the schema and plan of a
- * {@code path}-mode batch read it can make exactly as Python would are made here, so that
- * such a read starts no Python process ({@link BatchPlanner}).
+ * ({@link SparklogScan}, {@link JvmMicroBatchStream}). Planning is Python's alone: the
+ * JVM reads the ranges the Python planner sends ({@link RangePartition}'s descriptor).
  *
  * <p>Spark's lookup gives a JVM {@link DataSourceRegister} precedence over a Python data
  * source of the same name, so with this jar on the classpath {@code spark.read.format("sparklog")}
@@ -49,9 +48,6 @@ public class SparklogProvider
    */
   static final String V2_APPEND = "__sparklog.v2.append";
 
-  private static final org.slf4j.Logger LOG =
-      org.slf4j.LoggerFactory.getLogger(SparklogProvider.class);
-
   private final PythonDataSourceV2 delegate;
 
   /** A provider wrapping a fresh {@link PythonDataSourceV2} named {@value #SHORT_NAME}. */
@@ -65,20 +61,9 @@ public class SparklogProvider
     return SHORT_NAME;
   }
 
-  /** Raw topics read in {@code path} mode get Spark's Kafka source schema from the JVM
-   *  ({@link BatchPlanner#rawSchema}), without starting Python; any other read asks the
-   *  Python source, which also checks its options. */
+  /** The Python source's schema (it also checks the options). */
   @Override
   public StructType inferSchema(CaseInsensitiveStringMap options) {
-    if (JvmReaderOption.enabled(options)) {
-      try {
-        return BatchPlanner.rawSchema(options, SparklogScan.hadoopConf());
-      } catch (PlanOptions.Unsupported e) {
-        LOG.debug("sparklog: the Python source infers this schema: {}", e.getMessage());
-      } catch (Exception e) {
-        LOG.info("sparklog: the Python source infers this schema: {}", e.toString());
-      }
-    }
     PythonSource.ensureRegistered();
     return delegate.inferSchema(options);
   }

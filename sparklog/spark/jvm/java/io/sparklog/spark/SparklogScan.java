@@ -15,10 +15,9 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * The scan of {@link SparklogProvider}. {@link #toBatch()} first lets {@link BatchPlanner}
- * plan a {@code path}-mode scan without Python (no filter pushed, options and log state it
- * plans as Python would); otherwise planning, offsets and metrics are the Python scan's:
- * it runs the Python planning, then, when {@link PlannedRanges}
+ * The scan of {@link SparklogProvider}. Planning, offsets and metrics are the Python scan's
+ * (the Python planner is the only planner, in every mode): {@link #toBatch()} runs the
+ * Python planning, then, when {@link PlannedRanges}
  * can turn every planned partition into a JVM range, returns a JVM columnar batch over
  * the same ranges ({@link SparklogPartitionReader}); otherwise the Python batch. Streams
  * make the same choice per micro-batch ({@link JvmMicroBatchStream}).
@@ -71,12 +70,6 @@ public class SparklogScan implements Scan {
     if (batch != null) {
       return batch;
     }
-    if (jvm && !plan.filtersPushed()) {
-      batch = plannedOnJvm();
-      if (batch != null) {
-        return batch;
-      }
-    }
     Batch python = delegate.toBatch();
     InputPartition[] planned = plan.planBatch(python);
     if (!jvm) {
@@ -100,38 +93,6 @@ public class SparklogScan implements Scan {
     return batch;
   }
 
-  /** The batch of a scan {@link BatchPlanner} plans without Python, or null (the options,
-   *  the log's state or an error call for the Python planner, which then plans it). */
-  private Batch plannedOnJvm() {
-    try {
-      Configuration conf = hadoopConf();
-      java.util.List<RangePartition> planned = BatchPlanner.plan(options, conf);
-      RangePartition[] ranges = PlannedRanges.finish(planned, readSchema, conf,
-          new java.util.HashMap<>());
-      reader = "JVM columnar reader " + SparklogPartitionReader.class.getName()
-          + ", " + ranges.length + " ranges planned on the JVM";
-      return new JvmBatch(ranges, readSchema, broadcast(conf));
-    } catch (PlanOptions.Unsupported e) {
-      LOG.debug("sparklog: the Python source plans this scan: {}", e.getMessage());
-    } catch (Exception e) {
-      LOG.info("sparklog: the Python source plans this scan: {}", e.toString());
-    }
-    return null;
-  }
-
-  /** The log ends of the subscription read on the JVM ({@link BatchPlanner#logEnds}), or
-   *  null when the Python stream must answer. */
-  private com.fasterxml.jackson.databind.JsonNode logEndsOnJvm() {
-    try {
-      return BatchPlanner.logEnds(options, hadoopConf());
-    } catch (PlanOptions.Unsupported e) {
-      LOG.debug("sparklog: the Python stream reads the AvailableNow target: {}", e.getMessage());
-    } catch (Exception e) {
-      LOG.info("sparklog: the Python stream reads the AvailableNow target: {}", e.toString());
-    }
-    return null;
-  }
-
   /** The session's Hadoop configuration (the storage roots open with it). */
   static Configuration hadoopConf() {
     return org.apache.spark.sql.classic.SparkSession.active().sessionState().newHadoopConf();
@@ -150,8 +111,7 @@ public class SparklogScan implements Scan {
   public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
     MicroBatchStream python = delegate.toMicroBatchStream(checkpointLocation);
     return new JvmMicroBatchStream(python, readSchema, jvm && readSchema.equals(fullSchema),
-        uncapped == null ? null : () -> uncapped.get().toMicroBatchStream(checkpointLocation),
-        jvm ? this::logEndsOnJvm : null);
+        uncapped == null ? null : () -> uncapped.get().toMicroBatchStream(checkpointLocation));
   }
 
   @Override

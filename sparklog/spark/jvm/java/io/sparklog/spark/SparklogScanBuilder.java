@@ -22,9 +22,9 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * deciding which it takes) and the plan they leave is pinned to this scan
  * ({@link PinnedReadInfo}); column pruning is handled here, by whole top-level columns
  * (the JVM reader decodes only what the query needs; the Python fallback projects).
- * A {@code COUNT(*)} with no filter pushed, over a scan the JVM plans, is pushed down
- * ({@link PushedCount}): answered on the driver when planning found the exact count,
- * else counted by the tasks.
+ * A {@code COUNT(*)} with no filter pushed, over ranges the JVM reader can read, is pushed
+ * down ({@link PushedCount}): answered on the driver when the files' metadata gives the
+ * exact count of the Python planner's ranges, else counted by the tasks.
  */
 public class SparklogScanBuilder implements ScanBuilder, SupportsPushDownFilters,
     SupportsPushDownRequiredColumns, SupportsPushDownAggregates {
@@ -87,8 +87,9 @@ public class SparklogScanBuilder implements ScanBuilder, SupportsPushDownFilters
   /** The pushed count of {@code agg}, planned once per aggregation (Spark asks twice). */
   private PushedCount count(Aggregation agg) {
     if (count == null || !agg.equals(countOf)) {
-      count = java.util.Optional.ofNullable(
-          PushedCount.of(agg, fullSchema, options, plan.filtersPushed()));
+      count = java.util.Optional.ofNullable(PushedCount.of(agg, fullSchema, options,
+          plan.filtersPushed(), conf -> PlannedRanges.convert(
+              plan.planBatch(delegate.build().toBatch()), new StructType(), conf)));
       countOf = agg;
     }
     return count.orElse(null);
@@ -102,7 +103,7 @@ public class SparklogScanBuilder implements ScanBuilder, SupportsPushDownFilters
   }
 
   /** Takes COUNT(*) and COUNT of never-null columns, ungrouped, when no filter was pushed
-   *  and the JVM plans the scan. */
+   *  and the JVM reader can read the planned ranges. */
   @Override
   public boolean pushAggregation(Aggregation agg) {
     countPushed = count(agg) != null;
