@@ -3,7 +3,8 @@
 The references are the clients' own codecs: kafka-python's DefaultRecordBatchBuilder and
 DefaultRecordBatch (both directions, every codec; the venv has no python-snappy, lz4 or
 zstandard, so for those three kafka-python's code runs over pyarrow's primitives, see
-``kafka_python_codecs``), byte strings kafka-python and librdkafka wrote (golden), and a
+``kafka_python_codecs``), byte strings kafka-python and librdkafka wrote (golden; the
+live librdkafka producer and consumer are in test_kafka_batch_librdkafka.py), and a
 record encoder written here from Kafka's spec to build the malformed batches a hostile
 client could send. Every validation rule is refused with its message, and a fuzz checks
 that random and mutated bytes only ever raise the module's error classes.
@@ -64,6 +65,34 @@ KAFKA_PYTHON_GZIP_RECORDS = [
     KafkaRecord(i, T0 + i, b"k", b"hello hello hello hello hello hello %d" % i, ())
     for i in range(4)]
 
+#: librdkafka 2.16.0 (confluent-kafka 2.16.1), one batch of the same three records per
+#: codec, captured from its Produce requests (tests/format/test_kafka_batch_librdkafka.py
+#: produces such batches live); its snappy is raw (no xerial framing), its lz4 frame has
+#: the descriptor 60 40 82 the module writes too
+LIBRDKAFKA_GOLDEN = {
+    "gzip": "00000000000000000000007b0000000002764f8e5c0001000000020000019375e8a08000000193"
+            "75e8a082ffffffffffffffffffffffffffff000000031f8b0800000000000003cb606060e0cb"
+            "2f4a492dd235b44b2e4a4d2c494d51c04133b1151725b395a726b9313031315a152466a628e0"
+            "2218a41858586006333200008b25df5e67000000",
+    "snappy": "00000000000000000000007300000000023b4622bd0002000000020000019375e8a0800000"
+              "019375e8a082ffffffffffffffffffffffffffff000000036750680000000e6f726465722d"
+              "313e63726561746564205a08004c02067372630677656246000202013a70616964205e0500"
+              "38001a0004040e6f726465722d310100",
+    "lz4": "00000000000000000000008400000000022a838e710003000000020000019375e8a08000000193"
+           "75e8a082ffffffffffffffffffffffffffff0000000304224d1860408244000000ff0668000000"
+           "0e6f726465722d313e6372656174656420080004ff0502067372630677656246000202013a7061"
+           "696420050005f000001a0004040e6f726465722d31010000000000",
+    "zstd": "00000000000000000000007600000000023cef86840004000000020000019375e8a08000000193"
+            "75e8a082ffffffffffffffffffffffffffff0000000328b52ffd0058e501000403680000000e"
+            "6f726465722d313e637265617465642002067372630677656246000202013a7061696420001a"
+            "000404010003005c203414905d5d98",
+}
+LIBRDKAFKA_GOLDEN_RECORDS = [
+    KafkaRecord(0, T0, b"order-1", b"created created created created", (("src", b"web"),)),
+    KafkaRecord(1, T0 + 1, None, b"paid paid paid paid paid paid", ()),
+    KafkaRecord(2, T0 + 2, b"order-1", None, ()),
+]
+
 
 def test_golden_kafka_python_batch_decodes_and_our_encoder_writes_the_same_bytes():
     batch = kb.decode_batch(KAFKA_PYTHON_PLAIN)
@@ -87,6 +116,18 @@ def test_golden_kafka_python_gzip_batch():
     assert (h.producer_id, h.producer_epoch, h.base_sequence) == (4242, 3, 17)
     assert kb.validate_client_batch(KAFKA_PYTHON_GZIP) == h
 
+
+
+@pytest.mark.parametrize("codec", sorted(LIBRDKAFKA_GOLDEN))
+def test_golden_librdkafka_batches(codec):
+    data = bytes.fromhex(LIBRDKAFKA_GOLDEN[codec])
+    header = kb.validate_client_batch(data)
+    assert header.compression == codec and header.max_timestamp == T0 + 2
+    assert kb.decode_batch(data).records == LIBRDKAFKA_GOLDEN_RECORDS
+    # what the module writes with the codec decodes to the same records
+    assert kb.decode_batch(kb.encode_batch(LIBRDKAFKA_GOLDEN_RECORDS,
+                                           compression=codec)).records == \
+        LIBRDKAFKA_GOLDEN_RECORDS
 
 # --- kafka-python as the reference, every codec ---------------------------------------
 
