@@ -2,7 +2,8 @@
 
 A Kafka client's batch is stored as the client sent it; the broker checks it
 (:func:`validate_client_batch`, as Kafka's ``LogValidator``) and patches only the two
-fields outside the CRC (:func:`stamp`). Readers decode it with :func:`decode_batch`;
+fields outside the CRC (:func:`stamp`), and on a LogAppendTime topic the timestamp type
+and ``maxTimestamp`` (:func:`set_log_append_time`, which redoes the CRC). Readers decode it with :func:`decode_batch`;
 a Kafka consumer of an Arrow-framed topic gets batches built by :func:`encode_batch`.
 
 Layout (all integers big-endian; the same 61-byte prefix as an Arrow frame's header,
@@ -68,6 +69,7 @@ CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
 BASE_OFFSET_OFFSET = 0
 PARTITION_LEADER_EPOCH_OFFSET = 12
+MAX_TIMESTAMP_OFFSET = 35
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _I64 = struct.Struct(">q")
@@ -292,6 +294,24 @@ def stamped(batch, base_offset: int, partition_leader_epoch: int) -> bytes:
     return bytes(out)
 
 
+def set_log_append_time(buf: bytearray | memoryview, pos: int, ts_ms: int) -> None:
+    """Mark the batch at ``buf[pos:]`` LogAppendTime with ``maxTimestamp = ts_ms`` and
+    redo its CRC, in place: what the broker does to a client's batch on a topic whose
+    ``message.timestamp.type`` is LogAppendTime (Kafka's ``setMaxTimestamp``). Readers
+    then give every record of the batch that timestamp."""
+    if not (isinstance(buf, bytearray) or (isinstance(buf, memoryview) and not buf.readonly)):
+        raise InvalidArgumentError(
+            "set_log_append_time() patches in place: buf must be a bytearray or a "
+            f"writable memoryview, got {type(buf).__name__}")
+    view = _view(buf, pos)
+    header = parse_header(view, pos, verify_crc=False)
+    _check_int("ts_ms", ts_ms, 64)
+    struct.pack_into(">h", view, pos + ATTRIBUTES_OFFSET, header.attributes | TIMESTAMP_TYPE_BIT)
+    _I64.pack_into(view, pos + MAX_TIMESTAMP_OFFSET, ts_ms)
+    _U32.pack_into(view, pos + CRC_OFFSET,
+                   _crc32c.crc32c(view[pos + ATTRIBUTES_OFFSET:pos + header.size]))
+
+
 # --- decompression ---------------------------------------------------------------
 
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
@@ -437,11 +457,12 @@ _new_record = tuple.__new__
 
 
 def _parse_records(data: bytes, header: KafkaBatchHeader, where: str, want: bool,
-                   client: bool) -> tuple[list, int, int]:
+                   client: bool, compacted: bool = False) -> tuple[list, int, int]:
     """Walk the ``header.record_count`` records of ``data``; returns (the records when
     ``want``, the smallest and the largest timestamp). With ``client``, raises
     InvalidRecordError for an offset delta other than the record's index (Kafka: "does
-    not have incremental offsets"). One pass, one step per field: a varint of one or
+    not have incremental offsets"), and with ``compacted`` for a record without a key. One pass, one step per
+    field: a varint of one or
     two bytes (every length below 8 KiB) is read inline, longer ones by
     :func:`_uvarint`; keys and values are single slices."""
     count = header.record_count
@@ -527,6 +548,10 @@ def _parse_records(data: bytes, header: KafkaBatchHeader, where: str, want: bool
             if size < 0:
                 if size != -1:
                     raise _Problem(f"keyLength {size}")
+                if compacted:
+                    raise InvalidRecordError(
+                        f"{where}: record {index} has no key: a compacted topic "
+                        "(cleanup.policy compact) cannot accept a record without a key")
                 key = None
             else:
                 if pos + size > rec_end:
@@ -689,7 +714,8 @@ CLIENT_REFUSED_BITS = (
 
 def validate_client_batch(buf, pos: int = 0, *,
                           max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
-                          allow_transactional: bool = False, now_ms: int | None = None,
+                          allow_transactional: bool = False, compacted: bool = False,
+                          now_ms: int | None = None,
                           timestamp_before_max_ms: int | None = None,
                           timestamp_after_max_ms: int | None = None) -> KafkaBatchHeader:
     """Check a batch a Kafka client sent, as Kafka's ``LogValidator`` checks one from a
@@ -707,6 +733,8 @@ def validate_client_batch(buf, pos: int = 0, *,
       a record whose ``offsetDelta`` is not its index (0, 1, ... in order);
     - a producer id without a base sequence (``baseSequence`` < 0), a transactional
       batch without a producer id;
+    - with ``compacted`` (the topic's ``cleanup.policy`` includes compact), a record
+      without a key;
     - ``maxTimestamp`` other than the largest record timestamp; with ``now_ms``, a
       timestamp more than ``timestamp_before_max_ms`` before it or
       ``timestamp_after_max_ms`` after it (Kafka's ``message.timestamp.before.max.ms``
@@ -742,7 +770,7 @@ def validate_client_batch(buf, pos: int = 0, *,
             f"{where}: invalid baseSequence {header.base_sequence} in a batch with "
             f"producerId {header.producer_id}")
     data = decompress_records(view, pos, header, max_decompressed_bytes=max_decompressed_bytes)
-    _, lowest, max_ts = _parse_records(data, header, where, False, True)
+    _, lowest, max_ts = _parse_records(data, header, where, False, True, compacted)
     if max_ts != header.max_timestamp:
         raise InvalidRecordError(
             f"{where}: maxTimestamp {header.max_timestamp} is not the largest record "

@@ -288,6 +288,22 @@ def test_log_append_time_batch_reads_every_timestamp_as_max_timestamp(kafka_pyth
     assert ours == _kafka_python_read(kafka_python_codecs, data)
 
 
+def test_broker_sets_log_append_time_in_place(kafka_python_codecs):
+    """A client's CreateTime batch on a LogAppendTime topic: the broker sets the bit and
+    maxTimestamp and redoes the CRC; every reader then gives the records that time."""
+    records = _sample_records(20)
+    client = kb.encode_batch(records, compression="zstd")
+    buf = bytearray(b"prefix" + client)
+    kb.set_log_append_time(buf, 6, T0 + 5555)
+    data = bytes(buf[6:])
+    header = kb.parse_header(data)  # the CRC was redone
+    assert (header.timestamp_type, header.max_timestamp) == (1, T0 + 5555)
+    assert [r.timestamp for r in kb.decode_batch(data).records] == [T0 + 5555] * 20
+    assert _kafka_python_read(kafka_python_codecs, data) == \
+        [r._replace(timestamp=T0 + 5555) for r in records]
+    with pytest.raises(InvalidArgumentError, match="buf must be a bytearray"):
+        kb.set_log_append_time(client, 0, T0)
+
 def test_control_batch_decodes_as_kafka_python_reads_it(kafka_python_codecs):
     commit = KafkaRecord(30, T0, struct.pack(">hh", 0, 1), struct.pack(">hi", 0, 5))
     data = kb.encode_batch([commit], base_offset=30, producer_id=8, producer_epoch=0,
@@ -545,6 +561,13 @@ def test_max_timestamp_must_be_the_largest_record_timestamp():
         _refused(rf"maxTimestamp {max_ts} is not the largest record timestamp {T0 + 50}",
                  _batch(records, max_ts=max_ts))
 
+
+def test_compacted_topic_refuses_a_record_without_a_key():
+    data = _batch([_record(0, key=b"k"), _record(1, key=None)])
+    assert kb.validate_client_batch(data)
+    _refused(r"record 1 has no key: a compacted topic \(cleanup.policy compact\) cannot "
+             r"accept a record without a key", data, compacted=True)
+    assert kb.validate_client_batch(_batch([_record(0, key=b"")]), compacted=True)
 
 def test_timestamps_outside_the_brokers_bounds_are_refused():
     records = [_record(0, 0), _record(1, 50), _record(2, -20)]
