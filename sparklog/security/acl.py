@@ -132,7 +132,7 @@ class AclAuthorizer:
         self.super_users = frozenset(super_users)
         self.allow_if_no_acl = allow_if_no_acl
         self._acls: list[AclBinding] = []
-        self._doc = None
+        self._doc: dict | None = None
         self._lock = threading.Lock()
 
     # --- ACLs ---------------------------------------------------------------------------
@@ -164,11 +164,11 @@ class AclAuthorizer:
         removed: list[AclBinding] = []
 
         def drop(doc):
-            removed.clear()
-            keep = []
+            keep: list[dict] = []
+            dropped: list[dict] = []
             for d in doc.get("acls", []):
-                (removed if flt.matches(AclBinding(**d)) else keep).append(d)
-            removed[:] = [AclBinding(**d) for d in removed]
+                (dropped if flt.matches(AclBinding(**d)) else keep).append(d)
+            removed[:] = [AclBinding(**d) for d in dropped]
             doc["acls"] = keep
             return doc
         self.store.update("acls", drop)

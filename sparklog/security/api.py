@@ -85,7 +85,7 @@ async def alter_scram(apis, body, ctx) -> dict:
     results = []
     for item in body["upsertions"]:
         try:
-            if plain:
+            if plain and listener is not None:
                 raise InvalidArgumentError(
                     f"refusing a password sent over listener {listener.name} "
                     f"({listener.protocol}): use an SSL or SASL_SSL listener")

@@ -43,6 +43,7 @@ import ssl
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import BrokerNotAvailableError, InvalidConfigError, SaslAuthenticationFailedError
 from .listeners import PROTOCOLS
@@ -76,7 +77,7 @@ class ClientSecurity:
         """From kafka-python's names (``_``; Kafka's dotted names are accepted too);
         InvalidConfigError names a bad value. Keys not listed in
         :data:`CLIENT_SECURITY_DEFAULTS` are ignored."""
-        cfg = dict(CLIENT_SECURITY_DEFAULTS)
+        cfg: dict[str, Any] = dict(CLIENT_SECURITY_DEFAULTS)  # option -> value of its type
         for key, value in (configs or {}).items():
             key = key.replace(".", "_")
             if key in cfg and value is not None:
@@ -118,7 +119,7 @@ class ClientSecurity:
                    cfg["sasl_plain_password"], kerberos)
 
     def connect(self, host: str, port: int, timeout: float, client_id: str = ""
-                ) -> socket.socket:
+                ) -> socket.socket | SerializedTLSSocket:
         """A connected, encrypted and authenticated socket to ``host:port``."""
         address = f"{host}:{port}"
         try:
@@ -160,9 +161,9 @@ class ClientSecurity:
                     f"broker {address} closed the connection during SASL authentication "
                     f"({exc})") from None
             if response.get("error_code"):
-                from ..protocol.codec import error_from
+                from ..protocol.codec import raise_for_error
 
-                raise error_from(response, f"SASL {self.mechanism} with {address}")
+                raise_for_error(response, f"SASL {self.mechanism} with {address}")
             return response
 
         call(ApiKey.SASL_HANDSHAKE, {"mechanism": self.mechanism})
@@ -179,13 +180,17 @@ class ClientSecurity:
                 if gss.complete:
                     return
                 token = gss.step(answer)
+        username, password = self.username, self.password
+        if username is None or password is None:
+            raise InvalidConfigError(f"sasl_mechanism={self.mechanism} needs "
+                                     "sasl_plain_username and sasl_plain_password")
         if self.mechanism == "PLAIN":
-            token = b"\0" + self.username.encode() + b"\0" + self.password.encode()
+            token = b"\0" + username.encode() + b"\0" + password.encode()
             call(ApiKey.SASL_AUTHENTICATE, {"auth_bytes": token})
             return
         from .scram import ScramClient, ScramError
 
-        scram = ScramClient(self.mechanism, self.username, self.password)
+        scram = ScramClient(self.mechanism, username, password)
         first = call(ApiKey.SASL_AUTHENTICATE, {"auth_bytes": scram.first()})
         try:
             final = scram.final(bytes(first["auth_bytes"]))
@@ -214,7 +219,7 @@ def security_properties(props: dict, *, what: str = "client properties",
     is skipped."""
     import re
 
-    out = {}
+    out: dict[str, Any] = {}
     for key, value in props.items():
         value = str(value)
         if key == "sasl.jaas.config" and "Krb5LoginModule" in value:

@@ -8,6 +8,7 @@ returns the listener's value when set, else the broker-wide one, else the defaul
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass, field
 
 from ..errors import InvalidConfigError
@@ -130,7 +131,7 @@ class SecurityConfig:
         """``allow.everyone.if.no.acl.found``."""
         return self.get("allow.everyone.if.no.acl.found").lower() == "true"
 
-    def per_ip_overrides(self) -> dict[str, int]:
+    def per_ip_overrides(self) -> dict[str, builtins.int]:  # (the method int shadows it)
         """``max.connections.per.ip.overrides`` (``host:count,...``) as a dict."""
         out = {}
         for item in filter(None, (s.strip() for s in

@@ -74,7 +74,7 @@ def canonical_host_name(listeners: str, name: str | None = None) -> str:
         problem = "this host has no canonical name"
     else:
         try:
-            found = {info[4][0] for info in socket.getaddrinfo(name, None)}
+            found = {str(info[4][0]) for info in socket.getaddrinfo(name, None)}
         except (OSError, UnicodeError) as exc:
             problem = f"this host's canonical name {name!r} does not resolve ({exc})"
         else:

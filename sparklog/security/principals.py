@@ -114,6 +114,8 @@ class KerberosRule:
         out, start = [], 0
         while start < len(self.format):
             m = _PARAMETER.match(self.format, start)
+            if m is None:
+                raise NoMatchingRule(f"bad format in username mapping in {self.format}")
             out.append(m.group(1))
             if m.group(2) is not None:
                 if not m.group(3):

@@ -23,6 +23,8 @@ Any failure raises an error the connection answers with and then closes (after
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..errors import (
     IllegalSaslStateError,
     InvalidArgumentError,
@@ -32,6 +34,9 @@ from ..errors import (
 from ..protocol.apis import ApiKey
 from . import audit
 from .scram import HASHES, ScramError, ScramServer, unknown_user_credential
+
+if TYPE_CHECKING:
+    from .gssapi import GssapiServerExchange
 
 
 class SaslAuthenticator:
@@ -52,7 +57,7 @@ class SaslAuthenticator:
         self._scram: ScramServer | None = None
         #: the listener's GssapiAcceptor (GSSAPI enabled) and this connection's exchange
         self._gssapi = gssapi
-        self._gss = None
+        self._gss: GssapiServerExchange | None = None
 
     def _fail(self, reason: str, user: str | None = None, error=SaslAuthenticationFailedError):
         audit.authentication_failed(self.host, self.listener, self.mechanism, user, reason)
@@ -82,7 +87,7 @@ class SaslAuthenticator:
             return await self._plain(token)
         if self.mechanism == "GSSAPI":
             return await self._gssapi_step(token)
-        return await self._scram_step(token)
+        return await self._scram_step(self.mechanism, token)
 
     async def _plain(self, token: bytes) -> dict:
         parts = token.split(b"\0")
@@ -107,9 +112,8 @@ class SaslAuthenticator:
             raise self._fail("unknown user or wrong password", user)
         return self._done(user)
 
-    async def _scram_step(self, token: bytes) -> dict:
+    async def _scram_step(self, mechanism: str, token: bytes) -> dict:
         if self._scram is None:
-            mechanism = self.mechanism
             self._scram = ScramServer(mechanism, lambda u: self.lookup(u, mechanism),
                                       self.secret)
         try:  # the first step reads the credential store: off the event loop
@@ -117,7 +121,7 @@ class SaslAuthenticator:
         except (ScramError, InvalidArgumentError) as exc:
             raise self._fail(str(exc), self._scram.user) from None
         if self._scram.complete:
-            self._done(self._scram.user)
+            self._done(self._scram.authenticated_user)
         return {"error_code": 0, "error_message": "", "auth_bytes": answer,
                 "session_lifetime_ms": 0}
 
@@ -125,9 +129,9 @@ class SaslAuthenticator:
         try:  # Kerberos' calls block (the keytab's keys, the replay cache)
             if self._gss is None:
                 self._gss = await self.run_io(self._gssapi.exchange)
-            answer = await self.run_io(self._gss.step, token)
-            user = self._gssapi.short_name(self._gss.principal) if self._gss.complete \
-                else None
+            gss = self._gss
+            answer = await self.run_io(gss.step, token)
+            user = self._gssapi.short_name(gss.principal) if gss.complete else None
         except SaslAuthenticationFailedError as exc:
             raise self._fail(str(exc), self._gss.principal
                              if self._gss is not None and self._gss.complete else None) \
@@ -139,7 +143,7 @@ class SaslAuthenticator:
 
     def _done(self, user: str) -> dict:
         self.principal = f"User:{user}"
-        audit.authenticated(self.host, self.listener, self.principal, self.mechanism)
+        audit.authenticated(self.host, self.listener, self.principal, self.mechanism or "")
         return {"error_code": 0, "error_message": "", "auth_bytes": b"",
                 "session_lifetime_ms": 0}
 

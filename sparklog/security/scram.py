@@ -101,7 +101,7 @@ class ScramCredential:
 
 
 def _attributes(message: str, what: str) -> dict[str, str]:
-    out = {}
+    out: dict[str, str] = {}
     for item in message.split(","):
         key, sep, value = item.partition("=")
         if not sep or len(key) != 1:
@@ -194,6 +194,8 @@ class ScramServer:
         except ValueError:
             raise ScramError("the client proof is not base64") from None
         c = self._credential
+        if c is None:
+            raise ScramError("client-final message before the client-first message")
         auth = f"{self._first_bare},{self._server_first},{without_proof}".encode()
         signature = _hmac(self.name, c.stored_key, auth)
         client_key = _xor(proof, signature)
@@ -208,6 +210,13 @@ class ScramServer:
     def complete(self) -> bool:
         """True once the client's proof was checked."""
         return self._state == "done"
+
+    @property
+    def authenticated_user(self) -> str:
+        """The user whose proof was checked (ScramError before)."""
+        if not self.complete or self.user is None:
+            raise ScramError("the SCRAM exchange has not authenticated anyone yet")
+        return self.user
 
 
 class ScramClient:

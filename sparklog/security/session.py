@@ -72,7 +72,8 @@ class ConnectionSession:
         if api_key not in _SASL_APIS:
             raise IllegalSaslStateError(
                 f"request with api key {api_key} before SASL authentication completed "
-                f"(listener {self.listener.name} is {self.listener.protocol})")
+                f"(listener {getattr(self.listener, 'name', '?')} is "
+                f"{getattr(self.listener, 'protocol', '?')})")
         if self.authenticator is None:
             name = self.listener.name if self.listener else "?"
             raise IllegalSaslStateError(f"listener {name} does not use SASL")
