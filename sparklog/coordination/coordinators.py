@@ -10,11 +10,14 @@ broker reads alike, and group membership lives in the memory of the slot's holde
 
 * Standalone (:class:`LocalCoordinators`): the one broker holds every slot.
 * Cluster mode (:class:`ZkCoordinators`): a broker holds slot ``s`` while its ZooKeeper
-  session owns the ephemeral node ``/coordinators/<s>`` (value
+  session owns the ephemeral node ``/coordinators/slots/<s>`` (value
   ``{"version":1,"brokerid":N,"timestamp":...}``), so at most one broker holds a slot.
-  A slot nobody holds is claimed at once by its preferred broker (``s % n``-th of the
-  ``n`` live broker ids, sorted), and by any live broker once it stayed free for
-  :data:`CLAIM_GRACE_S` (the preferred one may be gone too). When a broker dies its
+  Each broker able to coordinate announces itself with the ephemeral
+  ``/coordinators/brokers/<id>``; the *candidates* are the brokers announced there and
+  registered in ``/brokers/ids`` (a broker of an older version, which coordinates
+  nothing, is never preferred). A slot nobody holds is claimed at once by its preferred
+  broker (the ``s % n``-th of the ``n`` candidates' ids, sorted), and by any candidate
+  once it stayed free for :data:`CLAIM_GRACE_S` (the preferred one may be gone too). When a broker dies its
   session expires (``zookeeper.session.timeout.ms``), its slot nodes vanish and the
   others take them over; a broker stopping gracefully deletes its slot nodes first.
   With ``auto.leader.rebalance.enable`` a broker hands a slot back to its preferred
@@ -45,8 +48,9 @@ COORDINATOR_SLOTS = 50
 #: a free slot whose preferred broker did not claim it within this many seconds is
 #: claimed by any live broker
 CLAIM_GRACE_S = 0.5
-#: ZooKeeper parent of the slot nodes
-COORDINATORS = "/coordinators"
+#: ZooKeeper parents of the slot nodes and of the brokers' announcements
+COORDINATOR_SLOTS_PATH = "/coordinators/slots"
+COORDINATOR_BROKERS_PATH = "/coordinators/brokers"
 
 
 def java_string_hash(text: str) -> int:
@@ -66,8 +70,8 @@ def coordinator_slot(group_id: str, slots: int = COORDINATOR_SLOTS) -> int:
 
 
 def slot_path(slot: int) -> str:
-    """``/coordinators/<slot>``."""
-    return f"{COORDINATORS}/{int(slot)}"
+    """``/coordinators/slots/<slot>``."""
+    return f"{COORDINATOR_SLOTS_PATH}/{int(slot)}"
 
 
 class LocalCoordinators:
@@ -123,6 +127,7 @@ class ZkCoordinators:
         self._free_since: dict[int, float] = {}
         self._listeners: list = []
         self._stopped = threading.Event()
+        self._announced = False
         self._ticker: threading.Thread | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -185,6 +190,8 @@ class ZkCoordinators:
         from kazoo.protocol.states import KazooState
 
         if state in (KazooState.SUSPENDED, KazooState.LOST):
+            if state == KazooState.LOST:  # its ephemeral announcement is gone
+                self._announced = False
             self.worker.submit(self._drop_all, str(state))
         elif state == KazooState.CONNECTED and not self._stopped.is_set():
             self.worker.submit(self._refresh)
@@ -195,7 +202,7 @@ class ZkCoordinators:
 
     def _tick(self) -> None:
         while not self._stopped.wait(self.claim_grace_s):
-            if self._free_since:
+            if self._free_since or not self._announced:
                 self.worker.submit(self._refresh)
 
     def _drop_all(self, why: str) -> None:
@@ -220,10 +227,9 @@ class ZkCoordinators:
 
         from .zkpaths import loads
 
-        self.client.ensure_path(COORDINATORS)
         session = self.client.client_id[0] if self.client.client_id else None
         owners, mine = {}, set()
-        for name in self.client.get_children(COORDINATORS, watch=self._watch):
+        for name in self.client.get_children(COORDINATOR_SLOTS_PATH, watch=self._watch):
             if not name.isdigit() or int(name) >= self.slots:
                 continue
             try:
@@ -236,11 +242,37 @@ class ZkCoordinators:
                 mine.add(int(name))
         return owners, mine
 
+    def _announce(self) -> None:
+        """Create ``/coordinators/brokers/<id>`` (this session's) if missing."""
+        from kazoo.exceptions import NodeExistsError
+
+        path = f"{COORDINATOR_BROKERS_PATH}/{self.broker_id}"
+        try:
+            self.client.create(path, b"", ephemeral=True, makepath=True)
+        except NodeExistsError:
+            _, stat = self.client.get(path)
+            if stat.owner_session_id != self.client.client_id[0]:
+                # a previous session of this broker, not expired yet: retried by _tick
+                self._announced = False
+                return
+        self._announced = True
+
+    def _candidates(self) -> list[int]:
+        """Sorted ids of the brokers both announced and registered (watched)."""
+        def ids(path: str) -> set[int]:
+            return {int(b) for b in self.client.get_children(path, watch=self._watch)
+                    if b.isdigit()}
+
+        return sorted(ids(COORDINATOR_BROKERS_PATH) & ids("/brokers/ids"))
+
     def _refresh(self) -> None:
         if self._stopped.is_set() or not self.client.connected:
             return
-        live = sorted(int(b) for b in self.client.get_children("/brokers/ids", watch=self._watch)
-                      if b.isdigit())
+        self.client.ensure_path(COORDINATOR_SLOTS_PATH)
+        self.client.ensure_path(COORDINATOR_BROKERS_PATH)
+        if not self._announced:
+            self._announce()
+        live = self._candidates()
         owners, mine = self._read()
         now = time.monotonic()
         registered = self.broker_id in live
@@ -295,6 +327,10 @@ class ZkCoordinators:
         self._set_held(frozenset())
         if not self.client.connected:
             return
+        try:  # first: the others stop preferring this broker
+            self.client.delete(f"{COORDINATOR_BROKERS_PATH}/{self.broker_id}")
+        except Exception as exc:  # noqa: BLE001 - the session's end removes it too
+            log.info("broker %d: withdrawing from coordination: %s", self.broker_id, exc)
         for slot in sorted(held):
             try:
                 self._release(slot, "the broker is stopping")

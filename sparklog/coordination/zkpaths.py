@@ -19,8 +19,9 @@ schema (``version`` 1), so Kafka operators' habits (``zkCli.sh get /brokers/ids/
   ``{"version","subscription":{topic:1},"pattern","timestamp"}``
 * ``/consumers/<group>/owners/<topic>/<p>`` (ephemeral): the owning consumer id
 * ``/consumers/<group>/offsets/<topic>/<p>``: the committed offset (the next to read)
-* ``/coordinators/<slot>`` (ephemeral): ``{"version","brokerid","timestamp"}``, the
-  broker coordinating the consumer groups of that slot
+* ``/coordinators/slots/<slot>`` (ephemeral): ``{"version","brokerid","timestamp"}``, the
+  broker coordinating the consumer groups of that slot; ``/coordinators/brokers/<id>``
+  (ephemeral, empty): a broker able to coordinate groups
   (:mod:`sparklog.coordination.coordinators`)
 * ``/sparklog/<name>``: sparklog's own shared documents (JSON objects:
   ``/sparklog/security/users``, ``/sparklog/security/acls``; readable by the brokers'

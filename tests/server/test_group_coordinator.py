@@ -1,6 +1,7 @@
 """Consumer groups and the topics they read: deleting a topic deletes every group's
 committed offsets of it (Kafka's behaviour), in standalone and in cluster mode, so a
-topic re-created under the name starts each group from its reset policy."""
+topic re-created under the name starts each group from its reset policy; standalone,
+FindCoordinator names the broker itself (cluster mode: test_group_coordinator_cluster.py)."""
 
 from __future__ import annotations
 
@@ -74,3 +75,17 @@ def test_deleting_a_topic_deletes_its_committed_offsets_in_a_cluster(
 
     with BrokerCluster(storage_root, zookeeper.connect, 2, log_dir=tmp_path) as cluster:
         _deleted_topic_forgets_offsets(cluster.bootstrap)
+
+
+def test_find_coordinator_standalone_names_the_broker_itself(broker):
+    from sparklog.protocol import ApiKey, Connection
+
+    with Connection(broker.address) as conn:
+        found = conn.request(ApiKey.FIND_COORDINATOR, {"key": "any-group"})
+        assert f"{found['host']}:{found['port']}" == broker.address
+        api = conn.request(ApiKey.API_VERSIONS, {})
+        assert found["node_id"] == api["broker_id"]
+        assert [10, 0, 0] in api["api_versions"]
+        conn.send(ApiKey.FIND_COORDINATOR, {"key": ""})
+        bad = conn.receive()
+        assert bad["error_code"] == 24 and "group id" in bad["error_message"]
