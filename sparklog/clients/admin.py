@@ -14,7 +14,12 @@ from typing import NamedTuple
 
 import pyarrow as pa
 
-from ..errors import InvalidArgumentError, InvalidConfigError
+from ..errors import (
+    BrokerNotAvailableError,
+    InvalidArgumentError,
+    InvalidConfigError,
+    SparklogError,
+)
 from ..names import validate_group_id, validate_topic_name
 from ..protocol.apis import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ApiKey
 from ..protocol.codec import raise_for_error
@@ -383,9 +388,27 @@ class Admin:
 
     # --- groups -----------------------------------------------------------------------
     def list_consumer_groups(self) -> list[tuple[str, str]]:
-        """``[(group_id, state)]`` of every group the broker knows."""
-        resp = self._client.request(ApiKey.LIST_GROUPS, {})
-        return sorted((g["group_id"], g["state"]) for g in resp["groups"])
+        """``[(group_id, state)]`` of every group of the cluster: every broker is asked
+        (as Kafka's admin does), since each knows the state of the groups it coordinates
+        (the others list a group with committed offsets as ``Empty``). Brokers that
+        cannot be reached are skipped while one answers."""
+        meta = self._client.refresh_metadata([])
+        states: dict[str, str] = {}
+        failure: SparklogError | None = None
+        answered = False
+        for node in sorted(meta.brokers) or [-1]:
+            try:
+                resp = self._client.request(ApiKey.LIST_GROUPS, {}, node_id=node)
+            except BrokerNotAvailableError as exc:
+                failure = exc
+                continue
+            answered = True
+            for g in resp["groups"]:
+                if states.get(g["group_id"], "Empty") == "Empty":
+                    states[g["group_id"]] = g["state"]
+        if not answered and failure is not None:
+            raise failure
+        return sorted(states.items())
 
     def describe_consumer_groups(self, group_ids) -> list[GroupDescription]:
         """State, generation and members of groups."""

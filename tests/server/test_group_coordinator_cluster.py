@@ -165,6 +165,11 @@ def test_two_consumers_bootstrapping_from_different_brokers_share_the_partitions
         wait_until(lambda: _settled(members, 4), what="the two members sharing 4 partitions")
         a, b = (m.assigned for m in members)
         assert len(a) == len(b) == 2 and not a & b
+        for i in cluster.brokers:  # the admin finds the group from any broker
+            with Admin(cluster.brokers[i].address) as admin:
+                assert ("shared", "Stable") in admin.list_consumer_groups()
+                (described,) = admin.describe_consumer_groups(["shared"])
+                assert described.state == "Stable" and len(described.members) == 2
         with Producer(cluster.bootstrap, acks="all") as producer:
             for f in [producer.send("t", b"r%d" % i, partition=i % 4) for i in range(4000)]:
                 f.get(60)
