@@ -1,15 +1,17 @@
 """The Consumer: Kafka's consumer API over sparklog's brokers.
 
 ``assign()`` takes partitions explicitly; ``subscribe()`` takes topics and lets a
-:class:`~sparklog.clients.consumer.group.GroupMembership` assign their partitions: the broker
-splits them among the members of ``group_id`` (rebalancing as members come and go), and
+:class:`~sparklog.clients.consumer.group.GroupMembership` assign their partitions: the
+group's coordinator (one broker for the whole cluster) splits them among the members of
+``group_id`` (rebalancing as members come and go), and
 a consumer without a group gets all of them. Positions start at the group's committed offset, else at
 ``auto_offset_reset`` (``latest``, ``earliest`` or ``none``). ``poll()`` returns
 ``{TopicPartition: [ConsumerRecord]}`` from fetches that the
 :class:`~sparklog.clients.consumer.fetcher.Fetcher` pipelines ahead of it (their responses are
 read in the polling thread, in ``poll()``, as Kafka's consumer does); ``poll_batches()``
-returns Arrow record batches instead (bulk readers). Offsets are committed to the broker
-for ``group_id`` (manually with ``commit()``, or every ``auto_commit_interval_ms``).
+returns Arrow record batches instead (bulk readers). Offsets are committed to the group's
+coordinator (manually with ``commit()``, or every ``auto_commit_interval_ms``); when it
+moves, the consumer finds it again and rejoins there.
 
 A pattern subscription is matched again every ``metadata_max_age_ms`` (topics created
 later join it). A restarting broker is waited for, as kafka-python's consumer does:

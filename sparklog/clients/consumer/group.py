@@ -2,8 +2,9 @@
 
 A :class:`GroupMembership` decides which partitions of the subscribed topics a consumer
 owns. :class:`BrokerMembership` (the default for a consumer with a ``group_id``) joins
-the group on the broker, which splits the partitions among the members (range
-assignment) and rebalances when members come and go. :class:`StaticMembership` (the
+the group on its coordinator, one broker for the whole cluster (found with
+FindCoordinator), which splits the partitions among the members (range assignment) and
+rebalances when members come and go. :class:`StaticMembership` (the
 default without a ``group_id``, or ``group_membership="static"``) gives every partition
 of the subscribed topics to the consumer, picks up partitions added later, and commits
 offsets as a simple consumer (generation -1). Another coordinator (e.g. through
