@@ -36,10 +36,12 @@ protobuf (Kafka's ``ByteUtils.readVarint``/``readVarlong``).
 
 Errors: bytes that are not a well-formed batch (short, bad magic, CRC, length,
 compression, records that do not parse) raise :class:`~sparklog.errors.CorruptRecordError`
-(Kafka's CORRUPT_MESSAGE); a well-formed batch a client may not write raises
-:class:`~sparklog.errors.InvalidRecordError` (INVALID_RECORD); records decompressing to
-more than the caller's bound raise :class:`~sparklog.errors.RecordTooLargeError`
-(MESSAGE_TOO_LARGE). Nothing else escapes from the decoding functions.
+(Kafka's CORRUPT_MESSAGE), except that :func:`validate_client_batch` answers a client's
+records that do not parse as Kafka does, with :class:`~sparklog.errors.InvalidRecordError`
+(INVALID_RECORD), which is also what a well-formed batch a client may not write raises;
+records decompressing to more than the caller's bound raise
+:class:`~sparklog.errors.RecordTooLargeError` (MESSAGE_TOO_LARGE). Nothing else escapes
+from the decoding functions.
 """
 
 from __future__ import annotations
@@ -723,9 +725,13 @@ def validate_client_batch(buf, pos: int = 0, *,
     ``partitionLeaderEpoch`` are not checked (the broker stamps both, :func:`stamp`).
 
     CorruptRecordError: what :func:`parse_header` checks (size, magic, CRC-32C,
-    compression), records that do not parse or do not fill the batch exactly, and
-    records the codec cannot decompress. RecordTooLargeError: records decompressing to
-    more than ``max_decompressed_bytes``. InvalidRecordError, naming the field:
+    compression) and records the codec cannot decompress. RecordTooLargeError: records
+    decompressing to more than ``max_decompressed_bytes``. InvalidRecordError, naming
+    the field:
+
+    - records that do not parse or do not fill the batch exactly (as Kafka answers
+      them: INVALID_RECORD; :func:`decode_batch` raises CorruptRecordError for the same
+      bytes, damage to a reader);
 
     - the control, timestamp-type (LogAppendTime) or delete-horizon attribute bit; the
       transactional bit unless ``allow_transactional``;
@@ -770,7 +776,10 @@ def validate_client_batch(buf, pos: int = 0, *,
             f"{where}: invalid baseSequence {header.base_sequence} in a batch with "
             f"producerId {header.producer_id}")
     data = decompress_records(view, pos, header, max_decompressed_bytes=max_decompressed_bytes)
-    _, lowest, max_ts = _parse_records(data, header, where, False, True, compacted)
+    try:
+        _, lowest, max_ts = _parse_records(data, header, where, False, True, compacted)
+    except CorruptRecordError as exc:  # Kafka answers a client's malformed records so
+        raise InvalidRecordError(str(exc)) from None  # (INVALID_RECORD, not CORRUPT)
     if max_ts != header.max_timestamp:
         raise InvalidRecordError(
             f"{where}: maxTimestamp {header.max_timestamp} is not the largest record "
