@@ -22,6 +22,7 @@ from ...errors import (
     CoordinatorNotAvailableError,
     NotCoordinatorError,
     RequestTimedOutError,
+    UnsupportedVersionError,
 )
 from ...names import validate_group_id
 from ...protocol.apis import COORDINATOR_KEY_GROUP, ApiKey, api_name
@@ -48,12 +49,22 @@ class GroupCoordinator:
 
     def node(self) -> int:
         """The coordinator's broker id, asking FindCoordinator when not known (raises
-        CoordinatorNotAvailableError while no broker coordinates the group)."""
+        CoordinatorNotAvailableError while no broker coordinates the group); -1 (any
+        broker) when the broker asked is older than FindCoordinator."""
         with self._lock:
             if self._node is not None:
                 return self._node
-        resp = self.client.request(ApiKey.FIND_COORDINATOR, {
-            "key": self.group_id, "key_type": COORDINATOR_KEY_GROUP}, retries=0)
+        try:
+            resp = self.client.request(ApiKey.FIND_COORDINATOR, {
+                "key": self.group_id, "key_type": COORDINATOR_KEY_GROUP}, retries=0)
+        except UnsupportedVersionError:
+            # a broker older than FindCoordinator coordinates the groups of its own
+            # clients: send to whichever broker is at hand, as before
+            log.info("group %r: the broker does not know FindCoordinator; its group "
+                     "requests go to any broker", self.group_id)
+            with self._lock:
+                self._node = -1
+            return -1
         node = resp["node_id"]
         with self._lock:
             if self._node != node:
