@@ -19,7 +19,7 @@ from sparklog.coordination.coordinators import COORDINATOR_SLOTS, coordinator_sl
 from sparklog.errors import InvalidArgumentError, NotCoordinatorError  # noqa: E402
 from sparklog.protocol import ApiKey, Connection  # noqa: E402
 from tests.support.clusterproc import BrokerCluster  # noqa: E402
-from tests.support.waiting import wait_until  # noqa: E402
+from tests.support.waiting import DEFAULT_WAIT, wait_until  # noqa: E402
 
 pytestmark = pytest.mark.zookeeper
 
@@ -41,7 +41,7 @@ def _find(address: str, group: str, **fields) -> dict:
         return _answer(conn, ApiKey.FIND_COORDINATOR, {"key": group, **fields})
 
 
-def _coordinator(cluster, group: str, brokers=None) -> int:
+def _coordinator(cluster, group: str, brokers=None, timeout: float = DEFAULT_WAIT) -> int:
     """The coordinator's id once every (listed) live broker names the same one, at its
     own address."""
     ids = brokers or list(cluster.brokers)
@@ -59,7 +59,7 @@ def _coordinator(cluster, group: str, brokers=None) -> int:
         return node in ids and {f"{f['host']}:{f['port']}" for f in found} == \
             {cluster.brokers[node].address}
 
-    return wait_until(answers, accept=agreed, what=f"every broker naming group {group!r}'s "
+    return wait_until(answers, timeout, accept=agreed, what=f"every broker naming group {group!r}'s "
                       "coordinator at its address")[0]["node_id"]
 
 
@@ -271,3 +271,17 @@ def test_group_reforms_on_another_broker_when_its_coordinator_is_killed(cluster)
         assert len(set(values)) == 1
         if len(values) > 1:
             assert offset >= committed[TopicPartition("t", p)].offset, (p, offset, values)
+
+
+def test_a_coordinator_stopping_gracefully_hands_its_groups_over_at_once(
+        zookeeper, storage_root, tmp_path):
+    # a session timeout far longer than the wait below: only the stopping broker's own
+    # release of its slots can move the group in time
+    with BrokerCluster(storage_root, zookeeper.connect, 3, log_dir=tmp_path,
+                       session_ms=60000) as cluster:
+        group = "handover"
+        coordinator = _coordinator(cluster, group)
+        survivors = [i for i in cluster.brokers if i != coordinator]
+        cluster.brokers[coordinator].stop(timeout=60)  # SIGTERM
+        moved = _coordinator(cluster, group, survivors, timeout=30)
+        assert moved in survivors
