@@ -18,7 +18,9 @@
 #     (deploy/lab/lab.py, tests/deploy/test_lab.py) runs an sshd on each NameNode host,
 #     through which the ZKFCs fence the old active NameNode (Hadoop's sshfence runs
 #     `fuser -k -n tcp PORT` there, then `nc -z` to check the port is closed). The
-#     package's own ssh service is not started by this script (see below).
+#     package's own ssh service is not started by this script (see below);
+#   - kcat (librdkafka's command-line client): the Kafka listener's tests produce and
+#     consume with it (tests/server/test_kafka_listener.py).
 set -euo pipefail
 
 missing=()
@@ -37,10 +39,11 @@ fi
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 command -v nc >/dev/null 2>&1 || missing+=(netcat-openbsd)
 command -v fuser >/dev/null 2>&1 || missing+=(psmisc)
+command -v kcat >/dev/null 2>&1 || missing+=(kcat)
 
 if [ ${#missing[@]} -eq 0 ]; then
     echo "[sparklog] system test dependencies present (zookeeper, java, javac, mvn, sshd," \
-         "nc, fuser)"
+         "nc, fuser, kcat)"
     exit 0
 fi
 

@@ -57,6 +57,7 @@ from .config import BrokerConfig
 from .context import RequestContext
 from .group import GroupCoordinator
 from .groups_api import GroupApis
+from .kafka.apis import KafkaApis
 from .leadership import check_leadership, leadership_for
 from .partitions import PartitionManager
 from .producer_ids import ProducerIdManager
@@ -162,9 +163,14 @@ class Broker:
         if self.metrics is not None:
             self.metrics.watch_logs(lambda: list(self.partitions.writers.values()), self.store)
         #: what the connections need of the broker (limits, security, handler...)
+        #: Kafka's APIs, for the listeners named in kafka.listener.names
+        self.kafka = KafkaApis(self.dispatch, broker_id=self.broker_id,
+                               address=self.advertised_address,
+                               max_decompressed_bytes=self.config.socket_request_max_bytes) \
+            if self.config.kafka_listener_names.strip() else None
         self.connection_context = server.ConnectionContext.of_config(
             self.config, handle=self.handle, security=self.security, run_io=self.run_io,
-            metrics=self.metrics)
+            metrics=self.metrics, kafka=self.kafka)
         #: the cluster id (read by :meth:`start`)
         self.cluster_id = ""
         self.host, self.port = self.config.listen_host_port
@@ -406,13 +412,7 @@ class Broker:
         name = api_name(header.api_key)
         try:
             body = decode_request_body(header, payload, position)
-            deduplicate(header.api_key, body)
-            handler = self.handlers[header.api_key]
-            if self.security.authorizer is None:
-                response = await handler(body, ctx)
-            else:
-                response = await authorize(header.api_key, handler, body, ctx,
-                                           self.security.authorizer)
+            response = await self.dispatch(header.api_key, body, ctx)
         except SparklogError as exc:
             log.info("%s request %d from %s (%s) refused: %s", name, header.correlation_id,
                      ctx.client_host, ctx.client_id, exc)
@@ -427,6 +427,16 @@ class Broker:
             self.metrics.request_done(name, time.perf_counter() - started,
                                       response.get("error_code", 0) if response else 0)
         return response
+
+    async def dispatch(self, api_key: int, body: dict, ctx: RequestContext) -> dict | None:
+        """The answer of the handler of ``api_key`` to a decoded request ``body``, through
+        the authorizer (the Kafka listener's translated requests come here too);
+        SparklogError when refused whole."""
+        deduplicate(api_key, body)
+        handler = self.handlers[api_key]
+        if self.security.authorizer is None:
+            return await handler(body, ctx)
+        return await authorize(api_key, handler, body, ctx, self.security.authorizer)
 
     def _versions_body(self) -> dict:
         return {"api_versions": [[k, lo, hi] for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())],

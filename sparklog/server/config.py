@@ -115,6 +115,8 @@ BROKER_SETTINGS = {
     "broker.id": ("broker_id", int, 0, 0),
     "listeners": ("listeners", str, "127.0.0.1:9092", None),
     "advertised.listeners": ("advertised_listeners", str, "", None),
+    # listeners (by name) that speak Apache Kafka's wire protocol (docs/kafka-protocol.md)
+    "kafka.listener.names": ("kafka_listener_names", str, "", None),
     "num.partitions": ("num_partitions", int, 1, 1),
     "auto.create.topics.enable": ("auto_create_topics_enable", bool, True, None),
     "delete.topic.enable": ("delete_topic_enable", bool, True, None),
@@ -250,6 +252,7 @@ class BrokerConfig:
     broker_id: int = 0
     listeners: str = "127.0.0.1:9092"
     advertised_listeners: str = ""
+    kafka_listener_names: str = ""
     num_partitions: int = 1
     auto_create_topics_enable: bool = True
     delete_topic_enable: bool = True

@@ -69,6 +69,7 @@ from .receiver import ReadTimeout, RequestReceiver
 if TYPE_CHECKING:
     from ..security.session import BrokerSecurity
     from .config import BrokerConfig
+    from .kafka.apis import KafkaApis
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +78,11 @@ _HEAD = struct.Struct(">hhi")  # api key, version, correlation id
 _THROTTLE_REPORTED = (ApiKey.PRODUCE, ApiKey.FETCH)
 
 
-def _records_size(response: dict) -> int:
-    """Bytes of record data in a Fetch response (what ``consumer_byte_rate`` counts)."""
+def _records_size(response: dict | bytes) -> int:
+    """Bytes of record data in a Fetch response (what ``consumer_byte_rate`` counts; a
+    Kafka listener's encoded response counts whole)."""
+    if isinstance(response, bytes):
+        return len(response)
     total = 0
     for topic in response.get("topics", ()):
         for p in topic.get("partitions", ()):
@@ -156,17 +160,24 @@ class ConnectionContext:
     in seconds) and ``max_idle`` (``connections.max.idle.ms``, in seconds).
     :meth:`of_config` reads them from a ``BrokerConfig``.
 
+    ``kafka`` answers the requests of the listeners named in ``kafka_listeners``, which
+    speak Apache Kafka's wire protocol (:class:`~sparklog.server.kafka.apis.KafkaApis`;
+    None: no such listener).
+
     ``connections`` are the connections open now; :meth:`stop_reading` (graceful
     shutdown) makes every connection stop taking new requests."""
 
     __slots__ = ("handle", "security", "run_io", "budget", "metrics",
                  "max_queued_requests", "max_request_bytes", "read_timeout", "max_idle",
-                 "connections", "_stopping")
+                 "connections", "kafka", "kafka_listeners", "_stopping")
 
     def __init__(self, *, handle: RequestHandler, security: BrokerSecurity, run_io,
                  budget: ByteBudget, metrics=None, max_queued_requests: int,
-                 max_request_bytes: int, read_timeout: float, max_idle: float):
+                 max_request_bytes: int, read_timeout: float, max_idle: float,
+                 kafka: KafkaApis | None = None, kafka_listeners: frozenset = frozenset()):
         self.handle = handle
+        self.kafka = kafka
+        self.kafka_listeners = kafka_listeners
         self.security = security
         self.run_io = run_io
         self.budget = budget
@@ -180,9 +191,13 @@ class ConnectionContext:
 
     @classmethod
     def of_config(cls, config: BrokerConfig, *, handle: RequestHandler,
-                  security: BrokerSecurity, run_io, metrics=None) -> ConnectionContext:
+                  security: BrokerSecurity, run_io, metrics=None,
+                  kafka: KafkaApis | None = None) -> ConnectionContext:
         """The context of a broker of ``config`` (its byte budget is made here)."""
-        return cls(handle=handle, security=security, run_io=run_io,
+        names = frozenset(n.strip().upper() for n in config.kafka_listener_names.split(",")
+                          if n.strip())
+        return cls(handle=handle, security=security, run_io=run_io, kafka=kafka,
+                   kafka_listeners=names,
                    budget=ByteBudget(config.queued_max_request_bytes), metrics=metrics,
                    max_queued_requests=config.queued_max_requests,
                    max_request_bytes=config.socket_request_max_bytes,
@@ -243,6 +258,9 @@ class ClientConnection:
                                                 self.client_host, context.run_io)
         self.auth_deadline = asyncio.get_running_loop().time() \
             + context.security.authentication_timeout(listener)
+        #: the Kafka APIs when the listener speaks Kafka's protocol (None: sparklog's)
+        self.kafka = context.kafka if listener is not None \
+            and listener.name.upper() in context.kafka_listeners else None
 
     def stop_reading(self) -> None:
         """Stop taking new requests (graceful shutdown); queued ones are still answered."""
@@ -308,7 +326,9 @@ class ClientConnection:
                 else:
                     payload = await io.read_exact(size, context.budget, owner)
                 try:
-                    header, position = decode_request_header(payload)
+                    # a Kafka listener's "position" is the decoded request
+                    header, position = decode_request_header(payload) if self.kafka is None \
+                        else self.kafka.decode(payload)
                 except BaseException:
                     self._release(size, owner)
                     raise
@@ -317,14 +337,15 @@ class ClientConnection:
                     if not await self._authenticate(header, payload, position):
                         return
                     continue
-                ctx = RequestContext(header.client_id, self.client_host, self.order, io.lost,
+                client_id = header.client_id or ""  # Kafka's header may name none
+                ctx = RequestContext(client_id, self.client_host, self.order, io.lost,
                                      self.io_slots, session)
                 task = asyncio.get_running_loop().create_task(
                     self._handle(header, payload, position, ctx))
                 task.add_done_callback(self._releaser(size, owner))
                 del payload
                 if header.api_key == ApiKey.PRODUCE:
-                    delay = self._throttle("producer_byte_rate", header.client_id, size)
+                    delay = self._throttle("producer_byte_rate", client_id, size)
                     if delay:
                         self.throttled[header.correlation_id] = delay
                 self.pending += 1
@@ -365,8 +386,12 @@ class ClientConnection:
         (:data:`_ANSWERED` is returned then)."""
         loop = asyncio.get_running_loop()
         started = loop.time()
+        response: dict | bytes | None
         try:
-            response = await self.context.handle(header, payload, position, ctx)
+            if self.kafka is None:
+                response = await self.context.handle(header, payload, position, ctx)
+            else:
+                response = await self.kafka.handle(header, position, ctx)
         finally:
             self.work[header.correlation_id] = (
                 header.api_key, header.client_id,
@@ -400,10 +425,13 @@ class ClientConnection:
         ok = True
         metrics = self.context.metrics
         listener = getattr(self.session.listener, "name", "?")
+        kafka = self.kafka
         try:
-            body = decode_request_body(header, payload, position)
+            body = decode_request_body(header, payload, position) if kafka is None \
+                else kafka.sasl_body(header, position)
             was = self.session.authenticated
-            done.set_result(await self.session.answer(header.api_key, body))
+            answer = await self.session.answer(header.api_key, body)
+            done.set_result(answer if kafka is None else kafka.encode(header, answer))
             if metrics is not None and self.session.authenticated and not was:
                 metrics.authenticated(listener, True)
         except SparklogError as exc:
@@ -411,7 +439,8 @@ class ClientConnection:
                 metrics.authenticated(listener, False)
             log.warning("closing connection from %s (listener %s): %s", self.peer,
                         getattr(self.session.listener, "name", "?"), exc)
-            done.set_result(error_fields(exc))
+            done.set_result(error_fields(exc) if kafka is None
+                            else kafka.encode(header, error_fields(exc)))
             ok = False
         self.pending += 1
         await self.queue.put((header.correlation_id, done))
@@ -420,6 +449,9 @@ class ClientConnection:
         return ok
 
     async def _refuse_oversized(self, size: int, max_size: int) -> None:
+        if self.kafka is not None:  # Kafka's broker closes such a connection
+            raise InvalidArgumentError(
+                f"request of {size} bytes exceeds socket.request.max.bytes={max_size}")
         head = await self.io.read_exact(min(size, _HEAD.size))
         if len(head) < _HEAD.size:
             raise InvalidArgumentError(
@@ -456,7 +488,7 @@ class ClientConnection:
             if response is not _ANSWERED:
                 await self._respond(loop, correlation_id, response)
 
-    async def _respond(self, loop, correlation_id: int, response: dict | None) -> None:
+    async def _respond(self, loop, correlation_id: int, response: dict | bytes | None) -> None:
         """Count a handled request against the quotas and write its answer (None: no
         answer is due); once a write failed, nothing more is written."""
         throttle_ms = self.throttled.pop(correlation_id, 0)
@@ -471,7 +503,8 @@ class ClientConnection:
                     "consumer_byte_rate", client_id, _records_size(response)))
         if response is None or self._broken:
             return
-        if throttle_ms and work is not None and work[0] in _THROTTLE_REPORTED:
+        if throttle_ms and work is not None and work[0] in _THROTTLE_REPORTED \
+                and isinstance(response, dict):
             response["throttle_time_ms"] = throttle_ms
         try:
             await self._write(loop, correlation_id, response)
@@ -485,8 +518,12 @@ class ClientConnection:
             self._broken = True
             self.stop_reading()
 
-    async def _write(self, loop, correlation_id: int, response: dict) -> int:
-        """Send one response; return its size in bytes."""
+    async def _write(self, loop, correlation_id: int, response: dict | bytes) -> int:
+        """Send one response (a Kafka listener's comes encoded); return its size."""
+        if isinstance(response, bytes):
+            self.io.write(response)
+            await self.io.drain()
+            return len(response)
         parts, total = encode_response_parts(correlation_id, response)
         io = self.io
         if not any(isinstance(p, FileRegion) for p in parts):
