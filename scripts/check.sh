@@ -4,7 +4,7 @@
 #   - ruff: pyflakes' rules and import order (pyproject.toml [tool.ruff]);
 #   - import-linter: the layers of the design, the read and write paths independent, no
 #     import cycle (pyproject.toml [tool.importlinter]);
-#   - mypy: the types of the public surface (pyproject.toml [tool.mypy]);
+#   - mypy: the types of the packages pyproject.toml [tool.mypy] lists;
 #   - javac: the JVM reader's Java sources with every warning an error
 #     (sparklog.spark.jvm.STRICT_OPTIONS).
 # Installs the tools into .venv (the `lint` extra) beside the `test` one.
@@ -20,7 +20,7 @@ step "ruff (pyflakes, import order)"
 .venv/bin/ruff check --quiet .
 step "import-linter (layers, read/write independence, no cycles)"
 .venv/bin/lint-imports --no-cache
-step "mypy (public surface)"
+step "mypy (the packages [tool.mypy] lists)"
 .venv/bin/mypy
 step "javac -Xlint -Werror (JVM reader)"
 .venv/bin/python - <<'PY'

@@ -90,12 +90,14 @@ def _filters(args) -> list:
 
     pattern = None if args.resource_pattern_type in ("any", "match") \
         else args.resource_pattern_type.upper()
-    principals = [(p, "Allow") for p in args.allow_principal] + \
+    principals: list[tuple[str | None, str | None]] = \
+        [(p, "Allow") for p in args.allow_principal] + \
         [(p, "Deny") for p in args.deny_principal]
     if args.principal:
         principals.append((args.principal, None))
     out = []
-    for rtype, name in _resources(args) or [(None, None)]:
+    resources: list[tuple[str | None, str | None]] = [*_resources(args)] or [(None, None)]
+    for rtype, name in resources:
         for principal, permission in principals or [(None, None)]:
             for op in args.operation or [None]:
                 out.append(AclFilter(principal=principal, permission=permission,

@@ -98,7 +98,8 @@ def run(args) -> int:
         upserts, quotas = [], {}
         for key, value in parse_add_config(args.add_config or "").items():
             if key in KINDS:
-                quotas[key] = float(value) if "." in str(value) else int(value)
+                text = str(value)
+                quotas[key] = float(text) if "." in text else int(text)
                 continue
             if args.entity_type != "users" or not isinstance(value, dict) \
                     or "password" not in value:

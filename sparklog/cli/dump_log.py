@@ -69,7 +69,7 @@ def frame_line(position: int, frame_or_header, valid: bool = True) -> str:
             f"timestampType: {_TS_TYPES[h.timestamp_type]} producerId: {h.producer_id} "
             f"producerEpoch: {h.producer_epoch} baseSequence: {h.base_sequence} "
             f"lastSequence: {last_seq} partitionLeaderEpoch: {h.leader_epoch} "
-            f"isTransactional: {_bool(h.attributes & 0x10)} isControl: {_bool(h.is_control)} "
+            f"isTransactional: {_bool(bool(h.attributes & 0x10))} isControl: {_bool(h.is_control)} "
             f"position: {position} size: {h.size} magic: {h.magic} compresscodec: {h.codec} "
             f"crc: {h.crc:#010x} isvalid: {_bool(valid)}")
 
@@ -189,7 +189,7 @@ def dump_path(args, path: str, out, err) -> int:
             raise StorageFileNotFoundError(f"{path}: no segment files (*.log) in this directory")
         status = 0
         for files in segments:
-            status |= dump_segment(fileio, files.log.path, deep, args.print_data_log, out, err)
+            status |= dump_segment(fileio, files.log_file.path, deep, args.print_data_log, out, err)
         return status
     except SparklogError as exc:
         print(f"sparklog dump-log: {exc}", file=err)

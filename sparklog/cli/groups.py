@@ -124,7 +124,7 @@ def _partitions(admin, args, committed) -> list:
 
     if args.all_topics:
         return sorted(committed)
-    out = []
+    out: list = []
     for spec in args.topic:
         topic, _, parts = spec.partition(":")
         described = admin.describe_topics([topic])[0]

@@ -17,6 +17,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 MARKER = ".sparklog-quickstart"
 TOPIC = "events"
@@ -127,7 +128,7 @@ def run(args) -> int:
 
         say("starting Spark (local[2])")
         spark = local_session("sparklog-quickstart")
-        job_args = dict(app_id=APP_ID, subscribe=TOPIC, output=table_uri, format="delta",
+        job_args: dict[str, Any] = dict(app_id=APP_ID, subscribe=TOPIC, output=table_uri, format="delta",
                         transform=TRANSFORM, bootstrap_servers=session.bootstrap_servers,
                         progress=lambda t: say(f"job: {t}"))
         first = run_incremental(spark, **job_args)

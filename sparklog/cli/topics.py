@@ -133,6 +133,8 @@ def run(args) -> int:
         elif args.action == "delete-records":
             from ..clients.types import TopicPartition
 
+            if topic is None:
+                raise InvalidArgumentError("delete-records needs --topic")
             tp = TopicPartition(topic, args.partition)
             low = admin.delete_records({tp: args.offset})[tp]
             print(f"Partition {topic}-{args.partition} now starts at offset {low}.",

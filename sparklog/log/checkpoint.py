@@ -44,7 +44,8 @@ class JsonCheckpoint:
     def write(self, doc: dict) -> None:
         """Store ``doc`` as the next version (FileAlreadyExistsError if another writer
         stored that version first: this writer is stale)."""
-        if self.version == 0 and self.file.latest() is not None:
-            self.version = self.file.latest()[0]
+        latest = self.file.latest() if self.version == 0 else None
+        if latest is not None:
+            self.version = latest[0]
         self.file.write(self.version + 1, json.dumps(doc, sort_keys=True).encode())
         self.version += 1

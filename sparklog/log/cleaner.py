@@ -712,7 +712,10 @@ class SegmentKeys:
         """Read ``frames`` (``(position, frame)`` of all of ``seg``): its keys and
         offsets (remembered while within the budget); ``txns`` follows the
         transactions (its tags: ``(segment path, first row, rows)``)."""
-        keys, offsets, layout, row = [], [], [], 0
+        keys: list = []
+        offsets: list = []
+        layout: list = []
+        row = 0
         for pos, frame in frames:
             h = frame.header
             if h.is_control:
@@ -927,8 +930,9 @@ class CleanedSegmentWriter:
         if commit:
             new.seal()  # .timeindex, then .index: the commit
             return new, None
-        write_replacing(self.fileio, new.timeindex_path, new.time_index.to_bytes())
-        return new, new.offset_index.to_bytes(new.summary)
+        offsets, times = new.load_indexes()
+        write_replacing(self.fileio, new.timeindex_path, times.to_bytes())
+        return new, offsets.to_bytes(new.summary)
 
 
 def commit_cleaned(fileio, directory: str, config, base: int, end: int, generation: int,
@@ -971,7 +975,8 @@ def _probed(frames, offsets: KeyMap, key: CompactionKey):
     """Yield ``(frame, stays)`` for ``frames``: ``stays`` tells, per record, whether
     it stays by the key map (:func:`_stays`; None for control frames). The keys of up
     to PROBE_WINDOW_BYTES of frames are looked up in one call."""
-    window, size = [], 0
+    window: list = []
+    size = 0
 
     def flush():
         keyed = [(f, f.batch()) for f in window if not f.header.is_control]

@@ -10,6 +10,7 @@ limits Kafka also disables that way (``retention.bytes``, ``flush.messages``...)
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 from ..errors import InvalidConfigError
 from ..format.header import HEADER_SIZE
@@ -20,8 +21,8 @@ _INT32_MAX = (1 << 31) - 1
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
 
-#: Kafka property name -> (attribute, type, default).
-LOG_CONFIGS: dict[str, tuple[str, type, object]] = {
+#: Kafka property name -> (attribute, type, default: a value of that type).
+LOG_CONFIGS: dict[str, tuple[str, type, Any]] = {
     "segment.bytes": ("segment_bytes", int, 256 * 1024 * 1024),
     "segment.ms": ("segment_ms", int, 7 * _DAY_MS),
     # Kafka's: each segment rolls up to this much (a random part of it) before segment.ms
@@ -56,7 +57,7 @@ _CHOICES = {
 }
 
 # (minimum, maximum) of the integer settings; -1 is allowed where it means "disabled".
-_RANGES = {
+_RANGES: dict[str, tuple[float, float | None]] = {
     "segment.bytes": (HEADER_SIZE, _INT32_MAX),
     "segment.ms": (1, None),
     "segment.jitter.ms": (0, None),
@@ -101,27 +102,27 @@ def parse_log_config_value(key: str, value):
         if isinstance(value, bool):
             raise InvalidConfigError(f"log config {key}={value!r} is not a number")
         try:
-            parsed = float(value.strip()) if isinstance(value, str) else float(value)
+            number = float(value.strip()) if isinstance(value, str) else float(value)
         except (TypeError, ValueError):
             raise InvalidConfigError(f"log config {key}={value!r} is not a number") from None
         low, high = _RANGES[key]
-        if not low <= parsed <= high:
+        if not (low <= number and (high is None or number <= high)):  # NaN too
             raise InvalidConfigError(
-                f"log config {key}={parsed} must be between {low} and {high}")
-        return parsed
+                f"log config {key}={number} must be between {low} and {high}")
+        return number
     if not isinstance(value, str):
         raise InvalidConfigError(
             f"log config {key}={value!r} must be a string, got {type(value).__name__}")
-    parsed = value.strip()
-    if key == "compression.type" and parsed != "producer":
+    text = value.strip()
+    if key == "compression.type" and text != "producer":
         raise InvalidConfigError(
             f"log config compression.type={value!r}: sparklog keeps each batch as its "
             f"producer compressed it, so only 'producer' is supported (set the producers' "
             f"compression_type instead)")
-    if key in _CHOICES and parsed not in _CHOICES[key]:
+    if key in _CHOICES and text not in _CHOICES[key]:
         raise InvalidConfigError(
             f"log config {key}={value!r} is not one of {', '.join(_CHOICES[key])}")
-    return parsed
+    return text
 
 
 @dataclass(frozen=True)

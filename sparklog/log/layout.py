@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, StorageFileNotFoundError
 from ..storage.base import FileInfo, FileIO
 
 LOG_SUFFIX = ".log"
@@ -110,9 +110,18 @@ class SegmentFiles:
         return self.index is not None
 
     @property
+    def log_file(self) -> FileInfo:
+        """The listing of the segment's ``.log`` (of a live segment: :meth:`logs`);
+        StorageFileNotFoundError when it has none."""
+        if self.log is None:
+            raise StorageFileNotFoundError(
+                f"segment {self.stem} has no .log file in the listing")
+        return self.log
+
+    @property
     def stem(self) -> str:
         """The common name stem of the segment's files."""
-        if self.generation == 0:
+        if self.generation == 0 or self.end_offset is None:  # (cleaned: end is known)
             return f"{self.base_offset:0{OFFSET_WIDTH}d}"
         return cleaned_stem(self.base_offset, self.end_offset, self.generation)
 
@@ -201,7 +210,7 @@ class PartitionListing:
             if parsed is None:
                 continue
             base, generation, end, suffix = parsed
-            if generation:
+            if generation and end is not None:  # (a cleaned stem names its end)
                 files = out.cleaned.get((base, generation, end))
                 if files is None:
                     files = out.cleaned[(base, generation, end)] = SegmentFiles(

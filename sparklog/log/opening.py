@@ -107,7 +107,7 @@ class LogLoader:
                 break
             else:
                 seg = self._new_segment(files.base_offset, sealed=True,
-                                        listed_size=files.log.size,
+                                        listed_size=files.log_file.size,
                                         generation=files.generation,
                                         end_offset=files.end_offset)
                 if not files.sealed or files.timeindex is None:

@@ -48,7 +48,7 @@ from ..errors import (
 )
 from ..format.frame import set_log_append_time, stamp_run, validate_frame
 from ..format.header import FrameHeader
-from ..storage.base import FileIO
+from ..storage.base import FileIO, OutputStream
 from .checkpoint import JsonCheckpoint
 from .config import LogConfig
 from .epoch import LeaderEpochCache
@@ -146,7 +146,7 @@ class PartitionLog:
         self._lock = threading.RLock()
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
-        self._out = None
+        self._out: OutputStream | None = None  # the active segment's (None: closed)
         self._leo = 0
         self._hw = 0
         self._hw_position = 0  # bytes of the active segment below the high watermark
@@ -159,7 +159,7 @@ class PartitionLog:
         self._unsynced_records = 0
         self._last_sync_ms = self._clock()
         self._start_checkpoint = JsonCheckpoint(fileio, dir_url, LOG_START_SUFFIX)
-        self._epochs: LeaderEpochCache | None = None
+        self._epochs: LeaderEpochCache  # read by open()
         self._sealer = SegmentSealer(self.name, self._seal_failed, self._sealed)
         #: ``record_end(end_offset)``: records outside the partition directory that the
         #: log reached ``end_offset`` (see the module docstring; None: not recorded)
@@ -422,6 +422,13 @@ class PartitionLog:
         """Kafka's OffsetsForLeaderEpoch: (largest epoch <= ``epoch``, its end offset)."""
         return self._epochs.end_offset_for(epoch, self._leo)
 
+    def _stream(self) -> OutputStream:
+        """The active segment's output stream (StorageError once the log is closed)."""
+        out = self._out
+        if out is None:
+            raise StorageError(f"partition log {self.name} ({self.dir_url}) is closed")
+        return out
+
     def _check_usable(self) -> None:
         if self._offline is not None:
             raise self._offline_error()
@@ -453,6 +460,7 @@ class PartitionLog:
         ``segment.bytes``),
         FencedLeaderEpochError for a stale ``leader_epoch``.
         """
+        buf: bytearray | memoryview
         if isinstance(frame, bytearray):
             buf = frame
         elif isinstance(frame, memoryview) and not frame.readonly and frame.c_contiguous:
@@ -492,8 +500,10 @@ class PartitionLog:
         :meth:`append` does). ``leader_epoch``, ``log_append_time_ms`` and ``borrow``
         are as for :meth:`append`. The result covers the run: the first frame's base
         offset, position and segment, the last frame's last offset."""
+        if not frames:
+            raise InvalidArgumentError(f"partition {self.name}: no frames to append")
         config = self.config
-        expected = frames[0][0] if frames else 0
+        expected = frames[0][0]
         for pos, header in frames:
             if pos != expected:
                 raise InvalidArgumentError(
@@ -532,7 +542,7 @@ class PartitionLog:
                 base, position = self._leo, seg.size
                 next_offset = stamp_run(buf, frames[i:j], base, epoch)
                 try:
-                    self._out.write(view[start:end], borrow=borrow)
+                    self._stream().write(view[start:end], borrow=borrow)
                 except BaseException as exc:
                     self._seal_failed(exc)
                     raise
@@ -552,6 +562,7 @@ class PartitionLog:
             if (0 <= config.flush_messages <= self._unsynced_records
                     or 0 <= config.flush_ms <= now - self._last_sync_ms):
                 self.sync()
+            assert first is not None, "frames is not empty: the first was appended"
             return AppendResult(first[0], self._leo - 1, append_time, first[1], first[2])
 
     def _fitting(self, seg, frames, i: int, now: int, append_time: int) -> int:
@@ -595,7 +606,7 @@ class PartitionLog:
         with self._lock:
             self._check_usable()
             try:
-                self._out.flush()
+                self._stream().flush()
             except BaseException as exc:
                 self._seal_failed(exc)
                 raise
@@ -612,7 +623,7 @@ class PartitionLog:
         """True when the storage overlaps syncs: several threads' :meth:`start_sync`
         functions may wait at once, each returning once its own records are durable
         (HDFS's hsync; see ``OutputStream.pipelined_persist``)."""
-        return self._out.pipelined_persist
+        return self._stream().pipelined_persist
 
     def start_sync(self) -> Callable[[], None]:
         """Start a :meth:`sync` of everything appended so far and return the function
@@ -628,7 +639,7 @@ class PartitionLog:
             self._check_usable()
             self._wait_sealed()
             try:
-                finish = self._out.start_sync()
+                finish = self._stream().start_sync()
             except BaseException as exc:
                 self._seal_failed(exc)
                 raise
@@ -659,7 +670,7 @@ class PartitionLog:
                 self._roll()
 
     def _roll(self) -> None:
-        old, old_out = self._segments[-1], self._out
+        old, old_out = self._segments[-1], self._stream()
         try:
             # the lease is checked even with nothing buffered: a writer fenced by a new
             # leader fails here instead of starting a segment of its own
@@ -722,7 +733,9 @@ class PartitionLog:
         shrank under the log takes the partition offline (StorageError)."""
         check_offset(offset, "offset")
         check_offset(max_bytes, "max_bytes")
-        seg = end = None  # the segment being looked at and its readable end, for errors
+        # the segment being looked at and its readable end, for errors
+        seg: LogSegment | None = None
+        end: int | None = None
         try:
             with self._lock:
                 self._check_usable()
@@ -776,17 +789,21 @@ class PartitionLog:
                 replaced = seg is not None and all(s is not seg for s in self._segments)
             if replaced and not _retry:  # compaction swapped it out, its delay ran out
                 return self.read(offset, max_bytes, max_offset=max_offset, _retry=True)
+            if seg is None:  # before any segment was looked at
+                raise
             with self._lock:
                 raise self._vanished(seg, exc) from None
         except DataLossError as exc:
             if exc.topic is not None:  # a gap, reported above
                 raise
             with self._lock:
-                try:
-                    shrunk = end is not None and self.fileio.size(seg.path) < end
-                except StorageFileNotFoundError:
-                    shrunk = True
-                if shrunk:
+                shrunk = False
+                if seg is not None and end is not None:
+                    try:
+                        shrunk = self.fileio.size(seg.path) < end
+                    except StorageFileNotFoundError:
+                        shrunk = True
+                if seg is not None and shrunk:
                     if offset < self._log_start:
                         raise self._out_of_range("fetch offset", offset) from None
                     raise self._vanished(seg, exc) from None

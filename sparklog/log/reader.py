@@ -132,11 +132,12 @@ class LogReader:
         segments = []
         for i, files in enumerate(entries):
             sealed = files.sealed or i < len(entries) - 1
-            seg = old.get(files.log.path)
+            listed = files.log_file
+            seg = old.get(listed.path)
             if seg is None or (sealed and not seg.sealed) or (
-                    not seg.sealed and files.log.size < seg.size):  # rolled, or repaired
+                    not seg.sealed and listed.size < seg.size):  # rolled, or repaired
                 seg = LogSegment.of(self.fileio, self.dir_url, files, sealed=sealed,
-                                    listed_size=files.log.size if sealed else None)
+                                    listed_size=listed.size if sealed else None)
             segments.append(seg)
         self._segments = segments
         doc = self._checkpoint.read() or {}

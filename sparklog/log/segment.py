@@ -20,6 +20,7 @@ from ..errors import (
     CorruptRecordError,
     DataLossError,
     FileAlreadyExistsError,
+    InvalidArgumentError,
     StorageFileNotFoundError,
 )
 from ..format.frame import TIMESTAMP_COLUMN, Frame
@@ -93,8 +94,12 @@ class LogSegment:
         self.base_offset = base_offset
         self.generation = generation
         self.end_offset = end_offset if generation else None
-        stem = cleaned_stem(base_offset, end_offset, generation) if generation else \
-            segment_file_name(base_offset, "")
+        if generation and end_offset is None:
+            raise InvalidArgumentError(
+                f"segment {base_offset} of generation {generation} (cleaned) needs the "
+                "end_offset of the range it replaced")
+        stem = cleaned_stem(base_offset, end_offset, generation) \
+            if generation and end_offset is not None else segment_file_name(base_offset, "")
         self.path = fileio.join(directory, stem + LOG_SUFFIX)
         self.index_path = fileio.join(directory, stem + INDEX_SUFFIX)
         self.timeindex_path = fileio.join(directory, stem + TIMEINDEX_SUFFIX)
@@ -189,9 +194,10 @@ class LogSegment:
         scan; ``control``: a control frame): counters, and a sparse index entry every
         ``index.interval.bytes``."""
         if self._bytes_since_index >= self.index_interval_bytes:
-            self.offset_index.append(base_offset, position)
+            offsets, times = self.load_indexes()
+            offsets.append(base_offset, position)
             if self._max_timestamp >= 0:
-                self.time_index.maybe_append(self._max_timestamp, base_offset)
+                times.maybe_append(self._max_timestamp, base_offset)
             self._bytes_since_index = 0
         self._bytes_since_index += size
         if self.first_frame_max_timestamp is None:
@@ -298,8 +304,9 @@ class LogSegment:
         """Write the ``.timeindex`` then the ``.index`` (the seal marker); the segment's
         ``.log`` must be complete and closed."""
         summary = self.summary
-        write_replacing(self.fileio, self.timeindex_path, self.time_index.to_bytes())
-        write_replacing(self.fileio, self.index_path, self.offset_index.to_bytes(summary))
+        offsets, times = self.load_indexes()
+        write_replacing(self.fileio, self.timeindex_path, times.to_bytes())
+        write_replacing(self.fileio, self.index_path, offsets.to_bytes(summary))
         self.apply_replication(self.timeindex_path, self.index_path)
         self.sealed = True
         return summary
@@ -319,11 +326,16 @@ class LogSegment:
                              "replication", self.replication, scheme)
                 return
 
-    def load_indexes(self) -> None:
-        """Make the index entries available (read them for a sealed segment, rebuilding
-        them from the ``.log`` when missing or corrupt)."""
-        if self.offset_index is not None:
-            return
+    def load_indexes(self) -> tuple[OffsetIndex, TimeIndex]:
+        """The segment's offset and time indexes (read for a sealed segment at first
+        use, rebuilt from the ``.log`` when missing or corrupt)."""
+        if self.offset_index is None or self.time_index is None:
+            self._read_indexes()
+        offsets, times = self.offset_index, self.time_index
+        assert offsets is not None and times is not None, "read or rebuilt just above"
+        return offsets, times
+
+    def _read_indexes(self) -> None:
         try:
             summary, offset_index = OffsetIndex.from_bytes(
                 self.fileio.read_all(self.index_path), self.index_path)
@@ -373,8 +385,8 @@ class LogSegment:
     def entry_for(self, offset: int) -> tuple[int, int]:
         """(base offset, file position) of a frame at or before the one holding
         ``offset``: the sparse offset index entry to scan forward from."""
-        self.load_indexes()
-        return self.offset_index.lookup(offset)
+        offsets, _ = self.load_indexes()
+        return offsets.lookup(offset)
 
     def offset_for_timestamp(self, timestamp: int, end: int | None = None,
                              min_offset: int = 0, max_offset: int | None = None) -> int | None:
@@ -383,9 +395,9 @@ class LogSegment:
         ``end``; None if there is none."""
         if self.max_timestamp < timestamp:
             return None
-        self.load_indexes()
-        start = max(self.time_index.lookup(timestamp), self.offset_index.lookup(min_offset)[0])
-        _, position = self.offset_index.lookup(start)
+        offsets, times = self.load_indexes()
+        start = max(times.lookup(timestamp), offsets.lookup(min_offset)[0])
+        _, position = offsets.lookup(start)
         for _, frame in self.scan(position, end if end is not None else self.size):
             if max_offset is not None and frame.header.base_offset >= max_offset:
                 return None

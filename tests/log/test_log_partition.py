@@ -211,6 +211,8 @@ def test_append_frames_refuses_gaps_and_read_only_buffers(fio, pdir):
             plog.append_frames(buf, [pairs[1], pairs[0]])
         with pytest.raises(InvalidArgumentError, match="writable memoryview"):
             plog.append_frames(bytes(buf), pairs)
+        with pytest.raises(InvalidArgumentError, match="no frames to append"):
+            plog.append_frames(buf, [])
         assert plog.log_end_offset == 0
         assert plog.append_frames(buf, pairs).last_offset == 1
 
