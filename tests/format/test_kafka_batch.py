@@ -157,7 +157,10 @@ def _stream_decompress(data, codec):
 
 
 class _Zstd:
-    """zstandard's ZstdCompressor / ZstdDecompressor as kafka.codec uses them."""
+    """zstandard's ZstdCompressor / ZstdDecompressor as kafka.codec uses them (3.x reads
+    through stream_reader, 2.x through decompress)."""
+
+    ZstdError = OSError
 
     class ZstdCompressor:
         def compress(self, data):
@@ -166,6 +169,9 @@ class _Zstd:
     class ZstdDecompressor:
         def stream_reader(self, source, read_across_frames=True):
             return io.BytesIO(_stream_decompress(source.read(), "zstd"))
+
+        def decompress(self, data, max_output_size=0):
+            return _stream_decompress(data, "zstd")
 
 
 class _Lz4Frame:
