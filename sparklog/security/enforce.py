@@ -189,6 +189,8 @@ async def authorize(api_key: int, handler, body: dict, ctx, authorizer) -> dict 
             listing = lambda t: check("Describe", "Topic", t["name"], quiet=True)  # noqa: E731
         else:
             extra = _topics(body, check, "Describe", _partitions({"offset": -1}))
+    elif key == ApiKey.FIND_COORDINATOR:  # Kafka: Describe on the group
+        check.group("Describe", body["key"])
     elif key in (ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP):
         check.group("Read", body["group_id"])
         if key == ApiKey.JOIN_GROUP:  # the assignment names only describable topics
