@@ -18,6 +18,7 @@ import abc
 import logging
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from ...errors import (
     IllegalGenerationError,
@@ -30,6 +31,9 @@ from ...protocol.apis import ApiKey
 from ..network.coordinator import COORDINATOR_ERRORS, GroupCoordinator
 from ..network.network import NetworkClient
 from ..types import TopicPartition
+
+if TYPE_CHECKING:
+    from ...coordination.zkgroups import ZkGroupMember
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +84,7 @@ class StaticMembership(GroupMembership):
         if not self._topics:
             return []
         meta = self.client.refresh_metadata(self._topics)
-        out = []
+        out: list[TopicPartition] = []
         for topic in self._topics:
             info = meta.topic(topic)
             if info is None:
@@ -111,12 +115,12 @@ class ZooKeeperMembership(GroupMembership):
     def __init__(self, zookeeper_connect: str, *, session_timeout_ms: int = 6000):
         self.connect = zookeeper_connect
         self.session_timeout_ms = session_timeout_ms
-        self._member = None
+        self._member: ZkGroupMember | None = None
         self._seen = 0
 
-    def _assigned(self) -> list[TopicPartition]:
-        self._seen = self._member.generation
-        return [TopicPartition(t, p) for t, p in self._member.assignment()]
+    def _assigned(self, member: ZkGroupMember) -> list[TopicPartition]:
+        self._seen = member.generation
+        return [TopicPartition(t, p) for t, p in member.assignment()]
 
     def join(self, group_id, topics) -> list[TopicPartition]:
         from ...coordination.zkgroups import ZkGroupMember
@@ -124,13 +128,15 @@ class ZooKeeperMembership(GroupMembership):
         if not group_id:
             raise InvalidArgumentError("ZooKeeper group membership needs a group_id")
         self.leave()
-        self._member = ZkGroupMember(self.connect, group_id, topics,
-                                     session_timeout_ms=self.session_timeout_ms).start()
-        return self._assigned()
+        member = ZkGroupMember(self.connect, group_id, topics,
+                               session_timeout_ms=self.session_timeout_ms).start()
+        self._member = member
+        return self._assigned(member)
 
     def poll(self):
-        if self._member is not None and self._member.generation != self._seen:
-            return self._assigned()
+        member = self._member
+        if member is not None and member.generation != self._seen:
+            return self._assigned(member)
         return None
 
     def leave(self) -> None:

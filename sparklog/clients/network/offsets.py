@@ -70,12 +70,12 @@ def fetch_committed(client: NetworkClient, group_id: str, partitions=None, *,
     found first)."""
     from .coordinator import GroupCoordinator
 
-    topics = None
+    topics: list[dict] | None = None
     if partitions is not None:
-        topics = {}
+        by_topic: dict[str, list[int]] = {}
         for topic, partition in partitions:
-            topics.setdefault(topic, []).append(partition)
-        topics = [{"name": t, "partitions": p} for t, p in topics.items()]
+            by_topic.setdefault(topic, []).append(partition)
+        topics = [{"name": t, "partitions": p} for t, p in by_topic.items()]
     if coordinator is None:
         coordinator = GroupCoordinator(client, group_id)
     resp = coordinator.request(ApiKey.OFFSET_FETCH, {"group_id": group_id, "topics": topics})
