@@ -13,7 +13,11 @@ values: sparklog ``send()`` vs confluent-kafka ``produce()`` and kafka-python ``
 ``send_batch()`` vs the best of them), ``consumer`` (records/s from one Python process),
 ``ingest`` (broker MB/s at acks=1 and acks=all: kafka-producer-perf-test against Kafka,
 ``flush.messages=1`` for the durable row, vs the same load against sparklog),
-``latency`` (produce->consume p50/p99/p99.9 at 1k, 10k and 50k records/s), ``spark``
+``latency`` (produce->consume p50/p99/p99.9 at 1k, 10k and 50k records/s),
+``kafka-tools`` (Kafka's own clients, unchanged, against Kafka and against sparklog's
+Kafka listener: kafka-producer-perf-test at acks=1 and acks=all, kafka-consumer-perf-test,
+librdkafka produce()/consume() and its produce->consume latency at 10k records/s;
+bench/peers/kafka_tools.py), ``spark``
 (count, aggregate over value and filter on timestamp by format("sparklog") vs
 format("kafka") vs Parquet; a capped AvailableNow backlog drain, both sources; each
 sparklog row also by the log's storage root, ``path``, beside the broker),
@@ -36,9 +40,9 @@ from pathlib import Path
 from .systems import Systems, say  # sets sys.path for the tests' helpers first
 
 # isort: split
-from . import clients, failover, ingest, spark_jobs  # noqa: E402
+from . import clients, failover, ingest, kafka_tools, spark_jobs  # noqa: E402
 
-SECTIONS = ("producer", "consumer", "ingest", "latency", "spark", "failover")
+SECTIONS = ("producer", "consumer", "ingest", "latency", "kafka-tools", "spark", "failover")
 
 
 def figure(x: float) -> str:
@@ -154,6 +158,47 @@ def latency_rows(systems, table, rounds, seconds):
             f"{delivered[1]:,} of {int(rate * seconds):,}")
 
 
+def kafka_tools_rows(systems, table, rounds, n, seconds):
+    """Kafka's own clients against Kafka and against sparklog's Kafka listener."""
+    cp = systems.kafka.classpath
+    both = {"Kafka": systems.bootstrap, "sparklog": systems.sparklog_kafka}
+    systems.create_topic("kt-ingest", 1)
+    systems.create_topic("kt-ingest-durable", 1, kafka_config={"flush.messages": "1"})
+    say(f"kafka-tools: {n:,} records per run, {rounds} rounds, Kafka's clients against "
+        f"Kafka ({both['Kafka']}) and sparklog's Kafka listener ({both['sparklog']})")
+    for acks, topic in (("1", "kt-ingest"), ("all", "kt-ingest-durable")):
+        ours, theirs = alternate(
+            rounds, lambda: ingest.kafka_perf(cp, both["sparklog"], topic, n, acks),
+            lambda: ingest.kafka_perf(cp, both["Kafka"], topic, n, acks))
+        table.add(f"kafka-producer-perf-test MB/s, acks={acks}", ours, theirs, "MB/s",
+                  peer="Kafka, same tool" + (" (flush.messages=1)" if acks == "all" else ""))
+    ours, theirs = alternate(
+        rounds, lambda: kafka_tools.consumer_perf(cp, both["sparklog"], "kt-ingest", n),
+        lambda: kafka_tools.consumer_perf(cp, both["Kafka"], "kt-ingest", n))
+    table.add("kafka-consumer-perf-test records/s", ours, theirs, "records/s",
+              peer="Kafka, same tool")
+    systems.create_topic("kt-librdkafka", 1)
+    per = lambda f, target: (lambda: n / f(target, "kt-librdkafka", n))  # noqa: E731
+    ours, theirs = alternate(rounds, per(clients.confluent_produce, both["sparklog"]),
+                             per(clients.confluent_produce, both["Kafka"]))
+    table.add("librdkafka produce() records/s, acks=1", ours, theirs, "records/s",
+              peer="Kafka, same client")
+    ours, theirs = alternate(rounds, per(clients.confluent_consume, both["sparklog"]),
+                             per(clients.confluent_consume, both["Kafka"]))
+    table.add("librdkafka consume() records/s", ours, theirs, "records/s",
+              peer="Kafka, same client")
+    systems.create_topic("kt-latency", 1)
+    rate = 10_000
+    say(f"kafka-tools: latency at {rate:,} records/s, {seconds:g} s per run")
+    ours, theirs = alternate(rounds, *(
+        (lambda target=target: clients.percentiles(clients.kafka_latency(
+            target, "kt-latency", rate, seconds, clients.KAFKA_LATENCY_LINGER_MS)))
+        for target in (both["sparklog"], both["Kafka"])))
+    for q in ("p50", "p99"):
+        table.add(f"librdkafka latency {q} at 10k records/s", [o[q] for o in ours],
+                  [t[q] for t in theirs], "ms", higher_better=False, peer="Kafka, same client")
+
+
 def spark_rows(systems, table, rounds, n, base):
     """Spark scans over the same n records, and the AvailableNow drain."""
     spark = spark_jobs.session()
@@ -223,9 +268,10 @@ def main(argv=None) -> int:
         parser.error(f"unknown sections {sorted(unknown)} (known: {', '.join(SECTIONS)})")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
-    size = dict(clients=200_000, ingest=1_000_000, latency_s=3.0, spark=1_000_000) \
+    size = dict(clients=200_000, ingest=1_000_000, latency_s=3.0, spark=1_000_000,
+                kafka_tools=200_000) \
         if args.quick else dict(clients=1_000_000, ingest=4_000_000, latency_s=10.0,
-                                spark=10_000_000)
+                                spark=10_000_000, kafka_tools=1_000_000)
     table = Table()
     failed: list[str] = []
     with tempfile.TemporaryDirectory(prefix="sparklog-peers-") as tmp, Systems(Path(tmp)) as s:
@@ -238,6 +284,9 @@ def main(argv=None) -> int:
              "ingest" in only),
             ("latency", lambda: latency_rows(s, table, args.rounds, size["latency_s"]),
              "latency" in only),
+            ("kafka-tools", lambda: kafka_tools_rows(s, table, args.rounds,
+                                                     size["kafka_tools"], size["latency_s"]),
+             "kafka-tools" in only),
             ("spark", lambda: spark_rows(s, table, args.rounds, size["spark"], Path(tmp)),
              "spark" in only)]
         sections.append(("failover", lambda: failover_rows(table, args.rounds, Path(tmp)),

@@ -1,6 +1,7 @@
 """The two systems under test, side by side on one machine: a sparklog broker process
-(tests/support/brokerproc.py) and a one-node Apache Kafka (tests/support/kafkaserver.py), both with
-their data under one temporary directory (the same disk), both on loopback."""
+(tests/support/brokerproc.py; its own listener and a Kafka listener) and a one-node
+Apache Kafka (tests/support/kafkaserver.py), both with their data under one temporary
+directory (the same disk), both on loopback."""
 
 from __future__ import annotations
 
@@ -23,6 +24,26 @@ def say(message: str) -> None:
     print(f"[peers {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
+class KafkaListenerBroker(BrokerProcess):
+    """A sparklog broker process with a second listener, ``KAFKA``, speaking Apache
+    Kafka's protocol (``kafka.listener.names``), both on loopback ports the OS picks."""
+
+    def command(self) -> list[str]:
+        cmd = super().command()
+        at = cmd.index("--listen") + 1
+        cmd[at] = f"PLAINTEXT://{self.host}:{self.port},KAFKA://127.0.0.1:0"
+        return [*cmd, "--override", "listener.security.protocol.map="
+                "PLAINTEXT:PLAINTEXT,KAFKA:PLAINTEXT", "--override", "kafka.listener.names=KAFKA"]
+
+    @property
+    def kafka_address(self) -> str:
+        """``127.0.0.1:<port>`` of the Kafka listener (from the broker's start-up lines)."""
+        for line in self._lines:
+            if line.startswith("listener KAFKA "):
+                return line.rsplit(" ", 1)[1].strip()
+        raise RuntimeError("the sparklog broker printed no KAFKA listener line")
+
+
 class Systems:
     """A started sparklog broker and Kafka node under ``base`` (a directory); topics
     are created on both with :meth:`create_topic`."""
@@ -31,7 +52,7 @@ class Systems:
         self.base = Path(base)
         self.storage = (self.base / "sparklog").as_uri()
         (self.base / "sparklog").mkdir(parents=True, exist_ok=True)
-        self.broker = BrokerProcess(self.storage, log_path=self.base / "sparklog-broker.log",
+        self.broker = KafkaListenerBroker(self.storage, log_path=self.base / "sparklog-broker.log",
                                     log_level="WARNING")
         self.kafka = KafkaCluster(str(self.base / "kafka"), 1, heap=kafka_heap)
 
@@ -43,7 +64,8 @@ class Systems:
         except Exception:
             self.broker.__exit__(None, None, None)
             raise
-        say(f"sparklog on {self.broker.address}, Kafka on {self.kafka.bootstrap}")
+        say(f"sparklog on {self.broker.address} (its Kafka listener on "
+            f"{self.broker.kafka_address}), Kafka on {self.kafka.bootstrap}")
         return self
 
     def __exit__(self, *exc):
@@ -54,6 +76,11 @@ class Systems:
     def sparklog(self) -> str:
         """The sparklog broker's address."""
         return self.broker.address
+
+    @property
+    def sparklog_kafka(self) -> str:
+        """The sparklog broker's Kafka listener (bootstrap servers for Kafka's clients)."""
+        return self.broker.kafka_address
 
     @property
     def bootstrap(self) -> str:
