@@ -849,6 +849,19 @@ class PartitionLog:
                     return found
             return None
 
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record, at or after the log start and below
+        the high watermark, with the largest timestamp of the log; None when the log
+        holds no record (Kafka's ListOffsets ``MAX_TIMESTAMP``, KIP-734)."""
+        with self._lock:
+            self._check_usable()
+            largest = max((seg.max_timestamp for seg in self._segments
+                           if seg.next_offset > self._log_start), default=-1)
+        if largest < 0:
+            return None
+        found = self.offset_for_timestamp(largest)
+        return None if found is None else (found, largest)
+
     # --- retention -----------------------------------------------------------------------
     def delete_segments_before(self, offset: int) -> list[int]:
         """Move the log start offset up to ``offset`` (persisted first), then delete

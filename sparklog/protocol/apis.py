@@ -64,6 +64,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {int(k): (0, 0) for k in ApiKey
 ACKS_NONE, ACKS_LEADER, ACKS_ALL = 0, 1, -1
 # ListOffsets special timestamps (Kafka's)
 LATEST_TIMESTAMP, EARLIEST_TIMESTAMP = -1, -2
+#: ListOffsets: the record of the largest timestamp (Kafka's KIP-734, ListOffsets v7)
+MAX_TIMESTAMP = -3
 #: "no offset committed" / "no offset for that timestamp"
 NO_OFFSET = -1
 #: FindCoordinator key types (Kafka's): a consumer group; a transactional id (not served)

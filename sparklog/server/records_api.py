@@ -27,6 +27,7 @@ from ..protocol.apis import (
     ACKS_NONE,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
     NO_OFFSET,
     ApiKey,
 )
@@ -317,7 +318,8 @@ class RecordApis:
         return results, total, waiters, errors
 
     async def list_offsets(self, body, ctx) -> dict:
-        """ListOffsets: latest (-1), earliest (-2) or the first offset at a time."""
+        """ListOffsets: latest (-1), earliest (-2), the record of the largest timestamp
+        (-3) or the first offset at a time."""
         topics = []
         for t in body["topics"]:
             items = []
@@ -330,10 +332,15 @@ class RecordApis:
                         item["offset"] = w.log.high_watermark
                     elif ts == EARLIEST_TIMESTAMP:
                         item["offset"] = w.log.log_start_offset
+                    elif ts == MAX_TIMESTAMP:
+                        largest = await self.run_io(w.log.max_timestamp_offset)
+                        if largest is not None:
+                            item["offset"], item["timestamp"] = largest
                     elif ts < 0:
                         raise InvalidArgumentError(
                             f"ListOffsets timestamp {ts} for {t['name']}-{p['partition']}: use "
-                            "-1 (latest), -2 (earliest) or a time in ms")
+                            "-1 (latest), -2 (earliest), -3 (the largest timestamp) or a time "
+                            "in ms")
                     else:
                         found = await self.run_io(w.log.offset_for_timestamp, ts)
                         if found is not None:

@@ -558,9 +558,12 @@ class KafkaApis:
                        for t in req["topics"]],
             "validate_only": req.get("validate_only", False),
             "timeout_ms": req.get("timeout", 30000)}, ctx)
+        # v5+: Kafka's Java admin reads the created topic's configs and replication
+        # factor (a null list fails it); every partition has one replica, its leader
         return {"topics": [{"name": t["name"], **_err(t),
                             "num_partitions": t.get("num_partitions", -1),
-                            "replication_factor": -1, "configs": None}
+                            "replication_factor": -1 if t.get("error_code") else 1,
+                            "configs": []}
                            for t in answer["topics"]]}
 
     async def delete_topics(self, version: int, req: dict, ctx) -> dict:
