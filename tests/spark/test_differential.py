@@ -1,15 +1,15 @@
 """The differential test of ``format("sparklog")``: random queries (subscriptions and
 offset bounds, projections, filters over topic/partition/offset/timestamp/key/value/
 headers with AND/OR/NOT, aggregates, ordered limits, joins of two reads) run on every
-read route (:data:`tests.support.sparkread.ROUTES`: JVM-planned and JVM-read, planned
-in Python and read on the JVM, read on Python behind the JVM provider, the Python
-source alone as without the jar) and on Parquet of the same records, written from the
+read route (:data:`tests.support.sparkread.ROUTES`: planned in Python and read on the
+JVM, read on Python behind the JVM provider, the Python source alone as without the
+jar) and on Parquet of the same records, written from the
 records the test appended, not read back through sparklog. Results are compared as
 digests (row count, sum and XOR of a 64-bit hash of every row), many queries to a
 Spark job; a query whose digests differ is collected on both sides for the message.
 
 Seeded: ``SPARKLOG_FUZZ_SEED`` (default 30) and ``SPARKLOG_FUZZ_QUERIES`` (default 50
-queries, each on every route and on Parquet: 250 query runs) make a longer fuzz run, e.g.
+queries, each on every route and on Parquet: 200 query runs) make a longer fuzz run, e.g.
 ``SPARKLOG_FUZZ_QUERIES=5000``. A failure names the seed, the query number and its
 description, so ``SPARKLOG_FUZZ_SEED=... SPARKLOG_FUZZ_QUERIES=...`` repeats it.
 """

@@ -1,7 +1,7 @@
 """The README's spark-submit example, run for real: ``spark-submit --jars "$(sparklog
 spark-jar)" job.py`` with a job that never registers anything, then every kind of query
-on ``format("sparklog")`` (the JVM-planned count, a GROUP BY, NOT filters, a read the
-Python planner plans, SQL). Before the JVM provider registered the Python source itself,
+on ``format("sparklog")`` (a count pushed down to the JVM, a GROUP BY, NOT filters, a
+read by timestamp, SQL). Before the JVM provider registered the Python source itself,
 the count worked and the GROUP BY failed with ``DATA_SOURCE_NOT_EXIST: sparklog``.
 Without the jar, ``sparklog.spark.register(spark)`` is the documented way, in the same
 kind of job."""
