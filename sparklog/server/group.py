@@ -63,6 +63,8 @@ class Member:
     last_seen: float = field(default_factory=time.monotonic)
     join: asyncio.Future | None = None
     assignment: list = field(default_factory=list)
+    #: the JoinGroup answer of its current generation (None before the first)
+    response: dict | None = None
 
 
 @dataclass
@@ -77,6 +79,8 @@ class Group:
     deadline: float = 0.0
     timer: asyncio.TimerHandle | None = None
     completing: bool = False
+    #: partition counts of the subscribed topics the current generation assigned
+    counts: dict = field(default_factory=dict)
 
 
 class GroupCoordinator:
@@ -153,6 +157,11 @@ class GroupCoordinator:
                 raise UnknownMemberIdError(
                     f"group {group_id!r} has no member {member_id!r}; join with an empty "
                     "member id")
+            current = await self._current_answer(group, member, topics)
+            if current is not None:
+                member.session_timeout_ms = session_timeout_ms
+                member.rebalance_timeout_ms = rebalance_timeout_ms
+                return current
         else:
             member_id = f"{client_id or 'consumer'}-{uuid.uuid4().hex[:16]}"
             member = group.members[member_id] = Member(
@@ -173,6 +182,26 @@ class GroupCoordinator:
             return await future
         finally:
             member.last_seen = time.monotonic()
+
+    async def _current_answer(self, group: Group, member: Member, topics) -> dict | None:
+        """Kafka's answer to a JoinGroup of a known member of a Stable group whose
+        subscription did not change: its current generation and assignment, without a
+        rebalance (a client that re-sends its JoinGroup, or rejoins after missing a
+        generation, must not make the whole group rebalance again). None when a
+        rebalance is due: the group is rebalancing, the subscription changed, or a
+        subscribed topic's partition count changed since the assignment."""
+        if group.state != STABLE or group.completing or member.response is None \
+                or sorted(set(topics)) != member.topics \
+                or member.join is not None and not member.join.done():
+            return None
+        generation = group.generation
+        counts = await self.partition_counts(
+            sorted({t for m in group.members.values() for t in m.topics}))
+        if group.state != STABLE or group.generation != generation \
+                or group.members.get(member.member_id) is not member or counts != group.counts:
+            return None
+        member.last_seen = time.monotonic()
+        return dict(member.response)
 
     def _prepare(self, group: Group) -> None:
         if group.state == PREPARING:
@@ -218,6 +247,7 @@ class GroupCoordinator:
         counts = await self.partition_counts(topics)
         group.completing = False
         members = dict(group.members)
+        group.counts = dict(counts)
         group.generation += 1
         group.state = STABLE if members else EMPTY
         assignment = range_assign(counts, {mid: m.topics for mid, m in members.items()})
@@ -233,6 +263,7 @@ class GroupCoordinator:
                 "leader_id": group.leader, "members": sorted(members),
                 "assignment": [{"name": t, "partitions": ps} for t, ps in sorted(by_topic.items())],
             }
+            member.response = response
             if member.join is not None and not member.join.done():
                 member.join.set_result(response)
         log.info("group %s: generation %d with %d member(s)", group.group_id,

@@ -89,3 +89,37 @@ def test_find_coordinator_standalone_names_the_broker_itself(broker):
         conn.send(ApiKey.FIND_COORDINATOR, {"key": ""})
         bad = conn.receive()
         assert bad["error_code"] == 24 and "group id" in bad["error_message"]
+
+
+def test_a_known_member_rejoining_a_stable_group_unchanged_gets_its_generation(broker, admin):
+    """Kafka's coordinator answers a JoinGroup of a known member of a Stable group whose
+    subscription did not change with the current generation, without a rebalance (a
+    client re-sending its JoinGroup must not make the group rebalance again, which made
+    two kafka-python members rebalance each other forever); a changed subscription or a
+    subscribed topic with more partitions does rebalance."""
+    from sparklog.protocol import ApiKey, Connection
+
+    n = next(_names)
+    topic, other, group = f"rj{n}", f"rj{n}other", f"rjgroup{n}"
+    admin.create_topic(topic, 2)
+    admin.create_topic(other, 1)
+    with Connection(broker.address) as conn:
+        def join(member_id: str, topics: list) -> dict:
+            return conn.request(ApiKey.JOIN_GROUP, {"group_id": group, "member_id": member_id,
+                                                    "topics": topics})
+
+        first = join("", [topic])
+        member = first["member_id"]
+        again = join(member, [topic])
+        assert again["generation_id"] == first["generation_id"]
+        assert again["assignment"] == first["assignment"]
+        assert conn.request(ApiKey.HEARTBEAT, {"group_id": group, "member_id": member,
+                                               "generation_id": first["generation_id"]})
+        admin.create_partitions(topic, 3)  # more partitions: the rejoin rebalances
+        grown = join(member, [topic])
+        assert grown["generation_id"] == first["generation_id"] + 1
+        assert grown["assignment"] == [{"name": topic, "partitions": [0, 1, 2]}]
+        changed = join(member, [topic, other])  # another subscription: rebalances too
+        assert changed["generation_id"] == grown["generation_id"] + 1
+        assert {t["name"] for t in changed["assignment"]} == {topic, other}
+        conn.request(ApiKey.LEAVE_GROUP, {"group_id": group, "member_id": member})

@@ -285,3 +285,54 @@ def test_a_coordinator_stopping_gracefully_hands_its_groups_over_at_once(
         cluster.brokers[coordinator].stop(timeout=60)  # SIGTERM
         moved = _coordinator(cluster, group, survivors, timeout=30)
         assert moved in survivors
+
+
+def test_two_kafka_consumers_through_different_brokers_share_the_partitions(
+        zookeeper, storage_root, tmp_path):
+    """Kafka's own consumers (kafka-python) on each broker's Kafka listener: FindCoordinator
+    through broker 1 and through broker 3 names one coordinator, so the two form one
+    group and every record is consumed once."""
+    pytest.importorskip("kafka", reason="kafka-python is not installed (the peers extra)")
+    from kafka import KafkaConsumer
+
+    kafka_listener = ["--listen", "PLAINTEXT://127.0.0.1:0,KAFKA://127.0.0.1:0",
+                      "--override", "listener.security.protocol.map="
+                      "PLAINTEXT:PLAINTEXT,KAFKA:PLAINTEXT",
+                      "--override", "kafka.listener.names=KAFKA"]
+    with BrokerCluster(storage_root, zookeeper.connect, 3, log_dir=tmp_path,
+                       extra_args=kafka_listener) as cluster:
+        registered = cluster.view.view.brokers()
+        kafka_address = {}
+        for i in (1, 3):
+            (host, port), = [(h, p) for name, h, p in registered[i].endpoints
+                             if name == "KAFKA"]
+            kafka_address[i] = f"{host}:{port}"
+        with Admin(cluster.bootstrap) as admin:
+            admin.create_topic("t", 4)
+        consumers = [KafkaConsumer("t", bootstrap_servers=kafka_address[i], group_id="kg",
+                                   auto_offset_reset="earliest", enable_auto_commit=False)
+                     for i in (1, 3)]
+        got: list = [[], []]
+        try:
+            def poll_both():
+                for i, c in enumerate(consumers):
+                    for records in c.poll(timeout_ms=100).values():
+                        got[i] += [r.value for r in records]
+                mine = [{tp.partition for tp in c.assignment()} for c in consumers]
+                return all(mine) and not mine[0] & mine[1] and mine[0] | mine[1] == {0, 1, 2, 3}
+
+            wait_until(poll_both, what="the two Kafka consumers sharing 4 partitions")
+            with Producer(cluster.bootstrap, acks="all") as producer:
+                for f in [producer.send("t", b"k%d" % i, partition=i % 4) for i in range(400)]:
+                    f.get(60)
+
+            def all_consumed():
+                poll_both()
+                return len(got[0]) + len(got[1]) >= 400
+
+            wait_until(all_consumed, what="400 records consumed by the Kafka group")
+            assert got[0] and got[1]
+            assert sorted(got[0] + got[1]) == sorted(b"k%d" % i for i in range(400))
+        finally:
+            for c in consumers:
+                c.close()
