@@ -67,7 +67,7 @@ def fill(systems, topic: str, records: int, progress) -> None:
 def frames(spark, systems, topic: str, parquet_dir: str) -> dict:
     """format name -> a DataFrame over the topic (Parquet written once from sparklog's);
     ``sparklog-path`` reads the same log by its storage root (``path``: offsets from
-    storage, planned in the driver's JVM) where ``sparklog`` asks the broker."""
+    storage, planned by the Python planner, no broker) where ``sparklog`` asks the broker."""
     sl = (spark.read.format("sparklog").option("kafka.bootstrap.servers", systems.sparklog)
           .option("subscribe", topic).load())
     kafka = (spark.read.format("kafka").option("kafka.bootstrap.servers", systems.bootstrap)
