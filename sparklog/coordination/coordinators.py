@@ -276,6 +276,7 @@ class ZkCoordinators:
         owners, mine = self._read()
         now = time.monotonic()
         registered = self.broker_id in live
+        claimed, handed = [], []
         for slot in range(self.slots):
             preferred = live[slot % len(live)] if live else -1
             if slot not in owners:
@@ -285,12 +286,20 @@ class ZkCoordinators:
                     if self._claim(slot):
                         owners[slot] = self.broker_id
                         mine.add(slot)
+                        claimed.append(slot)
                 continue
             self._free_since.pop(slot, None)
             if slot in mine and self.rebalance and preferred not in (-1, self.broker_id):
-                self._release(slot, f"its preferred broker {preferred} is live")
+                if self._release(slot):
+                    handed.append(slot)
                 owners.pop(slot, None)
                 mine.discard(slot)
+        if claimed:
+            log.info("broker %d: coordinates the groups of slots %s (%d slots held)",
+                     self.broker_id, _ranges(claimed), len(mine))
+        if handed:
+            log.info("broker %d: hands coordinator slots %s over to their preferred brokers "
+                     "(live: %s)", self.broker_id, _ranges(handed), live)
         with self._lock:
             self._owners = owners
         self._set_held(frozenset(mine))
@@ -306,21 +315,21 @@ class ZkCoordinators:
         except NodeExistsError:
             return False
         self._free_since.pop(slot, None)
-        log.info("broker %d: coordinates the groups of slot %d", self.broker_id, slot)
         return True
 
-    def _release(self, slot: int, why: str) -> None:
-        from kazoo.exceptions import NoNodeError
+    def _release(self, slot: int) -> bool:
+        """Delete the slot's node if this session owns it; whether it did."""
+        from kazoo.exceptions import BadVersionError, NoNodeError
 
         session = self.client.client_id[0] if self.client.client_id else None
         try:
             _, stat = self.client.get(slot_path(slot))
             if stat.owner_session_id == session:
                 self.client.delete(slot_path(slot), version=stat.version)
-                log.info("broker %d: hands coordinator slot %d over (%s)", self.broker_id,
-                         slot, why)
-        except NoNodeError:
+                return True
+        except (NoNodeError, BadVersionError):
             pass
+        return False
 
     def _release_all(self) -> None:
         held = self._held
@@ -331,11 +340,29 @@ class ZkCoordinators:
             self.client.delete(f"{COORDINATOR_BROKERS_PATH}/{self.broker_id}")
         except Exception as exc:  # noqa: BLE001 - the session's end removes it too
             log.info("broker %d: withdrawing from coordination: %s", self.broker_id, exc)
+        released = []
         for slot in sorted(held):
             try:
-                self._release(slot, "the broker is stopping")
+                if self._release(slot):
+                    released.append(slot)
             except Exception as exc:  # noqa: BLE001 - the session's end releases it too
                 log.info("broker %d: releasing slot %d: %s", self.broker_id, slot, exc)
+        if released:
+            log.info("broker %d: stopping: released coordinator slots %s", self.broker_id,
+                     _ranges(released))
+
+
+def _ranges(slots) -> str:
+    """``0-3,7,9-10`` for sorted slot numbers (one log line for many slots)."""
+    out: list[str] = []
+    for slot in slots:
+        if out and "-" not in out[-1] and int(out[-1]) == slot - 1:
+            out[-1] = f"{out[-1]}-{slot}"
+        elif out and "-" in out[-1] and int(out[-1].split("-")[1]) == slot - 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{slot}"
+        else:
+            out.append(str(slot))
+    return ",".join(out)
 
 
 def coordinators_for(store, broker_id: int, *, rebalance: bool = True):

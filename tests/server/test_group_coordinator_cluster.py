@@ -63,6 +63,15 @@ def _coordinator(cluster, group: str, brokers=None, timeout: float = DEFAULT_WAI
                       "coordinator at its address")[0]["node_id"]
 
 
+def _settled_coordinator(cluster, group: str) -> int:
+    """The coordinator once the slots settled on their preferred brokers (while the
+    brokers start, the first one holds every slot and hands them over as the others
+    register)."""
+    preferred = sorted(cluster.brokers)[coordinator_slot(group) % len(cluster.brokers)]
+    return wait_until(lambda: _coordinator(cluster, group), accept=lambda c: c == preferred,
+                      what=f"group {group!r} coordinated by its slot's preferred broker")
+
+
 def _groups_of_each_preferred_broker() -> list[str]:
     """Three group ids whose slots are preferred by brokers 1, 2 and 3 (slot % 3)."""
     out: dict[int, str] = {}
@@ -188,7 +197,7 @@ def test_two_consumers_bootstrapping_from_different_brokers_share_the_partitions
 
 def test_group_reforms_on_another_broker_when_its_coordinator_is_killed(cluster):
     group = "moving"
-    coordinator = _coordinator(cluster, group)
+    coordinator = _settled_coordinator(cluster, group)
     survivors = [i for i in cluster.brokers if i != coordinator]
     with Admin(cluster.bootstrap) as admin:
         admin.create_topic("t", 4)
@@ -280,7 +289,7 @@ def test_a_coordinator_stopping_gracefully_hands_its_groups_over_at_once(
     with BrokerCluster(storage_root, zookeeper.connect, 3, log_dir=tmp_path,
                        session_ms=60000) as cluster:
         group = "handover"
-        coordinator = _coordinator(cluster, group)
+        coordinator = _settled_coordinator(cluster, group)
         survivors = [i for i in cluster.brokers if i != coordinator]
         cluster.brokers[coordinator].stop(timeout=60)  # SIGTERM
         moved = _coordinator(cluster, group, survivors, timeout=30)
