@@ -166,7 +166,8 @@ class Broker:
         #: Kafka's APIs, for the listeners named in kafka.listener.names
         self.kafka = KafkaApis(self.dispatch, broker_id=self.broker_id,
                                address=self.advertised_address,
-                               max_decompressed_bytes=self.config.socket_request_max_bytes) \
+                               max_decompressed_bytes=self.config.socket_request_max_bytes,
+                               binding=self.security.producer_ids) \
             if self.config.kafka_listener_names.strip() else None
         self.connection_context = server.ConnectionContext.of_config(
             self.config, handle=self.handle, security=self.security, run_io=self.run_io,

@@ -48,6 +48,7 @@ from ...protocol.kafka import (
 )
 from ...protocol.kafka.entities import build, plain
 from ...protocol.schema import check
+from ...security.binding import ProducerIdBinding
 from ...security.session import principal_of
 from .records import batches_of_frames, frames_of_batches
 
@@ -119,16 +120,18 @@ class KafkaApis:
     ``address(session)`` the advertised (host, port) of the listener a session
     connected to; ``broker_id`` the broker's id; ``max_decompressed_bytes`` bounds a
     produced batch's records once decompressed (``message.max.bytes``-sized);
-    ``producer_token(pid, principal)`` the token of a producer id this listener handed
-    out (None: none)."""
+    ``binding`` the cluster's :class:`~sparklog.security.binding.ProducerIdBinding`: a
+    Kafka client carries no producer token, so a Produce request's token is the one
+    binding its batches' producer id to the connection's principal, which any broker
+    of the cluster computes, whichever broker answered InitProducerId."""
 
-    def __init__(self, dispatch: Dispatch, *, broker_id: int, address, max_decompressed_bytes: int):
+    def __init__(self, dispatch: Dispatch, *, broker_id: int, address, max_decompressed_bytes: int,
+                 binding: ProducerIdBinding):
         self.dispatch = dispatch
         self.broker_id = broker_id
         self.address = address
         self.max_decompressed_bytes = max_decompressed_bytes
-        #: (principal, producer id) -> the producer token InitProducerId gave
-        self._tokens: dict[tuple[str, int], bytes] = {}
+        self.binding = binding
         #: (group, member) -> (generation, assignment) of its last JoinGroup
         self._assignments: dict[tuple[str, str], tuple[int, list]] = {}
         self._handlers = {
@@ -261,21 +264,19 @@ class KafkaApis:
 
     # --- records ---------------------------------------------------------------------
     async def init_producer_id(self, version: int, req: dict, ctx) -> dict:
-        """InitProducerId: the broker's id and epoch; the token binding the id to the
-        caller is kept here, where this listener's Produce requests find it."""
+        """InitProducerId: the broker's id and epoch (the token binding the id to the
+        caller's principal is not sent: :meth:`_token` computes it again)."""
         answer = await self._call(ApiKey.INIT_PRODUCER_ID, {
             "transactional_id": req.get("transactional_id"),
             "transaction_timeout_ms": req.get("transaction_timeout", 60000),
             "producer_id": req.get("producer_id", -1),
             "producer_epoch": req.get("producer_epoch", -1)}, ctx)
-        if not answer.get("error_code"):
-            principal = str(principal_of(getattr(ctx, "session", None)))
-            self._tokens[(principal, answer["producer_id"])] = answer["producer_token"]
         return {**_err(answer), "producer_id": answer.get("producer_id", -1),
                 "producer_epoch": answer.get("producer_epoch", -1)}
 
     def _token(self, records: bytes, ctx) -> bytes | None:
-        """The producer token of the producer id the batches name (None: none named)."""
+        """The token binding the producer id the batches name to the connection's
+        principal (None: none named)."""
         principal = str(principal_of(getattr(ctx, "session", None)))
         pids = set()
         try:
@@ -287,7 +288,7 @@ class KafkaApis:
         if len(pids) > 1:
             raise InvalidProducerIdMappingError(
                 f"batches of producer ids {sorted(pids)} in one partition of a Produce")
-        return self._tokens.get((principal, pids.pop())) if pids else None
+        return self.binding.token(pids.pop(), principal) if pids else None
 
     async def produce(self, version: int, req: dict, ctx) -> dict | None:
         """Produce (v3+): each partition's batches, checked as Kafka's LogValidator does,
