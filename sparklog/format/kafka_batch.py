@@ -51,6 +51,7 @@ import zlib
 from typing import Iterable, NamedTuple, Sequence
 
 import crc32c as _crc32c
+import numpy as np
 import pyarrow as pa
 
 from ..errors import (
@@ -746,6 +747,35 @@ def validate_client_batch(buf, pos: int = 0, *,
       ``timestamp_after_max_ms`` after it (Kafka's ``message.timestamp.before.max.ms``
       and ``message.timestamp.after.max.ms``; None: no bound).
     """
+    return _checked_client_batch(
+        buf, pos, False, max_decompressed_bytes=max_decompressed_bytes,
+        allow_transactional=allow_transactional, compacted=compacted, now_ms=now_ms,
+        timestamp_before_max_ms=timestamp_before_max_ms,
+        timestamp_after_max_ms=timestamp_after_max_ms).header
+
+
+def decode_client_batch(buf, pos: int = 0, *,
+                        max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+                        allow_transactional: bool = False, compacted: bool = False,
+                        now_ms: int | None = None,
+                        timestamp_before_max_ms: int | None = None,
+                        timestamp_after_max_ms: int | None = None) -> KafkaBatch:
+    """:func:`validate_client_batch` and :func:`decode_batch` of a client's batch in one
+    pass (one CRC, one decompression, one walk of the records): the same checks and
+    errors as :func:`validate_client_batch`, and the batch with its records as
+    :func:`decode_batch` gives them."""
+    return _checked_client_batch(
+        buf, pos, True, max_decompressed_bytes=max_decompressed_bytes,
+        allow_transactional=allow_transactional, compacted=compacted, now_ms=now_ms,
+        timestamp_before_max_ms=timestamp_before_max_ms,
+        timestamp_after_max_ms=timestamp_after_max_ms)
+
+
+def _checked_client_batch(buf, pos: int, want: bool, *, max_decompressed_bytes: int,
+                          allow_transactional: bool, compacted: bool, now_ms: int | None,
+                          timestamp_before_max_ms: int | None,
+                          timestamp_after_max_ms: int | None) -> KafkaBatch:
+    """The checks of :func:`validate_client_batch`; the records too when ``want``."""
     view = _view(buf, pos)
     header = parse_header(view, pos, verify_crc=True)
     where = _where(pos)
@@ -777,7 +807,7 @@ def validate_client_batch(buf, pos: int = 0, *,
             f"producerId {header.producer_id}")
     data = decompress_records(view, pos, header, max_decompressed_bytes=max_decompressed_bytes)
     try:
-        _, lowest, max_ts = _parse_records(data, header, where, False, True, compacted)
+        records, lowest, max_ts = _parse_records(data, header, where, want, True, compacted)
     except CorruptRecordError as exc:  # Kafka answers a client's malformed records so
         raise InvalidRecordError(str(exc)) from None  # (INVALID_RECORD, not CORRUPT)
     if max_ts != header.max_timestamp:
@@ -796,7 +826,7 @@ def validate_client_batch(buf, pos: int = 0, *,
                 f"{where}: timestamp {max_ts} of a record is more than "
                 f"message.timestamp.after.max.ms {timestamp_after_max_ms} after the "
                 f"broker's time {now_ms}")
-    return header
+    return KafkaBatch(header, records)
 
 
 # --- encoding --------------------------------------------------------------------
@@ -1016,6 +1046,19 @@ def encode_batch(
         last_delta = last_offset_delta
     body = b"".join([_encode_record(r, base_offset, base_ts, i)
                      for i, r in enumerate(records)])
+    return _finish_batch(body, len(records), compression, base_offset,
+                         partition_leader_epoch, producer_id, producer_epoch, base_sequence,
+                         transactional, control, log_append_time, last_delta, base_ts,
+                         max_ts, compression_level, snappy_framing)
+
+
+def _finish_batch(body: bytes, count: int, compression: str, base_offset: int,
+                  partition_leader_epoch: int, producer_id: int, producer_epoch: int,
+                  base_sequence: int, transactional: bool, control: bool,
+                  log_append_time: int | None, last_delta: int, base_ts: int, max_ts: int,
+                  compression_level: int | None, snappy_framing: str) -> bytes:
+    """The batch of the records ``body`` (encoded, uncompressed): compressed, header,
+    CRC-32C."""
     packed = compress_records(body, compression, level=compression_level,
                               snappy_framing=snappy_framing)
     attributes = COMPRESSION_IDS[compression]
@@ -1030,8 +1073,157 @@ def encode_batch(
     header = KafkaBatchHeader(
         base_offset, HEADER_SIZE - LOG_OVERHEAD + len(packed), partition_leader_epoch,
         MAGIC, 0, attributes, last_delta, base_ts, max_ts, producer_id, producer_epoch,
-        base_sequence, len(records))
+        base_sequence, count)
     out = bytearray(header.pack())
     out += packed
     _U32.pack_into(out, CRC_OFFSET, _crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
     return bytes(out)
+
+
+# --- the same batch from Arrow columns, vectorised ---------------------------------
+
+_VARINT_STEPS = [np.uint64(1 << (7 * k)) for k in range(1, 10)]
+#: a timestamp or offset delta beyond this is encoded by :func:`encode_batch` (the
+#: zigzag of int64 arithmetic below must not overflow)
+_VECTOR_LIMIT = 1 << 61
+
+
+def _zigzag_u64(values: np.ndarray) -> np.ndarray:
+    v = values.astype(np.int64, copy=False)
+    return ((v << 1) ^ (v >> 63)).view(np.uint64)
+
+
+def _varint_sizes(u: np.ndarray) -> np.ndarray:
+    sizes = np.ones(len(u), np.int64)
+    for step in _VARINT_STEPS:
+        sizes += u >= step
+    return sizes
+
+
+def _put_varints(out: np.ndarray, at: np.ndarray, u: np.ndarray, sizes: np.ndarray) -> None:
+    """Write the base-128 varints ``u`` (uint64, ``sizes`` bytes each) at ``out[at]``."""
+    if not len(u):
+        return
+    for k in range(int(sizes.max())):
+        more = sizes > k
+        if not more.all():
+            at, u, sizes = at[more], u[more], sizes[more]
+        byte = (u >> np.uint64(7 * k)) & np.uint64(0x7F)
+        byte |= np.where(sizes > k + 1, np.uint64(0x80), np.uint64(0))
+        out[at + k] = byte.astype(np.uint8)
+
+
+def _binary_parts(array: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(lengths with -1 for null, start of each value in ``data``, ``data``) of a binary
+    Arrow array (any offset, nulls anywhere)."""
+    array = array.cast(pa.binary()) if array.type != pa.binary() else array
+    n = len(array)
+    _, offsets_buf, data_buf = array.buffers()
+    offsets = np.frombuffer(offsets_buf, np.int32, n + 1, array.offset * 4).astype(np.int64) \
+        if offsets_buf is not None else np.zeros(n + 1, np.int64)
+    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None and data_buf.size \
+        else np.zeros(0, np.uint8)
+    lengths = np.diff(offsets)
+    if array.null_count:
+        lengths[np.asarray(array.is_null())] = -1
+    return lengths, offsets[:-1], data
+
+
+def _put_bytes(out: np.ndarray, at: np.ndarray, lengths: np.ndarray, starts: np.ndarray,
+               data: np.ndarray) -> None:
+    """Copy value i (``lengths[i]`` bytes of ``data`` from ``starts[i]``; none when -1)
+    to ``out[at[i]:]``, all at once."""
+    sizes = np.maximum(lengths, 0)
+    total = int(sizes.sum())
+    if not total:
+        return
+    before = np.cumsum(sizes) - sizes  # bytes of the values before each
+    step = np.arange(total, dtype=np.int64)
+    out[step + np.repeat(at - before, sizes)] = data[step + np.repeat(starts - before, sizes)]
+
+
+def encode_batch_arrays(
+    offset_deltas: np.ndarray,
+    timestamps: np.ndarray,
+    keys: pa.Array,
+    values: pa.Array,
+    *,
+    base_offset: int = 0,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    transactional: bool = False,
+    control: bool = False,
+    log_append_time: int | None = None,
+    last_offset_delta: int | None = None,
+) -> bytes:
+    """The uncompressed batch :func:`encode_batch` builds for records without headers,
+    from columns: ``offset_deltas`` (int, increasing from 0 or more, relative to
+    ``base_offset``), ``timestamps`` (int64 ms), ``keys`` and ``values`` (binary Arrow
+    arrays, nulls allowed), all of one length. Every record is written at once with
+    array arithmetic (no Python step per record): the same bytes as
+    :func:`encode_batch`, which it falls back to for deltas beyond 2**61."""
+    n = len(offset_deltas)
+    if not n or len(timestamps) != n or len(keys) != n or len(values) != n:
+        raise InvalidArgumentError(
+            f"encode_batch_arrays needs columns of one length, at least 1: offset_deltas "
+            f"{n}, timestamps {len(timestamps)}, keys {len(keys)}, values {len(values)}")
+    deltas = np.asarray(offset_deltas, np.int64)
+    ts = np.asarray(timestamps, np.int64)
+    base_ts = int(ts[0])
+    ts_deltas = ts - base_ts
+    if (n > 1 and not (np.diff(deltas) > 0).all()) or deltas[0] < 0 \
+            or int(deltas[-1]) > _INT32_MAX or int(ts.min()) <= -_VECTOR_LIMIT \
+            or int(ts.max()) >= _VECTOR_LIMIT:
+        return encode_batch(
+            [KafkaRecord(base_offset + int(d), int(t), k, v, ())
+             for d, t, k, v in zip(deltas, ts, keys.to_pylist(), values.to_pylist())],
+            base_offset=base_offset, partition_leader_epoch=partition_leader_epoch,
+            producer_id=producer_id, producer_epoch=producer_epoch,
+            base_sequence=base_sequence, transactional=transactional, control=control,
+            log_append_time=log_append_time, last_offset_delta=last_offset_delta)
+    for name, value, bits in (("base_offset", base_offset, 64),
+                              ("partition_leader_epoch", partition_leader_epoch, 32),
+                              ("producer_id", producer_id, 64),
+                              ("producer_epoch", producer_epoch, 16),
+                              ("base_sequence", base_sequence, 32)):
+        _check_int(name, value, bits)
+    last_delta = int(deltas[-1])
+    if last_offset_delta is not None:
+        _check_int("last_offset_delta", last_offset_delta, 32)
+        if last_offset_delta < last_delta:
+            raise InvalidArgumentError(
+                f"last_offset_delta {last_offset_delta} is below the last record's "
+                f"offset delta {last_delta}")
+        last_delta = last_offset_delta
+    ts_z, off_z = _zigzag_u64(ts_deltas), _zigzag_u64(deltas)
+    ts_n, off_n = _varint_sizes(ts_z), _varint_sizes(off_z)
+    key_len, key_start, key_data = _binary_parts(keys)
+    value_len, value_start, value_data = _binary_parts(values)
+    key_z, value_z = _zigzag_u64(key_len), _zigzag_u64(value_len)
+    key_n, value_n = _varint_sizes(key_z), _varint_sizes(value_z)
+    # attributes, the four varints, key and value bytes, headersCount 0
+    body = 1 + ts_n + off_n + key_n + np.maximum(key_len, 0) + value_n \
+        + np.maximum(value_len, 0) + 1
+    body_z = _zigzag_u64(body)
+    body_n = _varint_sizes(body_z)
+    ends = np.cumsum(body_n + body)
+    out = np.zeros(int(ends[-1]), np.uint8)  # attributes and headersCount stay 0
+    at = ends - body_n - body
+    _put_varints(out, at, body_z, body_n)
+    at = at + body_n + 1
+    _put_varints(out, at, ts_z, ts_n)
+    at = at + ts_n
+    _put_varints(out, at, off_z, off_n)
+    at = at + off_n
+    _put_varints(out, at, key_z, key_n)
+    at = at + key_n
+    _put_bytes(out, at, key_len, key_start, key_data)
+    at = at + np.maximum(key_len, 0)
+    _put_varints(out, at, value_z, value_n)
+    at = at + value_n
+    _put_bytes(out, at, value_len, value_start, value_data)
+    return _finish_batch(out.tobytes(), n, "none", base_offset, partition_leader_epoch,
+                         producer_id, producer_epoch, base_sequence, transactional, control,
+                         log_append_time, last_delta, base_ts, int(ts.max()), None, "xerial")
