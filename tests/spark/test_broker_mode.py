@@ -75,6 +75,18 @@ def test_kafka_options_through_the_broker(sl_spark, broker):
     assert_same(df.unionByName(by_time), sl_spark.createDataFrame(want, KAFKA_SCHEMA_HEADERS))
 
 
+def test_count_pushed_down_through_the_broker(jspark, broker):
+    """One planner in both modes: the Python planner's ranges of a broker-mode read
+    (offsets from the broker's DescribeLog) are counted by the JVM from the files, so
+    count() is answered on the driver as in path mode (before, only the JVM's own
+    path-mode plans were counted)."""
+    from tests.spark.test_count_pushdown import check
+
+    assert check(kafka_read(jspark, broker, subscribe="pre"), "driver") == 2 * 25
+    cut = kafka_read(jspark, broker, subscribe="pre", startingOffsets='{"pre":{"0":20,"1":-2}}')
+    assert check(cut, "driver") == 5 + 25
+
+
 def test_write_read_round_trip(sl_spark, broker, admin):
     admin.create_topic("w", partitions=2)
     rows = [(f"k{i}".encode(), f"v{i}", [("h", str(i).encode())] if i % 2 else None, i % 2)
