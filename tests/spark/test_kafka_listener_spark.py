@@ -1,0 +1,130 @@
+"""Spark and the broker's Kafka listener (docs/kafka-protocol.md): Spark's own Kafka
+source (``format("kafka")``, spark-sql-kafka-0-10 from Maven) pointed at a sparklog
+broker's Kafka listener gives the same rows as ``format("sparklog")`` on the same topic;
+and what a Kafka client (kcat) produced is read by Spark straight from the storage root,
+with no broker running."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+
+import pytest
+
+pytest.importorskip("pyspark", reason="pyspark is not installed")
+pytest.importorskip("chispa", reason="chispa is not installed")
+confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")
+
+from pyspark.sql import functions as F  # noqa: E402
+
+from sparklog.server import EmbeddedBroker  # noqa: E402
+from sparklog.spark.jvm import class_loaded  # noqa: E402
+from tests.support.sparkread import assert_same, load  # noqa: E402
+
+pytestmark = [pytest.mark.spark]
+
+TOPIC = "via-kafka"
+PARTITIONS = 3
+COUNT = 60  # records per partition
+BASE_TS = (time.time_ns() // 10**9 - 3600) * 1000
+
+
+def _start(root) -> EmbeddedBroker:
+    return EmbeddedBroker(root.as_uri(), {
+        "listeners": "PLAINTEXT://127.0.0.1:0,KAFKA://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,KAFKA:PLAINTEXT",
+        "kafka.listener.names": "KAFKA", "num.partitions": str(PARTITIONS)}).start()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    """A broker with a Kafka listener; TOPIC written through it by librdkafka (explicit
+    partitions, CreateTime timestamps, keys, null keys, headers, lz4 batches)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    b = _start(tmp_path_factory.mktemp("kafka-listener-spark"))
+    kafka_address = b.broker.listener_addresses["KAFKA"]
+    admin = AdminClient({"bootstrap.servers": kafka_address})
+    for future in admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)]).values():
+        future.result(60)
+    producer = confluent_kafka.Producer({"bootstrap.servers": kafka_address, "acks": "all",
+                                         "enable.idempotence": True, "linger.ms": 5,
+                                         "compression.type": "lz4"})
+    for o in range(COUNT):
+        for p in range(PARTITIONS):
+            key = None if o % 9 == 4 else f"k-{p}-{o}".encode()
+            producer.produce(TOPIC, f"value {p}/{o}".encode() * (1 + o % 4), key, partition=p,
+                             timestamp=BASE_TS + 1000 * o + p,
+                             headers=[("trace", f"t{o}".encode()), ("p", str(p).encode())])
+    assert producer.flush(60) == 0, "the broker did not acknowledge every record"
+    yield b
+    b.stop()
+
+
+@pytest.fixture(scope="module")
+def kafka_source(sl_spark):
+    if not class_loaded(sl_spark, "org.apache.spark.sql.kafka010.KafkaSourceProvider"):
+        pytest.skip("Spark's Kafka source is not on the session's classpath (the "
+                    "spark-kafka jars did not resolve: see the run's stderr)")
+    return sl_spark
+
+
+def _read(spark, fmt, servers, **options):
+    reader = (spark.read.format(fmt).option("kafka.bootstrap.servers", servers)
+              .option("subscribe", TOPIC).option("includeHeaders", "true"))
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def test_kafka_source_on_the_kafka_listener_gives_the_sparklog_rows(kafka_source, broker):
+    """The whole topic, then JSON offset bounds, then timestamp bounds (ListOffsets by
+    time): format("kafka") on the Kafka listener and format("sparklog") on the sparklog
+    listener give the same rows, headers and timestamps included."""
+    spark = kafka_source
+    servers = {"kafka": broker.broker.listener_addresses["KAFKA"],
+               "sparklog": broker.address}
+    whole = {fmt: _read(spark, fmt, s) for fmt, s in servers.items()}
+    assert whole["kafka"].count() == PARTITIONS * COUNT
+    assert_same(whole["sparklog"], whole["kafka"])
+    bounded = {fmt: _read(spark, fmt, s, startingOffsets=f'{{"{TOPIC}":{{"0":5,"1":-2,"2":7}}}}',
+                          endingOffsets=f'{{"{TOPIC}":{{"0":-1,"1":33,"2":50}}}}')
+               for fmt, s in servers.items()}
+    assert bounded["kafka"].count() == (COUNT - 5) + 33 + 43
+    assert_same(bounded["sparklog"], bounded["kafka"])
+    by_time = {fmt: _read(spark, fmt, s, startingTimestamp=str(BASE_TS + 10_000))
+               .groupBy("partition").agg(F.count("*").alias("n"), F.min("offset").alias("first"))
+               for fmt, s in servers.items()}
+    assert sorted(r["first"] for r in by_time["kafka"].collect()) == [10, 10, 10]
+    assert_same(by_time["sparklog"], by_time["kafka"])
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
+def test_kcat_records_read_by_spark_from_storage_without_a_broker(sl_spark, tmp_path):
+    """kcat writes keyed lines with headers through the Kafka listener; the broker
+    stops; format("sparklog") with the ``path`` option reads them from the storage root:
+    the same keys, values, headers and offsets as kcat's own consumer saw."""
+    root = tmp_path / "log"
+    root.mkdir()
+    b = _start(root)
+    try:
+        address = b.broker.listener_addresses["KAFKA"]
+        lines = "\n".join(f"key{i}:line {i}" for i in range(50)) + "\n"
+        subprocess.run(["kcat", "-b", address, "-P", "-t", "kc", "-K", ":", "-p", "0",
+                        "-H", "origin=kcat", "-z", "snappy"],
+                       input=lines.encode(), check=True, timeout=60)
+        seen = subprocess.run(["kcat", "-b", address, "-C", "-t", "kc", "-o", "beginning",
+                               "-e", "-f", "%o %k %s\n"], capture_output=True, check=True,
+                              timeout=60).stdout.decode().splitlines()
+    finally:
+        b.stop()
+    assert seen == [f"{i} key{i} line {i}" for i in range(50)]
+    df = load(sl_spark, root.as_uri(), subscribe="kc", includeHeaders="true")
+    rows = sorted(df.select(F.col("offset"), F.col("key").cast("string").alias("k"),
+                            F.col("value").cast("string").alias("v"), "partition",
+                            "headers").collect(), key=lambda r: r["offset"])
+    assert [(r["offset"], r["k"], r["v"], r["partition"]) for r in rows] == \
+        [(i, f"key{i}", f"line {i}", 0) for i in range(50)]
+    assert all([(h["key"], bytes(h["value"])) for h in r["headers"]] == [("origin", b"kcat")]
+               for r in rows)
