@@ -17,9 +17,10 @@ broker reads alike, and group membership lives in the memory of the slot's holde
   registered in ``/brokers/ids`` (a broker of an older version, which coordinates
   nothing, is never preferred). A slot nobody holds is claimed at once by its preferred
   broker (the ``s % n``-th of the ``n`` candidates' ids, sorted), and by any candidate
-  once it stayed free for :data:`CLAIM_GRACE_S` (the preferred one may be gone too). When a broker dies its
-  session expires (``zookeeper.session.timeout.ms``), its slot nodes vanish and the
-  others take them over; a broker stopping gracefully deletes its slot nodes first.
+  once it stayed free for :data:`CLAIM_GRACE_S` (the preferred one may be gone too).
+  When a broker dies its session expires (``zookeeper.session.timeout.ms``), its slot
+  nodes vanish and the others take them over; a broker stopping gracefully deletes its
+  slot nodes first.
   With ``auto.leader.rebalance.enable`` a broker hands a slot back to its preferred
   broker once that one is live (Kafka moves ``__consumer_offsets`` leaders the same
   way), so coordinators spread over the cluster. A broker whose session is not
