@@ -748,10 +748,10 @@ def validate_client_batch(buf, pos: int = 0, *,
       and ``message.timestamp.after.max.ms``; None: no bound).
     """
     return _checked_client_batch(
-        buf, pos, False, max_decompressed_bytes=max_decompressed_bytes,
+        buf, pos, _HEADER_ONLY, max_decompressed_bytes=max_decompressed_bytes,
         allow_transactional=allow_transactional, compacted=compacted, now_ms=now_ms,
         timestamp_before_max_ms=timestamp_before_max_ms,
-        timestamp_after_max_ms=timestamp_after_max_ms).header
+        timestamp_after_max_ms=timestamp_after_max_ms)[0]
 
 
 def decode_client_batch(buf, pos: int = 0, *,
@@ -764,18 +764,54 @@ def decode_client_batch(buf, pos: int = 0, *,
     pass (one CRC, one decompression, one walk of the records): the same checks and
     errors as :func:`validate_client_batch`, and the batch with its records as
     :func:`decode_batch` gives them."""
+    return KafkaBatch(*_checked_client_batch(
+        buf, pos, _RECORDS, max_decompressed_bytes=max_decompressed_bytes,
+        allow_transactional=allow_transactional, compacted=compacted, now_ms=now_ms,
+        timestamp_before_max_ms=timestamp_before_max_ms,
+        timestamp_after_max_ms=timestamp_after_max_ms))
+
+
+class KafkaColumns(NamedTuple):
+    """A batch's records as columns: ``timestamps`` (int64 numpy array, ms), ``keys``
+    and ``values`` (binary Arrow arrays, null for a null key or value), ``headers``
+    (None when no record has any, else one tuple of ``(str, bytes | None)`` pairs per
+    record). Offsets are the batch's ``baseOffset`` plus the row (a client's batch)."""
+
+    timestamps: np.ndarray
+    keys: pa.Array
+    values: pa.Array
+    headers: list | None
+
+
+def decode_client_columns(buf, pos: int = 0, *,
+                          max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+                          allow_transactional: bool = False, compacted: bool = False,
+                          now_ms: int | None = None,
+                          timestamp_before_max_ms: int | None = None,
+                          timestamp_after_max_ms: int | None = None,
+                          ) -> tuple[KafkaBatchHeader, KafkaColumns]:
+    """:func:`decode_client_batch` giving the records as :class:`KafkaColumns` (what an
+    Arrow frame is built from). Records without headers are read with array arithmetic
+    (one Python step per record, for its length; the fields of all of them at once);
+    a batch with headers, or one the array path does not accept, is walked by
+    :func:`decode_client_batch`'s parser, which raises the same errors as
+    :func:`validate_client_batch`."""
     return _checked_client_batch(
-        buf, pos, True, max_decompressed_bytes=max_decompressed_bytes,
+        buf, pos, _COLUMNS, max_decompressed_bytes=max_decompressed_bytes,
         allow_transactional=allow_transactional, compacted=compacted, now_ms=now_ms,
         timestamp_before_max_ms=timestamp_before_max_ms,
         timestamp_after_max_ms=timestamp_after_max_ms)
 
 
-def _checked_client_batch(buf, pos: int, want: bool, *, max_decompressed_bytes: int,
+_HEADER_ONLY, _RECORDS, _COLUMNS = range(3)
+
+
+def _checked_client_batch(buf, pos: int, want: int, *, max_decompressed_bytes: int,
                           allow_transactional: bool, compacted: bool, now_ms: int | None,
                           timestamp_before_max_ms: int | None,
-                          timestamp_after_max_ms: int | None) -> KafkaBatch:
-    """The checks of :func:`validate_client_batch`; the records too when ``want``."""
+                          timestamp_after_max_ms: int | None) -> tuple:
+    """The checks of :func:`validate_client_batch`: (header, None), (header, records)
+    or (header, :class:`KafkaColumns`) by ``want``."""
     view = _view(buf, pos)
     header = parse_header(view, pos, verify_crc=True)
     where = _where(pos)
@@ -806,10 +842,20 @@ def _checked_client_batch(buf, pos: int, want: bool, *, max_decompressed_bytes: 
             f"{where}: invalid baseSequence {header.base_sequence} in a batch with "
             f"producerId {header.producer_id}")
     data = decompress_records(view, pos, header, max_decompressed_bytes=max_decompressed_bytes)
-    try:
-        records, lowest, max_ts = _parse_records(data, header, where, want, True, compacted)
-    except CorruptRecordError as exc:  # Kafka answers a client's malformed records so
-        raise InvalidRecordError(str(exc)) from None  # (INVALID_RECORD, not CORRUPT)
+    fast = _client_columns(data, header, compacted) if want == _COLUMNS else None
+    if fast is not None:
+        records, lowest, max_ts = fast
+    else:
+        try:
+            records, lowest, max_ts = _parse_records(data, header, where, want != _HEADER_ONLY,
+                                                     True, compacted)
+        except CorruptRecordError as exc:  # Kafka answers a client's malformed records so
+            raise InvalidRecordError(str(exc)) from None  # (INVALID_RECORD, not CORRUPT)
+        if want == _COLUMNS:
+            _, ts, keys, values, headers = zip(*records)
+            records = KafkaColumns(np.array(ts, np.int64), pa.array(keys, pa.binary()),
+                                   pa.array(values, pa.binary()),
+                                   [h or None for h in headers] if any(headers) else None)
     if max_ts != header.max_timestamp:
         raise InvalidRecordError(
             f"{where}: maxTimestamp {header.max_timestamp} is not the largest record "
@@ -826,7 +872,113 @@ def _checked_client_batch(buf, pos: int, want: bool, *, max_decompressed_bytes: 
                 f"{where}: timestamp {max_ts} of a record is more than "
                 f"message.timestamp.after.max.ms {timestamp_after_max_ms} after the "
                 f"broker's time {now_ms}")
-    return KafkaBatch(header, records)
+    return header, records
+
+
+def _read_varints(buf: np.ndarray, at: np.ndarray, limit: int) -> tuple | None:
+    """The zigzag varints (``limit`` bytes at most: 5 for an int32, 10 for an int64) at
+    the positions ``at`` of ``buf`` (padded with ``limit`` zero bytes): (values,
+    sizes), or None when one is too long or does not fit."""
+    raw = np.zeros(len(at), np.uint64)
+    sizes = np.zeros(len(at), np.int64)
+    open_ = np.arange(len(at))
+    for k in range(limit):
+        b = buf[at[open_] + k].astype(np.uint64)
+        raw[open_] |= (b & np.uint64(0x7F)) << np.uint64(7 * k)
+        ends = b < 0x80
+        sizes[open_[ends]] = k + 1
+        open_ = open_[~ends]
+        if not len(open_):
+            break
+    else:
+        return None
+    if limit == 5 and (raw >> np.uint64(32)).any():
+        return None
+    return (raw >> np.uint64(1)).astype(np.int64) ^ -(raw & np.uint64(1)).astype(np.int64), sizes
+
+
+def _gather_binary(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """A binary Arrow array of ``buf[starts[i]:starts[i] + lengths[i]]`` (null where
+    ``lengths[i]`` is -1), the bytes copied at once."""
+    sizes = np.maximum(lengths, 0)
+    offsets = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    total = int(offsets[-1])
+    step = np.arange(total, dtype=np.int64)
+    data = buf[step + np.repeat(starts - offsets[:-1], sizes)] if total else buf[:0]
+    nulls = lengths < 0
+    validity = pa.py_buffer(np.packbits(~nulls, bitorder="little")) if nulls.any() else None
+    return pa.Array.from_buffers(pa.binary(), len(sizes),
+                                 [validity, pa.py_buffer(offsets.astype(np.int32)),
+                                  pa.py_buffer(data)], null_count=int(nulls.sum()))
+
+
+def _client_columns(data: bytes, header: KafkaBatchHeader, compacted: bool) -> tuple | None:
+    """(KafkaColumns, smallest and largest timestamp) of a client's records without
+    headers, every field of every record read at once; None for anything else (records
+    with headers, or any record :func:`_parse_records` would refuse: it then names the
+    problem)."""
+    count = header.record_count
+    end = len(data)
+    if count * MIN_RECORD_SIZE > end or abs(header.base_timestamp) >= _VECTOR_LIMIT:
+        return None
+    # the one sequential step: each record's length gives the next one's start
+    starts = [0] * count
+    ends = [0] * count
+    pos = 0
+    try:
+        for i in range(count):
+            b = data[pos]
+            if b < 0x80:
+                pos += 1
+            else:
+                b, pos = _uvarint(data, pos, 5)
+            starts[i] = pos
+            pos += (b >> 1) ^ -(b & 1)
+            ends[i] = pos
+            if pos <= starts[i]:
+                return None
+    except (IndexError, ValueError):
+        return None
+    if pos != end:
+        return None
+    buf = np.frombuffer(data + bytes(10), np.uint8)
+    rec_end = np.array(ends, np.int64)
+    at = np.array(starts, np.int64) + 1  # after attributes
+    fields = []
+    for limit in (10, 5, 5):  # timestampDelta, offsetDelta, keyLength
+        got = _read_varints(buf, at, limit)
+        if got is None:
+            return None
+        fields.append(got[0])
+        at = at + got[1]
+        if (at > rec_end).any():  # a varint runs past its record
+            return None
+    ts_delta, off_delta, key_len = fields
+    if (ts_delta >= _VECTOR_LIMIT).any() or (ts_delta <= -_VECTOR_LIMIT).any() \
+            or not (off_delta == np.arange(count)).all() \
+            or (key_len < -1).any() or (compacted and (key_len < 0).any()):
+        return None
+    key_at = at
+    at = at + np.maximum(key_len, 0)
+    if (at >= rec_end).any():  # a field runs past its record
+        return None
+    got = _read_varints(buf, at, 5)
+    if got is None:
+        return None
+    value_len = got[0]
+    value_at = at = at + got[1]
+    if (value_len < -1).any():
+        return None
+    at = at + np.maximum(value_len, 0)
+    if (at >= rec_end).any() or buf[at].any():  # headersCount 0 (headers: the parser)
+        return None
+    if not (at + 1 == rec_end).all():  # each record's fields fill its length exactly
+        return None
+    ts = header.base_timestamp + ts_delta
+    columns = KafkaColumns(ts, _gather_binary(buf, key_at, key_len),
+                           _gather_binary(buf, value_at, value_len), None)
+    return columns, int(ts.min()), int(ts.max())
 
 
 # --- encoding --------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """encode_batch_arrays (records from Arrow columns, vectorised) writes the same bytes as
-encode_batch (one record at a time) for every shape a frame's records take; and
-decode_client_batch is validate_client_batch and decode_batch in one pass."""
+encode_batch (one record at a time) for every shape a frame's records take;
+decode_client_batch is validate_client_batch and decode_batch in one pass; and
+decode_client_columns (vectorised) reads what decode_client_batch reads and refuses, with
+the same error, what validate_client_batch refuses, damaged bytes included."""
 
 from __future__ import annotations
 
@@ -10,11 +12,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from sparklog.errors import InvalidArgumentError, InvalidRecordError
+from sparklog.errors import InvalidArgumentError, InvalidRecordError, SparklogError
 from sparklog.format.kafka_batch import (
+    CRC_OFFSET,
+    HEADER_SIZE,
     KafkaRecord,
     decode_batch,
     decode_client_batch,
+    decode_client_columns,
     encode_batch,
     encode_batch_arrays,
     validate_client_batch,
@@ -85,3 +90,74 @@ def test_decode_client_batch_is_validate_and_decode():
     bad = encode_batch([KafkaRecord(i, 0, None, b"v", ()) for i in range(2)])
     with pytest.raises(InvalidRecordError, match="compacted"):
         decode_client_batch(bad, compacted=True)
+
+
+def _columns_of(batch):
+    """What decode_client_batch reads, as the columns decode_client_columns gives."""
+    records = decode_client_batch(batch).records
+    return ([r.timestamp for r in records], [r.key for r in records],
+            [r.value for r in records], [r.headers for r in records])
+
+
+def _client_batch(rnd, n, headers=False):
+    now = 1_700_000_000_000
+    records = [KafkaRecord(i, now + rnd.choice([0, 3, -9, 200_000]),
+                           rnd.choice([None, b"", b"k" * rnd.choice([1, 70, 300])]),
+                           rnd.choice([None, b"", b"v" * rnd.choice([1, 100, 9000])]),
+                           (("h", b"x"),) if headers and i % 3 == 0 else ())
+               for i in range(n)]
+    return encode_batch(records, producer_id=5, producer_epoch=0, base_sequence=0)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_columns_read_what_the_parser_reads(seed, monkeypatch):
+    """Records without headers never reach the record-at-a-time parser; with headers
+    they do; either way the columns hold what the parser reads."""
+    from sparklog.format import kafka_batch
+
+    rnd = random.Random(seed)
+    batch = _client_batch(rnd, rnd.choice([1, 5, 400]), headers=seed == 3)
+    if seed != 3:
+        with monkeypatch.context() as m:
+            m.setattr(kafka_batch, "_parse_records", None)  # any call fails
+            header, columns = decode_client_columns(batch)
+    else:
+        header, columns = decode_client_columns(batch)
+    assert header == validate_client_batch(batch)
+    ts, keys, values, headers = _columns_of(batch)
+    assert columns.timestamps.tolist() == ts
+    assert columns.keys.to_pylist() == keys and columns.values.to_pylist() == values
+    assert columns.headers == (None if seed != 3 else [h or None for h in headers])
+
+
+def _recrc(buf: bytearray) -> bytes:
+    import crc32c
+
+    buf[CRC_OFFSET:CRC_OFFSET + 4] = crc32c.crc32c(bytes(buf[21:])).to_bytes(4, "big")
+    return bytes(buf)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_columns_refuse_damage_as_the_validator_does(seed):
+    """Bytes of the records changed (CRC redone, so only the records' own checks can
+    see it): decode_client_columns raises what validate_client_batch raises, or both
+    accept and read the same records."""
+    rnd = random.Random(100 + seed)
+    good = _client_batch(rnd, 30)
+    for _ in range(300):
+        buf = bytearray(good)
+        for _ in range(rnd.choice([1, 2])):
+            at = rnd.randrange(HEADER_SIZE, len(buf))
+            buf[at] = rnd.choice([0, 1, 2, 0x7F, 0x80, 0xFF, rnd.randrange(256)])
+        batch = _recrc(buf)
+        try:
+            validate_client_batch(batch)
+        except SparklogError as exc:
+            with pytest.raises(type(exc)) as got:
+                decode_client_columns(batch)
+            assert str(got.value) == str(exc)
+            continue
+        _, columns = decode_client_columns(batch)
+        ts, keys, values, _ = _columns_of(batch)
+        assert (columns.timestamps.tolist(), columns.keys.to_pylist(),
+                columns.values.to_pylist()) == (ts, keys, values)

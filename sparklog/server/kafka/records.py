@@ -28,7 +28,7 @@ from ...format.frame import (
 )
 from ...format.kafka_batch import (
     KafkaRecord,
-    decode_client_batch,
+    decode_client_columns,
     encode_batch,
     encode_batch_arrays,
 )
@@ -51,15 +51,14 @@ def frames_of_batches(data, *, max_decompressed_bytes: int) -> bytes:
     out = []
     pos = 0
     while pos < len(view):
-        # checked and decoded in one pass; the columns taken from the records at C speed
-        header, records = decode_client_batch(view, pos,
-                                              max_decompressed_bytes=max_decompressed_bytes)
-        _, timestamps, keys, values, headers = zip(*records)
-        arrow = raw_batch(
-            values, keys=keys if any(k is not None for k in keys) else None,
-            headers=[h or None for h in headers] if any(headers) else None)
+        # checked and decoded in one pass, straight to columns
+        header, columns = decode_client_columns(view, pos,
+                                                max_decompressed_bytes=max_decompressed_bytes)
+        keys = columns.keys
+        arrow = raw_batch(columns.values, keys=keys if keys.null_count < len(keys) else None,
+                          headers=columns.headers)
         out.append(encode_frame(
-            arrow, timestamps=pa.array(timestamps, pa.int64()),
+            arrow, timestamps=pa.array(columns.timestamps, pa.int64()),
             compression=_FRAME_CODEC.get(header.compression, "none"),
             producer_id=header.producer_id, producer_epoch=header.producer_epoch,
             base_sequence=header.base_sequence))
