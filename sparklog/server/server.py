@@ -326,6 +326,8 @@ class ClientConnection:
                 else:
                     payload = await io.read_exact(size, context.budget, owner)
                 try:
+                    if self.kafka is not None and not session.authenticated:
+                        _refuse_before_authentication(payload, session)
                     # a Kafka listener's "position" is the decoded request
                     header, position = decode_request_header(payload) if self.kafka is None \
                         else self.kafka.decode(payload)
@@ -546,6 +548,24 @@ class ClientConnection:
 
 #: what a handler returns when it wrote its answer itself (ClientConnection._handle)
 _ANSWERED = object()
+
+
+def _refuse_before_authentication(payload, session) -> None:
+    """On a Kafka listener, before its SASL authentication completed, only ApiVersions,
+    SaslHandshake and SaslAuthenticate are read: any other request closes the
+    connection unanswered and undecoded (Kafka's SaslServerAuthenticator: "Unexpected
+    Kafka request of type ... during SASL handshake"), so no request schema but those
+    is parsed for a client that has not authenticated."""
+    from ..security.session import BEFORE_AUTHENTICATION
+
+    if len(payload) < 2:
+        return  # the decoder names what is wrong with it
+    api_key = int.from_bytes(bytes(payload[:2]), "big", signed=True)
+    if api_key not in BEFORE_AUTHENTICATION:
+        raise ConnectionError(
+            f"unexpected Kafka request of api key {api_key} during SASL handshake "
+            f"(listener {getattr(session.listener, 'name', '?')} is "
+            f"{getattr(session.listener, 'protocol', '?')}): closed unanswered")
 
 
 def accept(context: ConnectionContext, receiver, listener=None) -> None:

@@ -14,6 +14,7 @@ follower, and SyncGroup hands it the assignment the broker computed.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any, Awaitable, Callable
 
@@ -264,19 +265,28 @@ class KafkaApis:
 
     # --- records ---------------------------------------------------------------------
     async def init_producer_id(self, version: int, req: dict, ctx) -> dict:
-        """InitProducerId: the broker's id and epoch (the token binding the id to the
-        caller's principal is not sent: :meth:`_token` computes it again)."""
+        """InitProducerId: the broker's id and epoch. A Kafka client carries no producer
+        token, so that the id may only be used by the principal that obtained it, the
+        pair is recorded cluster-wide before the answer
+        (:meth:`~sparklog.security.binding.ProducerIdBinding.claim`); :meth:`_token`
+        then computes the token for that principal only."""
         answer = await self._call(ApiKey.INIT_PRODUCER_ID, {
             "transactional_id": req.get("transactional_id"),
             "transaction_timeout_ms": req.get("transaction_timeout", 60000),
             "producer_id": req.get("producer_id", -1),
             "producer_epoch": req.get("producer_epoch", -1)}, ctx)
+        if not answer.get("error_code") and answer.get("producer_id", -1) >= 0:
+            principal = str(principal_of(getattr(ctx, "session", None)))
+            await asyncio.get_running_loop().run_in_executor(
+                None, self.binding.claim, answer["producer_id"], principal)
         return {**_err(answer), "producer_id": answer.get("producer_id", -1),
                 "producer_epoch": answer.get("producer_epoch", -1)}
 
-    def _token(self, records: bytes, ctx) -> bytes | None:
+    async def _token(self, records: bytes, ctx) -> bytes | None:
         """The token binding the producer id the batches name to the connection's
-        principal (None: none named)."""
+        principal when that principal obtained it (:meth:`init_producer_id`, through
+        any broker); None when none is named or it is another's (the broker then
+        refuses the partition with INVALID_PRODUCER_ID_MAPPING)."""
         principal = str(principal_of(getattr(ctx, "session", None)))
         pids = set()
         try:
@@ -288,7 +298,13 @@ class KafkaApis:
         if len(pids) > 1:
             raise InvalidProducerIdMappingError(
                 f"batches of producer ids {sorted(pids)} in one partition of a Produce")
-        return self.binding.token(pids.pop(), principal) if pids else None
+        if not pids:
+            return None
+        pid = pids.pop()
+        if not self.binding.known(pid, principal) and not await asyncio.get_running_loop(
+                ).run_in_executor(None, self.binding.obtained, pid, principal):
+            return None
+        return self.binding.token(pid, principal)
 
     async def produce(self, version: int, req: dict, ctx) -> dict | None:
         """Produce (v3+): each partition's batches, checked as Kafka's LogValidator does,
@@ -301,7 +317,7 @@ class KafkaApis:
             for p in t["partition_data"]:
                 try:
                     records = p["records"] or b""
-                    token = self._token(records, ctx)
+                    token = await self._token(records, ctx)
                     frames = frames_of_batches(
                         records, max_decompressed_bytes=self.max_decompressed_bytes)
                     parts.append({"partition": p["index"], "records": frames,
