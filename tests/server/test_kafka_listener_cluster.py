@@ -13,6 +13,7 @@ import pytest
 
 from tests.support.brokerproc import BrokerProcess
 from tests.support.clusterproc import BrokerCluster
+from tests.support.kafkaserver import kafka_tool, kafka_unavailable
 from tests.support.waiting import wait_until
 from tests.support.zkserver import ZkEndpoint
 
@@ -173,3 +174,36 @@ def test_two_consumers_of_one_group_through_different_brokers_share_the_partitio
     finally:
         a.close()
         b.close()
+
+
+def test_java_client_produces_and_consumes_across_the_cluster(cluster):
+    """Kafka's Java client (its tools): kafka-topics through broker 1, the idempotent
+    console producer at acks=all through broker 2 (to the leaders on all three), the
+    console consumer in a group through broker 3, kafka-consumer-groups through broker 1
+    seeing the group's committed offsets at the log end."""
+    why = kafka_unavailable()
+    if why:
+        pytest.skip(why)
+    topic = _topic()
+    addresses = _kafka_addresses(cluster)
+    kafka_tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", addresses[1],
+               "--create", "--topic", topic, "--partitions", "6", "--replication-factor", "1")
+    lines = [f"key{i}:value {i}" for i in range(300)]
+    kafka_tool("org.apache.kafka.tools.ConsoleProducer", "--bootstrap-server", addresses[2],
+               "--topic", topic, "--command-property", "acks=all",
+               "--command-property", "enable.idempotence=true",
+               "--reader-property", "parse.key=true", "--reader-property", "key.separator=:",
+               stdin="\n".join(lines) + "\n")
+    group = "g-" + topic
+    out = kafka_tool("org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server",
+                     addresses[3], "--topic", topic, "--group", group, "--from-beginning",
+                     "--max-messages", "300", "--timeout-ms", "60000",
+                     "--formatter-property", "print.key=true",
+                     "--formatter-property", "key.separator=:")
+    assert sorted(out.splitlines()) == sorted(lines)
+    out = kafka_tool("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+                     "--bootstrap-server", addresses[1], "--describe", "--group", group)
+    rows = re.findall(rf"{group}\s+{topic}\s+(\d)\s+(\d+)\s+(\d+)\s+(\d+)", out)
+    assert sorted(int(r[0]) for r in rows) == list(range(6)), out
+    assert sum(int(r[1]) for r in rows) == 300
+    assert all(r[1] == r[2] and r[3] == "0" for r in rows), out

@@ -8,7 +8,6 @@ the requests it makes and the fields it reads."""
 from __future__ import annotations
 
 import re
-import subprocess
 import uuid
 
 import pytest
@@ -16,7 +15,7 @@ import pytest
 from sparklog.clients.consumer import Consumer
 from sparklog.clients.producer import Producer
 from sparklog.server import EmbeddedBroker
-from tests.support.kafkaserver import kafka_classpath, kafka_unavailable
+from tests.support.kafkaserver import kafka_tool, kafka_unavailable
 from tests.support.waiting import wait_until
 
 TOPICS = "org.apache.kafka.tools.TopicCommand"
@@ -28,11 +27,11 @@ GET_OFFSETS = "org.apache.kafka.tools.GetOffsetShell"
 
 
 @pytest.fixture(scope="module")
-def classpath() -> str:
+def kafka_tools() -> None:
+    """Skips (saying why) when Kafka's tools cannot run here."""
     why = kafka_unavailable()
     if why:
         pytest.skip(why)
-    return ":".join(kafka_classpath())
 
 
 @pytest.fixture(scope="module")
@@ -52,35 +51,22 @@ def kafka_address(broker) -> str:
     return broker.broker.listener_addresses["KAFKA"]
 
 
-def java_tool(classpath: str, main: str, *args: str, stdin: str | None = None,
-              timeout: float = 120) -> str:
-    """Run one of Kafka's tools; its standard output (an AssertionError with both
-    outputs when it fails)."""
-    done = subprocess.run(["java", "-cp", classpath, main, *args], capture_output=True,
-                          input=None if stdin is None else stdin.encode(), timeout=timeout)
-    out, err = done.stdout.decode(), done.stderr.decode()
-    assert done.returncode == 0 and "Exception" not in out + err, (
-        f"{main} {' '.join(args)} exited {done.returncode}\n--- stdout\n{out[-3000:]}\n"
-        f"--- stderr\n{err[-3000:]}")
-    return out
-
-
 def _topic() -> str:
     return f"j-{uuid.uuid4().hex[:8]}"
 
 
-def test_kafka_topics_creates_lists_and_describes(classpath, kafka_address):
+def test_kafka_topics_creates_lists_and_describes(kafka_tools, kafka_address):
     """kafka-topics --create (CreateTopics v7: the Java admin reads the created topic's
     configs and replication factor), --list, --describe (Metadata, DescribeConfigs)."""
     topic = _topic()
-    out = java_tool(classpath, TOPICS, "--bootstrap-server", kafka_address, "--create",
-                    "--topic", topic, "--partitions", "3", "--replication-factor", "1",
-                    "--config", "retention.ms=3600000")
+    out = kafka_tool(TOPICS, "--bootstrap-server", kafka_address, "--create",
+                     "--topic", topic, "--partitions", "3", "--replication-factor", "1",
+                     "--config", "retention.ms=3600000")
     assert f"Created topic {topic}." in out
-    assert topic in java_tool(classpath, TOPICS, "--bootstrap-server", kafka_address,
-                              "--list").split()
-    out = java_tool(classpath, TOPICS, "--bootstrap-server", kafka_address, "--describe",
-                    "--topic", topic)
+    assert topic in kafka_tool(TOPICS, "--bootstrap-server", kafka_address,
+                               "--list").split()
+    out = kafka_tool(TOPICS, "--bootstrap-server", kafka_address, "--describe",
+                     "--topic", topic)
     assert re.search(rf"Topic: {topic}\s+TopicId: \S+\s+PartitionCount: 3", out) \
         or re.search(rf"Topic: {topic}\s+PartitionCount: 3", out), out
     assert "retention.ms=3600000" in out
@@ -88,36 +74,36 @@ def test_kafka_topics_creates_lists_and_describes(classpath, kafka_address):
     assert sorted(int(p) for p, _ in leaders) == [0, 1, 2]
 
 
-def test_console_producer_idempotent_acks_all_then_group_consumer(classpath, broker,
+def test_console_producer_idempotent_acks_all_then_group_consumer(kafka_tools, broker,
                                                                   kafka_address):
     """kafka-console-producer (acks=all, idempotence: InitProducerId and sequences)
     writes keyed lines; kafka-console-consumer in a group reads every one, commits,
     and kafka-consumer-groups describes the group at the log end; sparklog's own
     consumer reads the same records."""
     topic = _topic()
-    java_tool(classpath, TOPICS, "--bootstrap-server", kafka_address, "--create",
-              "--topic", topic, "--partitions", "3", "--replication-factor", "1")
+    kafka_tool(TOPICS, "--bootstrap-server", kafka_address, "--create",
+               "--topic", topic, "--partitions", "3", "--replication-factor", "1")
     lines = [f"key{i % 5}:value {i}" for i in range(300)]
-    java_tool(classpath, CONSOLE_PRODUCER, "--bootstrap-server", kafka_address,
-              "--topic", topic, "--command-property", "acks=all",
-              "--command-property", "enable.idempotence=true",
-              "--reader-property", "parse.key=true", "--reader-property", "key.separator=:",
-              stdin="\n".join(lines) + "\n")
+    kafka_tool(CONSOLE_PRODUCER, "--bootstrap-server", kafka_address,
+               "--topic", topic, "--command-property", "acks=all",
+               "--command-property", "enable.idempotence=true",
+               "--reader-property", "parse.key=true", "--reader-property", "key.separator=:",
+               stdin="\n".join(lines) + "\n")
     group = "g-" + topic
-    out = java_tool(classpath, CONSOLE_CONSUMER, "--bootstrap-server", kafka_address,
-                    "--topic", topic, "--group", group, "--from-beginning",
-                    "--max-messages", "300", "--timeout-ms", "60000",
-                    "--formatter-property", "print.key=true",
-                    "--formatter-property", "key.separator=:")
+    out = kafka_tool(CONSOLE_CONSUMER, "--bootstrap-server", kafka_address,
+                     "--topic", topic, "--group", group, "--from-beginning",
+                     "--max-messages", "300", "--timeout-ms", "60000",
+                     "--formatter-property", "print.key=true",
+                     "--formatter-property", "key.separator=:")
     assert sorted(out.splitlines()) == sorted(lines)
-    out = java_tool(classpath, GROUPS, "--bootstrap-server", kafka_address, "--describe",
-                    "--group", group)
+    out = kafka_tool(GROUPS, "--bootstrap-server", kafka_address, "--describe",
+                     "--group", group)
     rows = re.findall(rf"{group}\s+{topic}\s+(\d)\s+(\d+)\s+(\d+)\s+(\d+)", out)
     assert sorted(int(r[0]) for r in rows) == [0, 1, 2], out
     assert sum(int(r[1]) for r in rows) == 300
     assert all(r[1] == r[2] and r[3] == "0" for r in rows), out  # committed at the end
-    assert group in java_tool(classpath, GROUPS, "--bootstrap-server", kafka_address,
-                              "--list").split()
+    assert group in kafka_tool(GROUPS, "--bootstrap-server", kafka_address,
+                               "--list").split()
     c = Consumer(topic, bootstrap_servers=broker.address, auto_offset_reset="earliest")
     got = []
     try:
@@ -131,27 +117,27 @@ def test_console_producer_idempotent_acks_all_then_group_consumer(classpath, bro
     assert sorted(got) == sorted(lines)
 
 
-def test_producer_perf_test_idempotent_acks_all(classpath, kafka_address):
+def test_producer_perf_test_idempotent_acks_all(kafka_tools, kafka_address):
     """kafka-producer-perf-test: 20,000 records through the idempotent Java producer at
     acks=all, every one acknowledged (the broker's high watermarks add up)."""
     topic = _topic()
-    out = java_tool(classpath, PERF_PRODUCER, "--topic", topic, "--num-records", "20000",
-                    "--record-size", "100", "--throughput", "-1", "--command-property",
-                    f"bootstrap.servers={kafka_address}", "acks=all",
-                    "enable.idempotence=true", "linger.ms=5")
+    out = kafka_tool(PERF_PRODUCER, "--topic", topic, "--num-records", "20000",
+                     "--record-size", "100", "--throughput", "-1", "--command-property",
+                     f"bootstrap.servers={kafka_address}", "acks=all",
+                     "enable.idempotence=true", "linger.ms=5")
     assert "20000 records sent" in out
-    out = java_tool(classpath, GET_OFFSETS, "--bootstrap-server", kafka_address,
-                    "--topic", topic, "--time", "-1")
+    out = kafka_tool(GET_OFFSETS, "--bootstrap-server", kafka_address,
+                     "--topic", topic, "--time", "-1")
     ends = dict(re.findall(rf"{topic}:(\d+):(\d+)", out))
     assert sum(int(v) for v in ends.values()) == 20000, out
 
 
-def test_get_offsets_latest_earliest_and_max_timestamp(classpath, broker, kafka_address):
+def test_get_offsets_latest_earliest_and_max_timestamp(kafka_tools, broker, kafka_address):
     """kafka-get-offsets with -1, -2 and -3 (ListOffsets v7's MAX_TIMESTAMP, KIP-734:
     the first record carrying the largest timestamp, not the last one)."""
     topic = _topic()
-    java_tool(classpath, TOPICS, "--bootstrap-server", kafka_address, "--create",
-              "--topic", topic, "--partitions", "1", "--replication-factor", "1")
+    kafka_tool(TOPICS, "--bootstrap-server", kafka_address, "--create",
+               "--topic", topic, "--partitions", "1", "--replication-factor", "1")
     stamps = [1_000, 5_000, 9_000, 3_000, 9_000, 2_000]
     p = Producer(bootstrap_servers=broker.address)
     for i, ts in enumerate(stamps):
@@ -160,8 +146,8 @@ def test_get_offsets_latest_earliest_and_max_timestamp(classpath, broker, kafka_
     p.close()
 
     def offset(time: str) -> int:
-        out = java_tool(classpath, GET_OFFSETS, "--bootstrap-server", kafka_address,
-                        "--topic", topic, "--time", time)
+        out = kafka_tool(GET_OFFSETS, "--bootstrap-server", kafka_address,
+                         "--topic", topic, "--time", time)
         return int(re.search(rf"{topic}:0:(\d+)", out).group(1))
 
     assert offset("-1") == len(stamps)

@@ -71,6 +71,21 @@ def kafka_unavailable() -> str | None:
     return None
 
 
+def kafka_tool(main: str, *args: str, stdin: str | None = None, timeout: float = 120) -> str:
+    """Run one of Kafka's command-line tools (``main``, e.g.
+    ``org.apache.kafka.tools.TopicCommand``, what ``kafka-topics.sh`` runs) with Kafka's
+    jars; its standard output. AssertionError with both outputs when it exits non-zero
+    or reports an exception (some tools print one and still exit 0)."""
+    cp = ":".join(kafka_classpath())
+    done = subprocess.run(["java", "-cp", cp, main, *args], capture_output=True,
+                          input=None if stdin is None else stdin.encode(), timeout=timeout)
+    out, err = done.stdout.decode(), done.stderr.decode()
+    assert done.returncode == 0 and "Exception" not in out + err, (
+        f"{main} {' '.join(args)} exited {done.returncode}\n--- stdout\n{out[-3000:]}\n"
+        f"--- stderr\n{err[-3000:]}")
+    return out
+
+
 def api_versions(host: str, port: int, timeout: float = 2.0) -> int:
     """Send Kafka's ApiVersions request (v0) and return the answer's error code (0: the
     broker is serving requests)."""
