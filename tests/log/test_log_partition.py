@@ -243,6 +243,22 @@ def test_log_append_time_topic_stamps_the_broker_clock(fio, pdir):
         assert batch.column("__timestamp_type").to_pylist() == [1, 1]
 
 
+def test_max_timestamp_offset_is_the_first_record_of_the_largest_timestamp(fio, pdir):
+    """Kafka's ListOffsets MAX_TIMESTAMP (KIP-734): the first record, from the log start
+    on, carrying the log's largest timestamp (not its frame's base offset); None while
+    the log holds no record."""
+    size = len(typed_frame([0, 0]))
+    with PartitionLog.open(fio, pdir, {"segment.bytes": 2 * size + 1,
+                                       "index.interval.bytes": 1}) as plog:
+        assert plog.max_timestamp_offset() is None
+        for i, ts in enumerate([[50, 10], [20, 100], [30, 40], [70, 100], [80, 90]]):
+            plog.append(typed_frame([2 * i, 2 * i + 1], ts))
+        plog.flush()
+        assert plog.max_timestamp_offset() == (3, 100)
+        plog.delete_segments_before(4)  # the first record of 100 is below the log start
+        assert plog.max_timestamp_offset() == (7, 100)
+
+
 def test_offset_for_timestamp_with_unordered_timestamps(fio, pdir):
     size = len(typed_frame([0, 0]))
     with PartitionLog.open(fio, pdir, {"segment.bytes": 2 * size + 1,
