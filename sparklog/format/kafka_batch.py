@@ -791,9 +791,10 @@ def decode_client_columns(buf, pos: int = 0, *,
                           timestamp_after_max_ms: int | None = None,
                           ) -> tuple[KafkaBatchHeader, KafkaColumns]:
     """:func:`decode_client_batch` giving the records as :class:`KafkaColumns` (what an
-    Arrow frame is built from). Records without headers are read with array arithmetic
-    (one Python step per record, for its length; the fields of all of them at once);
-    a batch with headers, or one the array path does not accept, is walked by
+    Arrow frame is built from). Records without headers, :data:`VECTOR_MIN_RECORDS` or
+    more, are read with array arithmetic (one Python step per record, for its length;
+    the fields of all of them at once); a smaller batch, one with headers, or one the
+    array path does not accept, is walked by
     :func:`decode_client_batch`'s parser, which raises the same errors as
     :func:`validate_client_batch`."""
     return _checked_client_batch(
@@ -804,6 +805,11 @@ def decode_client_columns(buf, pos: int = 0, *,
 
 
 _HEADER_ONLY, _RECORDS, _COLUMNS = range(3)
+
+#: from this many records on, a batch is read (:func:`decode_client_columns`) or written
+#: (:func:`encode_batch_arrays`) with array arithmetic; below it, a record at a time is
+#: faster (each array step costs some microseconds however few records it covers)
+VECTOR_MIN_RECORDS = 128
 
 
 def _checked_client_batch(buf, pos: int, want: int, *, max_decompressed_bytes: int,
@@ -842,7 +848,8 @@ def _checked_client_batch(buf, pos: int, want: int, *, max_decompressed_bytes: i
             f"{where}: invalid baseSequence {header.base_sequence} in a batch with "
             f"producerId {header.producer_id}")
     data = decompress_records(view, pos, header, max_decompressed_bytes=max_decompressed_bytes)
-    fast = _client_columns(data, header, compacted) if want == _COLUMNS else None
+    fast = _client_columns(data, header, compacted) \
+        if want == _COLUMNS and count >= VECTOR_MIN_RECORDS else None
     if fast is not None:
         records, lowest, max_ts = fast
     else:
@@ -901,16 +908,14 @@ def _gather_binary(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
     """A binary Arrow array of ``buf[starts[i]:starts[i] + lengths[i]]`` (null where
     ``lengths[i]`` is -1), the bytes copied at once."""
     sizes = np.maximum(lengths, 0)
-    offsets = np.zeros(len(sizes) + 1, np.int64)
+    offsets = np.zeros(len(sizes) + 1, np.int32)
     np.cumsum(sizes, out=offsets[1:])
-    total = int(offsets[-1])
-    step = np.arange(total, dtype=np.int64)
-    data = buf[step + np.repeat(starts - offsets[:-1], sizes)] if total else buf[:0]
+    data = buf[_spans(len(buf), starts, sizes)] if offsets[-1] else buf[:0]
     nulls = lengths < 0
     validity = pa.py_buffer(np.packbits(~nulls, bitorder="little")) if nulls.any() else None
     return pa.Array.from_buffers(pa.binary(), len(sizes),
-                                 [validity, pa.py_buffer(offsets.astype(np.int32)),
-                                  pa.py_buffer(data)], null_count=int(nulls.sum()))
+                                 [validity, pa.py_buffer(offsets), pa.py_buffer(data)],
+                                 null_count=int(nulls.sum()))
 
 
 def _client_columns(data: bytes, header: KafkaBatchHeader, compacted: bool) -> tuple | None:
@@ -932,7 +937,12 @@ def _client_columns(data: bytes, header: KafkaBatchHeader, compacted: bool) -> t
             if b < 0x80:
                 pos += 1
             else:
-                b, pos = _uvarint(data, pos, 5)
+                c = data[pos + 1]
+                if c < 0x80:
+                    b = (b & 0x7F) | (c << 7)
+                    pos += 2
+                else:
+                    b, pos = _uvarint(data, pos, 5)
             starts[i] = pos
             pos += (b >> 1) ^ -(b & 1)
             ends[i] = pos
@@ -1286,12 +1296,27 @@ def _put_bytes(out: np.ndarray, at: np.ndarray, lengths: np.ndarray, starts: np.
     """Copy value i (``lengths[i]`` bytes of ``data`` from ``starts[i]``; none when -1)
     to ``out[at[i]:]``, all at once."""
     sizes = np.maximum(lengths, 0)
-    total = int(sizes.sum())
-    if not total:
+    if not sizes.any():
         return
-    before = np.cumsum(sizes) - sizes  # bytes of the values before each
-    step = np.arange(total, dtype=np.int64)
-    out[step + np.repeat(at - before, sizes)] = data[step + np.repeat(starts - before, sizes)]
+    first, last = int(starts[0]), int(starts[-1] + max(lengths[-1], 0))
+    if int(sizes.sum()) == last - first:  # the values lie back to back (no null's bytes)
+        source = data[first:last]
+    else:
+        before = np.cumsum(sizes) - sizes
+        step = np.arange(int(sizes.sum()), dtype=np.int64)
+        source = data[step + np.repeat(starts - before, sizes)]
+    out[_spans(len(out), at, sizes)] = source
+
+
+def _spans(size: int, at: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """A mask of ``size`` bytes, True in each ``[at[i], at[i] + sizes[i])`` (spans that
+    neither overlap nor touch: each value follows its length varint)."""
+    some = sizes > 0
+    at, sizes = at[some], sizes[some]
+    marks = np.zeros(size + 1, np.int8)
+    marks[at] = 1
+    marks[at + sizes] -= 1
+    return np.cumsum(marks[:-1], dtype=np.int8).view(np.bool_)
 
 
 def encode_batch_arrays(

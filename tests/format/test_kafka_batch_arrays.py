@@ -16,6 +16,7 @@ from sparklog.errors import InvalidArgumentError, InvalidRecordError, SparklogEr
 from sparklog.format.kafka_batch import (
     CRC_OFFSET,
     HEADER_SIZE,
+    VECTOR_MIN_RECORDS,
     KafkaRecord,
     decode_batch,
     decode_client_batch,
@@ -111,13 +112,15 @@ def _client_batch(rnd, n, headers=False):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_columns_read_what_the_parser_reads(seed, monkeypatch):
-    """Records without headers never reach the record-at-a-time parser; with headers
-    they do; either way the columns hold what the parser reads."""
+    """Records without headers, VECTOR_MIN_RECORDS or more, never reach the
+    record-at-a-time parser; fewer, or with headers, they do; either way the columns
+    hold what the parser reads."""
     from sparklog.format import kafka_batch
 
     rnd = random.Random(seed)
-    batch = _client_batch(rnd, rnd.choice([1, 5, 400]), headers=seed == 3)
-    if seed != 3:
+    n = [1, VECTOR_MIN_RECORDS, 400, 300][seed]
+    batch = _client_batch(rnd, n, headers=seed == 3)
+    if n >= VECTOR_MIN_RECORDS and seed != 3:
         with monkeypatch.context() as m:
             m.setattr(kafka_batch, "_parse_records", None)  # any call fails
             header, columns = decode_client_columns(batch)
@@ -143,7 +146,7 @@ def test_columns_refuse_damage_as_the_validator_does(seed):
     see it): decode_client_columns raises what validate_client_batch raises, or both
     accept and read the same records."""
     rnd = random.Random(100 + seed)
-    good = _client_batch(rnd, 30)
+    good = _client_batch(rnd, VECTOR_MIN_RECORDS + 2)
     for _ in range(300):
         buf = bytearray(good)
         for _ in range(rnd.choice([1, 2])):

@@ -27,6 +27,7 @@ from ...format.frame import (
     raw_batch,
 )
 from ...format.kafka_batch import (
+    VECTOR_MIN_RECORDS,
     KafkaRecord,
     decode_client_columns,
     encode_batch,
@@ -99,7 +100,8 @@ def batches_of_frames(records) -> bytes:
         batch = frame.batch()
         names = batch.schema.names
         raw = all(n in names for n in RAW_SCHEMA.names)
-        if raw and not len(batch.column(names.index("headers")).flatten()):
+        if raw and batch.num_rows >= VECTOR_MIN_RECORDS \
+                and not len(batch.column(names.index("headers")).flatten()):
             # no record has headers: every record written at once from the columns
             ts = batch.column(names.index(TIMESTAMP_COLUMN)).cast(pa.int64())
             out.append(encode_batch_arrays(
