@@ -15,10 +15,7 @@ authorizer on, allow.everyone.if.no.acl.found=false.
 
 from __future__ import annotations
 
-import datetime
 import logging
-import socket
-import struct
 import time
 import uuid
 
@@ -26,10 +23,10 @@ import pytest
 
 from sparklog.clients.admin import Admin
 from sparklog.format.kafka_batch import KafkaRecord, encode_batch
-from sparklog.protocol.kafka import RequestHeader, decode_response, encode_request
 from sparklog.security.acl import AclBinding, AclFilter
 from sparklog.security.scram import ScramClient
 from sparklog.server.embedded import EmbeddedBroker
+from tests.support.kafkaconn import KafkaConn as _KafkaConn
 from tests.support.tlscerts import make_pki
 from tests.support.waiting import wait_until
 from tests.support.wire import closed_within
@@ -112,98 +109,12 @@ def kafka_python_config(addresses, pki, protocol, mechanism, user="alice", passw
     return cfg
 
 
-# --- a raw Kafka connection (kio's codecs), authenticated with SASL PLAIN ---------------
-
-class KafkaConn:
-    """A socket speaking Kafka's protocol to ``address``; ``user`` authenticates it
-    (SaslHandshake v1, SaslAuthenticate v2 with PLAIN) unless None."""
+class KafkaConn(_KafkaConn):
+    """:class:`tests.support.kafkaconn.KafkaConn` authenticated as one of :data:`USERS`."""
 
     def __init__(self, address: str, user: str | None = None, password: str | None = None):
-        host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=30)
-        self.correlation = 0
-        if user is not None:
-            self.authenticate("PLAIN", [b"\0" + user.encode() + b"\0"
-                                        + (password or USERS[user]).encode()])
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.sock.close()
-
-    def send(self, api_key: int, version: int, request) -> RequestHeader:
-        self.correlation += 1
-        header = RequestHeader(api_key, version, self.correlation, "probe")
-        self.sock.sendall(encode_request(header, request))
-        return header
-
-    def receive(self, header: RequestHeader):
-        size = struct.unpack(">i", _read(self.sock, 4))[0]
-        return decode_response(header, _read(self.sock, size))
-
-    def request(self, api_key: int, version: int, request):
-        return self.receive(self.send(api_key, version, request))
-
-    def authenticate(self, mechanism: str, tokens) -> list:
-        """SaslHandshake then one SaslAuthenticate per token (``tokens`` may be a
-        callable of the previous answer's bytes); the answers."""
-        from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
-        from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
-
-        answer = self.request(17, 1, SaslHandshakeRequest(mechanism=mechanism))
-        assert answer.error_code == 0, answer
-        answers, last = [], b""
-        for token in tokens:
-            token = token(last) if callable(token) else token
-            answers.append(self.request(36, 2, SaslAuthenticateRequest(auth_bytes=token)))
-            if answers[-1].error_code != 0:
-                break
-            last = answers[-1].auth_bytes
-        return answers
-
-    def metadata(self, topics: list[str] | None):
-        from kio.schema.metadata.v9.request import MetadataRequest, MetadataRequestTopic
-
-        return self.request(3, 9, MetadataRequest(
-            topics=None if topics is None else tuple(MetadataRequestTopic(name=t)
-                                                     for t in topics),
-            allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
-            include_topic_authorized_operations=False))
-
-    def init_producer_id(self):
-        from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
-        from kio.static.primitive import i16, i32Timedelta
-
-        return self.request(22, 4, InitProducerIdRequest(
-            transactional_id=None, producer_id=-1, producer_epoch=i16(-1),
-            transaction_timeout=i32Timedelta.parse(datetime.timedelta(seconds=60))))
-
-    def produce(self, topic: str, records: bytes):
-        """Produce v9 (acks=all) of ``records`` to partition 0; its partition answer."""
-        from kio.schema.produce.v9.request import (
-            PartitionProduceData,
-            ProduceRequest,
-            TopicProduceData,
-        )
-        from kio.static.primitive import i16, i32, i32Timedelta
-
-        answer = self.request(0, 9, ProduceRequest(
-            transactional_id=None, acks=i16(-1),
-            timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
-            topic_data=(TopicProduceData(name=topic, partition_data=(
-                PartitionProduceData(index=i32(0), records=records),)),)))
-        return answer.responses[0].partition_responses[0]
-
-
-def _read(sock, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("closed by the broker")
-        data += chunk
-    return data
+        super().__init__(address, user, USERS.get(user or "", "") if password is None
+                         else password)
 
 
 def _topic(prefix="shared-") -> str:
