@@ -33,7 +33,8 @@ SaslAuthenticate until it authenticated (its
 ``authentication.timeout.ms`` (checked while a request's bytes trickle in, not only
 between requests) and with requests of at most
 ``sasl.server.max.receive.size`` bytes; anything else, or a failed authentication, is
-answered and the connection closed.
+answered and the connection closed (on a Kafka listener anything else is closed
+unanswered and undecoded, as Kafka's broker does).
 
 Client quotas (:mod:`sparklog.security.quotas`) are enforced here: a Produce request's
 bytes, a Fetch response's bytes and every request's handling time are taken from the
