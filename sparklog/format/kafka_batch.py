@@ -1309,14 +1309,19 @@ def _put_bytes(out: np.ndarray, at: np.ndarray, lengths: np.ndarray, starts: np.
 
 
 def _spans(size: int, at: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """A mask of ``size`` bytes, True in each ``[at[i], at[i] + sizes[i])`` (spans that
-    neither overlap nor touch: each value follows its length varint)."""
-    some = sizes > 0
-    at, sizes = at[some], sizes[some]
-    marks = np.zeros(size + 1, np.int8)
-    marks[at] = 1
-    marks[at + sizes] -= 1
-    return np.cumsum(marks[:-1], dtype=np.int8).view(np.bool_)
+    """A mask of ``size`` bytes, True in each ``[at[i], at[i] + sizes[i])`` (spans in
+    order that do not overlap: each value follows its length varint), built as runs of
+    False and True (a repeat, no per-byte arithmetic)."""
+    n = len(at)
+    ends = at + sizes
+    runs = np.empty(2 * n + 1, np.int64)
+    runs[0] = at[0]
+    runs[1:-1:2] = sizes
+    runs[2:-1:2] = at[1:] - ends[:-1]
+    runs[-1] = size - ends[-1]
+    flags = np.zeros(2 * n + 1, np.bool_)
+    flags[1::2] = True
+    return np.repeat(flags, runs)
 
 
 def encode_batch_arrays(
