@@ -38,7 +38,7 @@ class KafkaListenerBroker(BrokerProcess):
     @property
     def kafka_address(self) -> str:
         """``127.0.0.1:<port>`` of the Kafka listener (from the broker's start-up lines)."""
-        for line in self._lines:
+        for line in reversed(self._lines):  # the latest start's
             if line.startswith("listener KAFKA "):
                 return line.rsplit(" ", 1)[1].strip()
         raise RuntimeError("the sparklog broker printed no KAFKA listener line")
