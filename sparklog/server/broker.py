@@ -57,7 +57,6 @@ from .config import BrokerConfig
 from .context import RequestContext
 from .group import GroupCoordinator
 from .groups_api import GroupApis
-from .kafka.apis import KafkaApis
 from .leadership import check_leadership, leadership_for
 from .partitions import PartitionManager
 from .producer_ids import ProducerIdManager
@@ -69,6 +68,12 @@ from .topics_api import TopicApis, deduplicate
 log = logging.getLogger(__name__)
 
 _NO_ERROR = {"error_code": 0, "error_message": ""}
+
+
+def _kafka_apis():
+    from .kafka.apis import KafkaApis
+
+    return KafkaApis
 
 
 class Broker:
@@ -163,8 +168,9 @@ class Broker:
         if self.metrics is not None:
             self.metrics.watch_logs(lambda: list(self.partitions.writers.values()), self.store)
         #: what the connections need of the broker (limits, security, handler...)
-        #: Kafka's APIs, for the listeners named in kafka.listener.names
-        self.kafka = KafkaApis(self.dispatch, broker_id=self.broker_id,
+        #: Kafka's APIs, for the listeners named in kafka.listener.names (imported only
+        #: then: Kafka's generated codecs are many modules)
+        self.kafka = _kafka_apis()(self.dispatch, broker_id=self.broker_id,
                                address=self.advertised_address,
                                max_decompressed_bytes=self.config.socket_request_max_bytes,
                                binding=self.security.producer_ids) \

@@ -169,12 +169,17 @@ class GroupApis:
     async def offset_commit(self, body, ctx) -> dict:
         """OffsetCommit: all partitions of the request are stored in one atomic write."""
         group_id = body["group_id"]
-        self.groups.check_coordinator(group_id)  # request-level: the client re-finds it
         failure = None
         try:
-            self.groups.check_commit(group_id, body["generation_id"], body["member_id"])
+            validate_group_id(group_id)  # an invalid id: each partition's error, as Kafka
         except SparklogError as exc:
             failure = exc
+        else:
+            self.groups.check_coordinator(group_id)  # request-level: the client re-finds it
+            try:
+                self.groups.check_commit(group_id, body["generation_id"], body["member_id"])
+            except SparklogError as exc:
+                failure = exc
         results: list[tuple[str, dict]] = []
         offsets = {}
         for t in body["topics"]:

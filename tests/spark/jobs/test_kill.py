@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -29,7 +30,7 @@ from tests.support.jobs import (
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = str(Path(__file__).resolve().parents[3])
 SUBMIT_SCRIPT = os.path.join(REPO, "deploy", "hadoop-ha", "bin", "submit-etl.sh")
 
 
