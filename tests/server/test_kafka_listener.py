@@ -17,7 +17,7 @@ from sparklog.clients.consumer import Consumer
 from sparklog.clients.producer import Producer
 from sparklog.format.kafka_batch import KafkaRecord, encode_batch
 from sparklog.protocol.kafka import RequestHeader, decode_response, encode_request
-from sparklog.server import EmbeddedBroker
+from tests.support.kafkaconn import start_with_kafka_listener
 from tests.support.waiting import wait_until
 
 kafka = pytest.importorskip("kafka", reason="kafka-python is not installed (the peers extra)")
@@ -27,11 +27,7 @@ confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     """One broker with a sparklog listener and a Kafka listener (KAFKA)."""
-    root = tmp_path_factory.mktemp("kafka-listener")
-    b = EmbeddedBroker(f"file://{root}", {
-        "listeners": "PLAINTEXT://127.0.0.1:0,KAFKA://127.0.0.1:0",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,KAFKA:PLAINTEXT",
-        "kafka.listener.names": "KAFKA", "num.partitions": "3"}).start()
+    b = start_with_kafka_listener(tmp_path_factory.mktemp("kafka-listener"), num_partitions=3)
     yield b
     b.stop()
 

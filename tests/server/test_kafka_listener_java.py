@@ -14,7 +14,7 @@ import pytest
 
 from sparklog.clients.consumer import Consumer
 from sparklog.clients.producer import Producer
-from sparklog.server import EmbeddedBroker
+from tests.support.kafkaconn import start_with_kafka_listener
 from tests.support.kafkaserver import kafka_tool, kafka_unavailable
 from tests.support.waiting import wait_until
 
@@ -37,11 +37,7 @@ def kafka_tools() -> None:
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     """One broker with a sparklog listener and a Kafka listener (KAFKA)."""
-    root = tmp_path_factory.mktemp("kafka-listener-java")
-    b = EmbeddedBroker(f"file://{root}", {
-        "listeners": "PLAINTEXT://127.0.0.1:0,KAFKA://127.0.0.1:0",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,KAFKA:PLAINTEXT",
-        "kafka.listener.names": "KAFKA", "num.partitions": "3"}).start()
+    b = start_with_kafka_listener(tmp_path_factory.mktemp("kafka-listener-java"), num_partitions=3)
     yield b
     b.stop()
 

@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+from tests.support.kafkaconn import start_with_kafka_listener
+
 pytest.importorskip("pyspark", reason="pyspark is not installed")
 pytest.importorskip("chispa", reason="chispa is not installed")
 confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")
@@ -31,10 +33,7 @@ BASE_TS = (time.time_ns() // 10**9 - 3600) * 1000
 
 
 def _start(root) -> EmbeddedBroker:
-    return EmbeddedBroker(root.as_uri(), {
-        "listeners": "PLAINTEXT://127.0.0.1:0,KAFKA://127.0.0.1:0",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,KAFKA:PLAINTEXT",
-        "kafka.listener.names": "KAFKA", "num.partitions": str(PARTITIONS)}).start()
+    return start_with_kafka_listener(root, num_partitions=PARTITIONS)
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
-"""A raw Kafka client connection as a test writes it by hand (kio's codecs): SASL
-(SaslHandshake v1, SaslAuthenticate v2), Metadata, InitProducerId and Produce of one
-partition.
+"""Kafka listeners in tests: :func:`start_with_kafka_listener` (an embedded broker with a
+sparklog listener and a Kafka listener named KAFKA) and :class:`KafkaConn`, a raw Kafka
+client connection as a test writes it by hand (kio's codecs): SASL (SaslHandshake v1,
+SaslAuthenticate v2), Metadata, InitProducerId and Produce of one partition.
 
 ::
 
@@ -17,6 +18,19 @@ import socket
 import struct
 
 from sparklog.protocol.kafka import RequestHeader, decode_response, encode_request
+from sparklog.server import EmbeddedBroker
+
+
+def start_with_kafka_listener(root, **props) -> EmbeddedBroker:
+    """A started embedded broker on the local directory ``root`` with a sparklog listener
+    (PLAINTEXT) and a Kafka listener (KAFKA, its address in
+    ``broker.broker.listener_addresses["KAFKA"]``); ``props`` add broker properties
+    (Kafka's names, ``_`` for ``.``)."""
+    return EmbeddedBroker(root.as_uri(), {
+        "listeners": "PLAINTEXT://127.0.0.1:0,KAFKA://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,KAFKA:PLAINTEXT",
+        "kafka.listener.names": "KAFKA",
+        **{k.replace("_", "."): str(v) for k, v in props.items()}}).start()
 
 
 class KafkaConn:
