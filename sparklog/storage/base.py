@@ -11,6 +11,11 @@ Code above this layer may rely only on what HDFS guarantees (DESIGN.md section 3
    atomic and fails with FileAlreadyExistsError when ``dst`` exists.
 4. ``recover_lease(path)`` lets a new writer take over a file whose writer died or is
    being fenced; the old writer's later writes fail with LeaseExpiredError.
+   ``recover_leases(paths)`` does it for many files with one wait.
+
+``create(path, parents=False)`` is the non-recursive create (HDFS createNonRecursive):
+it fails with StorageFileNotFoundError when the parent directory does not exist, so a
+writer whose directory was renamed away cannot start a new file in it.
 
 Paths given to a FileIO are URLs or plain paths *inside* the FileIO's root scheme
 (``file:///data/log/t/0/00000000000000000000.log``, ``hdfs://nn/log/...``). Helpers here
@@ -23,6 +28,8 @@ import abc
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sparklog.errors import InvalidArgumentError, StorageFileNotFoundError
+
 
 @dataclass(frozen=True)
 class FileInfo:
@@ -34,6 +41,30 @@ class FileInfo:
     size: int
     is_dir: bool
     mtime: float
+
+
+def lease_paths(paths) -> list[str]:
+    """The paths of a ``recover_leases`` call as a list, each once, in their order;
+    InvalidArgumentError for a single path (a str) or anything not iterable."""
+    if isinstance(paths, (str, bytes)) or not hasattr(paths, "__iter__"):
+        raise InvalidArgumentError(
+            f"paths must be a list (or other iterable) of paths, got {paths!r}")
+    return list(dict.fromkeys(paths))
+
+
+def missing_files_error(missing: list[str]) -> StorageFileNotFoundError:
+    """The error of a ``recover_leases`` call given files that do not exist."""
+    return StorageFileNotFoundError(
+        f"recover leases failed: {len(missing)} file(s) do not exist: "
+        + ", ".join(str(m) for m in missing))
+
+
+def check_create_flags(overwrite, parents) -> None:
+    """InvalidArgumentError naming ``overwrite`` or ``parents`` of a ``create`` call
+    when it is not a bool."""
+    for name, value in (("overwrite", overwrite), ("parents", parents)):
+        if not isinstance(value, bool):
+            raise InvalidArgumentError(f"{name} must be a bool, got {value!r}")
 
 
 def _synced() -> None:
@@ -129,11 +160,15 @@ class FileIO(abc.ABC):
 
     # --- writing ---------------------------------------------------------------------
     @abc.abstractmethod
-    def create(self, path: str, overwrite: bool = False) -> OutputStream:
-        """Create ``path`` and return its writer; parent directories are created.
+    def create(self, path: str, overwrite: bool = False, parents: bool = True) -> OutputStream:
+        """Create ``path`` and return its writer; with ``parents`` (the default) missing
+        parent directories are created.
 
-        Raises FileAlreadyExistsError if it exists and ``overwrite`` is False (atomic
-        among concurrent creators); LeaseHeldError if another writer holds it.
+        ``parents=False`` is a non-recursive create (HDFS ``createNonRecursive``): it
+        raises StorageFileNotFoundError naming the parent directory when that does not
+        exist (for instance because it was renamed away), and creates no directory.
+        Raises FileAlreadyExistsError if ``path`` exists and ``overwrite`` is False
+        (atomic among concurrent creators); LeaseHeldError if another writer holds it.
         """
 
     @abc.abstractmethod
@@ -148,6 +183,27 @@ class FileIO(abc.ABC):
     def recover_lease(self, path: str) -> None:
         """Revoke any writer's lease on ``path`` (HDFS recoverLease). The fenced writer's
         later write/flush/sync raise LeaseExpiredError. No-op if nobody holds it."""
+
+    def recover_leases(self, paths) -> None:
+        """Revoke the writers' leases of every file of ``paths`` (a list or other
+        iterable of paths) with one wait: when it returns, every file is closed with
+        its final length and every fenced writer's later write/flush/sync raise
+        LeaseExpiredError. On HDFS all recoveries are started before waiting, so W files
+        cost one DataNode heartbeat, not W (``recover_lease`` one after another).
+
+        Files that do not exist raise one StorageFileNotFoundError naming them all,
+        after the others were recovered; LeaseHeldError (HDFS) names the files still
+        open after ``recover_lease_timeout``. The default recovers one file after
+        another, for storage whose ``recover_lease`` does not wait (the local disk,
+        WebHDFS's sidecar lease)."""
+        missing = []
+        for path in lease_paths(paths):
+            try:
+                self.recover_lease(path)
+            except StorageFileNotFoundError:
+                missing.append(path)
+        if missing:
+            raise missing_files_error(missing)
 
     def write_atomic(self, path: str, data: bytes) -> None:
         """Write a whole small file atomically: create-no-overwrite of a temporary name

@@ -48,7 +48,13 @@ from sparklog.errors import (
 )
 from sparklog.names import validate_user
 from sparklog.storage import jvm
-from sparklog.storage.base import FileInfo, FileIO
+from sparklog.storage.base import (
+    FileInfo,
+    FileIO,
+    check_create_flags,
+    lease_paths,
+    missing_files_error,
+)
 from sparklog.storage.paths import check_int, check_normal, check_path, strip_scheme
 from sparklog.storage.stream import BufferedOutputStream, LeaseLost
 
@@ -582,18 +588,28 @@ class HadoopFileIO(FileIO):
         self._writers.add(out)
         return out
 
-    def create(self, path: str, overwrite: bool = False) -> HadoopOutputStream:
-        """FileSystem.create under a new lease (parents created); atomic no-overwrite."""
+    def create(self, path: str, overwrite: bool = False,
+               parents: bool = True) -> HadoopOutputStream:
+        """FileSystem.create under a new lease (parents created); atomic no-overwrite.
+
+        ``parents=False``: ``FileSystem.createNonRecursive`` (as HBase creates its
+        WALs): the NameNode refuses a missing parent directory in the same operation
+        (StorageFileNotFoundError naming it), so a writer whose directory was renamed
+        away cannot create a file in it."""
         path, p = self._p(path)
-        if not isinstance(overwrite, bool):
-            raise InvalidArgumentError(f"overwrite must be a bool, got {overwrite!r}")
+        check_create_flags(overwrite, parents)
         import jpype
 
         def create(client):
             hp = self._path(p)
-            repl = self.replication or client.getDefaultReplication(hp)
-            block = self.block_size or client.getDefaultBlockSize(hp)
-            return client.create(hp, overwrite, 4096, jpype.JShort(repl), jpype.JLong(block))
+            repl = jpype.JShort(self.replication or client.getDefaultReplication(hp))
+            block = jpype.JLong(self.block_size or client.getDefaultBlockSize(hp))
+            if parents:
+                return client.create(hp, overwrite, 4096, repl, block)
+            # the permission FileSystem.create gives a new file: the default, umasked
+            perm_cls = jvm.jclass("org.apache.hadoop.fs.permission.FsPermission")
+            perm = perm_cls.getFileDefault().applyUMask(perm_cls.getUMask(client.getConf()))
+            return client.createNonRecursive(hp, perm, overwrite, 4096, repl, block, None)
 
         try:
             return self._open_writer("create", path, p, create)
@@ -603,6 +619,14 @@ class HadoopFileIO(FileIO):
             raise FileAlreadyExistsError(
                 f"{self.url(p)}: create failed: already exists, open by another writer "
                 f"({e})") from None
+        except StorageFileNotFoundError:
+            if parents:
+                raise
+            parent = p.rsplit("/", 1)[0] or "/"
+            raise StorageFileNotFoundError(
+                f"{self.url(p)}: create failed: parent directory {self.url(parent)} does "
+                "not exist (a non-recursive create, parents=False, makes no directory)"
+            ) from None
 
     def append(self, path: str) -> HadoopOutputStream:
         """FileSystem.append under a new lease (LeaseHeldError while another holds it).
@@ -626,29 +650,60 @@ class HadoopFileIO(FileIO):
     def recover_lease(self, path: str) -> None:
         """DistributedFileSystem.recoverLease, then wait (bounded) until the NameNode has
         closed the file; the old writer is fenced. No-op on a closed file."""
-        path, p = self._p(path)
-        url, hp = self.url(p), self._path(p)
+        self.recover_leases([path])
+
+    def recover_leases(self, paths) -> None:
+        """``recover_lease`` of many files with one wait: ``recoverLease`` of each
+        (the NameNode starts every block recovery at once; the primary DataNodes pick
+        them up at their next heartbeat), then ``isFileClosed`` polled for all of those
+        still open, each asked ``recoverLease`` again every 4 s (as HBase does: a lost
+        recovery restarts), until all are closed or ``recover_lease_timeout`` passed
+        (LeaseHeldError naming the files still open). Missing files: one
+        StorageFileNotFoundError naming them, after the others were recovered."""
         fs = self._fs
-        closed = self._java_call("recover lease", url, fs.recoverLease, hp)
+        todo: dict[str, tuple[str, object]] = {}  # url -> (path as given, Hadoop Path)
+        missing: list[str] = []
+        for path in lease_paths(paths):
+            path, p = self._p(path)
+            url = self.url(p)
+            hp = self._path(p)
+            try:
+                if not self._java_call("recover lease", url, fs.recoverLease, hp):
+                    todo[url] = (path, hp)
+            except LeaseHeldError:  # RecoveryInProgressException: wait for it below
+                todo[url] = (path, hp)
+            except StorageFileNotFoundError:
+                missing.append(path)
         start = time.monotonic()
         deadline, again, delay = start + self.recover_lease_timeout, start + 4.0, 0.02
-        while not closed:
+        while todo:
             now = time.monotonic()
             if now > deadline:
                 raise LeaseHeldError(
-                    f"{url}: recover lease failed: the NameNode had not closed the file "
-                    f"after {self.recover_lease_timeout:.0f}s (block recovery still "
-                    "running or its DataNodes unreachable); retry later")
+                    f"recover lease failed: the NameNode had not closed {len(todo)} "
+                    f"file(s) after {self.recover_lease_timeout:.0f}s (block recovery "
+                    "still running or its DataNodes unreachable; retry later): "
+                    + ", ".join(todo))
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
-            if now >= again:  # ask again, as HBase does: a lost recovery restarts
+            ask_again = now >= again
+            if ask_again:
                 again = now + 4.0
+            for url, (path, hp) in list(todo.items()):
                 try:
-                    closed = self._java_call("recover lease", url, fs.recoverLease, hp)
+                    if ask_again:  # restarts a recovery that was lost
+                        closed = self._java_call("recover lease", url, fs.recoverLease, hp)
+                    else:
+                        closed = self._java_call("recover lease", url, fs.isFileClosed, hp)
                 except LeaseHeldError:  # RecoveryInProgressException: still running
                     closed = False
-            else:
-                closed = self._java_call("recover lease", url, fs.isFileClosed, hp)
+                except StorageFileNotFoundError:  # deleted meanwhile: no lease left
+                    missing.append(path)
+                    closed = True
+                if closed:
+                    del todo[url]
+        if missing:
+            raise missing_files_error(missing)
 
     # reading ------------------------------------------------------------------------------
     def open_input(self, path: str) -> HadoopInputStream:

@@ -45,7 +45,7 @@ from sparklog.errors import (
     StorageError,
     StorageFileNotFoundError,
 )
-from sparklog.storage.base import FileInfo, FileIO
+from sparklog.storage.base import FileInfo, FileIO, check_create_flags
 from sparklog.storage.paths import check_int, check_normal, check_path, is_lease_file, strip_scheme
 from sparklog.storage.posix import (
     DirLock,
@@ -266,14 +266,23 @@ class LocalFileIO(FileIO):
         return self._os(path)[1]
 
     # writing ----------------------------------------------------------------------------
-    def create(self, path: str, overwrite: bool = False) -> LocalOutputStream:
-        """Create ``path`` (O_EXCL) under a new lease; parents are created."""
+    def create(self, path: str, overwrite: bool = False,
+               parents: bool = True) -> LocalOutputStream:
+        """Create ``path`` (O_EXCL) under a new lease; parents are created unless
+        ``parents`` is False (then a missing parent directory raises
+        StorageFileNotFoundError: ``open(O_CREAT|O_EXCL)`` makes no directory)."""
         path, p = self._os(path)
-        if not isinstance(overwrite, bool):
-            raise InvalidArgumentError(f"overwrite must be a bool, got {overwrite!r}")
+        check_create_flags(overwrite, parents)
         parent = os.path.dirname(p)
-        self._mkdirs_os(parent, path)
-        with DirLock(parent):
+        if parents:
+            self._mkdirs_os(parent, path)
+        try:
+            lock = DirLock(parent).__enter__()
+        except StorageFileNotFoundError:
+            raise _no_parent(path, parent) from None
+        except NotADirectoryError:
+            raise _file_in_the_way(path, parent) from None
+        try:
             if overwrite:
                 rec = read_lease(p)
                 if rec is not None and owner_alive(rec):
@@ -290,13 +299,20 @@ class LocalFileIO(FileIO):
                 fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
             except FileExistsError:
                 raise FileAlreadyExistsError(f"{path}: file already exists") from None
+            except FileNotFoundError:  # the directory was renamed or deleted meanwhile
+                raise _no_parent(path, parent) from None
             try:
                 lease = acquire_lease(p, path)
                 fsync_dir(parent)
             except BaseException:
                 os.close(fd)
-                os.unlink(p)
+                try:
+                    os.unlink(p)
+                except FileNotFoundError:  # renamed away with its directory
+                    pass
                 raise
+        finally:
+            lock.__exit__()
         return LocalOutputStream(path, p, fd, lease, 0, self.buffer_size,
                                  self.sync_behind_writes, self.on_sync)
 
@@ -543,6 +559,21 @@ class LocalFileIO(FileIO):
 
     def __repr__(self):
         return f"LocalFileIO(root={self.root!r})"
+
+
+def _no_parent(path: str, parent: str) -> StorageFileNotFoundError:
+    """The refusal of a create whose parent directory is missing (a non-recursive
+    create's, or one whose directory was removed after it was made)."""
+    return StorageFileNotFoundError(
+        f"{path}: create failed: parent directory {parent!r} does not exist (a "
+        "non-recursive create, parents=False, makes no directory)")
+
+
+def _file_in_the_way(path: str, parent: str) -> FileAlreadyExistsError:
+    """The refusal of a create whose parent is a file, as HDFS's
+    ParentNotDirectoryException."""
+    return FileAlreadyExistsError(
+        f"{path}: create failed: a file is in the way of directory {parent!r}")
 
 
 def _vanished_is_deleted(func, path, exc_info) -> None:

@@ -40,7 +40,7 @@ from sparklog.errors import (
     StorageFileNotFoundError,
 )
 from sparklog.names import validate_user
-from sparklog.storage.base import FileInfo, FileIO
+from sparklog.storage.base import FileInfo, FileIO, check_create_flags
 from sparklog.storage.paths import (
     check_int,
     check_normal,
@@ -52,6 +52,16 @@ from sparklog.storage.paths import (
 from sparklog.storage.stream import BufferedOutputStream, LeaseLost
 
 DEFAULT_BUFFER_SIZE = 4 << 20
+#: Why ``create(parents=False)`` is refused here. WebHDFS's CREATE takes
+#: ``createparent=false`` (Hadoop 2.8+), but the ``hdfs`` package's ``Client.write``
+#: has no parameter for it, and sparklog's lease sidecar is written by that call before
+#: the data file: both would bring a renamed-away directory back. The non-recursive
+#: create serves the write-ahead-log layout, which webhdfs:// roots do not use.
+NO_NON_RECURSIVE_CREATE = (
+    "a non-recursive create is not supported on webhdfs:// (the hdfs package's client "
+    "cannot send WebHDFS's createparent=false, and the lease sidecar would recreate the "
+    "directory); use an hdfs:// URL, whose create(parents=False) is Hadoop's "
+    "createNonRecursive")
 _LEASE_HELD = ("AlreadyBeingCreatedException", "RecoveryInProgressException")
 
 
@@ -239,11 +249,17 @@ class WebHdfsFileIO(FileIO):
         raise LeaseHeldError(f"{display}: could not take the lease")
 
     # writing ----------------------------------------------------------------------------
-    def create(self, path: str, overwrite: bool = False) -> WebHdfsOutputStream:
-        """Take the lease, then CREATE (overwrite=false is atomic on the NameNode)."""
+    def create(self, path: str, overwrite: bool = False,
+               parents: bool = True) -> WebHdfsOutputStream:
+        """Take the lease, then CREATE (overwrite=false is atomic on the NameNode).
+
+        ``parents=False`` (a non-recursive create) is refused with InvalidArgumentError:
+        see :data:`NO_NON_RECURSIVE_CREATE`."""
         path, p = self._p(path)
-        if not isinstance(overwrite, bool):
-            raise InvalidArgumentError(f"overwrite must be a bool, got {overwrite!r}")
+        check_create_flags(overwrite, parents)
+        if not parents:
+            raise InvalidArgumentError(f"{path}: create(parents=False): "
+                                       + NO_NON_RECURSIVE_CREATE)
         if not overwrite and self._status(p, path) is not None:
             raise FileAlreadyExistsError(f"{path}: file already exists")
         self.mkdirs(p.rsplit("/", 1)[0] or "/")

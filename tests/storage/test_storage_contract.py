@@ -552,6 +552,127 @@ def test_recover_lease_without_holder_is_noop_and_missing_file_raises(backend):
         fs.recover_lease(fs.join(root, "missing.log"))
 
 
+def _open_streams_in_child(root: str, paths: list[str], go: str | None = None):
+    """A child process writing each of ``paths``: ``synced|`` and sync, ``flushed|`` and
+    flush, ``buffered`` left unflushed in its stream; it reports the flushed lengths
+    (``ready``). With ``go``: once that file exists it writes and flushes each stream
+    again and reports, per path, whether the storage refused it (``fenced``)."""
+    return _child(root, f"""
+        outs = []
+        for path in {paths!r}:
+            out = fs.create(path)
+            out.write(b"synced|")
+            out.sync()
+            out.write(b"flushed|")
+            out.flush()
+            out.write(b"buffered")
+            outs.append(out)
+        say(ready=[out.tell() - len(b"buffered") for out in outs])
+        go = {go!r}
+        if go is None:
+            time.sleep(120)
+            sys.exit(0)
+        while not os.path.exists(go):
+            time.sleep(0.01)
+        fenced = {{}}
+        for out in outs:
+            try:
+                out.write(b"late")
+                out.flush()
+                fenced[out.path] = "not refused"
+            except LeaseExpiredError as e:
+                fenced[out.path] = str(e)
+        say(fenced=fenced)
+    """)
+
+
+def test_recover_leases_of_many_files_at_once_fences_dead_and_paused_writers(backend,
+                                                                              tmp_path):
+    """The files a SIGKILLed writer process left open and those of a writer process
+    that is alive but paused (an old WAL writer that has not noticed its fence) are
+    recovered in one call: afterwards every file has its final length (what was
+    flushed; bytes still buffered in the writer never arrive), a new writer appends at
+    that length, and the paused writer's next write and flush are refused."""
+    fs, root, _ = backend
+    wal = fs.join(root, "wal", "1")
+    fs.mkdirs(wal)
+    dead_paths = [fs.join(wal, f"dead-{i}.wal") for i in range(3)]
+    paused_paths = [fs.join(wal, f"paused-{i}.wal") for i in range(3)]
+    go = tmp_path / "go"
+    dead = _open_streams_in_child(root, dead_paths)
+    paused = _open_streams_in_child(root, paused_paths, str(go))
+    try:
+        assert _next_msg(dead)["ready"] == [len(b"synced|flushed|")] * 3
+        assert _next_msg(paused)["ready"] == [len(b"synced|flushed|")] * 3
+        _kill(dead)  # SIGKILL: its streams stay open, their leases held
+        for path in paused_paths:
+            with pytest.raises(LeaseHeldError):
+                fs.append(path)  # a live writer's lease holds until it is recovered
+        fs.recover_leases(dead_paths + paused_paths + dead_paths[:1])  # once each
+        final = {path: fs.size(path) for path in dead_paths + paused_paths}
+        assert set(final.values()) == {len(b"synced|flushed|")}, final
+        go.touch()
+        fenced = _finish(paused)[-1]["fenced"]
+    finally:
+        _kill(dead)
+        _kill(paused)
+    assert sorted(fenced) == sorted(paused_paths)
+    assert all("lease" in msg for msg in fenced.values()), fenced
+    for path in dead_paths + paused_paths:
+        assert fs.read_all(path) == b"synced|flushed|"  # nothing late arrived
+        with fs.append(path) as out:  # the new leader takes each file over
+            assert out.tell() == final[path]
+            out.write(b"new")
+        assert fs.read_all(path) == b"synced|flushed|new"
+
+
+def test_recover_leases_names_missing_files_and_refuses_a_single_path(backend):
+    fs, root, _ = backend
+    closed, missing = fs.join(root, "closed.wal"), fs.join(root, "missing.wal")
+    with fs.create(closed) as out:
+        out.write(b"x")
+    fs.recover_leases([])  # nothing to do
+    with pytest.raises(StorageFileNotFoundError) as ei:
+        fs.recover_leases([missing, closed])
+    assert "missing.wal" in str(ei.value) and "closed.wal" not in str(ei.value)
+    assert fs.read_all(closed) == b"x"
+    with pytest.raises(InvalidArgumentError, match="paths"):
+        fs.recover_leases(closed)  # one path, not a list of them
+
+
+def test_create_without_parents_fails_once_the_directory_was_renamed_away(backend):
+    """``create(path, parents=False)`` (HDFS createNonRecursive): a writer whose
+    directory a splitter renamed away cannot start a new file in it, nor bring the
+    directory back; in an existing directory it creates as ``create`` does, with the
+    same permission, and refuses an existing file."""
+    fs, root, name = backend
+    incarnation = fs.join(root, "wal", "1", "00000000000000000007")
+    fs.mkdirs(incarnation)
+    first = fs.join(incarnation, "00000000000000000000.wal")
+    if name == "webhdfs":
+        with pytest.raises(InvalidArgumentError, match="parents=False"):
+            fs.create(first, parents=False)
+        assert fs.list(incarnation) == []
+        return
+    with fs.create(first, parents=False) as out:
+        out.write(b"block")
+    fs.write_atomic(fs.join(incarnation, "other"), b"o")
+    assert fs.permission(first) == fs.permission(fs.join(incarnation, "other"))
+    with pytest.raises(FileAlreadyExistsError):
+        fs.create(first, parents=False)
+    fs.rename(incarnation, incarnation + ".splitting")
+    second = fs.join(incarnation, "00000000000000000001.wal")
+    with pytest.raises(StorageFileNotFoundError) as ei:
+        fs.create(second, parents=False)
+    assert "parent directory" in str(ei.value) and "00000000000000000007" in str(ei.value)
+    assert not fs.exists(incarnation)  # not made again
+    assert [i.name for i in fs.list(fs.join(root, "wal", "1"))] == [
+        "00000000000000000007.splitting"]
+    with fs.create(fs.join(root, "wal", "1", "x", "y.wal")) as out:  # parents=True
+        out.write(b"made")
+    assert fs.read_all(fs.join(root, "wal", "1", "x", "y.wal")) == b"made"
+
+
 def test_write_after_close_is_refused(backend):
     fs, root, _ = backend
     path = fs.join(root, "closed2.log")
@@ -784,6 +905,7 @@ def test_append_missing_file(backend):
     (lambda fs, root: fs.create(123), "path"),
     (lambda fs, root: fs.create(""), "path"),
     (lambda fs, root: fs.create(fs.join(root, "a"), overwrite="yes"), "overwrite"),
+    (lambda fs, root: fs.create(fs.join(root, "a"), parents=0), "parents"),
     (lambda fs, root: fs.append(b"/bytes/path"), "path"),
     (lambda fs, root: fs.read_range(fs.join(root, "a"), -1, 3), "offset"),
     (lambda fs, root: fs.read_range(fs.join(root, "a"), 0, "3"), "length"),
