@@ -29,6 +29,7 @@ import org.apache.spark.sql.connector.metric.CustomTaskMetric;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
 import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
+import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
@@ -44,11 +45,15 @@ import org.slf4j.LoggerFactory;
  * Reads one {@link RangePartition} from storage as {@link ColumnarBatch}es, one per frame,
  * sliced exactly to {@code [start, end)}: opens the partition's segments through Hadoop,
  * seeks through the sparse {@code .index} of sealed segments, validates every frame it
- * decodes (magic, length, CRC32C, codec), skips control frames, decodes the Arrow IPC body
- * (lz4/zstd buffer compression included) and hands record columns to Spark zero-copy
- * ({@link ArrowColumnVector}); topic, partition, offset, timestamp and timestampType are
- * computed from the frame header. Only the output columns are produced: a query needing
- * no record column (e.g. {@code count()}) reads frames without decoding their bodies.
+ * decodes (magic, length, CRC32C, codec), skips control frames and dispatches on the
+ * frame's kind (byte 16, {@code magic}): an Arrow frame's IPC body (lz4/zstd buffer
+ * compression included) goes to Spark zero-copy ({@link ArrowColumnVector}); a Kafka
+ * record batch's records ({@link KafkaBatch}) are copied into Spark's key, value and
+ * headers columns, the same rows an Arrow frame of those records gives. Topic, partition,
+ * offset, timestamp and timestampType are computed from the frame header (and, in a Kafka
+ * batch, the records' own offset and timestamp deltas). Only the output columns are
+ * produced: a query needing no record column (e.g. {@code count()}) reads frames without
+ * decoding their bodies.
  *
  * <p>Retention racing the scan: when the range's segments are gone, the partition's log
  * start offset decides, as in {@code sparklog/spark/source/scan.py}: the lost offsets fail
@@ -82,6 +87,9 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
   private final List<AutoCloseable> batchResources = new ArrayList<>();
   private final OnHeapColumnVector offsetVector;
   private final OnHeapColumnVector timestampVector;
+  /** Record columns of Kafka batches, by output field (made when first needed). */
+  private final OnHeapColumnVector[] kafkaVectors;
+  private final KafkaBatch kafka = new KafkaBatch();
   private final byte[] header = new byte[FrameHeader.SIZE];
   private byte[] buf = new byte[1 << 16];
 
@@ -128,6 +136,7 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
     this.position = range.start;
     this.offsetVector = new OnHeapColumnVector(1024, DataTypes.LongType);
     this.timestampVector = new OnHeapColumnVector(1024, DataTypes.TimestampType);
+    this.kafkaVectors = new OnHeapColumnVector[fields.length];
     try {
       this.fs = LogFiles.fileSystem(range.root, conf);
     } catch (IOException e) {
@@ -140,12 +149,16 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
   /** A frame read and validated: its header fields and bytes ({@code buf[0, size)}). */
   private static final class Frame {
     long base;
+    /** The frame's kind: {@link FrameHeader#MAGIC} (Arrow) or {@link KafkaBatch#MAGIC}. */
+    int magic;
     int attributes;
     int recordCount;
     long lastOffset;
     long maxTimestamp;
     int size;
     long filePos;
+    /** Whether the whole frame was read (in {@code buf}) and its CRC checked. */
+    boolean body;
   }
 
   @Override
@@ -187,6 +200,11 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
     closeSegment();
     offsetVector.close();
     timestampVector.close();
+    for (OnHeapColumnVector v : kafkaVectors) {
+      if (v != null) {
+        v.close();
+      }
+    }
     try {
       allocator.close();
     } catch (IllegalStateException e) {
@@ -391,8 +409,10 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
       long base = FrameHeader.baseOffset(h);
       int length = FrameHeader.length(h);
       int magic = FrameHeader.magic(h);
-      if (length < FrameHeader.SIZE - FrameHeader.LOG_OVERHEAD || magic != FrameHeader.MAGIC) {
-        throw corrupt(filePos, "bad frame header (length " + length + ", magic " + magic + ")");
+      if (length < FrameHeader.SIZE - FrameHeader.LOG_OVERHEAD
+          || (magic != FrameHeader.MAGIC && magic != KafkaBatch.MAGIC)) {
+        throw corrupt(filePos, "bad frame header (length " + length + ", magic " + magic
+            + ": 1 is an Arrow frame, 2 a Kafka record batch)");
       }
       if (base < nextOffset) {
         throw corrupt(filePos, "base offset " + base + " is below the previous frame's next "
@@ -417,8 +437,7 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
         filePos += size;
         continue;
       }
-      int attributes = FrameHeader.attributes(h);
-      if (!needsBody(attributes) && filePos + size <= segments.get(segIndex).listedSize) {
+      if (!needsBody(h) && filePos + size <= segments.get(segIndex).listedSize) {
         // nothing of the body is queried: the header alone answers (count(), offsets)
         Frame f = headerOnly(h, filePos, size);
         framesRead++;
@@ -461,17 +480,31 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
   }
 
   /**
-   * Whether a frame with these attributes must be read whole: for record columns, explicit
-   * offsets, or CreateTime timestamps, and control frames always (they are small, and a
-   * damaged control bit must not silently drop a frame of records from a count).
-   * Otherwise ({@code count()}, queries of offsets or LogAppendTime timestamps only) the
-   * header answers, and the body is neither read nor CRC-checked, as Parquet answers
+   * Whether the frame of header {@code h} must be read whole: for record columns, explicit
+   * offsets (an Arrow frame's bit 6; a Kafka batch's records carry their own offset deltas,
+   * which only a {@code lastOffsetDelta} of {@code recordCount - 1} leaves implicit), or
+   * CreateTime timestamps, and control frames always (they are small, and a damaged control
+   * bit must not silently drop a frame of records from a count). Otherwise
+   * ({@code count()}, queries of offsets or LogAppendTime timestamps only) the header
+   * answers, and the body is neither read nor CRC-checked, as Parquet answers
    * {@code count()} from its footers.
    */
-  private boolean needsBody(int attributes) {
-    return recordColumns
-        || (attributes & (FrameHeader.CONTROL_BIT | FrameHeader.EXPLICIT_OFFSETS_BIT)) != 0
+  private boolean needsBody(ByteBuffer h) {
+    int attributes = FrameHeader.attributes(h);
+    return recordColumns || !implicitOffsets(h)
+        || (attributes & FrameHeader.CONTROL_BIT) != 0
         || (wantTimestamp && (attributes & FrameHeader.LOG_APPEND_TIME_BIT) == 0);
+  }
+
+  /** Whether the frame of header {@code h} (either kind) holds offsets
+   *  {@code base, base + 1, ...}: an Arrow frame without bit 6, or a Kafka batch whose
+   *  {@code lastOffsetDelta} is {@code recordCount - 1} (its growing deltas then are
+   *  0, 1, ...). Bit 6 of a Kafka batch is its delete horizon, not explicit offsets. */
+  private static boolean implicitOffsets(ByteBuffer h) {
+    if (FrameHeader.magic(h) == KafkaBatch.MAGIC) {
+      return FrameHeader.lastOffsetDelta(h) == FrameHeader.recordCount(h) - 1;
+    }
+    return (FrameHeader.attributes(h) & FrameHeader.EXPLICIT_OFFSETS_BIT) == 0;
   }
 
   /** The frame of header {@code h} without its body (implicit offsets, as
@@ -495,13 +528,16 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
       throw corrupt(pos, String.format("CRC32C mismatch (stored 0x%08x, computed 0x%08x)",
           stored, (int) crc.getValue()));
     }
-    return frameOf(b, pos, size);
+    Frame f = frameOf(b, pos, size);
+    f.body = true;
+    return f;
   }
 
   /** The header fields of the frame at {@code pos}, checked for consistency. */
   private Frame frameOf(ByteBuffer b, long pos, int size) throws CorruptFrameException {
     Frame f = new Frame();
     f.base = FrameHeader.baseOffset(b);
+    f.magic = FrameHeader.magic(b);
     f.attributes = FrameHeader.attributes(b);
     int lastDelta = FrameHeader.lastOffsetDelta(b);
     f.maxTimestamp = FrameHeader.maxTimestamp(b);
@@ -510,8 +546,9 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
       throw corrupt(pos, "record count " + f.recordCount + ", last offset delta " + lastDelta);
     }
     int codec = f.attributes & FrameHeader.CODEC_MASK;
-    if (codec > 2) {
-      throw corrupt(pos, "unknown codec " + codec);
+    if (f.magic == KafkaBatch.MAGIC ? codec > KafkaBatch.ZSTD : codec > 2) {
+      throw corrupt(pos, "unknown codec " + codec + (f.magic == KafkaBatch.MAGIC
+          ? " (a Kafka record batch's are 0-4)" : " (an Arrow frame's are 0-2)"));
     }
     f.lastOffset = f.base + lastDelta;
     f.size = size;
@@ -523,7 +560,15 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
 
   private ColumnarBatch decode(Frame f) throws IOException {
     boolean logAppendTime = (f.attributes & FrameHeader.LOG_APPEND_TIME_BIT) != 0;
-    boolean explicit = (f.attributes & FrameHeader.EXPLICIT_OFFSETS_BIT) != 0;
+    if (f.magic == KafkaBatch.MAGIC) {
+      if (f.body && (recordColumns || (wantTimestamp && !logAppendTime)
+          || f.lastOffset - f.base != f.recordCount - 1)) {
+        return decodeKafka(f, logAppendTime);
+      }
+      // the header answers (implicit offsets, no record column): as an Arrow frame's
+    }
+    boolean explicit = f.magic == FrameHeader.MAGIC
+        && (f.attributes & FrameHeader.EXPLICIT_OFFSETS_BIT) != 0;
     VectorSchemaRoot root = null;
     if (recordColumns || explicit || (wantTimestamp && !logAppendTime)) {
       ArrowStreamReader reader;
@@ -664,6 +709,133 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
       }
     }
     return new ColumnarBatch(cols, n);
+  }
+
+  /**
+   * The rows of the Kafka record batch {@code f} (in {@code buf}) with offsets in
+   * {@code [position, range.end)}: its records decoded ({@link KafkaBatch}), their offsets
+   * {@code base + offsetDelta}, their timestamps, and key, value and headers copied into
+   * Spark's columns (a record without headers has null headers, as in Spark's Kafka
+   * source and the Python reader). A Kafka batch holds a raw topic's records only: any
+   * other record column is a schema mismatch.
+   */
+  private ColumnarBatch decodeKafka(Frame f, boolean logAppendTime) throws IOException {
+    try {
+      kafka.decode(buf, f.size);
+    } catch (KafkaBatch.MalformedBatchException e) {
+      throw corrupt(f.filePos, "Kafka record batch (" + KafkaBatch.codecName(
+          f.attributes & FrameHeader.CODEC_MASK) + "): " + e.getMessage());
+    }
+    int lo = kafka.firstAtOrAfter(f.base, position);
+    int hi = Math.max(lo, kafka.firstAtOrAfter(f.base, range.end));
+    position = Math.min(Math.max(position, f.lastOffset + 1), range.end);
+    int n = hi - lo;
+    if (n <= 0) {
+      return null;
+    }
+    ColumnVector[] cols = new ColumnVector[fields.length];
+    for (int j = 0; j < fields.length; j++) {
+      DataType type = fields[j].dataType();
+      switch (kinds[j]) {
+        case K_TOPIC: {
+          ConstantColumnVector c = new ConstantColumnVector(n, type);
+          c.setUtf8String(topicUtf8);
+          cols[j] = c;
+          break;
+        }
+        case K_PARTITION: {
+          ConstantColumnVector c = new ConstantColumnVector(n, type);
+          c.setInt(range.partition);
+          cols[j] = c;
+          break;
+        }
+        case K_TIMESTAMP_TYPE: {
+          ConstantColumnVector c = new ConstantColumnVector(n, type);
+          c.setInt(logAppendTime ? 1 : 0);
+          cols[j] = c;
+          break;
+        }
+        case K_OFFSET: {
+          offsetVector.reset();
+          offsetVector.reserve(n);
+          for (int i = 0; i < n; i++) {
+            offsetVector.putLong(i, f.base + kafka.offsetDelta[lo + i]);
+          }
+          cols[j] = offsetVector;
+          break;
+        }
+        case K_TIMESTAMP: {
+          timestampVector.reset();
+          timestampVector.reserve(n);
+          for (int i = 0; i < n; i++) {
+            timestampVector.putLong(i, kafka.timestamp[lo + i] * 1000L);
+          }
+          cols[j] = timestampVector;
+          break;
+        }
+        default:
+          cols[j] = kafkaColumn(j, f, lo, n);
+      }
+    }
+    return new ColumnarBatch(cols, n);
+  }
+
+  /** Output field {@code j} (key, value or headers) of records {@code [lo, lo + n)} of the
+   *  decoded Kafka batch. */
+  private OnHeapColumnVector kafkaColumn(int j, Frame f, int lo, int n)
+      throws SchemaMismatchException {
+    String name = fields[j].name();
+    DataType type = fields[j].dataType();
+    DataType want = name.equals(Columns.HEADERS) ? Columns.kafkaSchema(true)
+        .apply(Columns.HEADERS).dataType() : DataTypes.BinaryType;
+    if (!(name.equals("key") || name.equals("value") || name.equals(Columns.HEADERS))
+        || !want.sameType(type)) {
+      throw new SchemaMismatchException(where() + ": the frame at position " + f.filePos
+          + " is a Kafka record batch (key, value and headers: a raw topic's records), "
+          + "which has no column '" + name + "' of type " + type.simpleString());
+    }
+    OnHeapColumnVector v = kafkaVectors[j];
+    if (v == null) {
+      v = new OnHeapColumnVector(Math.max(n, 1024), type);
+      kafkaVectors[j] = v;
+    }
+    v.reset();
+    v.reserve(n);
+    KafkaBatch k = kafka;
+    byte[] data = k.data;
+    if (name.equals("key") || name.equals("value")) {
+      int[] pos = name.equals("key") ? k.keyPos : k.valuePos;
+      int[] len = name.equals("key") ? k.keyLen : k.valueLen;
+      for (int i = lo; i < lo + n; i++) {
+        if (len[i] < 0) {
+          v.appendNull();
+        } else {
+          v.appendByteArray(data, pos[i], len[i]);
+        }
+      }
+      return v;
+    }
+    WritableColumnVector items = v.arrayData();
+    WritableColumnVector keys = items.getChild(0);
+    WritableColumnVector values = items.getChild(1);
+    for (int i = lo; i < lo + n; i++) {
+      int count = k.headerCount[i];
+      if (count == 0) {
+        v.appendNull();
+        continue;
+      }
+      v.appendArray(count);
+      for (int h = k.headerFirst[i]; h < k.headerFirst[i] + count; h++) {
+        items.appendStruct(false);
+        keys.appendByteArray(data, k.hKeyPos[h], k.hKeyLen[h]);
+        if (k.hValueLen[h] < 0) {
+          values.appendNull();
+        } else {
+          values.appendByteArray(data, k.hValuePos[h], k.hValueLen[h]);
+        }
+      }
+    }
+    return v;
   }
 
   /** A frame failed validation; the message names the segment file and position. */

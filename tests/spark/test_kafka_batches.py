@@ -1,0 +1,146 @@
+"""Kafka record batches (magic 2) beside Arrow frames in one segment, read by Spark
+(docs/storage.md, "Kafka record batches: the second frame kind"): the JVM reader
+(``KafkaBatch.java``) and the Python reader give the records written, for every codec of
+both kinds, whatever the offset range cuts, and skip control batches."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pyspark", reason="pyspark is not installed")
+pytest.importorskip("chispa", reason="chispa is not installed")
+
+from sparklog.format.frame import encode_frame, raw_batch
+from sparklog.format.kafka_batch import KafkaRecord, encode_batch
+from sparklog.metadata import TopicStore
+from sparklog.spark.jvm import JVM_READER_OPTION
+from sparklog.storage import open_fileio
+from tests.support.logdata import BASE_TS, ts
+from tests.support.sparkread import JVM, load, scan_of
+
+pytestmark = pytest.mark.spark
+
+#: the frames of the mixed segment, in order: (kind, codec, records); Kafka's snappy in
+#: both framings (xerial: Kafka's Java client; raw: librdkafka)
+FRAMES = [
+    ("arrow", "none", 5), ("kafka", "none", 4), ("arrow", "lz4", 3), ("kafka", "gzip", 6),
+    ("kafka", "snappy", 5), ("kafka", "snappy-raw", 3), ("kafka", "control", 1),
+    ("arrow", "zstd", 4), ("kafka", "lz4", 7), ("kafka", "zstd", 5),
+    ("kafka", "log-append-time", 3), ("kafka", "none", 1),
+]
+#: the LogAppendTime batch's time (every record of it reads this timestamp)
+APPEND_TIME = BASE_TS + 999_999
+
+
+def _record(offset: int) -> dict:
+    """Record ``offset``: null keys, empty values, no headers, several headers and a
+    header with a null value and a non-ASCII key, all mixed."""
+    headers = (None, [("h", b"%d" % offset), ("n", None)], [("cl\u00e9", b"")])[offset % 3]
+    return {"key": None if offset % 5 == 0 else b"k%d" % (offset % 4),
+            "value": b"" if offset % 7 == 3 else b"v%d" % offset * (1 + offset % 11),
+            "timestamp": BASE_TS + 1000 * offset - 7 * (offset % 2), "headers": headers}
+
+
+def mixed_segment() -> tuple[bytes, list]:
+    """The bytes of a segment of :data:`FRAMES` from offset 0 and its records as
+    (offset, record, timestamp type) (control records are not rows)."""
+    out, rows, offset = bytearray(), [], 0
+    for kind, codec, n in FRAMES:
+        offsets = range(offset, offset + n)
+        recs = [_record(o) for o in offsets]
+        if kind == "arrow":
+            frame = encode_frame(
+                raw_batch([r["value"] for r in recs], [r["key"] for r in recs],
+                          [r["headers"] for r in recs]),
+                timestamps=[r["timestamp"] for r in recs], compression=codec,
+                base_offset=offset)
+        else:
+            krecs = [KafkaRecord(o, r["timestamp"], r["key"], r["value"],
+                                 tuple(r["headers"] or ())) for o, r in zip(offsets, recs)]
+            frame = encode_batch(
+                krecs, base_offset=offset, partition_leader_epoch=3,
+                compression=codec.removesuffix("-raw") if codec in (
+                    "gzip", "snappy", "snappy-raw", "lz4", "zstd") else "none",
+                snappy_framing="raw" if codec == "snappy-raw" else "xerial",
+                control=codec == "control",
+                log_append_time=APPEND_TIME if codec == "log-append-time" else None)
+        out += frame
+        if codec != "control":
+            for o, r in zip(offsets, recs):
+                lat = codec == "log-append-time"
+                rows.append((o, dict(r, timestamp=APPEND_TIME) if lat else r, int(lat)))
+        offset += n
+    return bytes(out), rows
+
+
+def make_mixed_topic(root: str, topic: str = "mixed", partitions: int = 2) -> list:
+    """A raw topic whose partitions each hold the mixed segment; its rows."""
+    store = TopicStore(root, open_fileio(root))
+    store.create_topic(topic, partitions)
+    data, rows = mixed_segment()
+    for p in range(partitions):
+        directory = store.partition_dir(topic, p)
+        store.fileio.mkdirs(directory)
+        with store.fileio.create(f"{directory}/{0:020d}.log") as f:
+            f.write(data)
+    return rows
+
+
+def expected(topic: str, rows: list, partitions: int, start: int = 0, end: int | None = None,
+             headers: bool = True) -> list:
+    """Spark's rows of ``rows`` in every partition within ``[start, end)``."""
+    out = []
+    for p in range(partitions):
+        for o, r, lat in rows:
+            if o < start or (end is not None and o >= end):
+                continue
+            row = (r["key"], r["value"], topic, p, o, ts(r["timestamp"]), lat)
+            if headers:
+                row += ([(k, v) for k, v in r["headers"]] if r["headers"] else None,)
+            out.append(row)
+    return sorted(out, key=lambda row: (row[3], row[4]))
+
+
+def _plain(row) -> tuple:
+    """A collected row as :func:`expected` spells it (bytes, header pairs)."""
+    values = []
+    for v in row:
+        if isinstance(v, bytearray):
+            v = bytes(v)
+        elif isinstance(v, list):
+            v = [(h["key"], None if h["value"] is None else bytes(h["value"])) for h in v]
+        values.append(v)
+    return tuple(values)
+
+
+def _sorted(rows: list) -> list:
+    return sorted(rows, key=lambda row: (row[3], row[4]))
+
+
+ROUTES = {"jvm": {}, "python": {JVM_READER_OPTION: "false"}}
+
+
+@pytest.mark.parametrize("route", sorted(ROUTES))
+def test_both_kinds_and_every_codec_read_as_written(jspark, storage_root, route):
+    rows = make_mixed_topic(storage_root)
+    last = sum(n for _, _, n in FRAMES)
+    for start, end, headers in ((0, None, True), (0, None, False),
+                                # inside the gzip batch to inside the lz4 batch
+                                (14, 38, True),
+                                # inside one snappy batch
+                                (20, 22, True),
+                                # from the control batch to the end
+                                (26, last, True)):
+        options = {**ROUTES[route], "subscribe": "mixed", "includeHeaders": str(headers)}
+        options["startingOffsets"] = f'{{"mixed":{{"0":{start},"1":{start}}}}}'
+        if end is not None:
+            options["endingOffsets"] = f'{{"mixed":{{"0":{end},"1":{end}}}}}'
+        df = load(jspark, storage_root, **options)
+        assert (JVM in scan_of(df)) == (route == "jvm"), scan_of(df)
+        got = _sorted([_plain(r) for r in df.collect()])
+        want = expected("mixed", rows, 2, start, end, headers)
+        assert got == want, (start, end, headers)
+        # the headers alone answer: offsets, counts (no body read, no record decoded)
+        assert df.count() == len(want)
+        assert sorted(r.offset for r in df.select("offset").collect()) == sorted(
+            row[4] for row in want)
