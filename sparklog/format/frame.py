@@ -5,6 +5,13 @@ frame (and therefore a segment) decodes with no outside metadata. Its columns ar
 topic's record columns (:data:`RAW_SCHEMA` for raw topics, the declared schema for typed
 topics) followed by :data:`TIMESTAMP_COLUMN` and, for compacted data only,
 :data:`OFFSET_DELTA_COLUMN`. Buffers are compressed with Arrow IPC's own lz4/zstd codecs.
+
+A segment holds a second frame kind, told apart by the header's ``magic``: a Kafka
+record batch (magic 2, :mod:`~sparklog.format.kafka_batch`), stored as a Kafka client
+sent it. Validation, scanning and stamping are the same for both (the header layout is
+the same); :meth:`Frame.batch` gives a Kafka batch's records as the raw topic's
+columns (:data:`RAW_BODY_SCHEMA`), the same values an Arrow frame of the same records
+holds, and :meth:`Frame.offsets` their offsets, so every reader of frames reads both.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from __future__ import annotations
 import array
 import struct
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
 import crc32c as _crc32c
@@ -32,16 +39,17 @@ from .header import (
     BASE_OFFSET,
     BASE_OFFSET_POS,
     CODEC_IDS,
-    CODEC_MASK,
     CONTROL_BIT,
     CRC,
     CRC_START,
     EXPLICIT_OFFSETS_BIT,
     HEADER_SIZE,
+    KAFKA_MAGIC,
     LEADER_EPOCH,
     LEADER_EPOCH_POS,
     LOG_OVERHEAD,
     MAGIC,
+    MAGICS,
     MAX_TIMESTAMP,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -54,6 +62,7 @@ from .header import (
     unpack_header,
 )
 from .ipc import IPC_EOS, check_ipc_body
+from .kafka_batch import records_columns
 
 TIMESTAMP_COLUMN = "__timestamp"
 OFFSET_DELTA_COLUMN = "__offset_delta"
@@ -92,14 +101,22 @@ RAW_COLUMNS_MAX = 256
 
 @dataclass
 class Frame:
-    """One decoded frame: its header and a zero-copy view of its Arrow body."""
+    """One decoded frame: its header and a zero-copy view of its body (an Arrow IPC
+    stream, or a Kafka batch's records section when ``header.magic`` is 2)."""
 
     header: FrameHeader
     body: pa.Buffer
+    #: a Kafka batch's records once decoded: (batch, offset deltas)
+    _kafka: tuple | None = field(default=None, repr=False, compare=False)
 
     def batch(self) -> pa.RecordBatch:
-        """The body's record batch (zero-copy for uncompressed bodies). Raises
-        CorruptRecordError if its row count differs from the header's record count."""
+        """The body's record batch (zero-copy for uncompressed Arrow bodies). Raises
+        CorruptRecordError if its row count differs from the header's record count.
+        A Kafka batch's records come as a raw topic's body columns
+        (:data:`RAW_BODY_SCHEMA`: key, value, headers, ``__timestamp`` with each
+        record's own timestamp), the values an Arrow frame of the same records holds."""
+        if self.header.magic == KAFKA_MAGIC:
+            return self._kafka_records()[0]
         batch = decode_body(self.body)
         if batch.num_rows != self.header.record_count:
             raise CorruptRecordError(
@@ -115,7 +132,8 @@ class Frame:
         checks as :meth:`batch`: anything Arrow's full validation would refuse is None
         here, and :meth:`batch` then raises."""
         n = self.header.record_count
-        if n > RAW_COLUMNS_MAX or self.header.explicit_offsets:
+        if n > RAW_COLUMNS_MAX or self.header.explicit_offsets \
+                or self.header.magic != MAGIC:
             return None
         data = self.body.to_pybytes()
         head = _schema_message(RAW_BODY_SCHEMA)
@@ -143,6 +161,8 @@ class Frame:
         base = header.base_offset
         if not header.explicit_offsets:
             return offset_range(base, header.record_count)
+        if header.magic == KAFKA_MAGIC:  # each record's own offset delta, checked
+            return _compute().add(self._kafka_records()[1], pa.scalar(base, pa.int64()))
         if batch is None:
             batch = self.batch()
         names = batch.schema.names
@@ -165,6 +185,30 @@ class Frame:
                 f"{header.next_offset}) cannot be read",
                 first_offset=base, end_offset=header.next_offset)
         return _compute().add(deltas, pa.scalar(base, pa.int64()))
+
+    def _kafka_records(self) -> tuple[pa.RecordBatch, pa.Array]:
+        """A Kafka batch's records, decoded once: (the raw topic's body batch, the
+        records' offset deltas as int64). The deltas must strictly increase within
+        ``[0, last_offset_delta]`` (hence be ``0..n-1`` when the records fill the
+        batch's span), as an Arrow frame's explicit ones: DataLossError otherwise."""
+        if self._kafka is None:
+            h = self.header
+            where = f"Kafka record batch at offset {h.base_offset}"
+            columns, deltas = records_columns(h, self.body, where=where)
+            raw = raw_batch(columns.values, keys=columns.keys, headers=columns.headers)
+            ts = pa.array(columns.timestamps, pa.int64()).view(TIMESTAMP_TYPE)
+            batch = pa.RecordBatch.from_arrays(raw.columns + [ts], schema=RAW_BODY_SCHEMA)
+            offsets = pa.array(deltas, pa.int64())
+            # (n strictly increasing deltas in [0, n - 1] are 0..n-1: base + row)
+            problem = _explicit_deltas_problem(offsets, h.last_offset_delta)
+            if problem is not None:
+                raise DataLossError(
+                    f"{where}: {problem} ({h.record_count} records, last offset delta "
+                    f"{h.last_offset_delta}): its records cannot be given offsets, so "
+                    f"offsets [{h.base_offset}, {h.next_offset}) cannot be read",
+                    first_offset=h.base_offset, end_offset=h.next_offset)
+            self._kafka = (batch, offsets)
+        return self._kafka
 
 
 def _explicit_deltas_problem(deltas: pa.Array, last_offset_delta: int) -> str | None:
@@ -552,15 +596,16 @@ def _check_framing(view, pos: int, avail: int, max_size, path,
         raise CorruptRecordError(
             f"truncated frame{_where(at, path)}: header says {size} bytes, {avail} present",
             path=path, position=at)
-    if header.magic != MAGIC:
+    if header.magic not in MAGICS:
         raise CorruptRecordError(
             f"unknown frame format version {header.magic}{_where(at, path)} (expected "
-            f"{MAGIC})", path=path, position=at)
+            f"{MAGIC}, an Arrow frame, or {KAFKA_MAGIC}, a Kafka record batch)",
+            path=path, position=at)
     return header
 
 
 def _check_counts(header: FrameHeader, pos: int, path) -> None:
-    if not counts_consistent(header) or (header.attributes & CODEC_MASK) not in (0, 1, 2):
+    if not counts_consistent(header) or header.codec == "unknown":
         raise CorruptRecordError(
             f"inconsistent frame header{_where(pos, path)}: {header.record_count} records, "
             f"last offset delta {header.last_offset_delta}, attributes "
@@ -572,7 +617,7 @@ def validate_header(buf, avail: int, *, position: int = 0, path=None) -> FrameHe
     ``HEADER_SIZE`` bytes, or fewer when the file ends there), ``avail`` is how many bytes
     of the file there are from the frame's start (``position``, for messages) on. Every
     check of :func:`validate_frame` but the CRC32C and the body's: a whole frame, sane
-    length, known magic, record count vs offset delta, known codec. Raises
+    length, known magic (1 or 2), record count vs offset delta, known codec. Raises
     CorruptRecordError (a message starting with "truncated frame" when the file ends
     inside the frame)."""
     view = memoryview(buf).cast("B")
@@ -588,11 +633,14 @@ def validate_header(buf, avail: int, *, position: int = 0, path=None) -> FrameHe
 def validate_frame(buf, pos: int = 0, *, max_size: int | None = None,
                    verify_crc: bool = True, path=None,
                    check_body: bool | None = None) -> FrameHeader:
-    """Check the frame at ``buf[pos:]``: complete, sane length, known magic, CRC32C,
-    record count vs offset delta, and (``check_body``, by default as ``verify_crc``: a
-    caller that trusts the bytes reads headers only) an Arrow body whose one record
-    batch has the header's record count and buffers inside the body
-    (:func:`~sparklog.format.ipc.check_ipc_body`, metadata only). Returns its header or
+    """Check the frame at ``buf[pos:]``: complete, sane length, known magic (1 an Arrow
+    frame, 2 a Kafka record batch), CRC32C, record count vs offset delta, a codec of
+    its kind, and (``check_body``, by default as ``verify_crc``: a caller that trusts
+    the bytes reads headers only) an Arrow body whose one record batch has the header's
+    record count and buffers inside the body
+    (:func:`~sparklog.format.ipc.check_ipc_body`, metadata only). A Kafka batch's
+    records are checked where they are read (:meth:`Frame.batch`) and, from a client,
+    by the broker (:func:`~sparklog.format.kafka_batch.validate_client_batch`). Returns its header or
     raises CorruptRecordError (RecordTooLargeError if it exceeds ``max_size``);
     InvalidArgumentError for a ``buf`` that is not bytes-like or a negative ``pos``."""
     view = _frame_view(buf, pos)
@@ -605,7 +653,7 @@ def validate_frame(buf, pos: int = 0, *, max_size: int | None = None,
                 f"CRC32C mismatch{_where(pos, path)}: stored {header.crc:#010x}, "
                 f"computed {actual:#010x}", path=path, position=pos)
     _check_counts(header, pos, path)
-    if check_body or (check_body is None and verify_crc):
+    if (check_body or (check_body is None and verify_crc)) and header.magic == MAGIC:
         try:
             check_ipc_body(view, pos + HEADER_SIZE, pos + size, header.record_count,
                            _where(pos, path))

@@ -10,7 +10,7 @@ offset  size   field               meaning
 0       8      base_offset         offset of the first record (stamped by broker)
 8       4      length              bytes after this field (frame size - 12)
 12      4      leader_epoch        epoch of the leader that appended (stamped)
-16      1      magic               format version, currently 1
+16      1      magic               frame kind: 1 an Arrow frame, 2 a Kafka record batch
 17      4      crc                 CRC32C (Castagnoli) of bytes [21, end)
 21      2      attributes          bits 0-2 codec, 3 timestamp type, 4 transactional,
                                    5 control, 6 explicit offsets
@@ -23,6 +23,14 @@ offset  size   field               meaning
 57      4      record_count        number of records in the body
 61      ...    body                Arrow IPC stream (schema + one record batch)
 ======  =====  ==================  =============================================
+
+A Kafka record batch (magic 2, :mod:`sparklog.format.kafka_batch`) has the same layout
+and is the second frame kind a segment holds: everything that reads headers alone
+(framing, stamping, CRC, offsets, timestamps, producer fields, record counts) is the
+same for both. What differs is read after dispatching on ``magic``: attributes bits 0-2
+(Kafka's codecs: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd), bit 6 (Kafka's delete
+horizon, not explicit offsets) and the body (Kafka's records, each with its own offset
+delta).
 """
 
 from __future__ import annotations
@@ -33,6 +41,10 @@ from typing import NamedTuple
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # base_offset + length: the bytes not counted in ``length``
 MAGIC = 1
+#: magic of the second frame kind: a Kafka record batch (v2), stored as a client sent it
+KAFKA_MAGIC = 2
+#: the frame kinds a segment holds
+MAGICS = (MAGIC, KAFKA_MAGIC)
 
 
 class HeaderField(NamedTuple):
@@ -98,6 +110,8 @@ CODEC_MASK = 0x07
 CODEC_NONE, CODEC_LZ4, CODEC_ZSTD = 0, 1, 2
 CODEC_NAMES = {CODEC_NONE: "none", CODEC_LZ4: "lz4", CODEC_ZSTD: "zstd"}
 CODEC_IDS = {v: k for k, v in CODEC_NAMES.items()}
+#: a Kafka batch's codecs (attributes bits 0-2 of a magic-2 frame), Kafka's names
+KAFKA_CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 TIMESTAMP_TYPE_BIT = 0x08  # 0 = CreateTime, 1 = LogAppendTime
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
@@ -145,9 +159,16 @@ class FrameHeader(NamedTuple):
         return self.last_offset + 1
 
     @property
+    def is_kafka(self) -> bool:
+        """True for a Kafka record batch (magic 2), False for an Arrow frame."""
+        return self.magic == KAFKA_MAGIC
+
+    @property
     def codec(self) -> str:
-        """Compression codec name: 'none', 'lz4' or 'zstd'."""
-        return CODEC_NAMES.get(self.attributes & CODEC_MASK, "unknown")
+        """Compression codec name: an Arrow frame's 'none', 'lz4' or 'zstd'; a Kafka
+        batch's 'none', 'gzip', 'snappy', 'lz4' or 'zstd' ('unknown' otherwise)."""
+        names = KAFKA_CODEC_NAMES if self.magic == KAFKA_MAGIC else CODEC_NAMES
+        return names.get(self.attributes & CODEC_MASK, "unknown")
 
     @property
     def log_append_time(self) -> bool:
@@ -161,7 +182,13 @@ class FrameHeader(NamedTuple):
 
     @property
     def explicit_offsets(self) -> bool:
-        """True when the body carries an ``__offset_delta`` column (compacted data)."""
+        """True when the records' offsets are read from the body rather than being
+        ``base_offset + row``: an Arrow frame with the explicit-offsets bit (an
+        ``__offset_delta`` column: compacted data); a Kafka batch whose records do not
+        fill ``[base_offset, last_offset]`` (records removed by compaction: each record
+        carries its own offset delta, and bit 6 is Kafka's delete horizon)."""
+        if self.magic == KAFKA_MAGIC:
+            return self.record_count != self.last_offset_delta + 1
         return bool(self.attributes & EXPLICIT_OFFSETS_BIT)
 
     @property

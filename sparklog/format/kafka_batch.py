@@ -60,8 +60,9 @@ from ..errors import (
     InvalidRecordError,
     RecordTooLargeError,
 )
+from .header import KAFKA_CODEC_NAMES, KAFKA_MAGIC
 
-MAGIC = 2
+MAGIC = KAFKA_MAGIC
 #: bytes of the batch header (Kafka's RECORD_BATCH_OVERHEAD)
 HEADER_SIZE = 61
 #: baseOffset + batchLength: the bytes ``batchLength`` does not count
@@ -82,7 +83,7 @@ assert _HEADER.size == HEADER_SIZE
 
 COMPRESSION_MASK = 0x07
 #: Kafka's compression type ids (attributes bits 0-2)
-COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+COMPRESSION_NAMES = KAFKA_CODEC_NAMES
 COMPRESSION_IDS = {name: cid for cid, name in COMPRESSION_NAMES.items()}
 TIMESTAMP_TYPE_BIT = 0x08
 TRANSACTIONAL_BIT = 0x10
@@ -99,6 +100,11 @@ NO_PARTITION_LEADER_EPOCH = -1
 #: default bound on a batch's decompressed records (the parameter
 #: ``max_decompressed_bytes`` of the functions that decompress)
 DEFAULT_MAX_DECOMPRESSED_BYTES = 64 << 20
+#: the bound readers of the log put on a stored batch's decompressed records
+#: (:func:`records_columns`): the most one binary Arrow column holds. The broker bounds
+#: what it accepts far lower (``socket.request.max.bytes``), so a stored batch is
+#: never refused by a reader for its size.
+STORED_MAX_DECOMPRESSED_BYTES = (1 << 31) - 1
 
 #: the smallest record: length, attributes, timestampDelta, offsetDelta, keyLength,
 #: valueLength and headersCount of one byte each
@@ -202,7 +208,7 @@ def _view(buf, pos) -> memoryview:
     except TypeError:
         raise InvalidArgumentError(
             f"a Kafka record batch must be bytes-like, got {type(buf).__name__}") from None
-    if view.ndim != 1 or view.itemsize != 1:
+    if view.ndim != 1 or view.format != "B":  # e.g. a pyarrow Buffer's signed bytes
         view = view.cast("B")
     return view
 
@@ -412,10 +418,14 @@ def decompress_records(buf, pos: int = 0, header: KafkaBatchHeader | None = None
     view = _view(buf, pos)
     if header is None:
         header = parse_header(view, pos, verify_crc=False)
-    section = view[pos + HEADER_SIZE:pos + header.size]
+    return _decompress(view[pos + HEADER_SIZE:pos + header.size], header, _where(pos), pos,
+                       max_decompressed_bytes)
+
+
+def _decompress(section: memoryview, header, where: str, pos: int, cap: int) -> bytes:
+    """The records section ``section`` of a batch with ``header``, decompressed
+    (:func:`decompress_records`)."""
     codec = header.compression
-    where = _where(pos)
-    cap = max_decompressed_bytes
     if codec == "none":
         if len(section) > cap:
             raise _too_large(where, cap)
@@ -804,6 +814,46 @@ def decode_client_columns(buf, pos: int = 0, *,
         timestamp_after_max_ms=timestamp_after_max_ms)
 
 
+def records_columns(header, section, *, position: int = 0, where: str | None = None,
+                    max_decompressed_bytes: int = STORED_MAX_DECOMPRESSED_BYTES,
+                    ) -> tuple[KafkaColumns, np.ndarray]:
+    """The records of a stored batch as :class:`KafkaColumns` and their offset deltas
+    (int64 numpy array: each record's offset minus ``baseOffset``, as stored): how
+    every reader of the log reads a Kafka batch. ``header`` is the batch's header
+    already read and checked (a :class:`KafkaBatchHeader`, or the same 13 fields as
+    :class:`~sparklog.format.header.FrameHeader` reads them), ``section`` its records
+    section (the bytes after the 61-byte header) and ``position`` where the batch lies,
+    for messages (``where``: what they call the batch instead). The records are read as :func:`decode_batch` reads them (a batch of
+    :data:`VECTOR_MIN_RECORDS` or more records without headers, with array arithmetic);
+    timestamps are the records' own (a reader of a LogAppendTime batch gives every
+    record ``maxTimestamp``). The offset deltas are not checked against
+    ``lastOffsetDelta`` here (the caller does, as for an Arrow frame's explicit
+    offsets). Raises CorruptRecordError (or RecordTooLargeError past
+    ``max_decompressed_bytes``)."""
+    header = KafkaBatchHeader._make(header)
+    where = _where(position) if where is None else where
+    count = header.record_count
+    if count < 1:
+        raise CorruptRecordError(f"{where}: recordCount {count}: a batch holds at least "
+                                 "one record", position=position)
+    data = _decompress(_view(section, 0), header, where, position, max_decompressed_bytes)
+    fast = _client_columns(data, header, False) if count >= VECTOR_MIN_RECORDS else None
+    if fast is not None:  # its records' offset deltas are 0..count-1
+        return fast[0], np.arange(count, dtype=np.int64)
+    records, _, _ = _parse_records(data, header, where, True, False)
+    base = header.base_offset
+    deltas = np.fromiter((r[0] - base for r in records), np.int64, count)
+    return _columns_of(records), deltas
+
+
+def _columns_of(records: list) -> KafkaColumns:
+    """:class:`KafkaColumns` of decoded :class:`KafkaRecord` s (at least one)."""
+    _, ts, keys, values, headers = zip(*records)
+    return KafkaColumns(np.array(ts, np.int64), pa.array(keys, pa.binary()),
+                        pa.array(values, pa.binary()),
+                        [h or None for h in headers] if any(headers) else None)
+
+
 _HEADER_ONLY, _RECORDS, _COLUMNS = range(3)
 
 #: from this many records on, a batch is read (:func:`decode_client_columns`) or written
@@ -859,10 +909,7 @@ def _checked_client_batch(buf, pos: int, want: int, *, max_decompressed_bytes: i
         except CorruptRecordError as exc:  # Kafka answers a client's malformed records so
             raise InvalidRecordError(str(exc)) from None  # (INVALID_RECORD, not CORRUPT)
         if want == _COLUMNS:
-            _, ts, keys, values, headers = zip(*records)
-            records = KafkaColumns(np.array(ts, np.int64), pa.array(keys, pa.binary()),
-                                   pa.array(values, pa.binary()),
-                                   [h or None for h in headers] if any(headers) else None)
+            records = _columns_of(records)
     if max_ts != header.max_timestamp:
         raise InvalidRecordError(
             f"{where}: maxTimestamp {header.max_timestamp} is not the largest record "

@@ -11,7 +11,11 @@ a segment vanished under it.
 ``[start, end)`` with an int64 :data:`OFFSET_COLUMN` added (for explicit-offset frames
 of compacted logs the ``__offset_delta`` column becomes absolute offsets), the
 ``__timestamp`` column holding each record's timestamp (the log append time for
-LogAppendTime frames), and control frames skipped.
+LogAppendTime frames), and control frames skipped. Both frame kinds are read: a Kafka
+record batch (magic 2) gives the raw topic's columns (key, value, headers,
+``__timestamp``) with the values an Arrow frame of the same records gives
+(:meth:`~sparklog.format.frame.Frame.batch`), so what a reader returns does not depend
+on which kind a producer wrote.
 
 Record offsets come from :meth:`~sparklog.format.frame.Frame.offsets` alone. A frame whose
 explicit offsets cannot be right (the explicit-offsets bit without an ``__offset_delta``
@@ -62,9 +66,9 @@ _REPLAN_TRIES = 8  # segments replaced under one read before it gives up
 
 def frame_batch(frame: Frame, start: int, end: int, *,
                 timestamp_type: bool = False) -> pa.RecordBatch | None:
-    """The records of ``frame`` with offsets in ``[start, end)`` as a RecordBatch with an
-    int64 ``__offset`` column (None if no record falls in the range); see the module
-    docstring for the columns."""
+    """The records of ``frame`` (either kind) with offsets in ``[start, end)`` as a
+    RecordBatch with an int64 ``__offset`` column (None if no record falls in the
+    range); see the module docstring for the columns."""
     h = frame.header
     if h.last_offset < start or h.base_offset >= end:
         return None
@@ -73,7 +77,8 @@ def frame_batch(frame: Frame, start: int, end: int, *,
         import pyarrow.compute as pc  # here: planner processes need no compute kernels
 
         offsets = frame.offsets(batch)  # checked: in the frame's span, increasing
-        batch = batch.drop_columns([OFFSET_DELTA_COLUMN])
+        if not h.is_kafka:  # a Kafka batch's records carry their own offset deltas
+            batch = batch.drop_columns([OFFSET_DELTA_COLUMN])
         if h.base_offset < start or h.last_offset >= end:
             keep = pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end))
             batch, offsets = batch.filter(keep), offsets.filter(keep)
