@@ -5,7 +5,8 @@ Each set of Java artifacts sparklog uses is a small Maven project in this packag
 daemons and client, for the tests' cluster), ``hadoop-client`` (Hadoop's shaded client,
 what the ``hdfs://`` backend loads), ``delta`` (delta-spark for Spark 4.1), ``kafka``
 (Apache Kafka's broker and tools, the peer of the tests and bench/peers),
-``spark-kafka`` (Spark's Kafka source) and ``minikdc`` (Hadoop's MiniKdc, the tests'
+``kafka-connect`` (Kafka Connect's runtime and FileStream connectors, a client of the
+tests), ``spark-kafka`` (Spark's Kafka source) and ``minikdc`` (Hadoop's MiniKdc, the tests'
 Kerberos KDC). :func:`classpath` resolves one
 with ``mvn dependency:build-classpath`` (artifacts in Maven's own local repository,
 ``~/.m2`` by default, never in the source tree) and remembers the resulting class path in
