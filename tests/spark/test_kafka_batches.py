@@ -13,21 +13,25 @@ pytest.importorskip("chispa", reason="chispa is not installed")
 from sparklog.format.frame import encode_frame, raw_batch
 from sparklog.format.kafka_batch import KafkaRecord, encode_batch
 from sparklog.metadata import TopicStore
-from sparklog.spark.jvm import JVM_READER_OPTION
+from sparklog.spark.jvm import COUNT_PUSHDOWN_OPTION, JVM_READER_OPTION
 from sparklog.storage import open_fileio
+from tests.spark.test_count_pushdown import how_counted
 from tests.support.logdata import BASE_TS, ts
 from tests.support.sparkread import JVM, load, scan_of
 
 pytestmark = pytest.mark.spark
 
-#: the frames of the mixed segment, in order: (kind, codec, records); Kafka's snappy in
-#: both framings (xerial: Kafka's Java client; raw: librdkafka)
+#: the frames of the mixed segment, in order: (kind, codec, offsets it spans); Kafka's
+#: snappy in both framings (xerial: Kafka's Java client; raw: librdkafka)
 FRAMES = [
     ("arrow", "none", 5), ("kafka", "none", 4), ("arrow", "lz4", 3), ("kafka", "gzip", 6),
     ("kafka", "snappy", 5), ("kafka", "snappy-raw", 3), ("kafka", "control", 1),
     ("arrow", "zstd", 4), ("kafka", "lz4", 7), ("kafka", "zstd", 5),
-    ("kafka", "log-append-time", 3), ("kafka", "none", 1),
+    ("kafka", "log-append-time", 3), ("kafka", "gaps", 6), ("kafka", "none", 1),
 ]
+#: the offset deltas of the "gaps" batch's records (a cleaned batch: its records keep
+#: their offsets, lastOffsetDelta stays 5)
+GAPS = (0, 2, 5)
 #: the LogAppendTime batch's time (every record of it reads this timestamp)
 APPEND_TIME = BASE_TS + 999_999
 
@@ -46,7 +50,7 @@ def mixed_segment() -> tuple[bytes, list]:
     (offset, record, timestamp type) (control records are not rows)."""
     out, rows, offset = bytearray(), [], 0
     for kind, codec, n in FRAMES:
-        offsets = range(offset, offset + n)
+        offsets = [offset + d for d in GAPS] if codec == "gaps" else range(offset, offset + n)
         recs = [_record(o) for o in offsets]
         if kind == "arrow":
             frame = encode_frame(
@@ -63,7 +67,8 @@ def mixed_segment() -> tuple[bytes, list]:
                     "gzip", "snappy", "snappy-raw", "lz4", "zstd") else "none",
                 snappy_framing="raw" if codec == "snappy-raw" else "xerial",
                 control=codec == "control",
-                log_append_time=APPEND_TIME if codec == "log-append-time" else None)
+                log_append_time=APPEND_TIME if codec == "log-append-time" else None,
+                last_offset_delta=n - 1)
         out += frame
         if codec != "control":
             for o, r in zip(offsets, recs):
@@ -130,7 +135,9 @@ def test_both_kinds_and_every_codec_read_as_written(jspark, storage_root, route)
                                 # inside one snappy batch
                                 (20, 22, True),
                                 # from the control batch to the end
-                                (26, last, True)):
+                                (26, last, True),
+                                # inside the batch with gaps: its record at 48 only
+                                (47, 51, True)):
         options = {**ROUTES[route], "subscribe": "mixed", "includeHeaders": str(headers)}
         options["startingOffsets"] = f'{{"mixed":{{"0":{start},"1":{start}}}}}'
         if end is not None:
@@ -140,7 +147,12 @@ def test_both_kinds_and_every_codec_read_as_written(jspark, storage_root, route)
         got = _sorted([_plain(r) for r in df.collect()])
         want = expected("mixed", rows, 2, start, end, headers)
         assert got == want, (start, end, headers)
-        # the headers alone answer: offsets, counts (no body read, no record decoded)
+        # offsets and counts, from the frame headers where they answer (the batch with
+        # gaps is read whole), counted in the tasks or pushed down to the planner
         assert df.count() == len(want)
+        assert load(jspark, storage_root, **options, **{COUNT_PUSHDOWN_OPTION: "false"}
+                    ).count() == len(want)
+        if route == "jvm" and end is None:  # the whole batch with gaps: counted from
+            assert how_counted(df) == "driver"  # headers (and its CRC) on the driver
         assert sorted(r.offset for r in df.select("offset").collect()) == sorted(
             row[4] for row in want)

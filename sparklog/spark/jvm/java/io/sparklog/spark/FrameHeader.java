@@ -23,13 +23,15 @@ final class FrameHeader {
   static final int PRODUCER_EPOCH_OFFSET = 51;
   static final int BASE_SEQUENCE_OFFSET = 53;
   static final int RECORD_COUNT_OFFSET = 57;
-  /** Bytes of the header; the Arrow IPC body follows. */
+  /** Bytes of the header; the body follows (an Arrow IPC stream, or a Kafka batch's
+   *  records). */
   static final int SIZE = 61;
   /** Base offset and length: the bytes a frame's length field does not count. */
   static final int LOG_OVERHEAD = LEADER_EPOCH_OFFSET;
   /** The CRC32C covers the frame from the attributes to its end. */
   static final int CRC_START = ATTRIBUTES_OFFSET;
-  /** The current format version ({@code magic}). */
+  /** The {@code magic} of an Arrow frame (a Kafka record batch has
+   *  {@link KafkaBatch#MAGIC}). */
   static final byte MAGIC = 1;
 
   // attributes bits
@@ -94,5 +96,31 @@ final class FrameHeader {
 
   static int recordCount(ByteBuffer h) {
     return h.getInt(RECORD_COUNT_OFFSET);
+  }
+
+  /** Whether {@code h} is a frame of a kind this reader knows: byte 16 ({@code magic}) 1,
+   *  an Arrow frame, or 2, a Kafka record batch ({@link KafkaBatch}). */
+  static boolean knownMagic(ByteBuffer h) {
+    byte m = magic(h);
+    return m == MAGIC || m == KafkaBatch.MAGIC;
+  }
+
+  /** Whether the codec of attributes bits 0-2 is one of the frame's kind: an Arrow
+   *  frame's 0 none, 1 lz4, 2 zstd; a Kafka batch's 0-4 (none, gzip, snappy, lz4, zstd). */
+  static boolean knownCodec(ByteBuffer h) {
+    int codec = attributes(h) & CODEC_MASK;
+    return codec <= (magic(h) == KafkaBatch.MAGIC ? KafkaBatch.ZSTD : 2);
+  }
+
+  /** Whether the frame of header {@code h} (either kind) holds offsets
+   *  {@code base, base + 1, ...}: an Arrow frame without bit 6 (explicit offsets), or a
+   *  Kafka batch whose {@code lastOffsetDelta} is {@code recordCount - 1} (its records'
+   *  growing offset deltas then are 0, 1, ...). Bit 6 of a Kafka batch is its delete
+   *  horizon, not explicit offsets. */
+  static boolean implicitOffsets(ByteBuffer h) {
+    if (magic(h) == KafkaBatch.MAGIC) {
+      return lastOffsetDelta(h) == recordCount(h) - 1;
+    }
+    return (attributes(h) & EXPLICIT_OFFSETS_BIT) == 0;
   }
 }

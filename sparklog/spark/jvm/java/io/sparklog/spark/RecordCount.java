@@ -99,10 +99,9 @@ final class RecordCount {
           int count = FrameHeader.recordCount(h);
           int delta = FrameHeader.lastOffsetDelta(h);
           long base = FrameHeader.baseOffset(h);
-          boolean explicit =
-              (FrameHeader.attributes(h) & FrameHeader.EXPLICIT_OFFSETS_BIT) != 0;
-          if (FrameHeader.magic(h) != FrameHeader.MAGIC || count <= 0 || delta < count - 1
-              || (FrameHeader.attributes(h) & FrameHeader.CODEC_MASK) > 2
+          boolean explicit = !FrameHeader.implicitOffsets(h);
+          if (!FrameHeader.knownMagic(h) || count <= 0 || delta < count - 1
+              || !FrameHeader.knownCodec(h)
               || !(base == expected || (base > expected && explicit))) {
             break;
           }
@@ -157,13 +156,20 @@ final class RecordCount {
 
   /** The {@link RecordCount} kind of the frame of header {@code h} at {@code pos}: what the
    *  row scan checks of it (a header alone for implicit offsets, the whole frame's CRC32C
-   *  for control frames and explicit offsets) decides whether its count is sure. */
+   *  for control frames and explicit offsets: an Arrow frame's bit 6, a Kafka batch whose
+   *  records' offset deltas leave gaps) decides whether its count is sure. */
   private static byte kind(FSDataInputStream in, ByteBuffer h, long pos, int size)
       throws IOException {
     int attributes = FrameHeader.attributes(h);
-    if ((attributes & (FrameHeader.CONTROL_BIT | FrameHeader.EXPLICIT_OFFSETS_BIT)) == 0) {
-      return FrameHeader.lastOffsetDelta(h) == FrameHeader.recordCount(h) - 1
-          ? IMPLICIT : UNSURE;
+    boolean kafka = FrameHeader.magic(h) == KafkaBatch.MAGIC;
+    if ((attributes & FrameHeader.CONTROL_BIT) == 0
+        && (kafka || (attributes & FrameHeader.EXPLICIT_OFFSETS_BIT) == 0)) {
+      if (FrameHeader.lastOffsetDelta(h) == FrameHeader.recordCount(h) - 1) {
+        return IMPLICIT;
+      }
+      if (!kafka) {
+        return UNSURE;
+      }
     }
     byte[] frame = new byte[size];
     in.readFully(pos, frame, 0, size);

@@ -409,8 +409,7 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
       long base = FrameHeader.baseOffset(h);
       int length = FrameHeader.length(h);
       int magic = FrameHeader.magic(h);
-      if (length < FrameHeader.SIZE - FrameHeader.LOG_OVERHEAD
-          || (magic != FrameHeader.MAGIC && magic != KafkaBatch.MAGIC)) {
+      if (length < FrameHeader.SIZE - FrameHeader.LOG_OVERHEAD || !FrameHeader.knownMagic(h)) {
         throw corrupt(filePos, "bad frame header (length " + length + ", magic " + magic
             + ": 1 is an Arrow frame, 2 a Kafka record batch)");
       }
@@ -491,20 +490,9 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
    */
   private boolean needsBody(ByteBuffer h) {
     int attributes = FrameHeader.attributes(h);
-    return recordColumns || !implicitOffsets(h)
+    return recordColumns || !FrameHeader.implicitOffsets(h)
         || (attributes & FrameHeader.CONTROL_BIT) != 0
         || (wantTimestamp && (attributes & FrameHeader.LOG_APPEND_TIME_BIT) == 0);
-  }
-
-  /** Whether the frame of header {@code h} (either kind) holds offsets
-   *  {@code base, base + 1, ...}: an Arrow frame without bit 6, or a Kafka batch whose
-   *  {@code lastOffsetDelta} is {@code recordCount - 1} (its growing deltas then are
-   *  0, 1, ...). Bit 6 of a Kafka batch is its delete horizon, not explicit offsets. */
-  private static boolean implicitOffsets(ByteBuffer h) {
-    if (FrameHeader.magic(h) == KafkaBatch.MAGIC) {
-      return FrameHeader.lastOffsetDelta(h) == FrameHeader.recordCount(h) - 1;
-    }
-    return (FrameHeader.attributes(h) & FrameHeader.EXPLICIT_OFFSETS_BIT) == 0;
   }
 
   /** The frame of header {@code h} without its body (implicit offsets, as
@@ -545,9 +533,9 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
     if (f.recordCount <= 0 || lastDelta < f.recordCount - 1) {
       throw corrupt(pos, "record count " + f.recordCount + ", last offset delta " + lastDelta);
     }
-    int codec = f.attributes & FrameHeader.CODEC_MASK;
-    if (f.magic == KafkaBatch.MAGIC ? codec > KafkaBatch.ZSTD : codec > 2) {
-      throw corrupt(pos, "unknown codec " + codec + (f.magic == KafkaBatch.MAGIC
+    if (!FrameHeader.knownCodec(b)) {
+      throw corrupt(pos, "unknown codec " + (f.attributes & FrameHeader.CODEC_MASK)
+          + (f.magic == KafkaBatch.MAGIC
           ? " (a Kafka record batch's are 0-4)" : " (an Arrow frame's are 0-2)"));
     }
     f.lastOffset = f.base + lastDelta;
