@@ -172,7 +172,6 @@ class Broker:
         #: then: Kafka's generated codecs are many modules)
         self.kafka = _kafka_apis()(self.dispatch, broker_id=self.broker_id,
                                address=self.advertised_address,
-                               max_decompressed_bytes=self.config.socket_request_max_bytes,
                                binding=self.security.producer_ids) \
             if self.config.kafka_listener_names.strip() else None
         self.connection_context = server.ConnectionContext.of_config(

@@ -4,7 +4,8 @@ Produce requests for a partition are queued; one writer task per partition drain
 queue and hands the whole batch to an I/O thread, which validates each request's
 frames (size, CRC32C, offsets against the record count, no attribute bit that only the
 broker or the cleaner may set, record columns against the topic's schema, producer
-sequences), appends them, and then does ONE flush — or one sync when any request in the
+sequences; a Kafka client's record batch, the second frame kind, as Kafka's
+``LogValidator`` checks one, and only on a raw topic), appends them, and then does ONE flush — or one sync when any request in the
 batch asked for acks=all — for all of them (group commit). The sync runs beside the
 appends, on an I/O thread of its own turn (the sync worker): the thread that appended a
 batch for acks=all hands it to the worker directly, starting it when none runs, without a trip
@@ -75,7 +76,8 @@ from ..format.frame import (
     iter_frames,
     validate_frame,
 )
-from ..format.header import HEADER_SIZE, NO_PRODUCER_ID, FrameHeader
+from ..format.header import HEADER_SIZE, KAFKA_MAGIC, MAGIC_FIELD, NO_PRODUCER_ID, FrameHeader
+from ..format.kafka_batch import DEFAULT_MAX_DECOMPRESSED_BYTES, validate_client_batch
 from ..format.nullability import check_not_null, constrained_fields
 from ..log.cleaner import KEY_COLUMN, key_columns
 from ..log.config import LogConfig
@@ -247,7 +249,8 @@ class PartitionWriter:
     def __init__(self, topic: TopicConfig, partition: int, plog: PartitionLog,
                  state: ProducerState, snapshots: ProducerSnapshots, *, loop, pool,
                  snapshot_interval_ms: int = 60000, inline_append_bytes: int = 0,
-                 syncs_in_flight: int = 2):
+                 syncs_in_flight: int = 2,
+                 max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES):
         self.topic = topic
         self.topic_name = topic.name
         self.partition = partition
@@ -261,6 +264,8 @@ class PartitionWriter:
         self.schema = SchemaChecker(topic)
         self.not_null = NotNullChecker(topic) if constrained_fields(topic.schema) else None
         self.keys = KeyChecker(topic)
+        #: bound on a Kafka batch's records once decompressed (socket.request.max.bytes)
+        self.max_decompressed_bytes = max_decompressed_bytes
         self._queue: asyncio.Queue = asyncio.Queue()
         #: (batch, results, runs) appended for acks=all, waiting for the next sync; with
         #: ``_sync_running`` (turns of the sync worker queued or running), their futures
@@ -542,16 +547,25 @@ class PartitionWriter:
         if not buf:
             raise CorruptRecordError(f"partition {self.name}: produce request has no frames")
         pos, end = 0, len(buf)
+        magic = MAGIC_FIELD.position
         # every frame is checked (CRC included) before any is appended, so a request of
         # several frames is all-or-nothing; the append trusts these checks
         while pos < end:
+            # a Kafka batch's CRC is checked with the rest of it, by _validate_kafka
+            kafka = end - pos > magic and buf[pos + magic] == KAFKA_MAGIC
             try:
-                header = validate_frame(buf, pos, max_size=max_size)
+                header = validate_frame(buf, pos, max_size=max_size, verify_crc=not kafka,
+                                        check_body=not kafka)
             except CorruptRecordError as exc:
                 raise CorruptRecordError(f"partition {self.name}: {exc}") from None
             except RecordTooLargeError as exc:
                 raise RecordTooLargeError(
                     f"partition {self.name}: {exc} (max.message.bytes)") from None
+            if kafka:
+                self._validate_kafka(buf, pos)
+                item.frames.append((pos, header))
+                pos += header.size
+                continue
             # what only the broker or the cleaner may write (docs/format.md)
             check_client_frame(header, f"partition {self.name}, frame at byte {pos} of "
                                        f"the request")
@@ -562,6 +576,24 @@ class PartitionWriter:
                 self.keys.check(buf, pos, header, self.name)
             item.frames.append((pos, header))
             pos += header.size
+
+    def _validate_kafka(self, buf, pos: int) -> None:
+        """Check the Kafka record batch at byte ``pos`` of a request as Kafka's
+        ``LogValidator`` checks a client's (:func:`validate_client_batch`: CRC-32C,
+        codec, records that parse and fill it, consecutive offsets, ``maxTimestamp``,
+        no bit only the broker or the cleaner sets, a key in every record of a
+        compacted topic); a typed topic takes Arrow frames of its schema only.
+        Refusals name the partition, the batch's byte in the request and the field."""
+        if self.topic.typed:
+            raise InvalidRecordError(
+                f"partition {self.name}, Kafka record batch at byte {pos} of the request: "
+                f"topic {self.topic_name} is typed and takes Arrow frames of its schema "
+                f"{self.topic.record_schema} only (a Kafka client writes raw topics)")
+        try:
+            validate_client_batch(buf, pos, max_decompressed_bytes=self.max_decompressed_bytes,
+                                  compacted=self.log.config.compact)
+        except SparklogError as exc:
+            raise type(exc)(f"partition {self.name}: {exc}") from None
 
     def _append_batch(self, batch: list[ProduceItem]):
         """I/O thread: validate, de-duplicate and append every request, then one flush

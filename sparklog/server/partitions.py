@@ -320,7 +320,8 @@ class PartitionManager:
                                  pool=self.pool,
                                  snapshot_interval_ms=self.config.producer_snapshot_interval_ms,
                                  inline_append_bytes=INLINE_APPEND_BYTES if local else 0,
-                                 syncs_in_flight=self.config.storage_syncs_in_flight)
+                                 syncs_in_flight=self.config.storage_syncs_in_flight,
+                                 max_decompressed_bytes=self.config.socket_request_max_bytes)
         self.writers[(tc.name, partition)] = writer
         self._recent[(tc.name, partition)] = None
         self._close_idle()

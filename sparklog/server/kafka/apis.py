@@ -6,8 +6,9 @@ same authorizer, quotas and metrics; this module only translates.
 request handler (:mod:`sparklog.server.server`): it decodes Kafka's frames with the
 codecs generated from Kafka's message specs (:mod:`sparklog.protocol.kafka`), turns the
 request into the body of the broker's handler (``dispatch(api_key, body, ctx)``), and
-the handler's answer into Kafka's response of the version the client asked for. Record
-batches are converted at the edge (:mod:`.records`); consumer groups keep the broker's
+the handler's answer into Kafka's response of the version the client asked for. A
+client's record batches are stored as it sent them, and Arrow frames are converted to
+Kafka batches on fetch (:mod:`.records`); consumer groups keep the broker's
 own membership and assignment (:meth:`KafkaApis.join_group`): every Kafka member is a
 follower, and SyncGroup hands it the assignment the broker computed.
 """
@@ -51,7 +52,7 @@ from ...protocol.kafka.entities import build, plain
 from ...protocol.schema import check
 from ...security.binding import ProducerIdBinding
 from ...security.session import principal_of
-from .records import batches_of_frames, frames_of_batches
+from .records import batches_of_frames, check_client_batches
 
 log = logging.getLogger(__name__)
 
@@ -119,19 +120,16 @@ class KafkaApis:
 
     ``dispatch`` is the broker's :meth:`~sparklog.server.broker.Broker.dispatch`;
     ``address(session)`` the advertised (host, port) of the listener a session
-    connected to; ``broker_id`` the broker's id; ``max_decompressed_bytes`` bounds a
-    produced batch's records once decompressed (``message.max.bytes``-sized);
-    ``binding`` the cluster's :class:`~sparklog.security.binding.ProducerIdBinding`: a
+    connected to; ``broker_id`` the broker's id; ``binding`` the cluster's :class:`~sparklog.security.binding.ProducerIdBinding`: a
     Kafka client carries no producer token, so a Produce request's token is the one
     binding its batches' producer id to the connection's principal, which any broker
     of the cluster computes, whichever broker answered InitProducerId."""
 
-    def __init__(self, dispatch: Dispatch, *, broker_id: int, address, max_decompressed_bytes: int,
+    def __init__(self, dispatch: Dispatch, *, broker_id: int, address,
                  binding: ProducerIdBinding):
         self.dispatch = dispatch
         self.broker_id = broker_id
         self.address = address
-        self.max_decompressed_bytes = max_decompressed_bytes
         self.binding = binding
         #: (group, member) -> (generation, assignment) of its last JoinGroup
         self._assignments: dict[tuple[str, str], tuple[int, list]] = {}
@@ -307,9 +305,11 @@ class KafkaApis:
         return self.binding.token(pid, principal)
 
     async def produce(self, version: int, req: dict, ctx) -> dict | None:
-        """Produce (v3+): each partition's batches, checked as Kafka's LogValidator does,
-        appended as the broker's frames; a partition whose batches are refused is
-        answered with the error naming the batch and field, the others are appended."""
+        """Produce (v3+): each partition's batches go to the broker's Produce as they
+        are (the second frame kind), which checks them as Kafka's LogValidator does and
+        against the producer state, and appends them with only their base offset and
+        leader epoch patched; a partition whose batches are refused is answered with
+        the error naming the batch and field, the others are appended."""
         refused: dict[tuple[str, int], dict] = {}
         topics = []
         for t in req["topic_data"]:
@@ -317,10 +317,9 @@ class KafkaApis:
             for p in t["partition_data"]:
                 try:
                     records = p["records"] or b""
+                    check_client_batches(records, f"{t['name']}-{p['index']}")
                     token = await self._token(records, ctx)
-                    frames = frames_of_batches(
-                        records, max_decompressed_bytes=self.max_decompressed_bytes)
-                    parts.append({"partition": p["index"], "records": frames,
+                    parts.append({"partition": p["index"], "records": records,
                                   "producer_token": token})
                 except SparklogError as exc:
                     refused[(t["name"], p["index"])] = _err(error_fields(exc))
@@ -350,8 +349,9 @@ class KafkaApis:
 
     async def fetch(self, version: int, req: dict, ctx) -> dict:
         """Fetch (v4-12, no fetch sessions: session id 0): the broker's frames from the
-        one holding each fetch offset, as Kafka batches; read_committed reads up to the
-        high watermark (transactions wait)."""
+        one holding each fetch offset, as Kafka batches (stored ones unchanged, Arrow
+        frames converted); read_committed reads up to the high watermark (transactions
+        wait)."""
         answer = await self._call(ApiKey.FETCH, {
             "max_wait_ms": req.get("max_wait", 500), "min_bytes": req.get("min_bytes", 1),
             "max_bytes": req.get("max_bytes", 52428800),
