@@ -21,10 +21,13 @@ prints, each beside its alternative measured in the same run:
 * ``takeover``: a child process opens N streams, writes and syncs each, and is killed
   with SIGKILL; the files are then taken over as a new leader does (``recover_lease``,
   ``append``, a write and ``hsync``), one after another and with ``--threads`` at once.
+  Then a takeover of a broker's W WAL files (``--wal-files``, each W in turn): the
+  leases of W files of a SIGKILLed writer recovered one after another
+  (``recover_lease`` each) and W others at once (``recover_leases``, one wait).
 
     .venv/bin/python bench/bench_hdfs_streams.py [--part open,sync,takeover,read]
         [--rate 10000] [--seconds 10] [--partitions 1,100,1000] [--open-count 200]
-        [--takeover-count 20] [--read-mb 64] [--threads 16] [--io-threads 8] [--block-size 4194304]
+        [--takeover-count 20] [--wal-files 1,4,16] [--read-mb 64] [--threads 16] [--io-threads 8] [--block-size 4194304]
         [--uri hdfs://nn:8020/user/bench/streams]
 
 Without ``--uri`` it starts the cluster for the run (about 15 s) and stops it at the end.
@@ -335,6 +338,38 @@ def part_takeover(fs, base: str, cluster, count: int, threads: int) -> None:
           f"{n_par} files in {took_par:.1f} s", flush=True)
 
 
+def part_wal_takeover(fs, base: str, cluster, wal_files: list[int]) -> None:
+    """Fencing a dead broker's W WAL files: lease recovery one after another against
+    ``recover_leases`` of all W at once (docs/storage.md, section 8, step 2)."""
+    print(f"== takeover of W WAL files (W = {', '.join(map(str, wal_files))}): leases of a "
+          "SIGKILLed writer's files recovered one after another vs all at once",
+          flush=True)
+    env = dict(os.environ)
+    if cluster is not None:
+        env.update(cluster.env())
+    rows = []
+    for w in wal_files:
+        sub = f"wal-{w}"
+        fs.mkdirs(fs.join(base, "takeover", sub))
+        leave_open(fs.join(base, "takeover"), sub, 2 * w, env)
+        paths = [fs.join(base, "takeover", sub, f"f{i:05d}") for i in range(2 * w)]
+        start = time.perf_counter()
+        for path in paths[:w]:
+            fs.recover_lease(path)
+        took_seq = time.perf_counter() - start
+        start = time.perf_counter()
+        fs.recover_leases(paths[w:])
+        took_once = time.perf_counter() - start
+        row = (f"{w:>3} | {took_seq:8.2f} s | {took_once:8.2f} s | "
+               f"{took_seq / took_once:5.1f}x")
+        rows.append(row)
+        print(row, flush=True)
+    print("  W | one after another (recover_lease each) | all at once (recover_leases) "
+          "| ratio")
+    for row in rows:
+        print(row)
+
+
 # read --------------------------------------------------------------------------------------
 def part_read(fs, base: str, mb: int, pieces: int) -> None:
     """Reading back what a takeover reads: a whole file sequentially, and small pieces."""
@@ -384,6 +419,9 @@ def main(argv=None) -> int:
     ap.add_argument("--partitions", default="1,100,1000")
     ap.add_argument("--open-count", type=int, default=200)
     ap.add_argument("--takeover-count", type=int, default=20)
+    ap.add_argument("--wal-files", default="1,4,16",
+                    help="W values of the WAL takeover (takeover part): files whose "
+                         "leases are recovered one after another vs at once")
     ap.add_argument("--threads", type=int, default=16,
                     help="concurrent opens and takeovers")
     ap.add_argument("--io-threads", type=int, default=8,
@@ -422,6 +460,8 @@ def main(argv=None) -> int:
                       args.threads)
         if "takeover" in parts:
             part_takeover(fs, args.uri, cluster, args.takeover_count, args.threads)
+            part_wal_takeover(fs, args.uri, cluster,
+                              [int(x) for x in args.wal_files.split(",")])
         if "read" in parts:
             part_read(fs, args.uri, args.read_mb, 1000)
         fs.delete(args.uri, recursive=True)

@@ -66,6 +66,12 @@ _LEASE_LOST_WORDS = ("not under construction", "is not under construction",
                      "no lease on", "lease mismatch", "not open for writing",
                      "does not have any open files", "is not the lease owner")
 
+#: Longest pause between two ``isFileClosed`` polls of a lease recovery (the first
+#: after 20 ms, doubling): a recovery ends at a DataNode heartbeat (3 s stock), and a
+#: pause of 1 s (HBase's) let it go unnoticed for up to that long; each poll is one
+#: cheap NameNode call per file still open.
+_RECOVERY_POLL_MAX = 0.2
+
 _local = threading.local()
 log = logging.getLogger(__name__)
 
@@ -685,7 +691,7 @@ class HadoopFileIO(FileIO):
                     "still running or its DataNodes unreachable; retry later): "
                     + ", ".join(todo))
             time.sleep(delay)
-            delay = min(delay * 2, 1.0)
+            delay = min(delay * 2, _RECOVERY_POLL_MAX)
             ask_again = now >= again
             if ask_again:
                 again = now + 4.0

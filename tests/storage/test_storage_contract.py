@@ -644,7 +644,9 @@ def test_create_without_parents_fails_once_the_directory_was_renamed_away(backen
     """``create(path, parents=False)`` (HDFS createNonRecursive): a writer whose
     directory a splitter renamed away cannot start a new file in it, nor bring the
     directory back; in an existing directory it creates as ``create`` does, with the
-    same permission, and refuses an existing file."""
+    same permission, and refuses an existing file. The writer of a file in the renamed
+    directory is fenced at once locally; on HDFS it writes on into the moved file
+    until ``recover_leases`` fences it (docs/storage.md, section 8)."""
     fs, root, name = backend
     incarnation = fs.join(root, "wal", "1", "00000000000000000007")
     fs.mkdirs(incarnation)
@@ -654,13 +656,29 @@ def test_create_without_parents_fails_once_the_directory_was_renamed_away(backen
             fs.create(first, parents=False)
         assert fs.list(incarnation) == []
         return
-    with fs.create(first, parents=False) as out:
-        out.write(b"block")
+    out = fs.create(first, parents=False)  # the old writer's file, open
+    out.write(b"block|")
+    out.flush()
     fs.write_atomic(fs.join(incarnation, "other"), b"o")
     assert fs.permission(first) == fs.permission(fs.join(incarnation, "other"))
     with pytest.raises(FileAlreadyExistsError):
         fs.create(first, parents=False)
     fs.rename(incarnation, incarnation + ".splitting")
+    moved = fs.join(incarnation + ".splitting", "00000000000000000000.wal")
+    if name == "local":  # stricter: the writer's path is gone, so is its lease
+        with pytest.raises(LeaseExpiredError):
+            out.write(b"late|")
+            out.flush()
+    else:  # HDFS keeps an open file's writer across a rename, until it is fenced
+        out.write(b"late|")
+        out.flush()
+        assert fs.read_all(moved) == b"block|late|"
+        fs.recover_leases([moved])
+        with pytest.raises(LeaseExpiredError):
+            out.write(b"later|")
+            out.flush()
+    out.close()
+    assert fs.read_all(moved) in (b"block|", b"block|late|")
     second = fs.join(incarnation, "00000000000000000001.wal")
     with pytest.raises(StorageFileNotFoundError) as ei:
         fs.create(second, parents=False)
