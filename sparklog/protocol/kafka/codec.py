@@ -135,7 +135,8 @@ def decode_request(frame: bytes) -> tuple[RequestHeader, Any]:
 
     Raises :class:`KafkaUnsupportedVersionError` (with the parsed header) for an api key
     or version sparklog does not accept, and :class:`KafkaDecodeError` for truncated or
-    malformed bytes; nothing else.
+    malformed bytes; nothing else. Bytes after the request's last field are ignored, as
+    Kafka's broker ignores them.
     """
     data = memoryview(frame)
     if len(data) < _HEAD.size + 2:
@@ -171,16 +172,15 @@ def decode_request(frame: bytes) -> tuple[RequestHeader, Any]:
         pos = _skip_tagged_fields(data, pos)
     schema = load_request_schema(api_key, version)
     try:
-        body, size = entity_reader(schema)(data, pos)
+        body, _ = entity_reader(schema)(data, pos)
     except Exception as exc:  # kio's reader raises several kinds on garbage bytes
         raise KafkaDecodeError(
             f"malformed Kafka request (api key {api_key} v{version}): {type(exc).__name__}: {exc}"
         ) from None
-    if pos + size != len(data):
-        raise KafkaDecodeError(
-            f"malformed Kafka request (api key {api_key} v{version}): "
-            f"{len(data) - pos - size} trailing bytes"
-        )
+    # bytes after the request's fields are ignored, as Kafka's broker ignores them
+    # (AbstractRequest.parseRequest reads the fields and stops): librdkafka's Metadata
+    # v9+ of every topic sends its null topic array in 4 bytes where 1 is due, and its
+    # last 3 fields after them (librdkafka issue 5049); a Kafka broker answers it
     return header, body
 
 
