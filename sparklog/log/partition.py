@@ -833,6 +833,12 @@ class PartitionLog:
         """First offset at or after the log start, below the high watermark, whose
         record timestamp is ``>= timestamp``; None if there is none (Kafka's
         ListOffsets by timestamp)."""
+        found = self.record_for_timestamp(timestamp)
+        return None if found is None else found[0]
+
+    def record_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """As :meth:`offset_for_timestamp`: (offset, timestamp) of that record, what
+        Kafka's ListOffsets answers."""
         if isinstance(timestamp, bool) or not isinstance(timestamp, int):
             raise InvalidArgumentError(
                 f"timestamp must be an int (ms), got {type(timestamp).__name__}")
@@ -842,7 +848,7 @@ class PartitionLog:
                 active = i == len(self._segments) - 1
                 if seg.next_offset <= self._log_start:
                     continue
-                found = seg.offset_for_timestamp(
+                found = seg.record_for_timestamp(
                     timestamp, self._hw_position if active else None,
                     min_offset=self._log_start, max_offset=self._hw)
                 if found is not None:

@@ -52,7 +52,15 @@ def write_replacing(fileio: FileIO, path: str, data: bytes) -> None:
 
 def first_offset_at_or_after(frame: Frame, timestamp: int, min_offset: int = 0) -> int | None:
     """Offset of the first record of ``frame`` at or after ``min_offset`` whose
-    timestamp is ``>= timestamp`` (every record of a LogAppendTime frame has the
+    timestamp is ``>= timestamp``; None if there is none."""
+    found = first_record_at_or_after(frame, timestamp, min_offset)
+    return None if found is None else found[0]
+
+
+def first_record_at_or_after(frame: Frame, timestamp: int,
+                             min_offset: int = 0) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record of ``frame`` at or after ``min_offset``
+    whose timestamp is ``>= timestamp`` (every record of a LogAppendTime frame has the
     frame's max timestamp); None if there is none."""
     header = frame.header
     if header.max_timestamp < timestamp or header.last_offset < min_offset:
@@ -62,14 +70,15 @@ def first_offset_at_or_after(frame: Frame, timestamp: int, min_offset: int = 0) 
     offsets = frame.offsets()
     if header.log_append_time:
         mask = pc.greater_equal(offsets, pa.scalar(min_offset, pa.int64()))
-    else:
-        batch = frame.batch()
-        times = batch.column(batch.schema.get_field_index(TIMESTAMP_COLUMN)).cast(pa.int64())
-        mask = pc.greater_equal(times, pa.scalar(timestamp, pa.int64()))
-        if min_offset > header.base_offset:
-            mask = pc.and_(mask, pc.greater_equal(offsets, pa.scalar(min_offset, pa.int64())))
+        index = pc.index(mask, True).as_py()
+        return None if index < 0 else (offsets[index].as_py(), header.max_timestamp)
+    batch = frame.batch()
+    times = batch.column(batch.schema.get_field_index(TIMESTAMP_COLUMN)).cast(pa.int64())
+    mask = pc.greater_equal(times, pa.scalar(timestamp, pa.int64()))
+    if min_offset > header.base_offset:
+        mask = pc.and_(mask, pc.greater_equal(offsets, pa.scalar(min_offset, pa.int64())))
     index = pc.index(mask, True).as_py()
-    return None if index < 0 else offsets[index].as_py()
+    return None if index < 0 else (offsets[index].as_py(), times[index].as_py())
 
 
 class LogSegment:
@@ -393,6 +402,12 @@ class LogSegment:
         """First offset in [``min_offset``, ``max_offset``) of this segment whose record
         timestamp is ``>= timestamp``, looking only at frames before file position
         ``end``; None if there is none."""
+        found = self.record_for_timestamp(timestamp, end, min_offset, max_offset)
+        return None if found is None else found[0]
+
+    def record_for_timestamp(self, timestamp: int, end: int | None = None, min_offset: int = 0,
+                             max_offset: int | None = None) -> tuple[int, int] | None:
+        """As :meth:`offset_for_timestamp`: (offset, timestamp) of that record."""
         if self.max_timestamp < timestamp:
             return None
         offsets, times = self.load_indexes()
@@ -401,9 +416,9 @@ class LogSegment:
         for _, frame in self.scan(position, end if end is not None else self.size):
             if max_offset is not None and frame.header.base_offset >= max_offset:
                 return None
-            offset = first_offset_at_or_after(frame, timestamp, min_offset)
-            if offset is not None:
-                return offset if max_offset is None or offset < max_offset else None
+            found = first_record_at_or_after(frame, timestamp, min_offset)
+            if found is not None:
+                return found if max_offset is None or found[0] < max_offset else None
         return None
 
     def delete_files(self) -> None:

@@ -342,9 +342,9 @@ class RecordApis:
                             "-1 (latest), -2 (earliest), -3 (the largest timestamp) or a time "
                             "in ms")
                     else:
-                        found = await self.run_io(w.log.offset_for_timestamp, ts)
-                        if found is not None:
-                            item["offset"], item["timestamp"] = found, ts
+                        found = await self.run_io(w.log.record_for_timestamp, ts)
+                        if found is not None:  # the record's own timestamp, as Kafka's
+                            item["offset"], item["timestamp"] = found
                     item.update(_NO_ERROR)
                 except SparklogError as exc:
                     item.update(error_fields(exc))

@@ -113,6 +113,7 @@ def test_assign_seek_positions_and_offset_lookups(broker, admin, producer):
         assert c.end_offsets([tp0, tp1]) == {tp0: 20, tp1: 20}
         found = c.offsets_for_times({tp0: 5500, tp1: 10**9})
         assert found[tp0].offset == 5  # first record with timestamp >= 5500 (6000)
+        assert found[tp0].timestamp == 6000  # that record's, as Kafka answers
         assert found[tp1] is None
         with pytest.raises(InvalidArgumentError, match="not assigned"):
             c.seek(TopicPartition(topic, 5), 0)
