@@ -55,14 +55,7 @@ import pyarrow.compute as pc
 
 from ..errors import DataLossError, InvalidConfigError
 from ..format.frame import OFFSET_DELTA_COLUMN, TIMESTAMP_COLUMN, encode_frame, reseal
-from ..format.header import (
-    CODEC_MASK,
-    CODEC_NAMES,
-    LAST_OFFSET_DELTA,
-    MAX_TIMESTAMP,
-    RECORD_COUNT,
-    TRANSACTIONAL_BIT,
-)
+from ..format.header import LAST_OFFSET_DELTA, MAX_TIMESTAMP, RECORD_COUNT, TRANSACTIONAL_BIT
 from ..format.marker import marker_type
 from .checkpoint import JsonCheckpoint
 from .index import fits_relative
@@ -1075,7 +1068,8 @@ def _reencoded(frame, batch: pa.RecordBatch, record_offsets: pa.Array, mask) -> 
     """``frame`` re-encoded with explicit offsets, holding the records of ``batch``
     that ``mask`` keeps (all of them when None); it keeps its header fields, offset
     span and max timestamp, so producer sequences and the LogAppendTime of its records
-    stay as they were."""
+    stay as they were. (A Kafka batch becomes an Arrow frame of its records, in the
+    Arrow codec nearest its own: ``FrameHeader.arrow_codec``.)"""
     h = frame.header
     kept = batch if mask is None else batch.filter(mask)
     kept_offsets = record_offsets if mask is None else record_offsets.filter(mask)
@@ -1085,7 +1079,7 @@ def _reencoded(frame, batch: pa.RecordBatch, record_offsets: pa.Array, mask) -> 
     timestamps = kept.column(kept.schema.get_field_index(TIMESTAMP_COLUMN))
     columns = kept.drop_columns([TIMESTAMP_COLUMN])
     data = bytearray(encode_frame(
-        columns, timestamps=timestamps, compression=CODEC_NAMES[h.attributes & CODEC_MASK],
+        columns, timestamps=timestamps, compression=h.arrow_codec,
         base_offset=h.base_offset, leader_epoch=h.leader_epoch, producer_id=h.producer_id,
         producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
         log_append_time=h.log_append_time, offset_deltas=deltas, control=h.is_control,

@@ -274,3 +274,42 @@ def test_dump_log_prints_kafka_batches_as_kafka_dump_log(fio, tmp_path):
                           f"headerKeys: [] key: k3 payload: "), lines
     assert records[2] == (f"| offset: 2 CreateTime: {T0 + 2000} keySize: 2 valueSize: 6 "
                           f"headerKeys: [cl\u00e9] key: k2 payload: v2v2v2"), lines
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_compaction_of_kafka_batches_keeps_what_it_keeps_of_arrow_frames(fio, tmp_path, codec):
+    """The cleaner reads keys from Kafka batches of every codec, as from Arrow frames:
+    the last record of every key stays, each record at its own offset with its own
+    key, value and timestamp, and records are removed. (A batch that loses records is
+    rewritten as an Arrow frame with explicit offsets, in the Arrow codec nearest its
+    own.)"""
+    from sparklog.log.cleaner import clean
+
+    def keyed(r: int, i: int) -> tuple:
+        return b"k%d" % ((r * 3 + i) % 5), b"v%d-%d" % (r, i), T0 + r * 10 + i
+
+    logs = {}
+    for kind in ("kafka", "arrow"):
+        d = str(tmp_path / kind)
+        config = {"cleanup.policy": "compact", "min.compaction.lag.ms": 0,
+                  "segment.bytes": 300 if kind == "kafka" else 2500}  # a few segments
+        with PartitionLog.open(fio, d, config) as plog:
+            for r in range(12):
+                recs = [keyed(r, i) for i in range(3)]
+                plog.append(encode_batch([KafkaRecord(i, t, k, v) for i, (k, v, t) in
+                                          enumerate(recs)], compression=codec)
+                            if kind == "kafka" else
+                            encode_frame(raw_batch([v for _, v, _ in recs],
+                                                   [k for k, _, _ in recs]),
+                                         timestamps=[t for _, _, t in recs]))
+            assert clean(plog, force=True).records_removed > 0
+        logs[kind] = LogReader(fio, d)
+    written = {r * 3 + i: keyed(r, i) for r in range(12) for i in range(3)}
+    last = {k: o for o, (k, _, _) in sorted(written.items())}
+    for kind, log in logs.items():
+        got = table(log, 0, 36)
+        offsets = got.column("__offset").to_pylist()
+        assert [written[o] for o in offsets] == list(zip(
+            got.column("key").to_pylist(), got.column("value").to_pylist(),
+            got.column("__timestamp").cast(pa.int64()).to_pylist())), kind
+        assert set(last.values()) <= set(offsets) and len(offsets) < 36, kind
