@@ -153,3 +153,63 @@ def test_available_now_target_of_a_capped_path_stream(jspark, storage_root, tmp_
     sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
     assert sum(sizes) == 60 and max(sizes) <= 16 and len(sizes) >= 4, sizes
     assert output(jspark, out).count() == 60
+
+
+def streaming_source_runners(jvm_pid: int) -> set:
+    """Pids of the Python stream processes (PySpark's streaming source runner) that the
+    Spark JVM ``jvm_pid`` runs now."""
+    import psutil
+
+    pids = set()
+    try:
+        children = psutil.Process(jvm_pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return pids
+    for child in children:
+        try:
+            if any("python_streaming_source_runner" in arg for arg in child.cmdline()):
+                pids.add(child.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return pids
+
+
+def test_capped_available_now_run_starts_one_python_stream(jspark, storage_root, tmp_path):
+    """The end of a capped AvailableNow run comes from the run's own Python stream (its
+    latestOffset() answer carries the uncapped end): no second, uncapped Python stream
+    process is started to find it, and the run still stops at what was there when it
+    started. Watched as processes: every Python stream process the Spark JVM starts
+    during the run, which lives for the whole run (the first, the run's own) or at least
+    an interpreter's start (a second one)."""
+    import threading
+
+    from tests.support.sparkread import stream
+
+    make_topic(storage_root, "one", partitions=2, count=30, per_frame=4)
+    jvm_pid = int(jspark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    before = streaming_source_runners(jvm_pid)
+    seen: set = set()
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set():
+            seen.update(streaming_source_runners(jvm_pid) - before)
+            done.wait(0.01)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        df = stream(jspark, storage_root, subscribe="one", startingOffsets="earliest",
+                    maxOffsetsPerTrigger="16")
+        q = (df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "c"))
+             .trigger(availableNow=True).start())
+        q.awaitTermination(180)
+    finally:
+        done.set()
+        watcher.join()
+    assert q.exception() is None, q.exception()
+    sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+    assert sum(sizes) == 60 and max(sizes) <= 16, sizes
+    assert len(seen) == 1, f"Python stream processes started for one run: {sorted(seen)}"
+    last = json.loads(q.lastProgress.json)["sources"][0]
+    assert last["latestOffset"] == {"one": {"0": 30, "1": 30}}

@@ -212,6 +212,37 @@ def test_running_stream_sees_new_partitions_and_caps_batches(topic_t):
     reader.stop()
 
 
+def test_capped_stream_reports_its_uncapped_end_when_the_jvm_asks(topic_t):
+    """With the JVM provider's internal option, a capped stream's latestOffset() answer
+    also carries the offsets available now, uncapped, under "@available" (the end of an
+    AvailableNow run: no second, uncapped stream is needed to find it); the capped part
+    and the stream's position are those of the answer without the option, and an answer
+    passed back (offsets_from_json) reads the capped offsets only. Users never see it:
+    without the option, or without a cap, there is no such entry."""
+    from pyspark.sql.types import StructType
+
+    from sparklog.spark.source.options import AVAILABLE_KEY, REPORT_AVAILABLE_OPTION
+    from sparklog.spark.source.stream import SparklogStreamReader, offsets_from_json
+
+    def reader(**extra):
+        options = {"path": topic_t, "subscribe": "t", "startingOffsets": "earliest", **extra}
+        return SparklogStreamReader(parse_options(options, streaming=True), StructType())
+
+    jvm = reader(maxOffsetsPerTrigger="40", **{REPORT_AVAILABLE_OPTION: "true"})
+    first = jvm.latestOffset()
+    assert first == {"t": {"0": 20, "1": 20}, AVAILABLE_KEY: {"t": {"0": 30, "1": 30}}}
+    assert offsets_from_json(first) == {("t", 0): 20, ("t", 1): 20}
+    assert jvm.latestOffset() == {"t": {"0": 30, "1": 30},
+                                  AVAILABLE_KEY: {"t": {"0": 30, "1": 30}}}
+    jvm.stop()
+    plain = reader(maxOffsetsPerTrigger="40")
+    assert plain.latestOffset() == {"t": {"0": 20, "1": 20}}
+    plain.stop()
+    uncapped = reader(**{REPORT_AVAILABLE_OPTION: "true"})
+    assert uncapped.latestOffset() == {"t": {"0": 30, "1": 30}}
+    uncapped.stop()
+
+
 # --- data loss -------------------------------------------------------------------------------------
 
 

@@ -134,6 +134,18 @@ class SourceOptions:
     #: ``open_fileio`` options of the tasks' storage reads: a Kerberos keytab login
     #: (:func:`sparklog.storage.kerberos.kerberos_options`)
     storage_options: dict = field(default_factory=dict, repr=False)
+    #: the stream's ``latestOffset()`` also reports the uncapped end (set by the JVM
+    #: provider, which reads it: :data:`REPORT_AVAILABLE_OPTION`)
+    report_available: bool = False
+
+
+#: Internal option the JVM provider gives the Python source (never set by users): a
+#: capped stream's ``latestOffset()`` answer then also carries the offsets available now,
+#: uncapped, under :data:`AVAILABLE_KEY`, which the provider takes as the end of a
+#: ``Trigger.AvailableNow`` run and removes before Spark sees the offsets.
+REPORT_AVAILABLE_OPTION = "__sparklog.reportAvailable"
+#: The key of the uncapped offsets in such an answer (no topic can have this name).
+AVAILABLE_KEY = "@available"
 
 
 # --- small parsers --------------------------------------------------------------------
@@ -375,4 +387,5 @@ def parse_options(options, *, streaming: bool | None = False) -> SourceOptions:
         group_id=str(group) if group else None,
         security=_security(options),
         storage_options=_storage_options(opts),
+        report_available=_bool(opts, REPORT_AVAILABLE_OPTION, False),
     )

@@ -21,12 +21,17 @@ checkpoint: ``{"events": {"0": 1200, "1": 1187}}`` (the next offset to read).
   the latest offset once per AvailableNow run, see below).
 
 PySpark 4.1 gives Python sources no admission control (``latestOffset()`` takes no
-start or limit), so the reader caps batches itself from the last end offset it handed
-out or saw planned (Spark re-plans the last checkpointed batch on restart, which tells
-a new reader process where the query stands). Under ``Trigger.AvailableNow`` the JVM
-provider (``JvmMicroBatchStream``) clamps these capped ends to the offsets available when
-the run started, so a capped run drains in several batches; without the jar Spark asks
-for the latest offset only once and a capped run stops after one batch.
+start or limit, and a Python stream cannot implement ``SupportsTriggerAvailableNow`` or
+``reportLatestOffset``), so the reader caps batches itself from the last end offset it
+handed out or saw planned (Spark re-plans the last checkpointed batch on restart, which
+tells a new reader process where the query stands). Under ``Trigger.AvailableNow`` the
+JVM provider (``JvmMicroBatchStream``) clamps these capped ends to the offsets available
+when the run started, so a capped run drains in several batches: it gives the source the
+internal option ``__sparklog.reportAvailable``, and a capped answer of ``latestOffset()``
+then also carries the uncapped end under the key ``@available`` (the same partition
+states, no extra read), which the provider takes as the run's end and removes before
+Spark sees the offsets. Without the jar Spark asks for the latest offset only once and a
+capped run stops after one batch.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import math
 from pyspark.sql.datasource import DataSourceStreamReader
 
 from .catalogs import open_catalog
+from .options import AVAILABLE_KEY
 from .planning import (
     PlannedRange,
     partition_states,
@@ -60,9 +66,9 @@ def offsets_to_json(offsets: dict) -> dict:
 
 
 def offsets_from_json(doc: dict) -> dict:
-    """Inverse of :func:`offsets_to_json`."""
+    """Inverse of :func:`offsets_to_json` (an ``@available`` entry is not an offset)."""
     return {(topic, int(p)): int(off) for topic, parts in (doc or {}).items()
-            for p, off in parts.items()}
+            if topic != AVAILABLE_KEY for p, off in parts.items()}
 
 
 def rate_limit(begin: dict, latest: dict, states: dict, max_offsets: int | None,
@@ -132,13 +138,16 @@ class SparklogStreamReader(DataSourceStreamReader):
     def latestOffset(self) -> dict:
         """The high watermark of every subscribed partition, capped by the per-trigger
         limits from the current position. Spark asks once the batch planned last has
-        been processed: its end is published to ``kafka.group.id`` first."""
+        been processed: its end is published to ``kafka.group.id`` first. When capped
+        and the JVM provider asks for it (``__sparklog.reportAvailable``), the uncapped
+        high watermarks come along under ``@available`` (see the module docstring)."""
         if self._unpublished:
             self._publish(self._unpublished)
             self._unpublished = None
         states = self._states()
-        latest = {tp: s.high_watermark for tp, s in states.items()}
-        if self.opts.max_offsets_per_trigger or self.opts.max_bytes_per_trigger:
+        available = latest = {tp: s.high_watermark for tp, s in states.items()}
+        capped = bool(self.opts.max_offsets_per_trigger or self.opts.max_bytes_per_trigger)
+        if capped:
             if self._position is None:
                 self._position = offsets_from_json(self.initialOffset())
             begin = {tp: self._position[tp] for tp in latest if tp in self._position}
@@ -147,7 +156,10 @@ class SparklogStreamReader(DataSourceStreamReader):
             for tp, off in self._position.items():  # a vanished partition keeps its place
                 latest.setdefault(tp, off)
         self._advance(latest)
-        return offsets_to_json(latest)
+        answer = offsets_to_json(latest)
+        if capped and self.opts.report_available:
+            answer[AVAILABLE_KEY] = offsets_to_json(available)
+        return answer
 
     def partitions(self, start: dict, end: dict) -> list:
         """Offset ranges of the micro-batch ``(start, end]`` (data-loss checks, splits)."""

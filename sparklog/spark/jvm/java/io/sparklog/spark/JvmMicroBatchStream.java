@@ -2,7 +2,6 @@ package io.sparklog.spark;
 
 import java.util.HashMap;
 import java.util.Map;
-import java.util.function.Supplier;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
@@ -35,14 +34,16 @@ import org.slf4j.LoggerFactory;
  * schemas, once checked, are kept for the stream's life instead of being made, read and
  * sent again for each micro-batch.
  *
- * <p>{@code Trigger.AvailableNow} ({@link SupportsTriggerAvailableNow}): when the query
- * starts, the offsets available then are taken as the target (when
+ * <p>{@code Trigger.AvailableNow} ({@link SupportsTriggerAvailableNow}): the offsets
+ * available when the run's first micro-batch is planned are taken as the target (when
  * {@code maxOffsetsPerTrigger} / {@code maxBytesPerTrigger} cap the Python stream: the
- * latest offsets of an uncapped twin of the Python stream, which plans them);
+ * uncapped end its latest-offset answer carries under {@link #AVAILABLE}, asked for by
+ * the option {@link SparklogProvider#REPORT_AVAILABLE}; no second Python stream);
  * each micro-batch then ends where the Python stream's capped answer does, clamped to the
  * target, so a capped AvailableNow run drains the backlog in as many batches as the caps
  * need and stops at the target (Spark's Kafka source does the same). Partitions that
- * appear after the start wait for the next run.
+ * appear after the start wait for the next run. Spark only sees the capped offsets: the
+ * {@link #AVAILABLE} entry is removed from every answer.
  */
 public class JvmMicroBatchStream
     implements MicroBatchStream, AcceptsLatestSeenOffset, SupportsTriggerAvailableNow {
@@ -52,8 +53,11 @@ public class JvmMicroBatchStream
 
   private final MicroBatchStream delegate;
   private final StructType schema;
+  /** The key of the uncapped offsets in a capped Python stream's latest-offset answer. */
+  static final String AVAILABLE = "@available";
+
   private final boolean jvmRead;
-  private final Supplier<MicroBatchStream> uncapped;
+  private boolean availableNow;
   private JsonNode availableNowTarget;
   private final Map<String, Schema> checkedTopics = new HashMap<>();
   private Configuration hadoopConf;
@@ -62,14 +66,11 @@ public class JvmMicroBatchStream
 
   /** Wraps the Python stream {@code delegate}, whose rows have {@code schema}; its
    *  micro-batches are read on the JVM when {@code jvmRead} (and they can be), else on
-   *  Python. {@code uncapped} makes the same Python stream without the per-trigger caps
-   *  (null when there are none): it reads the target of an AvailableNow run. */
-  public JvmMicroBatchStream(MicroBatchStream delegate, StructType schema, boolean jvmRead,
-      Supplier<MicroBatchStream> uncapped) {
+   *  Python. */
+  public JvmMicroBatchStream(MicroBatchStream delegate, StructType schema, boolean jvmRead) {
     this.delegate = delegate;
     this.schema = schema;
     this.jvmRead = jvmRead;
-    this.uncapped = uncapped;
   }
 
   @Override
@@ -79,7 +80,9 @@ public class JvmMicroBatchStream
 
   @Override
   public Offset latestOffset() {
-    return delegate.latestOffset();
+    ObjectNode latest = tree(delegate.latestOffset());
+    latest.remove(AVAILABLE);
+    return offset(latest);
   }
 
   /** The Python stream applies the caps itself; Spark's limit is always "all available". */
@@ -88,43 +91,42 @@ public class JvmMicroBatchStream
     return ReadLimit.allAvailable();
   }
 
-  /** The Python stream's next (capped) end, clamped to the AvailableNow target if any. */
+  /** The Python stream's next (capped) end, clamped to the AvailableNow target if any
+   *  (taken from the first answer of the run: its {@link #AVAILABLE} entry when the
+   *  stream is capped, else the answer itself). */
   @Override
   public Offset latestOffset(Offset start, ReadLimit limit) {
-    Offset latest = delegate.latestOffset();
-    if (availableNowTarget == null) {
-      return latest;
+    ObjectNode latest = tree(delegate.latestOffset());
+    JsonNode available = latest.remove(AVAILABLE);
+    if (!availableNow) {
+      return offset(latest);
     }
-    return delegate.deserializeOffset(
-        clamp(tree(latest), start == null ? null : tree(start), availableNowTarget).toString());
+    if (availableNowTarget == null) {
+      availableNowTarget = available != null ? available : latest.deepCopy();
+    }
+    return offset(clamp(latest, start == null ? null : tree(start), availableNowTarget));
   }
 
   /** The end of the AvailableNow run (the query's progress shows it as latestOffset);
    *  null otherwise. */
   @Override
   public Offset reportLatestOffset() {
-    return availableNowTarget == null ? null
-        : delegate.deserializeOffset(availableNowTarget.toString());
+    return availableNowTarget == null ? null : offset(availableNowTarget);
   }
 
-  /** Takes the offsets available now as the end of this AvailableNow run. */
+  /** This run is an AvailableNow run: its target is taken at its first latest offset. */
   @Override
   public void prepareForTriggerAvailableNow() {
-    if (uncapped == null) {
-      availableNowTarget = tree(delegate.latestOffset());
-      return;
-    }
-    MicroBatchStream twin = uncapped.get();
-    try {
-      availableNowTarget = tree(twin.latestOffset());
-    } finally {
-      twin.stop();
-    }
+    availableNow = true;
   }
 
-  private static JsonNode tree(Offset offset) {
+  private Offset offset(JsonNode json) {
+    return delegate.deserializeOffset(json.toString());
+  }
+
+  private static ObjectNode tree(Offset offset) {
     try {
-      return JSON.readTree(offset.json());
+      return (ObjectNode) JSON.readTree(offset.json());
     } catch (java.io.IOException e) {
       throw new IllegalStateException("sparklog: unreadable stream offset " + offset.json(), e);
     }

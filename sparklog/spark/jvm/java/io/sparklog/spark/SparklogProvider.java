@@ -48,6 +48,25 @@ public class SparklogProvider
    */
   static final String V2_APPEND = "__sparklog.v2.append";
 
+  /**
+   * Internal option given to the Python source with every read's options: a capped Python
+   * stream then also reports its uncapped end in its latest-offset answers, under
+   * {@link JvmMicroBatchStream#AVAILABLE} ({@code sparklog.spark.source.options}).
+   */
+  static final String REPORT_AVAILABLE = "__sparklog.reportAvailable";
+
+  /** {@code options} with {@link #REPORT_AVAILABLE} set, as the Python source gets them. */
+  static Map<String, String> toPython(Map<String, String> options) {
+    Map<String, String> out = new HashMap<>(options);
+    out.put(REPORT_AVAILABLE, "true");
+    return out;
+  }
+
+  /** {@code options} with {@link #REPORT_AVAILABLE} set, as the Python source gets them. */
+  static CaseInsensitiveStringMap toPython(CaseInsensitiveStringMap options) {
+    return new CaseInsensitiveStringMap(toPython(options.asCaseSensitiveMap()));
+  }
+
   private final PythonDataSourceV2 delegate;
 
   /** A provider wrapping a fresh {@link PythonDataSourceV2} named {@value #SHORT_NAME}. */
@@ -65,7 +84,7 @@ public class SparklogProvider
   @Override
   public StructType inferSchema(CaseInsensitiveStringMap options) {
     PythonSource.ensureRegistered();
-    return delegate.inferSchema(options);
+    return delegate.inferSchema(toPython(options));
   }
 
   @Override
@@ -82,11 +101,8 @@ public class SparklogProvider
   public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
     PythonSource.ensureRegistered();
     boolean batchWrite = properties.containsKey(V2_APPEND);
-    Map<String, String> rest = properties;
-    if (batchWrite) {
-      rest = new HashMap<>(properties);
-      rest.remove(V2_APPEND);
-    }
+    Map<String, String> rest = toPython(properties);
+    rest.remove(V2_APPEND);
     return new SparklogTable(delegate.getTable(schema, partitioning, rest), delegate, batchWrite);
   }
 

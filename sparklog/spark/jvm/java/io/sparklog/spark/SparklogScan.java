@@ -30,16 +30,14 @@ public class SparklogScan implements Scan {
   private final StructType readSchema;
   private final PinnedReadInfo plan;
   private final boolean jvm;
-  private final java.util.function.Supplier<Scan> uncapped;
   private final org.apache.spark.sql.util.CaseInsensitiveStringMap options;
   private Batch batch;
   private String reader = "reader chosen when the scan is planned";
 
   /** Wraps the Python scan; {@code readSchema} is the pruned schema the query needs,
-   *  {@code plan} its Python read plan; {@code jvm} false keeps the tasks on Python;
-   *  {@code uncapped} makes the Python scan without per-trigger caps (null: none). */
+   *  {@code plan} its Python read plan; {@code jvm} false keeps the tasks on Python. */
   SparklogScan(Scan delegate, StructType fullSchema, StructType readSchema,
-      PinnedReadInfo plan, boolean jvm, java.util.function.Supplier<Scan> uncapped,
+      PinnedReadInfo plan, boolean jvm,
       org.apache.spark.sql.util.CaseInsensitiveStringMap options) {
     this.options = options;
     this.delegate = delegate;
@@ -47,7 +45,6 @@ public class SparklogScan implements Scan {
     this.readSchema = readSchema;
     this.plan = plan;
     this.jvm = jvm;
-    this.uncapped = uncapped;
   }
 
   @Override
@@ -110,8 +107,7 @@ public class SparklogScan implements Scan {
   @Override
   public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
     MicroBatchStream python = delegate.toMicroBatchStream(checkpointLocation);
-    return new JvmMicroBatchStream(python, readSchema, jvm && readSchema.equals(fullSchema),
-        uncapped == null ? null : () -> uncapped.get().toMicroBatchStream(checkpointLocation));
+    return new JvmMicroBatchStream(python, readSchema, jvm && readSchema.equals(fullSchema));
   }
 
   @Override

@@ -4,7 +4,6 @@ import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
-import java.util.function.Supplier;
 
 import org.apache.spark.sql.connector.expressions.aggregate.Aggregation;
 import org.apache.spark.sql.connector.read.Scan;
@@ -32,7 +31,6 @@ public class SparklogScanBuilder implements ScanBuilder, SupportsPushDownFilters
   private final CaseInsensitiveStringMap options;
   private final StructType fullSchema;
   private final PinnedReadInfo plan;
-  private final Supplier<Scan> uncapped;
   private StructType required;
   /** The count considered for push-down of {@link #countOf}, once asked (empty: not
    *  pushable). */
@@ -41,16 +39,14 @@ public class SparklogScanBuilder implements ScanBuilder, SupportsPushDownFilters
   private boolean countPushed;
 
   /** A builder over the Python source's {@code delegate} for a table of {@code fullSchema},
-   *  whose Python read plan {@code plan} holds; {@code uncapped} makes the Python scan
-   *  without per-trigger caps (null: none are set). */
+   *  whose Python read plan {@code plan} holds. */
   SparklogScanBuilder(ScanBuilder delegate, CaseInsensitiveStringMap options,
-      StructType fullSchema, PinnedReadInfo plan, Supplier<Scan> uncapped) {
+      StructType fullSchema, PinnedReadInfo plan) {
     this.delegate = delegate;
     this.options = options;
     this.fullSchema = fullSchema;
     this.required = fullSchema;
     this.plan = plan;
-    this.uncapped = uncapped;
   }
 
   @Override
@@ -118,7 +114,6 @@ public class SparklogScanBuilder implements ScanBuilder, SupportsPushDownFilters
     Scan scan = delegate.build();
     boolean jvm = JvmReaderOption.enabled(options);
     // only the JVM reader prunes; with the opt-out the Python scan reads every column
-    return new SparklogScan(scan, fullSchema, jvm ? required : fullSchema, plan, jvm, uncapped,
-        options);
+    return new SparklogScan(scan, fullSchema, jvm ? required : fullSchema, plan, jvm, options);
   }
 }

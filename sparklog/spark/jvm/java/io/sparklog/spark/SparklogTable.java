@@ -4,7 +4,6 @@ import java.util.EnumSet;
 import java.util.HashMap;
 import java.util.Map;
 import java.util.Set;
-import java.util.function.Supplier;
 
 import org.apache.spark.sql.connector.catalog.Column;
 import org.apache.spark.sql.connector.catalog.SupportsRead;
@@ -12,7 +11,6 @@ import org.apache.spark.sql.connector.catalog.SupportsWrite;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableCapability;
 import org.apache.spark.sql.connector.expressions.Transform;
-import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.write.LogicalWriteInfo;
 import org.apache.spark.sql.connector.write.WriteBuilder;
@@ -77,40 +75,11 @@ public class SparklogTable implements Table, SupportsRead, SupportsWrite {
     return capabilities;
   }
 
-  /** Stream options that cap each micro-batch (the Python stream applies them). */
-  static final String[] TRIGGER_CAPS = {"maxOffsetsPerTrigger", "maxBytesPerTrigger"};
-
   @Override
   public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
-    return new SparklogScanBuilder(((SupportsRead) delegate).newScanBuilder(options), options,
-        schema(), new PinnedReadInfo(provider, options, schema()),
-        uncappedScan(options));
-  }
-
-  /** Makes the Python scan of {@code options} without the per-trigger caps (the end of
-   *  an AvailableNow run is what is available, uncapped); null when nothing is capped. */
-  private Supplier<Scan> uncappedScan(CaseInsensitiveStringMap options) {
-    Map<String, String> rest = new HashMap<>(options.asCaseSensitiveMap());
-    boolean capped = false;
-    for (String cap : TRIGGER_CAPS) {
-      for (String key : options.asCaseSensitiveMap().keySet()) {
-        if (key.equalsIgnoreCase(cap)) {
-          rest.remove(key);
-          capped = true;
-        }
-      }
-    }
-    if (!capped) {
-      return null;
-    }
-    CaseInsensitiveStringMap uncapped = new CaseInsensitiveStringMap(rest);
-    // a fresh Python source: one keeps the options it was first made with
-    return () -> {
-      PythonDataSourceV2 source = new PythonDataSourceV2();
-      source.setShortName(SparklogProvider.SHORT_NAME);
-      Table table = source.getTable(schema(), delegate.partitioning(), rest);
-      return ((SupportsRead) table).newScanBuilder(uncapped).build();
-    };
+    CaseInsensitiveStringMap python = SparklogProvider.toPython(options);
+    return new SparklogScanBuilder(((SupportsRead) delegate).newScanBuilder(python), python,
+        schema(), new PinnedReadInfo(provider, python, schema()));
   }
 
   @Override
