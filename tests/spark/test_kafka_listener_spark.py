@@ -1,7 +1,7 @@
 """Spark and the broker's Kafka listener (docs/kafka-protocol.md): Spark's own Kafka
-source (``format("kafka")``, spark-sql-kafka-0-10 from Maven) pointed at a sparklog
-broker's Kafka listener gives the same rows as ``format("sparklog")`` on the same topic;
-and what a Kafka client (kcat) produced is read by Spark straight from the storage root,
+source and sink (``format("kafka")``, spark-sql-kafka-0-10 from Maven) pointed at a
+sparklog broker's Kafka listener: reading gives the same rows as ``format("sparklog")`` on
+the same topic, and what the sink writes ``format("sparklog")`` reads back; and what a Kafka client (kcat) produced is read by Spark straight from the storage root,
 with no broker running."""
 
 from __future__ import annotations
@@ -97,6 +97,34 @@ def test_kafka_source_on_the_kafka_listener_gives_the_sparklog_rows(kafka_source
                for fmt, s in servers.items()}
     assert sorted(r["first"] for r in by_time["kafka"].collect()) == [10, 10, 10]
     assert_same(by_time["sparklog"], by_time["kafka"])
+
+
+def test_kafka_sink_writes_through_the_kafka_listener_and_sparklog_reads_the_rows(
+        kafka_source, broker):
+    """A batch ``df.write.format("kafka")`` (Spark's Kafka sink: its idempotent Java
+    producer) with ``kafka.bootstrap.servers`` on the Kafka listener writes keyed,
+    null-keyed rows with headers to chosen partitions; ``format("sparklog")`` on the
+    sparklog listener reads the same rows back, and gives the same rows, offsets and
+    timestamps included, as ``format("kafka")`` on the Kafka listener."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    spark = kafka_source
+    topic = "written-by-spark"
+    kafka_address = broker.broker.listener_addresses["KAFKA"]
+    admin = AdminClient({"bootstrap.servers": kafka_address})
+    for future in admin.create_topics([NewTopic(topic, PARTITIONS, 1)]).values():
+        future.result(60)
+    rows = [(None if i % 7 == 3 else f"key {i}".encode(), f"value {i}".encode() * (1 + i % 3),
+             i % PARTITIONS, [("n", str(i).encode()), ("from", b"spark")]) for i in range(300)]
+    written = spark.createDataFrame(rows, "key binary, value binary, partition int, "
+                                          "headers array<struct<key: string, value: binary>>")
+    (written.repartition(4).write.format("kafka")
+     .option("kafka.bootstrap.servers", kafka_address).option("topic", topic).save())
+    read = {fmt: (spark.read.format(fmt).option("kafka.bootstrap.servers", servers)
+                  .option("subscribe", topic).option("includeHeaders", "true").load())
+            for fmt, servers in (("sparklog", broker.address), ("kafka", kafka_address))}
+    assert_same(read["sparklog"].select("key", "value", "partition", "headers"), written)
+    assert_same(read["sparklog"], read["kafka"])
 
 
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
