@@ -12,6 +12,7 @@ import glob
 import os
 import uuid
 
+import pyarrow as pa
 import pytest
 
 from sparklog.clients.admin import Admin
@@ -210,6 +211,24 @@ def test_kafka_batches_and_arrow_frames_in_one_partition(broker, root, kafka_add
     expected = [(o, T0 + o, b"k", (b"kafka-%d" if o % 20 >= 10 else b"arrow-%d") % o,
                  (("h", b"x"),)) for o in range(60)]
     assert _sparklog_read(broker, topic, 60) == expected
+    # poll_batches: one schema for both kinds, the same columns
+    c = Consumer(topic, bootstrap_servers=broker.address, auto_offset_reset="earliest")
+    batches: list = []
+    try:
+        def more():
+            for got in c.poll_batches(timeout_ms=500).values():
+                batches.extend(got)
+            return sum(b.num_rows for b in batches) >= 60
+        wait_until(more, timeout=60, what="60 records of both kinds as Arrow batches")
+    finally:
+        c.close()
+    assert len({b.schema for b in batches}) == 1
+    table = pa.Table.from_batches(batches)
+    assert list(zip(table.column("__offset").to_pylist(),
+                    table.column("__timestamp").cast(pa.int64()).to_pylist(),
+                    table.column("key").to_pylist(), table.column("value").to_pylist(),
+                    [tuple((h["key"], h["value"]) for h in hs)
+                     for hs in table.column("headers").to_pylist()])) == expected
     fetched = _fetch(kafka_address, topic, 0)
     batches = [decode_batch(fetched, pos) for pos, _ in iter_batches(fetched)]
     assert [(r.offset, r.timestamp, r.key, r.value, r.headers)
@@ -302,8 +321,6 @@ def test_each_refused_field_is_named_and_nothing_is_stored(broker, root, kafka_a
 def test_typed_and_compacted_topics(broker, root, kafka_address):
     """A typed topic takes Arrow frames only: a Kafka batch is INVALID_RECORD naming
     the topic's schema. A compacted raw topic refuses a record without a key."""
-    import pyarrow as pa
-
     typed = _topic(broker, schema=pa.schema([pa.field("n", pa.int64())]))
     compacted = _topic(broker, configs={"cleanup.policy": "compact"})
     with KafkaConn(kafka_address) as conn:
@@ -329,3 +346,28 @@ def test_log_append_time_topic_stamps_the_batch(broker, root, kafka_address):
     assert h.timestamp_type == 1 and h.max_timestamp == append_time > T0
     assert stored[61:] == batch[61:]  # the records as sent
     assert {r[1] for r in _sparklog_read(broker, topic, 3)} == {h.max_timestamp}
+
+
+def test_sequences_are_checked_against_the_producer_state(broker, root, kafka_address):
+    """An idempotent producer's batches: a resent batch is answered with the offsets it
+    got the first time and stored once; a gap in the sequence is OUT_OF_ORDER_SEQUENCE."""
+    topic = _topic(broker)
+    with KafkaConn(kafka_address) as conn:
+        init = conn.init_producer_id()
+        assert init.error_code == 0
+        pid, epoch = int(init.producer_id), int(init.producer_epoch)
+
+        def batch(offsets, seq):
+            return _batch(offsets, "snappy", producer_id=pid, producer_epoch=epoch,
+                          base_sequence=seq)
+
+        first = batch(range(0, 3), 0)
+        assert int(conn.produce(topic, first).base_offset) == 0
+        again = conn.produce(topic, first)
+        assert (int(again.error_code), int(again.base_offset)) == (0, 0)
+        assert int(conn.produce(topic, batch(range(3, 5), 3)).base_offset) == 3
+        gap = conn.produce(topic, batch(range(5, 6), 9))
+        assert int(gap.error_code) == 45, gap  # OUT_OF_ORDER_SEQUENCE_NUMBER
+    headers = [h for _, h in iter_batches(_stored(root, topic))]
+    assert [(h.base_offset, h.producer_id, h.base_sequence) for h in headers] == \
+        [(0, pid, 0), (3, pid, 3)]
