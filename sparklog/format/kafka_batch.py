@@ -3,8 +3,11 @@
 A Kafka client's batch is stored as the client sent it; the broker checks it
 (:func:`validate_client_batch`, as Kafka's ``LogValidator``) and patches only the two
 fields outside the CRC (:func:`stamp`), and on a LogAppendTime topic the timestamp type
-and ``maxTimestamp`` (:func:`set_log_append_time`, which redoes the CRC). Readers decode it with :func:`decode_batch`;
-a Kafka consumer of an Arrow-framed topic gets batches built by :func:`encode_batch`.
+and ``maxTimestamp`` (:func:`set_log_append_time`, which redoes the CRC). Readers of
+the log read its records with :func:`records_columns` (through
+:meth:`sparklog.format.frame.Frame.batch`, which dispatches on the magic byte), or
+:func:`decode_batch`; a Kafka consumer of an Arrow-framed topic gets batches built by
+:func:`encode_batch`.
 
 Layout (all integers big-endian; the same 61-byte prefix as an Arrow frame's header,
 see :mod:`sparklog.format.header`, with ``magic`` 2 at byte 16 where an Arrow frame
@@ -823,8 +826,9 @@ def records_columns(header, section, *, position: int = 0, where: str | None = N
     already read and checked (a :class:`KafkaBatchHeader`, or the same 13 fields as
     :class:`~sparklog.format.header.FrameHeader` reads them), ``section`` its records
     section (the bytes after the 61-byte header) and ``position`` where the batch lies,
-    for messages (``where``: what they call the batch instead). The records are read as :func:`decode_batch` reads them (a batch of
-    :data:`VECTOR_MIN_RECORDS` or more records without headers, with array arithmetic);
+    for messages (``where``: what they call the batch instead). The records are read
+    as :func:`decode_batch` reads them (a batch of :data:`VECTOR_MIN_RECORDS` or more
+    records without headers, with array arithmetic);
     timestamps are the records' own (a reader of a LogAppendTime batch gives every
     record ``maxTimestamp``). The offset deltas are not checked against
     ``lastOffsetDelta`` here (the caller does, as for an Arrow frame's explicit
