@@ -16,7 +16,10 @@ Decoding happens in the polling thread: frames are validated (CRC32C when
 ``check_crcs``), records before the partition's *position* (the frame that holds the
 fetch offset may start earlier) are skipped, and records become
 :class:`~sparklog.clients.types.ConsumerRecord` s (``poll``) or Arrow record batches
-with ``__offset`` and ``__timestamp`` columns (``poll_batches``).
+with ``__offset`` and ``__timestamp`` columns (``poll_batches``). A Kafka client's
+record batch stored as it sent it (magic 2, beside the Arrow frames) is decoded here
+too, by :meth:`~sparklog.format.frame.Frame.batch` as every reader of the log decodes
+it: the same records as an Arrow frame of them.
 
 A seek bumps the partition's epoch; responses fetched for an older epoch are dropped.
 """
