@@ -21,6 +21,10 @@ How each rule of the storage contract is met (docs/storage.md has the table):
   and has the DataNodes finalise the last block at a new generation stamp, so the old
   writer's later packets are refused (its flush/sync raise LeaseExpiredError).
   ``verify_lease`` = ``hsync(UPDATE_LENGTH)``: the NameNode checks the caller's lease.
+  ``recover_leases`` starts the recovery of every file before it polls them all
+  together: W files cost one DataNode heartbeat, not W.
+* **Non-recursive create** (``create(path, parents=False)``) =
+  ``FileSystem.createNonRecursive``: the NameNode refuses a missing parent directory.
 * **Reads** see every hflushed byte: ``HdfsDataInputStream.getVisibleLength()`` asks a
   DataNode for the acked length of a block still being written; ``size()`` and ``list()``
   report it for open files (the NameNode's own length counts completed blocks only).

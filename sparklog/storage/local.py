@@ -19,7 +19,8 @@ How each rule of the contract is enforced on a POSIX file system:
   a file also fsyncs the directory so the name itself is durable. Writeback is started
   behind the writer every ``sync_behind_writes`` bytes (see :class:`LocalFileIO`).
 * **create-no-overwrite** is ``open(O_CREAT|O_EXCL)``: the kernel lets exactly one of
-  concurrent creators win.
+  concurrent creators win. With ``parents=False`` (a non-recursive create) the same
+  open, without making the directory first, fails when the directory is missing.
 * **rename-no-replace** is ``renameat2(RENAME_NOREPLACE)`` (Linux >= 3.15, glibc >= 2.28),
   falling back to ``link(2)`` + ``unlink(2)`` for files (``link`` fails atomically when
   the target exists). There is never a check-then-rename window.

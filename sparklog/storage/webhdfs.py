@@ -8,7 +8,8 @@ a DataNode performs on the client's behalf. How each rule of the contract is met
   **sync** = the same call: closing finalises the block on every DataNode of the
   pipeline (on disk, not fsync'ed, unless the cluster sets dfs.datanode.synconclose).
 * **create-no-overwrite** = ``op=CREATE&overwrite=false``: the NameNode refuses atomically
-  (FileAlreadyExistsException) when the file exists.
+  (FileAlreadyExistsException) when the file exists. A non-recursive create
+  (``parents=False``) is refused (:data:`NO_NON_RECURSIVE_CREATE` says why).
 * **rename-no-replace** = ``op=RENAME``: returns ``{"boolean": false}`` when the target
   exists (-> FileAlreadyExistsError); the target is checked first so that HDFS's
   "rename into an existing directory" semantics never apply.
