@@ -5,6 +5,9 @@ both kinds, whatever the offset range cuts, and skip control batches."""
 
 from __future__ import annotations
 
+import struct
+
+import crc32c
 import pytest
 
 pytest.importorskip("pyspark", reason="pyspark is not installed")
@@ -78,16 +81,22 @@ def mixed_segment() -> tuple[bytes, list]:
     return bytes(out), rows
 
 
-def make_mixed_topic(root: str, topic: str = "mixed", partitions: int = 2) -> list:
-    """A raw topic whose partitions each hold the mixed segment; its rows."""
+def write_topic(root: str, topic: str, segment: bytes, partitions: int = 1) -> None:
+    """A raw topic whose partitions each hold ``segment`` (frames from offset 0) as their
+    one (active) segment file, written as the bytes are, not through the log."""
     store = TopicStore(root, open_fileio(root))
     store.create_topic(topic, partitions)
-    data, rows = mixed_segment()
     for p in range(partitions):
         directory = store.partition_dir(topic, p)
         store.fileio.mkdirs(directory)
         with store.fileio.create(f"{directory}/{0:020d}.log") as f:
-            f.write(data)
+            f.write(segment)
+
+
+def make_mixed_topic(root: str, topic: str = "mixed", partitions: int = 2) -> list:
+    """A raw topic whose partitions each hold the mixed segment; its rows."""
+    data, rows = mixed_segment()
+    write_topic(root, topic, data, partitions)
     return rows
 
 
@@ -156,3 +165,70 @@ def test_both_kinds_and_every_codec_read_as_written(jspark, storage_root, route)
             assert how_counted(df) == "driver"  # headers (and its CRC) on the driver
         assert sorted(r.offset for r in df.select("offset").collect()) == sorted(
             row[4] for row in want)
+
+
+def _recrc(batch: bytearray) -> bytes:
+    """``batch`` with its CRC-32C made right again (damage the CRC does not catch)."""
+    struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[21:])))
+    return bytes(batch)
+
+
+def _damaged(name: str) -> bytes:
+    """A Kafka batch of offsets 5-8, damaged as ``name`` says."""
+    recs = [KafkaRecord(o, BASE_TS + o, b"k", b"v%d" % o * 40) for o in range(5, 9)]
+    if name == "crc":
+        batch = bytearray(encode_batch(recs, base_offset=5, compression="snappy"))
+        batch[80] ^= 0x10
+        return bytes(batch)
+    if name == "record count":  # the header says 5 records (offsets 5-9), 4 are there
+        batch = bytearray(encode_batch(recs, base_offset=5))
+        struct.pack_into(">i", batch, 23, 4)
+        struct.pack_into(">i", batch, 57, 5)
+        return _recrc(batch)
+    if name == "gzip":  # a byte of the deflate stream
+        batch = bytearray(encode_batch(recs, base_offset=5, compression="gzip"))
+        batch[75] ^= 0x55
+        return _recrc(batch)
+    if name == "zstd":  # the zstd frame cut short
+        batch = bytearray(encode_batch(recs, base_offset=5, compression="zstd"))[:-3]
+        struct.pack_into(">i", batch, 8, len(batch) - 12)
+        return _recrc(batch)
+    raise AssertionError(name)
+
+
+#: damage -> what both readers' errors say of it
+DAMAGE = {
+    "crc": "CRC32C mismatch",
+    "record count": "record 4: length: the records end inside it (recordCount 5)",
+    "gzip": "gzip records cannot be decompressed",
+    "zstd": "zstd records cannot be decompressed",
+}
+_CODEC = {"record count": "none", "gzip": "gzip", "zstd": "zstd"}
+
+
+@pytest.mark.parametrize("route", sorted(ROUTES))
+def test_damaged_kafka_batches_fail_naming_what(jspark, storage_root, tmp_path, route):
+    good = encode_frame(raw_batch([b"a"] * 5), timestamps=[BASE_TS] * 5)
+    for i, name in enumerate(DAMAGE):
+        topic = f"bad{i}"
+        write_topic(storage_root, topic, good + _damaged(name) + encode_batch(
+            [KafkaRecord(9, BASE_TS, None, b"after")], base_offset=9))
+        path = tmp_path / "log" / "topics" / topic / "0" / f"{0:020d}.log"
+        df = load(jspark, storage_root, subscribe=topic, **ROUTES[route])
+        # the frame before it reads
+        assert [bytes(r.value) for r in load(
+            jspark, storage_root, subscribe=topic, endingOffsets=f'{{"{topic}":{{"0":5}}}}',
+            **ROUTES[route]).collect()] == [b"a"] * 5
+        with pytest.raises(Exception) as info:
+            df.collect()
+        text = str(info.value)
+        if route == "python" and name == "crc":  # as for an Arrow frame: the Python
+            # reader's scan of an active segment ends the log before a frame whose CRC fails
+            assert "outside the valid offsets [0, 5]" in text, text
+            continue
+        assert DAMAGE[name] in text, text
+        if route == "jvm":
+            assert f"corrupt frame in file:{path} at position {len(good)}" in text, text
+        if name != "crc":
+            assert (f"Kafka record batch ({_CODEC[name]})" if route == "jvm" else
+                    "Kafka record batch at offset 5") in text, text
