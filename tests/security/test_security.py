@@ -805,3 +805,38 @@ def test_scram_matches_the_rfc_7677_example():
     server._nonce = "rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0"
     server._server_first = server_first.decode()
     assert server.step(client_final) == server_final
+
+
+def test_scram_client_final_nonce_is_checked_as_kafka_checks_it():
+    """The client-final nonce must end with the exchange's nonce (Kafka's
+    ScramSaslServer): older librdkafka (2.0, as in Debian's kcat) sends its own nonce
+    once more in front of it, with a proof over that message, and is accepted; a nonce
+    that does not end with the exchange's is refused."""
+    import base64
+    import hashlib
+    import hmac
+
+    from sparklog.security.scram import ScramCredential, ScramError, ScramServer
+
+    salt = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
+    credential = ScramCredential.create("SCRAM-SHA-256", "pencil", salt=salt)
+
+    def final(client_nonce_prefix: str, tamper: str = "") -> tuple[ScramServer, bytes]:
+        server = ScramServer("SCRAM-SHA-256", lambda user: credential, b"secret")
+        server_first = server.step(b"n,,n=user,r=abc").decode()
+        nonce = server_first.split(",")[0][2:]
+        without_proof = f"c=biws,r={client_nonce_prefix}{nonce}{tamper}"
+        salted = hashlib.pbkdf2_hmac("sha256", b"pencil", salt, 4096)
+        client_key = hmac.new(salted, b"Client Key", "sha256").digest()
+        signature = hmac.new(hashlib.sha256(client_key).digest(),
+                             f"n=user,r=abc,{server_first},{without_proof}".encode(),
+                             "sha256").digest()
+        proof = bytes(a ^ b for a, b in zip(client_key, signature))
+        return server, f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+    for prefix in ("", "abc"):  # RFC 5802's form, librdkafka 2.0's
+        server, message = final(prefix)
+        assert server.step(message).startswith(b"v=")
+    server, message = final("", tamper="x")
+    with pytest.raises(ScramError, match="nonce is not this exchange's"):
+        server.step(message)
