@@ -902,10 +902,14 @@ def _checked_client_batch(buf, pos: int, want: int, *, max_decompressed_bytes: i
             f"{where}: invalid baseSequence {header.base_sequence} in a batch with "
             f"producerId {header.producer_id}")
     data = decompress_records(view, pos, header, max_decompressed_bytes=max_decompressed_bytes)
+    # a large batch is checked (and read) with array arithmetic when it can be: also
+    # when only checked, as the broker checks every batch it stores
     fast = _client_columns(data, header, compacted) \
-        if want == _COLUMNS and count >= VECTOR_MIN_RECORDS else None
+        if want != _RECORDS and count >= VECTOR_MIN_RECORDS else None
     if fast is not None:
         records, lowest, max_ts = fast
+        if want == _HEADER_ONLY:
+            records = None
     else:
         try:
             records, lowest, max_ts = _parse_records(data, header, where, want != _HEADER_ONLY,
