@@ -4,6 +4,10 @@ import java.lang.reflect.Field;
 import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Paths;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HexFormat;
+import java.util.List;
 import java.util.Locale;
 import java.util.zip.CRC32C;
 
@@ -72,11 +76,59 @@ public final class GoldenCheck {
         }
       }
     }
+    mixed(fs, root);
     Schema typed = LogFiles.topicSchema(fs, root, "typed");
     System.out.println("schema typed " + typed.getFields());
     byte[] pickled = Files.readAllBytes(Paths.get(args[1]));
     RangePartition r = RangePartition.fromPlanned(new Unpickler().loads(pickled));
     System.out.println("range " + r.topic + " " + r.partition + " " + r.start + " " + r.end
         + " " + r.root + " " + r.failOnDataLoss);
+  }
+
+  /** The mixed topic's frames (kind, codec, record count, CRC), the records of its Kafka
+   *  batches as {@link KafkaBatch} decodes them, and its sealed segments' summaries. */
+  private static void mixed(FileSystem fs, String root) throws Exception {
+    HexFormat hex = HexFormat.of();
+    for (LogFiles.Segment seg : LogFiles.listSegments(fs, LogFiles.partitionDir(root, "mixed",
+        0))) {
+      byte[] data = LogFiles.readAll(fs, seg.log);
+      int pos = 0;
+      while (pos < data.length) {
+        ByteBuffer h = ByteBuffer.wrap(data, pos, data.length - pos).slice();
+        int size = FrameHeader.length(h) + FrameHeader.LOG_OVERHEAD;
+        byte[] frame = Arrays.copyOfRange(data, pos, pos + size);
+        CRC32C crc = new CRC32C();
+        crc.update(frame, FrameHeader.CRC_START, size - FrameHeader.CRC_START);
+        long base = FrameHeader.baseOffset(h);
+        System.out.println("kind mixed " + seg.baseOffset + " " + pos + " " + base + " "
+            + FrameHeader.magic(h) + " " + (FrameHeader.attributes(h) & FrameHeader.CODEC_MASK)
+            + " " + FrameHeader.recordCount(h) + " crc-ok="
+            + ((int) crc.getValue() == FrameHeader.crc(h)));
+        if (FrameHeader.magic(h) == KafkaBatch.MAGIC) {
+          KafkaBatch k = new KafkaBatch();
+          k.decode(frame, size);
+          for (int i = 0; i < k.count; i++) {
+            List<String> headers = new ArrayList<>();
+            for (int j = k.headerFirst[i]; j < k.headerFirst[i] + k.headerCount[i]; j++) {
+              headers.add(new String(k.data, k.hKeyPos[j], k.hKeyLen[j],
+                  java.nio.charset.StandardCharsets.UTF_8) + "=" + (k.hValueLen[j] < 0 ? "null"
+                  : hex.formatHex(k.data, k.hValuePos[j], k.hValuePos[j] + k.hValueLen[j])));
+            }
+            System.out.println("record mixed " + (base + k.offsetDelta[i]) + " "
+                + k.timestamp[i] + " " + (k.keyLen[i] < 0 ? "null"
+                : hex.formatHex(k.data, k.keyPos[i], k.keyPos[i] + k.keyLen[i])) + " "
+                + (k.valueLen[i] < 0 ? "null"
+                : hex.formatHex(k.data, k.valuePos[i], k.valuePos[i] + k.valueLen[i])) + " "
+                + (headers.isEmpty() ? "null" : String.join(",", headers)));
+          }
+        }
+        pos += size;
+      }
+      if (seg.hasIndex) {
+        RecordCount.Sealed summary = RecordCount.Sealed.of(fs, seg);
+        System.out.println("mixed-summary " + seg.baseOffset + " " + summary.nextOffset + " "
+            + summary.dataRecords);
+      }
+    }
   }
 }

@@ -2,6 +2,7 @@
 
     python tests/golden/make_golden.py            # rewrites tests/golden/data/
     python tests/golden/make_golden.py --range    # rewrites planned-range.pickle only
+    python tests/golden/make_golden.py --mixed    # rewrites data/topics/mixed only
 
 Everything is written by the project's own code (TopicStore, PartitionLog, encode_frame)
 with fixed timestamps, producer ids and leader epochs, so the files hold no clock or
@@ -18,6 +19,9 @@ Contents of ``data/`` (a storage root, docs/format.md):
 * ``lz4``: one frame with lz4-compressed Arrow buffers, one with zstd.
 * ``typed``: a typed topic (declared schema) with a not-null column.
 * ``compacted``: one frame with explicit offsets (the ``__offset_delta`` column).
+* ``mixed``: Arrow frames and Kafka record batches (magic 2) in the same segments, every
+  codec of each kind (Kafka's snappy in xerial and raw framing), ``segment.bytes``
+  small enough that the first segment is sealed; written with ``--mixed`` alone too.
 * every topic's ``config`` file (``raw`` with topic configs).
 * ``planned-range.pickle``: a :class:`PlannedRange` pickled as Spark pickles
   planned partitions: its state is the version-1 planned-range descriptor the JVM
@@ -38,6 +42,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(HERE.parent.parent))
 
 from sparklog.format.frame import encode_frame, raw_batch  # noqa: E402
+from sparklog.format.kafka_batch import KafkaRecord, encode_batch  # noqa: E402
 from sparklog.log.partition import PartitionLog  # noqa: E402
 from sparklog.metadata import TopicStore  # noqa: E402
 from sparklog.storage import open_fileio  # noqa: E402
@@ -55,6 +60,11 @@ TYPED_SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False),
                           pa.field("name", pa.string()), pa.field("score", pa.float64())])
 #: offsets of the compacted frame's records, relative to its base offset 0
 COMPACTED_DELTAS = [0, 2, 5]
+MIXED_CONFIG = {"segment.bytes": "2500", "index.interval.bytes": "1"}
+#: the mixed topic's frames in order: (kind, codec, records)
+MIXED_FRAMES = [("arrow", "none", 3), ("kafka", "gzip", 3), ("kafka", "snappy", 2),
+                ("arrow", "lz4", 2), ("kafka", "snappy-raw", 2), ("kafka", "lz4", 3),
+                ("arrow", "zstd", 2), ("kafka", "zstd", 2), ("kafka", "none", 2)]
 #: the pickled planned range: topic, partition, [start, end), root, fail_on_data_loss
 PLANNED = ("raw", 0, 2, 11, "file:///golden-root", True)
 
@@ -63,6 +73,13 @@ def raw_record(offset: int) -> tuple[bytes, bytes, list, int]:
     """Key, value, headers and timestamp of the raw topic's record at ``offset``."""
     return (f"k{offset}".encode(), f"value-{offset}".encode(),
             [("h", str(offset).encode())] if offset % 2 else None, BASE_TS + 1000 * offset)
+
+
+def mixed_record(offset: int) -> tuple[bytes | None, bytes, list | None, int]:
+    """Key, value, headers and timestamp of the mixed topic's record at ``offset``."""
+    return (None if offset % 4 == 0 else f"m{offset}".encode(), f"mixed-{offset}".encode() * 3,
+            [("h", str(offset).encode()), ("n", None)] if offset % 3 == 1 else None,
+            BASE_TS + 500 * offset)
 
 
 def _append(store, topic, frames, config=None):
@@ -106,7 +123,32 @@ def make(root: Path = DATA) -> None:
                   [f"k{d}".encode() for d in COMPACTED_DELTAS]),
         timestamps=[BASE_TS + d for d in COMPACTED_DELTAS], offset_deltas=COMPACTED_DELTAS)])
 
+    make_mixed(root)
     make_planned_range()
+
+
+def make_mixed(root: Path = DATA) -> None:
+    """Write the ``mixed`` topic under ``root`` (replaced)."""
+    store = TopicStore(root.as_uri(), open_fileio(root.as_uri()))
+    if (root / "topics" / "mixed").exists():
+        shutil.rmtree(root / "topics" / "mixed")
+    store.create_topic("mixed", 1, configs=MIXED_CONFIG)
+    frames, offset = [], 0
+    for kind, codec, n in MIXED_FRAMES:
+        recs = [mixed_record(o) for o in range(offset, offset + n)]
+        if kind == "arrow":
+            frames.append(encode_frame(
+                raw_batch([r[1] for r in recs], [r[0] for r in recs], [r[2] for r in recs]),
+                timestamps=[r[3] for r in recs], compression=codec))
+        else:
+            frames.append(encode_batch(
+                [KafkaRecord(o, r[3], r[0], r[1], tuple(r[2] or ()))
+                 for o, r in zip(range(n), recs)],
+                compression=codec.removesuffix("-raw"),
+                snappy_framing="raw" if codec == "snappy-raw" else "xerial",
+                producer_id=PRODUCER_ID, producer_epoch=PRODUCER_EPOCH, base_sequence=offset))
+        offset += n
+    _append(store, "mixed", frames, MIXED_CONFIG)
 
 
 def make_planned_range() -> None:
@@ -119,6 +161,8 @@ def make_planned_range() -> None:
 if __name__ == "__main__":
     if sys.argv[1:] == ["--range"]:
         make_planned_range()
+    elif sys.argv[1:] == ["--mixed"]:
+        make_mixed()
     else:
         make()
     for p in sorted(DATA.rglob("*")) + [PICKLE]:

@@ -89,6 +89,23 @@ RECORDS = {
 TYPED_ROWS = [(0, 1, "one", 1.5, TS), (1, 2, None, -2.0, TS + 1)]
 
 
+def mixed_rows():
+    """(offset, key, value, headers, timestamp) of the mixed topic's 21 records."""
+    return [(o, None if o % 4 == 0 else f"m{o}".encode(), f"mixed-{o}".encode() * 3,
+             [("h", str(o).encode()), ("n", None)] if o % 3 == 1 else None, TS + 500 * o)
+            for o in range(21)]
+
+
+#: the mixed topic's frames: (segment base, position, base offset, magic, codec id,
+#: record count); magic 1 an Arrow frame (codec 0 none, 1 lz4, 2 zstd), 2 a Kafka batch
+#: (0 none, 1 gzip, 2 snappy: at 6 xerial-framed, at 10 raw; 3 lz4, 4 zstd)
+MIXED = [(0, 0, 0, 1, 0, 3), (0, 1189, 3, 2, 1, 3), (0, 1320, 6, 2, 2, 2),
+         (8, 0, 8, 1, 1, 2), (8, 1341, 10, 2, 2, 2), (8, 1458, 12, 2, 3, 3),
+         (15, 0, 15, 1, 2, 2), (15, 1381, 17, 2, 4, 2), (15, 1492, 19, 2, 0, 2)]
+#: the mixed topic's sealed segments: base -> (next offset, record count)
+MIXED_SEALED = {0: (8, 8), 8: (15, 7)}
+
+
 def segment_frames(topic):
     """(segment base, position, frame) of every frame of the topic's partition 0."""
     for log in sorted((DATA / "topics" / topic / "0").glob("*.log")):
@@ -137,6 +154,20 @@ def test_records_of_raw_compressed_and_explicit_offset_frames():
     assert codecs == ["lz4", "zstd"]
     (_, _, frame), = segment_frames("compacted")
     assert frame.header.explicit_offsets and frame.offsets().to_pylist() == [0, 2, 5]
+
+
+def test_mixed_segments_hold_both_kinds_and_every_codec():
+    frames = list(segment_frames("mixed"))
+    assert [(seg, pos, f.header.base_offset, f.header.magic, f.header.attributes & 7,
+             f.header.record_count) for seg, pos, f in frames] == MIXED
+    assert [f.header.codec for _, _, f in frames] == [
+        "none", "gzip", "snappy", "lz4", "snappy", "lz4", "zstd", "zstd", "none"]
+    assert {f.header.leader_epoch for _, _, f in frames} == {7}
+    assert _records("mixed") == mixed_rows()
+    part = DATA / "topics" / "mixed" / "0"
+    for base, (next_offset, records) in MIXED_SEALED.items():
+        summary, _ = OffsetIndex.from_bytes((part / f"{base:020d}.index").read_bytes())
+        assert (summary.next_offset, summary.record_count) == (next_offset, records)
 
 
 def test_typed_topic_schema_and_rows():
@@ -249,6 +280,24 @@ def test_jvm_reads_the_record_counts_of_the_summaries(jvm_check):
     assert [line for line in jvm_check if line.startswith("summary ")] == want
 
 
+def test_jvm_decodes_the_kafka_batches_of_the_mixed_topic(jvm_check):
+    """KafkaBatch.java: every Kafka batch's records (each codec, snappy in both
+    framings), its CRC, and the summaries of segments holding both kinds."""
+    assert [line for line in jvm_check if line.startswith("kind ")] == [
+        "kind mixed " + " ".join(map(str, frame)) + " crc-ok=true" for frame in MIXED]
+    kafka = {o for _, _, base, magic, _, n in MIXED if magic == 2 for o in range(base, base + n)}
+
+    def text(b):
+        return "null" if b is None else b.hex()
+
+    assert [line for line in jvm_check if line.startswith("record ")] == [
+        f"record mixed {o} {t} {text(k)} {text(v)} " + (
+            "null" if h is None else ",".join(f"{hk}={text(hv)}" for hk, hv in h))
+        for o, k, v, h, t in mixed_rows() if o in kafka]
+    assert [line for line in jvm_check if line.startswith("mixed-summary ")] == [
+        f"mixed-summary {base} {n} {c}" for base, (n, c) in MIXED_SEALED.items()]
+
+
 def test_jvm_reads_the_typed_schema_and_the_planned_range(jvm_check):
     assert ("schema typed [id: Int(64, true) not null, name: Utf8, "
             "score: FloatingPoint(DOUBLE)]") in jvm_check
@@ -287,12 +336,18 @@ def test_spark_reads_the_golden_topics(spark, tmp_path, jvm):
         cols = ["offset", "key", "value", "timestamp", "partition", "timestampType"]
         return sorted(tuple(r) for r in load(topic, **options).select(*cols).collect())
 
-    for topic, records in (("raw", raw_rows()), *RECORDS.items()):
+    for topic, records in (("raw", raw_rows()), ("mixed", mixed_rows()), *RECORDS.items()):
         assert kafka_rows(topic) == [(o, k, v, ts(t), 0, 0) for o, k, v, _, t in records]
-    headers = sorted((r.offset, r.headers) for r in
-                     load("raw", includeHeaders="true").select("offset", "headers").collect())
-    assert headers == [(o, None if h is None else [tuple(x) for x in h])
-                       for o, _, _, h, _ in raw_rows()]
+    for topic, records in (("raw", raw_rows()), ("mixed", mixed_rows())):
+        headers = sorted((r.offset, r.headers) for r in load(
+            topic, includeHeaders="true").select("offset", "headers").collect())
+        assert headers == [(o, None if h is None else [tuple(x) for x in h])
+                           for o, _, _, h, _ in records]
+    # offsets cut inside the gzip batch and inside the Kafka lz4 batch
+    assert kafka_rows("mixed", startingOffsets='{"mixed":{"0":4}}',
+                      endingOffsets='{"mixed":{"0":13}}') == [
+        (o, k, v, ts(t), 0, 0) for o, k, v, _, t in mixed_rows()[4:13]]
     typed = load("typed").select("offset", "id", "name", "score", "timestamp").collect()
     assert sorted(tuple(r) for r in typed) == [(o, i, n, s, ts(t)) for o, i, n, s, t in TYPED_ROWS]
     assert load("raw").count() == 15
+    assert load("mixed").count() == 21
