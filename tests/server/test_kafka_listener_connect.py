@@ -49,7 +49,33 @@ def _properties(path, **props) -> str:
     return str(path)
 
 
-def _lines(path) -> list[str]:
+def file_connectors(classpath: list[str], address: str, topic: str, tmp_path):
+    """A function starting (``run`` numbers its log) Connect standalone bootstrapping
+    from ``address`` with a FileStreamSource of ``tmp_path/input.txt`` into ``topic``
+    and a FileStreamSink (group ``connect-file-sink``) of it into ``tmp_path/output.txt``;
+    the source's offsets in ``tmp_path/connect.offsets``."""
+    worker = _properties(
+        tmp_path / "worker.properties", bootstrap_servers=address,
+        key_converter="org.apache.kafka.connect.storage.StringConverter",
+        value_converter="org.apache.kafka.connect.storage.StringConverter",
+        offset_storage_file_filename=tmp_path / "connect.offsets",
+        offset_flush_interval_ms=500, listeners="http://127.0.0.1:0")
+    connectors = [
+        _properties(tmp_path / "source.properties", name="file-source", tasks_max=1,
+                    connector_class="org.apache.kafka.connect.file.FileStreamSourceConnector",
+                    file=tmp_path / "input.txt", topic=topic),
+        _properties(tmp_path / "sink.properties", name="file-sink", tasks_max=1,
+                    connector_class="org.apache.kafka.connect.file.FileStreamSinkConnector",
+                    file=tmp_path / "output.txt", topics=topic)]
+
+    def connect(run: int) -> JavaTool:
+        return JavaTool(CONNECT_STANDALONE, worker, *connectors, classpath=classpath,
+                        log_path=tmp_path / f"connect-{run}.log", heap="384m")
+    return connect
+
+
+def lines_of(path) -> list[str]:
+    """The lines of a file ([] while it does not exist)."""
     return path.read_text().splitlines() if path.exists() else []
 
 
@@ -66,32 +92,15 @@ def test_file_source_into_a_topic_and_file_sink_out_of_it(connect_classpath, bro
     source, sink = tmp_path / "input.txt", tmp_path / "output.txt"
     lines = [f"line {i}: {'x' * (i % 50)}" for i in range(500)]
     source.write_text("\n".join(lines) + "\n")
-    worker = _properties(
-        tmp_path / "worker.properties", bootstrap_servers=address,
-        key_converter="org.apache.kafka.connect.storage.StringConverter",
-        value_converter="org.apache.kafka.connect.storage.StringConverter",
-        offset_storage_file_filename=tmp_path / "connect.offsets",
-        offset_flush_interval_ms=500, listeners="http://127.0.0.1:0")
-    connectors = [
-        _properties(tmp_path / "source.properties", name="file-source", tasks_max=1,
-                    connector_class="org.apache.kafka.connect.file.FileStreamSourceConnector",
-                    file=source, topic=topic),
-        _properties(tmp_path / "sink.properties", name="file-sink", tasks_max=1,
-                    connector_class="org.apache.kafka.connect.file.FileStreamSinkConnector",
-                    file=sink, topics=topic)]
-
-    def connect(run: int) -> JavaTool:
-        return JavaTool(CONNECT_STANDALONE, worker, *connectors, classpath=connect_classpath,
-                        log_path=tmp_path / f"connect-{run}.log", heap="384m")
-
+    connect = file_connectors(connect_classpath, address, topic, tmp_path)
     with connect(1) as worker1:
-        wait_until(lambda: _lines(sink) == lines, timeout=120,
+        wait_until(lambda: lines_of(sink) == lines, timeout=120,
                    what=f"the sink file holding the source's lines: {worker1.describe()}")
         more = [f"appended {i}" for i in range(100)]
         with source.open("a") as f:
             f.write("\n".join(more) + "\n")
         lines += more
-        wait_until(lambda: _lines(sink) == lines, timeout=60,
+        wait_until(lambda: lines_of(sink) == lines, timeout=60,
                    what=f"the lines appended while it runs: {worker1.describe()}")
         # the source's offsets reach its file (flushed every 500 ms) before it stops
         wait_until(lambda: (tmp_path / "connect.offsets").exists(), timeout=30,
@@ -106,10 +115,10 @@ def test_file_source_into_a_topic_and_file_sink_out_of_it(connect_classpath, bro
         f.write("\n".join(later) + "\n")
     lines += later
     with connect(2) as worker2:
-        wait_until(lambda: len(_lines(sink)) >= len(lines), timeout=120,
+        wait_until(lambda: len(lines_of(sink)) >= len(lines), timeout=120,
                    what=f"the restarted sink writing the new lines: {worker2.describe()}")
         assert worker2.stop(), worker2.describe()
-    assert _lines(sink) == lines  # nothing sent or written twice
+    assert lines_of(sink) == lines  # nothing sent or written twice
     out = kafka_tool("org.apache.kafka.tools.GetOffsetShell", "--bootstrap-server", address,
                      "--topic", topic, "--time", "-1")
     assert f"{topic}:0:{len(lines)}" in out
