@@ -26,6 +26,15 @@ from tests.support.sparkread import assert_same, load  # noqa: E402
 
 pytestmark = [pytest.mark.spark]
 
+try:  # the 3-broker cluster of the Kafka listener's cluster tests (it needs kazoo)
+    from tests.server.test_kafka_listener_cluster import cluster  # noqa: F401 (a fixture)
+except pytest.skip.Exception as _missing:
+    _why = str(_missing)
+
+    @pytest.fixture(scope="module")
+    def cluster():
+        pytest.skip(_why)
+
 TOPIC = "via-kafka"
 PARTITIONS = 3
 COUNT = 60  # records per partition
@@ -99,18 +108,14 @@ def test_kafka_source_on_the_kafka_listener_gives_the_sparklog_rows(kafka_source
     assert_same(by_time["sparklog"], by_time["kafka"])
 
 
-def test_kafka_sink_writes_through_the_kafka_listener_and_sparklog_reads_the_rows(
-        kafka_source, broker):
-    """A batch ``df.write.format("kafka")`` (Spark's Kafka sink: its idempotent Java
-    producer) with ``kafka.bootstrap.servers`` on the Kafka listener writes keyed,
-    null-keyed rows with headers to chosen partitions; ``format("sparklog")`` on the
-    sparklog listener reads the same rows back, and gives the same rows, offsets and
-    timestamps included, as ``format("kafka")`` on the Kafka listener."""
+def _sink_then_read_back(spark, kafka_address: str, sparklog_address: str, topic: str):
+    """Create ``topic`` (PARTITIONS) through ``kafka_address``; a batch
+    ``df.write.format("kafka")`` there writes keyed, null-keyed rows with headers to
+    chosen partitions; ``format("sparklog")`` through ``sparklog_address`` reads the same
+    rows back, and the same rows (offsets and timestamps included) as ``format("kafka")``
+    through ``kafka_address``."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    spark = kafka_source
-    topic = "written-by-spark"
-    kafka_address = broker.broker.listener_addresses["KAFKA"]
     admin = AdminClient({"bootstrap.servers": kafka_address})
     for future in admin.create_topics([NewTopic(topic, PARTITIONS, 1)]).values():
         future.result(60)
@@ -122,9 +127,36 @@ def test_kafka_sink_writes_through_the_kafka_listener_and_sparklog_reads_the_row
      .option("kafka.bootstrap.servers", kafka_address).option("topic", topic).save())
     read = {fmt: (spark.read.format(fmt).option("kafka.bootstrap.servers", servers)
                   .option("subscribe", topic).option("includeHeaders", "true").load())
-            for fmt, servers in (("sparklog", broker.address), ("kafka", kafka_address))}
+            for fmt, servers in (("sparklog", sparklog_address), ("kafka", kafka_address))}
     assert_same(read["sparklog"].select("key", "value", "partition", "headers"), written)
     assert_same(read["sparklog"], read["kafka"])
+
+
+def test_kafka_sink_writes_through_the_kafka_listener_and_sparklog_reads_the_rows(
+        kafka_source, broker):
+    """A batch ``df.write.format("kafka")`` (Spark's Kafka sink: its idempotent Java
+    producer) with ``kafka.bootstrap.servers`` on the Kafka listener; what it wrote,
+    ``format("sparklog")`` on the sparklog listener reads back, and ``format("kafka")``
+    on the Kafka listener reads the same (:func:`_sink_then_read_back`)."""
+    _sink_then_read_back(kafka_source, broker.broker.listener_addresses["KAFKA"],
+                         broker.address, "written-by-spark")
+
+
+@pytest.mark.zookeeper
+def test_kafka_sink_and_source_across_a_cluster(kafka_source, cluster):  # noqa: F811
+    """The same through a 3-broker cluster on ZooKeeper (the cluster of
+    tests/server/test_kafka_listener_cluster.py): the sink bootstraps from broker 1's
+    Kafka listener and writes to the leaders on all three; format("sparklog") reads
+    through the cluster's sparklog listeners, format("kafka") through broker 2's Kafka
+    listener."""
+    kafka_addresses = {i: b.kafka_address for i, b in cluster.brokers.items()}
+    spark = kafka_source
+    topic = "written-across-the-cluster"
+    _sink_then_read_back(spark, kafka_addresses[1], cluster.bootstrap, topic)
+    assert {cluster.leader_of(topic, p) for p in range(PARTITIONS)} == {1, 2, 3}
+    again = (spark.read.format("kafka").option("kafka.bootstrap.servers", kafka_addresses[2])
+             .option("subscribe", topic).load())
+    assert again.count() == 300
 
 
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
