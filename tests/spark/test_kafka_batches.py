@@ -8,6 +8,7 @@ from __future__ import annotations
 import struct
 
 import crc32c
+import pyarrow as pa
 import pytest
 
 pytest.importorskip("pyspark", reason="pyspark is not installed")
@@ -20,7 +21,7 @@ from sparklog.spark.jvm import COUNT_PUSHDOWN_OPTION, JVM_READER_OPTION
 from sparklog.storage import open_fileio
 from tests.spark.test_count_pushdown import how_counted
 from tests.support.logdata import BASE_TS, ts
-from tests.support.sparkread import JVM, load, scan_of
+from tests.support.sparkread import JVM, load, output, run_available_now, scan_of, stream
 
 pytestmark = pytest.mark.spark
 
@@ -81,11 +82,13 @@ def mixed_segment() -> tuple[bytes, list]:
     return bytes(out), rows
 
 
-def write_topic(root: str, topic: str, segment: bytes, partitions: int = 1) -> None:
-    """A raw topic whose partitions each hold ``segment`` (frames from offset 0) as their
-    one (active) segment file, written as the bytes are, not through the log."""
+def write_topic(root: str, topic: str, segment: bytes, partitions: int = 1,
+                schema=None) -> None:
+    """A topic (raw unless ``schema``) whose partitions each hold ``segment`` (frames from
+    offset 0) as their one (active) segment file, written as the bytes are, not through
+    the log."""
     store = TopicStore(root, open_fileio(root))
-    store.create_topic(topic, partitions)
+    store.create_topic(topic, partitions, schema=schema)
     for p in range(partitions):
         directory = store.partition_dir(topic, p)
         store.fileio.mkdirs(directory)
@@ -232,3 +235,27 @@ def test_damaged_kafka_batches_fail_naming_what(jspark, storage_root, tmp_path, 
         if name != "crc":
             assert (f"Kafka record batch ({_CODEC[name]})" if route == "jvm" else
                     "Kafka record batch at offset 5") in text, text
+
+
+@pytest.mark.parametrize("route", sorted(ROUTES))
+def test_streams_read_both_kinds(jspark, storage_root, tmp_path, route):
+    """Micro-batches (Trigger.AvailableNow, capped so that batches end inside Kafka
+    batches) give the records written."""
+    rows = make_mixed_topic(storage_root)
+    out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
+    query = run_available_now(stream(jspark, storage_root, subscribe="mixed",
+                                     startingOffsets="earliest", maxOffsetsPerTrigger="14",
+                                     **ROUTES[route]), out, ckpt)
+    assert query.exception() is None
+    got = _sorted([_plain(r) for r in output(jspark, out).collect()])
+    assert got == expected("mixed", rows, 2, headers=False)
+
+
+def test_kafka_batch_in_a_typed_topic_is_a_schema_mismatch(jspark, storage_root):
+    """A typed topic takes Arrow frames only (the broker refuses Kafka batches); one found
+    in its files fails the JVM reader's task naming the frame's kind."""
+    write_topic(storage_root, "typed", encode_batch([KafkaRecord(0, BASE_TS, None, b"x")]),
+                schema=pa.schema([("id", pa.int64())]))
+    with pytest.raises(Exception, match="is a Kafka record batch .*no column 'id'"):
+        load(jspark, storage_root, subscribe="typed").collect()
+    assert load(jspark, storage_root, subscribe="typed").count() == 1  # headers only
