@@ -706,16 +706,28 @@ def check_client_frame(header: FrameHeader, where: str) -> None:
             f"{header.record_count - 1})")
 
 
+def may_follow_gap(header: FrameHeader, cleaned: bool) -> bool:
+    """Whether a frame with ``header`` may start after the previous frame's end (the
+    offsets between removed by compaction): an Arrow frame with the explicit-offsets
+    bit (the cleaner's), or a Kafka batch in a ``cleaned`` segment (generation 1 or
+    more), where the cleaner removed whole batches before it (its records carry their
+    own offset deltas, so it needs no bit); docs/storage.md section 11."""
+    if header.magic == KAFKA_MAGIC:
+        return cleaned
+    return bool(header.attributes & EXPLICIT_OFFSETS_BIT)
+
+
 def check_follows(header: FrameHeader, expected: int, where: str = "", *,
-                  path=None, position=None, end_offset=None) -> None:
+                  cleaned: bool = False, path=None, position=None,
+                  end_offset=None) -> None:
     """Raise DataLossError unless a frame with ``header`` may come where the log's next
-    offset is ``expected``: its base offset must equal it (a frame of compacted data,
-    with the explicit-offsets bit, may start later). A frame that starts elsewhere
-    means a damaged base offset or length, or missing frames; the error names the
-    range from ``expected`` (to ``end_offset`` when the caller knows where the damage
-    ends)."""
+    offset is ``expected``: its base offset must equal it (a frame of compacted data
+    may start later, :func:`may_follow_gap`; ``cleaned``: the frames are of a cleaned
+    segment). A frame that starts elsewhere means a damaged base offset or length, or
+    missing frames; the error names the range from ``expected`` (to ``end_offset``
+    when the caller knows where the damage ends)."""
     base = header.base_offset
-    if base == expected or (base > expected and header.explicit_offsets):
+    if base == expected or (base > expected and may_follow_gap(header, cleaned)):
         return
     span = f"[{expected}, {end_offset})" if end_offset is not None else f"from {expected}"
     raise DataLossError(
@@ -737,12 +749,13 @@ def decode_frame(buf, pos: int = 0, *, verify_crc: bool = True, path=None,
 
 
 def iter_frames(buf, pos: int = 0, *, verify_crc: bool = True, path=None,
-                expected_offset: int | None = None) -> Iterator[Frame]:
+                expected_offset: int | None = None,
+                cleaned: bool = False) -> Iterator[Frame]:
     """Yield consecutive frames of ``buf`` from ``pos``; raises CorruptRecordError at the
     first invalid or incomplete frame. With ``expected_offset`` (the offset a fetch
     asked for) the first frame must hold it or start after it (compaction removed the
     offsets between), and each next frame must follow the one before
-    (:func:`check_follows`): DataLossError otherwise."""
+    (:func:`check_follows`, ``cleaned`` as there): DataLossError otherwise."""
     if not isinstance(buf, pa.Buffer):
         _frame_view(buf, pos)
     data = buf if isinstance(buf, pa.Buffer) else pa.py_buffer(buf)
@@ -753,11 +766,13 @@ def iter_frames(buf, pos: int = 0, *, verify_crc: bool = True, path=None,
         header = frame.header
         where = f" at position {pos}" + (f" of {path}" if path else "")
         if expected is not None:
-            check_follows(header, expected, where, path=path, position=pos)
+            check_follows(header, expected, where, cleaned=cleaned, path=path,
+                          position=pos)
         elif expected_offset is not None and not (
                 header.base_offset <= expected_offset <= header.last_offset
                 or header.base_offset > expected_offset):  # a gap left by compaction
-            check_follows(header, expected_offset, where, path=path, position=pos)
+            check_follows(header, expected_offset, where, cleaned=cleaned, path=path,
+                          position=pos)
         yield frame
         if expected_offset is not None:
             expected = header.next_offset

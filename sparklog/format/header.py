@@ -112,10 +112,6 @@ CODEC_NAMES = {CODEC_NONE: "none", CODEC_LZ4: "lz4", CODEC_ZSTD: "zstd"}
 CODEC_IDS = {v: k for k, v in CODEC_NAMES.items()}
 #: a Kafka batch's codecs (attributes bits 0-2 of a magic-2 frame), Kafka's names
 KAFKA_CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
-#: the Arrow IPC codec that takes the place of a Kafka codec where a Kafka batch's
-#: records are written as an Arrow frame (Arrow IPC compresses with lz4 or zstd only)
-ARROW_CODEC_OF_KAFKA = {"none": "none", "gzip": "zstd", "snappy": "lz4", "lz4": "lz4",
-                        "zstd": "zstd"}
 TIMESTAMP_TYPE_BIT = 0x08  # 0 = CreateTime, 1 = LogAppendTime
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
@@ -204,13 +200,6 @@ class FrameHeader(NamedTuple):
     def is_control(self) -> bool:
         """True for control frames (not user records)."""
         return bool(self.attributes & CONTROL_BIT)
-
-    @property
-    def arrow_codec(self) -> str:
-        """The codec of an Arrow frame re-encoded from this frame's records: its own, or
-        for a Kafka batch :data:`ARROW_CODEC_OF_KAFKA` of its codec."""
-        return ARROW_CODEC_OF_KAFKA.get(self.codec, "none") if self.magic == KAFKA_MAGIC \
-            else self.codec
 
     def pack(self) -> bytes:
         """The 61 header bytes."""

@@ -1394,11 +1394,14 @@ def encode_batch_arrays(
     control: bool = False,
     log_append_time: int | None = None,
     last_offset_delta: int | None = None,
+    compression: str = "none",
+    snappy_framing: str = "xerial",
 ) -> bytes:
-    """The uncompressed batch :func:`encode_batch` builds for records without headers,
-    from columns: ``offset_deltas`` (int, increasing from 0 or more, relative to
-    ``base_offset``), ``timestamps`` (int64 ms), ``keys`` and ``values`` (binary Arrow
-    arrays, nulls allowed), all of one length. Every record is written at once with
+    """The batch :func:`encode_batch` builds for records without headers, from
+    columns: ``offset_deltas`` (int, increasing from 0 or more, relative to
+    ``base_offset``; gaps allowed), ``timestamps`` (int64 ms), ``keys`` and ``values``
+    (binary Arrow arrays, nulls allowed), all of one length; ``compression`` and
+    ``snappy_framing`` as :func:`encode_batch`. Every record is written at once with
     array arithmetic (no Python step per record): the same bytes as
     :func:`encode_batch`, which it falls back to for deltas beyond 2**61."""
     n = len(offset_deltas)
@@ -1419,7 +1422,12 @@ def encode_batch_arrays(
             base_offset=base_offset, partition_leader_epoch=partition_leader_epoch,
             producer_id=producer_id, producer_epoch=producer_epoch,
             base_sequence=base_sequence, transactional=transactional, control=control,
-            log_append_time=log_append_time, last_offset_delta=last_offset_delta)
+            log_append_time=log_append_time, last_offset_delta=last_offset_delta,
+            compression=compression, snappy_framing=snappy_framing)
+    if compression not in COMPRESSION_IDS:
+        raise InvalidArgumentError(
+            f"unknown compression type {compression!r}: expected one of "
+            f"{', '.join(COMPRESSION_IDS)}")
     for name, value, bits in (("base_offset", base_offset, 64),
                               ("partition_leader_epoch", partition_leader_epoch, 32),
                               ("producer_id", producer_id, 64),
@@ -1461,6 +1469,58 @@ def encode_batch_arrays(
     _put_varints(out, at, value_z, value_n)
     at = at + value_n
     _put_bytes(out, at, value_len, value_start, value_data)
-    return _finish_batch(out.tobytes(), n, "none", base_offset, partition_leader_epoch,
+    return _finish_batch(out.tobytes(), n, compression, base_offset, partition_leader_epoch,
                          producer_id, producer_epoch, base_sequence, transactional, control,
-                         log_append_time, last_delta, base_ts, int(ts.max()), None, "xerial")
+                         log_append_time, last_delta, base_ts, int(ts.max()), None,
+                         snappy_framing)
+
+
+def snappy_framing_of(section) -> str:
+    """The snappy framing of a snappy-compressed records section: 'xerial' (Kafka's
+    Java client's, starting with the xerial magic) or 'raw' (librdkafka's)."""
+    return "xerial" if bytes(_view(section, 0)[:len(_XERIAL_MAGIC)]) == _XERIAL_MAGIC \
+        else "raw"
+
+
+def retained_batch(header, section, keep, *, where: str | None = None) -> bytes:
+    """The stored batch of ``header`` (a :class:`KafkaBatchHeader` or the same 13
+    fields) and records ``section`` holding only the records ``keep`` tells (numpy
+    bools, one per record, at least one True), rebuilt as Kafka's log cleaner rebuilds
+    a batch that loses records (``MemoryRecords.filterTo``): the same ``baseOffset``,
+    ``partitionLeaderEpoch``, ``lastOffsetDelta``, producer id, epoch and base
+    sequence, timestamp type, transactional and control bits; each kept record with its
+    own offset delta, timestamp, key, value and headers; compressed with the batch's
+    own codec (snappy in its own framing); ``baseTimestamp`` the first kept record's
+    timestamp, ``maxTimestamp`` the largest kept one (a LogAppendTime batch keeps its
+    own); CRC-32C computed. Records are read as :func:`records_columns` reads them
+    (its errors)."""
+    header = KafkaBatchHeader._make(header)
+    columns, deltas = records_columns(header, section, position=0, where=where)
+    keep = np.asarray(keep, np.bool_)
+    if len(keep) != header.record_count or not keep.any():
+        raise InvalidArgumentError(
+            f"keep must tell each of the batch's {header.record_count} records, at least "
+            f"one kept: got {len(keep)} values, {int(keep.sum())} True")
+    compression = header.compression
+    framing = snappy_framing_of(section) if compression == "snappy" else "xerial"
+    fields = dict(
+        base_offset=header.base_offset,
+        partition_leader_epoch=header.partition_leader_epoch,
+        producer_id=header.producer_id, producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence, transactional=header.is_transactional,
+        control=header.is_control,
+        log_append_time=header.max_timestamp if header.timestamp_type else None,
+        last_offset_delta=header.last_offset_delta, compression=compression,
+        snappy_framing=framing)
+    rows = np.flatnonzero(keep)
+    if columns.headers is None:
+        mask = pa.array(keep)
+        return encode_batch_arrays(deltas[rows], columns.timestamps[rows],
+                                   columns.keys.filter(mask), columns.values.filter(mask),
+                                   **fields)
+    keys, values = columns.keys.to_pylist(), columns.values.to_pylist()
+    base = header.base_offset
+    return encode_batch(
+        [KafkaRecord(base + int(deltas[i]), int(columns.timestamps[i]), keys[i], values[i],
+                     tuple(columns.headers[i] or ())) for i in rows.tolist()],
+        **fields)

@@ -18,8 +18,12 @@ A cleaning of the partition log ``plog`` (its writer, in the writer's process):
    also only until ``delete.retention.ms`` after the cleaning that first reached it.
    Records without a key are dropped (a compacted topic refuses them on produce).
    Each frame keeps its base offset, leader epoch, producer fields and last offset
-   delta; a frame that lost records is re-encoded with explicit offsets (docs/format.md
-   section 1), one that lost all of them is dropped. Transactions
+   delta, and stays in its own kind; an Arrow frame that lost records is re-encoded
+   with explicit offsets (docs/format.md section 1), a Kafka batch that lost records
+   is rebuilt as a Kafka batch of its kept records, each with its own offset delta, in
+   its own codec (:func:`~sparklog.format.kafka_batch.retained_batch`, as Kafka's
+   cleaner does), so Kafka consumers still fetch it as a byte range; a frame that lost
+   all of them is dropped. Transactions
    (:mod:`.transactions`): the key map ends where no transaction is open and leaves
    out aborted records; the frames of aborted transactions are dropped, and a
    transaction marker goes ``delete.retention.ms`` after the cleaning that reached
@@ -56,6 +60,7 @@ import pyarrow.compute as pc
 from ..errors import DataLossError, InvalidConfigError
 from ..format.frame import OFFSET_DELTA_COLUMN, TIMESTAMP_COLUMN, encode_frame, reseal
 from ..format.header import LAST_OFFSET_DELTA, MAX_TIMESTAMP, RECORD_COUNT, TRANSACTIONAL_BIT
+from ..format.kafka_batch import retained_batch
 from ..format.marker import marker_type
 from .checkpoint import JsonCheckpoint
 from .index import fits_relative
@@ -881,7 +886,7 @@ class CleanedSegmentWriter:
         """Write what stays of ``frame``: ``keep`` tells per record whether the key map
         keeps it (numpy bools; None for a control frame), ``whole`` that every record
         does (the frame is then copied as stored, unless it must get explicit
-        offsets)."""
+        offsets: :func:`_keeps_offsets`)."""
         h = frame.header
         result = self.result
         if self.aborted is not None and h.is_transactional:
@@ -893,7 +898,7 @@ class CleanedSegmentWriter:
                 result.markers_removed += 1
                 return
         gap = h.base_offset != self._expected
-        if whole and (not gap or h.explicit_offsets):
+        if whole and (not gap or _keeps_offsets(h)):
             data = frame_bytes(frame)
         else:
             data = cleaned_frame(frame, keep, self.cleanings, self.horizon, result,
@@ -1028,14 +1033,13 @@ def cleaned_frame(frame, keep, cleanings, horizon, result, key: CompactionKey, *
                    gap: bool):
     """The bytes of ``frame`` after cleaning, ``keep`` telling per record whether the
     key map keeps it (numpy bools): unchanged when every record stays (and it follows
-    the previous frame kept, ``gap`` False, or has explicit offsets already), None when
-    none does, else re-encoded with explicit offsets: only a frame with the
-    explicit-offsets bit may start after the previous frame's end (docs/format.md). A
-    control frame (a transaction marker) always stays, re-encoded the same way when
-    records before it were removed."""
+    the previous frame kept, ``gap`` False, or may start after a gap as it is,
+    :func:`_keeps_offsets`), None when none does, else re-encoded in its own kind
+    (:func:`_reencoded`). A control frame (a transaction marker) always stays,
+    re-encoded the same way when records before it were removed."""
     h = frame.header
     if h.is_control:
-        if not gap or h.explicit_offsets:
+        if not gap or _keeps_offsets(h):
             return frame_bytes(frame)
         return _reencoded(frame, frame.batch(), frame.offsets(), None)
     n = h.record_count
@@ -1057,20 +1061,34 @@ def cleaned_frame(frame, keep, cleanings, horizon, result, key: CompactionKey, *
                     result.tombstones_removed += 1
                     result.records_removed -= 1  # counted below
     result.records_removed += n - stays
-    if stays == n and (not gap or h.explicit_offsets):
+    if stays == n and (not gap or _keeps_offsets(h)):
         return frame_bytes(frame)
     if stays == 0:
         return None
     return _reencoded(frame, batch, frame.offsets(), pa.array(keep))
 
 
+def _keeps_offsets(header) -> bool:
+    """Whether a frame may start after the previous kept frame's end in a cleaned
+    segment as it is stored: an Arrow frame with explicit offsets, or any Kafka batch
+    (its records carry their own offset deltas; a cleaned segment lets a Kafka batch
+    follow a gap, :func:`~sparklog.format.frame.may_follow_gap`)."""
+    return header.is_kafka or header.explicit_offsets
+
+
 def _reencoded(frame, batch: pa.RecordBatch, record_offsets: pa.Array, mask) -> bytes:
-    """``frame`` re-encoded with explicit offsets, holding the records of ``batch``
-    that ``mask`` keeps (all of them when None); it keeps its header fields, offset
-    span and max timestamp, so producer sequences and the LogAppendTime of its records
-    stay as they were. (A Kafka batch becomes an Arrow frame of its records, in the
-    Arrow codec nearest its own: ``FrameHeader.arrow_codec``.)"""
+    """``frame`` in its own kind holding the records of ``batch`` that ``mask`` keeps
+    (all of them when None), keeping its header fields and offset span, so producer
+    sequences stay as they were. An Arrow frame is re-encoded with explicit offsets and
+    its max timestamp (so the LogAppendTime of its records stays); a Kafka batch is
+    rebuilt as a Kafka batch (:func:`~sparklog.format.kafka_batch.retained_batch`:
+    each record's own offset delta, its codec, Kafka's timestamps)."""
     h = frame.header
+    if h.is_kafka:
+        keep = np.ones(h.record_count, np.bool_) if mask is None \
+            else mask.to_numpy(zero_copy_only=False)
+        return retained_batch(h, frame.body, keep,
+                              where=f"Kafka record batch at offset {h.base_offset}")
     kept = batch if mask is None else batch.filter(mask)
     kept_offsets = record_offsets if mask is None else record_offsets.filter(mask)
     deltas = pc.subtract(kept_offsets, pa.scalar(h.base_offset, pa.int64())).cast(pa.int32())
@@ -1079,7 +1097,7 @@ def _reencoded(frame, batch: pa.RecordBatch, record_offsets: pa.Array, mask) -> 
     timestamps = kept.column(kept.schema.get_field_index(TIMESTAMP_COLUMN))
     columns = kept.drop_columns([TIMESTAMP_COLUMN])
     data = bytearray(encode_frame(
-        columns, timestamps=timestamps, compression=h.arrow_codec,
+        columns, timestamps=timestamps, compression=h.codec,
         base_offset=h.base_offset, leader_epoch=h.leader_epoch, producer_id=h.producer_id,
         producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
         log_append_time=h.log_append_time, offset_deltas=deltas, control=h.is_control,

@@ -49,7 +49,8 @@ class FrameScan:
     Every frame is validated (``verify_crc`` on by default). Offsets must grow: each
     frame's base offset must be ``>= expected_offset`` (the segment's base offset at
     first, then the previous frame's next offset), or ``==`` it when ``contiguous``
-    (frames appended by a live log are contiguous; compacted ones may skip offsets).
+    (frames appended by a live log are contiguous; compacted ones may skip offsets:
+    :func:`~sparklog.format.frame.check_follows`, ``cleaned`` for a cleaned segment's).
 
     The scan stops at the end or at the first bad frame. Afterwards ``valid_end`` is
     the position after the last good frame, ``next_offset`` the offset after its last
@@ -61,13 +62,15 @@ class FrameScan:
     def __init__(self, fileio: FileIO, path: str, position: int = 0, end: int | None = None,
                  *, expected_offset: int | None = None, contiguous: bool = False,
                  verify_crc: bool = True, chunk_bytes: int = SCAN_CHUNK_BYTES,
-                 headers_only: bool = False, check_body: bool | None = None):
+                 headers_only: bool = False, check_body: bool | None = None,
+                 cleaned: bool = False):
         self.fileio = fileio
         self.path = path
         self.position = position
         self.end = end
         self.expected_offset = expected_offset
         self.contiguous = contiguous
+        self.cleaned = cleaned
         self.verify_crc = verify_crc
         self.chunk_bytes = chunk_bytes
         self.headers_only = headers_only
@@ -88,7 +91,7 @@ class FrameScan:
         if expected is not None and self.contiguous:
             try:
                 check_follows(header, expected, f" at position {pos} of {path}",
-                              path=path, position=pos)
+                              cleaned=self.cleaned, path=path, position=pos)
             except DataLossError as exc:
                 self.error = exc
                 return False
@@ -214,7 +217,8 @@ def read_frame_bytes(fileio: FileIO, path: str, position: int, end: int, offset:
     offset or length) or a file shorter than ``end`` stops the read after the good
     frames before it; with none before it, it raises DataLossError naming the file and
     the offsets ``[first unreadable, end_offset)``. In a ``cleaned`` segment
-    (compaction) the frames may end before ``end_offset`` (its last records removed).
+    (compaction) the frames may end before ``end_offset`` (its last records removed)
+    and a Kafka batch may start after the previous frame's end (whole batches removed).
     """
     chunk = min(end - position, max(max_bytes, 64 << 10) + (64 << 10))
     buf = fileio.read_range(path, position, chunk)
@@ -244,8 +248,8 @@ def read_frame_bytes(fileio: FileIO, path: str, position: int, end: int, offset:
             if header.length < HEADER_SIZE - LOG_OVERHEAD or pos + header.size > end:
                 raise damaged(f"a frame length of {header.length} does not fit the "
                               f"{end - pos} bytes left of the segment")
-            check_follows(header, expected, f" at position {pos} of {path}", path=path,
-                          position=pos, end_offset=end_offset)
+            check_follows(header, expected, f" at position {pos} of {path}",
+                          cleaned=cleaned, path=path, position=pos, end_offset=end_offset)
             if not counts_consistent(header):
                 raise damaged(f"the frame header says {header.record_count} records and "
                               f"last offset delta {header.last_offset_delta}")

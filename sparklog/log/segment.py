@@ -228,7 +228,8 @@ class LogSegment:
         expected = expected_offset if expected_offset is not None else \
             self.base_offset if position == 0 else None
         return FrameScan(self.fileio, self.path, position, end, expected_offset=expected,
-                         contiguous=contiguous, verify_crc=verify_crc)
+                         contiguous=contiguous, verify_crc=verify_crc,
+                         cleaned=self.generation > 0)
 
     def scan_for(self, offset: int, *, check_body: bool | None = None) -> FrameScan:
         """A contiguous scan of this sealed segment from the index entry at or before
@@ -270,7 +271,7 @@ class LogSegment:
         see :class:`~sparklog.log.scan.FrameScan`."""
         return FrameScan(self.fileio, self.path, self._size, end,
                          expected_offset=self._next_offset, contiguous=contiguous,
-                         headers_only=headers_only)
+                         headers_only=headers_only, cleaned=self.generation > 0)
 
     def tracking(self, scan: FrameScan):
         """Yield ``(position, frame)`` of ``scan`` (from :meth:`scan_new`), tracking

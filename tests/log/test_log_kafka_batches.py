@@ -276,40 +276,186 @@ def test_dump_log_prints_kafka_batches_as_kafka_dump_log(fio, tmp_path):
                           f"headerKeys: [cl\u00e9] key: k2 payload: v2v2v2"), lines
 
 
-@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
-def test_compaction_of_kafka_batches_keeps_what_it_keeps_of_arrow_frames(fio, tmp_path, codec):
-    """The cleaner reads keys from Kafka batches of every codec, as from Arrow frames:
-    the last record of every key stays, each record at its own offset with its own
-    key, value and timestamp, and records are removed. (A batch that loses records is
-    rewritten as an Arrow frame with explicit offsets, in the Arrow codec nearest its
-    own.)"""
+def compaction_round(r: int, codec: str) -> bytes:
+    """Round ``r`` of a compacted mixed partition: 3 records, in a Kafka batch of
+    ``codec`` (an Arrow frame every fourth round). Rounds 1, 5, 9 write keys a, b, c
+    only (the earlier ones lose every record: gaps); rounds 2, 6, 10 new keys only
+    (all stay, after a gap); the others a new key, the shared ``s`` and ``t``, with
+    headers on some records (so they lose some). Timestamps not in record order."""
+    if r % 4 == 1:
+        keys = [b"a", b"b", b"c"]
+    elif r % 4 == 2:
+        keys = [b"u%d%s" % (r, x) for x in (b"a", b"b", b"c")]
+    else:
+        keys = [b"u%d" % r, b"s", b"t"]
+    recs = [(keys[i], b"v%d-%d" % (r, i), T0 + r * 10 + (2 - i) % 3,
+             (("h", b"%d" % r), ("n", None)) if r % 4 == 0 and i != 1 else ())
+            for i in range(3)]
+    if r % 4 == 3:
+        return encode_frame(raw_batch([v for _, v, _, _ in recs], [k for k, _, _, _ in recs],
+                                      [list(h) or None for _, _, _, h in recs]),
+                            timestamps=[t for _, _, t, _ in recs], compression="lz4")
+    framing = "raw" if codec == "snappy-raw" else "xerial"
+    return encode_batch([KafkaRecord(i, t, k, v, h) for i, (k, v, t, h) in enumerate(recs)],
+                        compression=codec.replace("-raw", ""), snappy_framing=framing,
+                        producer_id=7, producer_epoch=1, base_sequence=3 * r)
+
+
+def stored_frames(reader: LogReader) -> dict:
+    """base offset -> (header, whole bytes) of every frame ``reader`` reads."""
+    return {f.header.base_offset: (f.header, f.header.pack() + f.body.to_pybytes())
+            for f in reader.iter_frames(reader.log_start_offset())}
+
+
+def rows(reader: LogReader) -> dict:
+    """offset -> (key, value, timestamp, headers) of every record ``reader`` reads."""
+    got = table(reader, reader.log_start_offset(), reader.log_end_offset())
+    return dict(zip(got.column("__offset").to_pylist(), zip(
+        got.column("key").to_pylist(), got.column("value").to_pylist(),
+        got.column("__timestamp").cast(pa.int64()).to_pylist(),
+        got.column("headers").to_pylist())))
+
+
+COMPACTED = {"cleanup.policy": "compact", "min.compaction.lag.ms": 0, "segment.bytes": 1500,
+             "index.interval.bytes": 1, "file.delete.delay.ms": 0}
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "snappy-raw", "lz4", "zstd"])
+def test_compaction_of_a_mixed_partition_keeps_offsets_and_kinds(fio, tmp_path, codec):
+    """docs/storage.md section 11: each cleaned frame stays in its own kind. A Kafka
+    batch that loses records is rebuilt as a Kafka batch: same base offset,
+    lastOffsetDelta, producer fields and codec (snappy in its own framing), its records
+    at their own offset deltas, a CRC-32C Kafka's parser accepts; one that keeps all of
+    them after removed batches is copied as stored (a cleaned segment lets it follow
+    the gap). The reader gives the records it gave before, minus the compacted ones; a
+    second cleaning reads the cleaned segments (Kafka batches after gaps) again."""
+    from sparklog.format.kafka_batch import decode_batch, snappy_framing_of
     from sparklog.log.cleaner import clean
 
-    def keyed(r: int, i: int) -> tuple:
-        return b"k%d" % ((r * 3 + i) % 5), b"v%d-%d" % (r, i), T0 + r * 10 + i
+    d = str(tmp_path / "p")
+    with PartitionLog.open(fio, d, COMPACTED) as plog:
+        for r in range(12):
+            plog.append(compaction_round(r, codec))
+        plog.flush()
+        before = LogReader(fio, d)
+        old_rows, old_frames = rows(before), stored_frames(before)
+        result = clean(plog, force=True)
+        assert result is not None and result.records_removed > 0
+        end = result.end_offset
+        assert end > 20  # most of the log was cleanable
+    last = {k: o for o, (k, _, _, _) in sorted(old_rows.items()) if o < end}
+    kept = [o for o in sorted(old_rows) if o >= end or last[old_rows[o][0]] == o]
+    after = LogReader(fio, d)
+    assert rows(after) == {o: old_rows[o] for o in kept}
+    assert [s.generation for s in PartitionListing_of(fio, d)][0] == 1
+    rebuilt = copied_after_gap = 0
+    expected = 0
+    for base, (h, data) in stored_frames(after).items():
+        old, old_data = old_frames[base]
+        assert (h.magic, h.last_offset_delta, h.codec, h.producer_id, h.producer_epoch,
+                h.base_sequence, h.leader_epoch) == (
+            old.magic, old.last_offset_delta, old.codec, old.producer_id,
+            old.producer_epoch, old.base_sequence, old.leader_epoch), base
+        validate_frame(data)  # CRC-32C over its bytes
+        if h.magic == 2:
+            batch = decode_batch(data)  # Kafka's parse: CRC, records, varints
+            offsets = [rec.offset for rec in batch.records]
+            assert offsets == [o for o in kept if base <= o <= h.last_offset]
+            assert [(rec.key, rec.value, rec.timestamp, list(rec.headers) or None)
+                    for rec in batch.records] == [
+                (old_rows[o][0], old_rows[o][1], old_rows[o][2], None if old_rows[o][3]
+                 is None else [(x["key"], x["value"]) for x in old_rows[o][3]])
+                for o in offsets]
+            assert batch.header.base_timestamp == batch.records[0].timestamp
+            assert batch.header.max_timestamp == max(rec.timestamp for rec in batch.records)
+            if h.codec == "snappy":
+                assert snappy_framing_of(data[61:]) == snappy_framing_of(old_data[61:])
+            if h.record_count < old.record_count:
+                rebuilt += 1
+            elif base > expected:
+                assert data == old_data  # as stored
+                copied_after_gap += 1
+        expected = h.next_offset
+    assert rebuilt and copied_after_gap
+    # appends go on; a second cleaning reads the cleaned segments again
+    with PartitionLog.open(fio, d, COMPACTED) as plog:
+        for r in range(12, 18):
+            plog.append(compaction_round(r, codec))
+        plog.flush()
+        new_rows = rows(LogReader(fio, d))
+        assert clean(plog, force=True) is not None
+    last = {k: o for o, (k, _, _, _) in sorted(new_rows.items())}
+    got = rows(LogReader(fio, d))
+    assert set(last.values()) <= set(got) and got == {o: new_rows[o] for o in got}
 
-    logs = {}
-    for kind in ("kafka", "arrow"):
-        d = str(tmp_path / kind)
-        config = {"cleanup.policy": "compact", "min.compaction.lag.ms": 0,
-                  "segment.bytes": 300 if kind == "kafka" else 2500}  # a few segments
-        with PartitionLog.open(fio, d, config) as plog:
-            for r in range(12):
-                recs = [keyed(r, i) for i in range(3)]
-                plog.append(encode_batch([KafkaRecord(i, t, k, v) for i, (k, v, t) in
-                                          enumerate(recs)], compression=codec)
-                            if kind == "kafka" else
-                            encode_frame(raw_batch([v for _, v, _ in recs],
-                                                   [k for k, _, _ in recs]),
-                                         timestamps=[t for _, _, t in recs]))
-            assert clean(plog, force=True).records_removed > 0
-        logs[kind] = LogReader(fio, d)
-    written = {r * 3 + i: keyed(r, i) for r in range(12) for i in range(3)}
-    last = {k: o for o, (k, _, _) in sorted(written.items())}
-    for kind, log in logs.items():
-        got = table(log, 0, 36)
-        offsets = got.column("__offset").to_pylist()
-        assert [written[o] for o in offsets] == list(zip(
-            got.column("key").to_pylist(), got.column("value").to_pylist(),
-            got.column("__timestamp").cast(pa.int64()).to_pylist())), kind
-        assert set(last.values()) <= set(offsets) and len(offsets) < 36, kind
+
+def PartitionListing_of(fio, d: str):
+    from sparklog.log.layout import PartitionListing
+
+    return PartitionListing.scan(fio, d).logs()
+
+
+def test_kafka_tombstones_stay_delete_retention_ms_after_the_cleaning_that_reached_them(
+        fio, tmp_path):
+    """A tombstone (null value) in a Kafka batch is kept as in an Arrow frame: in the
+    rebuilt Kafka batch until ``delete.retention.ms`` after the cleaning that first
+    reached it, then removed (the batch rebuilt again, or dropped)."""
+    from sparklog.log.cleaner import clean
+
+    d = str(tmp_path / "p")
+    config = dict(COMPACTED, **{"delete.retention.ms": 5000})
+    now = T0 + 100_000
+    with PartitionLog.open(fio, d, config) as plog:
+        plog.append(encode_batch([KafkaRecord(0, T0, b"a", b"1"),
+                                  KafkaRecord(1, T0, b"b", b"1")], compression="zstd"))
+        plog.append(encode_batch([KafkaRecord(0, T0, b"a", None),
+                                  KafkaRecord(1, T0, b"c", b"1")], compression="gzip"))
+        for r in range(8):
+            plog.append(encode_batch([KafkaRecord(0, T0, b"x%d" % r, b"y" * 100)]))
+        assert clean(plog, now, force=True) is not None
+        got = rows(LogReader(fio, d))
+        assert got[2][:2] == (b"a", None) and 0 not in got  # a's value gone, tombstone kept
+        tomb = stored_frames(LogReader(fio, d))[2][0]
+        assert tomb.magic == 2 and tomb.codec == "gzip" and tomb.record_count == 2
+        for r in range(10):
+            plog.append(encode_batch([KafkaRecord(0, T0, b"w", b"y" * 200)]))
+        assert clean(plog, now + 4999, force=True) is not None
+        assert rows(LogReader(fio, d))[2][:2] == (b"a", None)  # within delete.retention.ms
+        for r in range(10):  # new dirty segments
+            plog.append(encode_batch([KafkaRecord(0, T0, b"z", b"y" * 200)]))
+        result = clean(plog, now + 5001, force=True)
+        assert result is not None and result.tombstones_removed == 1
+    got = rows(LogReader(fio, d))
+    assert 2 not in got and got[3][:2] == (b"c", b"1")
+    h, data = stored_frames(LogReader(fio, d))[2]
+    assert h.magic == 2 and h.codec == "gzip" and h.record_count == 1 \
+        and h.last_offset_delta == 1
+    validate_frame(data)
+
+
+def test_a_kafka_batch_may_follow_a_gap_only_in_a_cleaned_segment(fio, tmp_path):
+    """The contiguity check (docs/storage.md section 11): a Kafka batch starting after
+    the previous frame's end is damage (DataLossError naming the offsets) in a segment
+    as appended, allowed in a cleaned one; an Arrow frame needs its explicit-offsets
+    bit in either."""
+    from sparklog.format.frame import check_follows
+    from sparklog.log.scan import FrameScan
+
+    gap = decode_frame(kafka_batch(range(5, 7))).header._replace(base_offset=5)
+    with pytest.raises(DataLossError, match=r"base offset 5 where offset 3 was expected"):
+        check_follows(gap, 3)
+    check_follows(gap, 3, cleaned=True)
+    arrow = decode_frame(arrow_frame(range(5, 7))).header._replace(base_offset=5)
+    with pytest.raises(DataLossError):
+        check_follows(arrow, 3, cleaned=True)
+    path = str(tmp_path / "gap.log")
+    first = bytearray(kafka_batch(range(0, 3)))
+    second = bytearray(kafka_batch(range(5, 7)))
+    second[:8] = (5).to_bytes(8, "big")  # outside the CRC
+    with open(path, "wb") as f:
+        f.write(first + second)
+    url = (tmp_path / "gap.log").as_uri()
+    scan = FrameScan(fio, url, expected_offset=0, contiguous=True)
+    assert [p for p, _ in scan] == [0] and isinstance(scan.error, DataLossError)
+    scan = FrameScan(fio, url, expected_offset=0, contiguous=True, cleaned=True)
+    assert [fr.header.base_offset for _, fr in scan] == [0, 5] and scan.error is None

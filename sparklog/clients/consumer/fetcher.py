@@ -311,9 +311,12 @@ class Fetcher:
         if cf.corrupt is not None:
             raise cf.corrupt
         if cf.frames is None:
+            # cleaned: a fetch does not say whether its segment is a cleaned one, where
+            # a Kafka batch may follow removed batches (the broker checked the frames
+            # against their segment, read_frame_bytes)
             cf.frames = iter_frames(cf.data, verify_crc=self.check_crcs,
                                     path=f"fetch of {cf.tp.topic}-{cf.tp.partition}",
-                                    expected_offset=cf.offset)
+                                    expected_offset=cf.offset, cleaned=True)
         while limit > 0:
             if cf.current is None:
                 try:
