@@ -5,7 +5,9 @@ both kinds, whatever the offset range cuts, and skip control batches."""
 
 from __future__ import annotations
 
+import shutil
 import struct
+import subprocess
 
 import crc32c
 import pyarrow as pa
@@ -14,7 +16,7 @@ import pytest
 pytest.importorskip("pyspark", reason="pyspark is not installed")
 pytest.importorskip("chispa", reason="chispa is not installed")
 
-from sparklog.format.frame import encode_frame, raw_batch
+from sparklog.format.frame import encode_frame, iter_frames, raw_batch
 from sparklog.format.kafka_batch import KafkaRecord, encode_batch
 from sparklog.metadata import TopicStore
 from sparklog.spark.jvm import COUNT_PUSHDOWN_OPTION, JVM_READER_OPTION
@@ -259,3 +261,59 @@ def test_kafka_batch_in_a_typed_topic_is_a_schema_mismatch(jspark, storage_root)
     with pytest.raises(Exception, match="is a Kafka record batch .*no column 'id'"):
         load(jspark, storage_root, subscribe="typed").collect()
     assert load(jspark, storage_root, subscribe="typed").count() == 1  # headers only
+
+
+CLIENT_CODECS = ("gzip", "snappy", "lz4", "zstd")
+
+
+def test_real_clients_batches_of_every_codec_read_from_storage(jspark, tmp_path):
+    """Kafka's Java client (ConsoleProducer: xerial-framed snappy, Kafka's LZ4 frames)
+    and librdkafka (kcat) produce through the Kafka listener with each codec; the broker
+    stores their batches as sent and stops; both Spark readers read the records from the
+    storage root."""
+    from tests.support.kafkaconn import start_with_kafka_listener
+    from tests.support.kafkaserver import kafka_tool, kafka_unavailable
+
+    why = kafka_unavailable() or (None if shutil.which("kcat") else "kcat is not installed")
+    if why:
+        pytest.skip(why)
+    root = tmp_path / "log"
+    root.mkdir()
+    broker = start_with_kafka_listener(root)
+    want = []
+    try:
+        address = broker.broker.listener_addresses["KAFKA"]
+        kafka_tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", address,
+                   "--create", "--topic", "clients", "--partitions", "1",
+                   "--replication-factor", "1")
+        for codec in CLIENT_CODECS:
+            lines = [f"j{codec}{i}:java {codec} {i} " + "x" * (i % 50) for i in range(40)]
+            kafka_tool("org.apache.kafka.tools.ConsoleProducer", "--bootstrap-server", address,
+                       "--topic", "clients", "--command-property", "acks=all",
+                       "--command-property", f"compression.type={codec}",
+                       "--command-property", "linger.ms=50",
+                       "--reader-property", "parse.key=true",
+                       "--reader-property", "key.separator=:", stdin="\n".join(lines) + "\n")
+            want += [tuple(line.split(":", 1)) + (None,) for line in lines]
+            lines = [f"k{codec}{i}:kcat {codec} {i} " + "y" * (i % 50) for i in range(40)]
+            subprocess.run(["kcat", "-b", address, "-P", "-t", "clients", "-K", ":", "-p", "0",
+                            "-H", f"codec={codec}", "-z", codec],
+                           input=("\n".join(lines) + "\n").encode(), check=True, timeout=60)
+            want += [tuple(line.split(":", 1)) + ([("codec", codec.encode())],)
+                     for line in lines]
+    finally:
+        broker.stop()
+    segment = b"".join(p.read_bytes() for p in sorted((root / "topics" / "clients" / "0")
+                                                      .glob("*.log")))
+    stored = {(f.header.magic, f.header.codec) for f in iter_frames(segment)}
+    # (a client sends a batch uncompressed where compressing it does not pay)
+    assert {(2, codec) for codec in CLIENT_CODECS} <= stored <= {
+        (2, codec) for codec in CLIENT_CODECS + ("none",)}, stored
+    for route in ROUTES:
+        df = load(jspark, root.as_uri(), subscribe="clients", includeHeaders="true",
+                  **ROUTES[route])
+        assert (JVM in scan_of(df)) == (route == "jvm")
+        got = sorted((_plain(r) for r in df.collect()), key=lambda row: row[4])
+        assert [row[4] for row in got] == list(range(len(want))), route
+        assert sorted((k.decode(), v.decode(), h) for k, v, *_, h in got) == sorted(
+            (k, v, h) for k, v, h in want), route
