@@ -31,7 +31,8 @@ leads it nor cleans it meanwhile (one cleaner per partition at a time):
    (:class:`SegmentPlan`), groups the chunk's segments into cleaned segments of at most
    ``segment.bytes`` by the bytes they keep, and reads only the frames that keep a
    record (:func:`write_planned`): a frame all of whose records stay is copied as
-   stored, one that lost some is re-encoded with explicit offsets, by the broker
+   stored, one that lost some is re-encoded in its own kind (an Arrow frame with
+   explicit offsets, a Kafka batch as a Kafka batch of its kept records), by the broker
    cleaner's :class:`~sparklog.log.cleaner.CleanedSegmentWriter` (the same rules for
    aborted frames, markers and tombstones). It writes each cleaned segment's ``.log``
    and ``.timeindex`` and returns its ``.index`` bytes, uncommitted; a retried task

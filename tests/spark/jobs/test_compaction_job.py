@@ -291,3 +291,39 @@ def test_spark_job_retried_write_task_replaces_its_earlier_attempt(tmp_path, mon
     listing = PartitionListing.scan(fio, store.partition_dir("rt", 1))
     assert not listing.uncommitted()
     assert any(f.generation for f in listing.logs())
+
+
+def test_spark_job_keeps_kafka_batches_kafka_batches_as_the_broker_cleaner(spark, tmp_path):
+    """A partition of both kinds (Kafka batches of every codec, snappy in both
+    framings, beside Arrow frames), cleaned twice by both: the same live records at the
+    same offsets, and the same frames byte for byte, each in its own kind (a Kafka
+    batch that lost records rebuilt as a Kafka batch, docs/storage.md section 11)."""
+    from tests.log.test_log_kafka_batches import compaction_round
+
+    fio = open_fileio(tmp_path.as_uri())
+    cfg = {"cleanup.policy": "compact", "segment.bytes": 1500, "index.interval.bytes": 1,
+           "min.cleanable.dirty.ratio": 0.01, "file.delete.delay.ms": 0}
+    codecs = ["none", "gzip", "snappy", "snappy-raw", "lz4", "zstd"]
+    broker, job = str(tmp_path / "broker" / "0"), str(tmp_path / "job" / "0")
+    now = 1_700_000_000_000
+    for rounds in (range(0, 18), range(18, 30)):
+        results = []
+        for directory, cleaner in ((broker, clean), (job, lambda p, t: compact_partition(
+                spark, p, t))):
+            with PartitionLog.open(fio, directory, cfg) as plog:
+                for r in rounds:
+                    plog.append(compaction_round(r, codecs[r % len(codecs)]))
+                plog.roll()
+                results.append(cleaner(plog, now))
+        ref, got = results
+        assert (got.end_offset, got.records_removed) == (ref.end_offset, ref.records_removed)
+        assert records(fio, job) == records(fio, broker)
+        frames = []
+        for directory in (broker, job):
+            reader = LogReader(fio, directory)
+            frames.append([(f.header, f.body.to_pybytes())
+                           for f in reader.iter_frames(0, reader.log_end_offset())])
+        assert frames[1] == frames[0]
+        assert {h.magic for h, _ in frames[0]} == {1, 2}
+    # Kafka batches that lost records, still Kafka batches
+    assert any(h.is_kafka and h.record_count < h.last_offset_delta + 1 for h, _ in frames[0])
