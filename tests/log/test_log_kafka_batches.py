@@ -459,3 +459,29 @@ def test_a_kafka_batch_may_follow_a_gap_only_in_a_cleaned_segment(fio, tmp_path)
     assert [p for p, _ in scan] == [0] and isinstance(scan.error, DataLossError)
     scan = FrameScan(fio, url, expected_offset=0, contiguous=True, cleaned=True)
     assert [fr.header.base_offset for _, fr in scan] == [0, 5] and scan.error is None
+
+
+def test_a_cleaned_log_append_time_batch_keeps_its_append_time(fio, tmp_path):
+    """On a LogAppendTime partition a Kafka batch that loses records stays a
+    LogAppendTime Kafka batch with the broker's time as ``maxTimestamp`` (Kafka's
+    cleaner keeps it): every kept record reads that time, as before the cleaning."""
+    from sparklog.log.cleaner import clean
+
+    d = str(tmp_path / "p")
+    config = dict(COMPACTED, **{"message.timestamp.type": "LogAppendTime"})
+    with PartitionLog.open(fio, d, config) as plog:
+        for r in range(12):
+            plog.append(compaction_round(r, "zstd"), log_append_time_ms=T0 + 10_000 + r)
+        assert clean(plog, force=True) is not None
+    reader = LogReader(fio, d)
+    rebuilt = [f.header for f in reader.iter_frames(0)
+               if f.header.is_kafka and f.header.record_count < f.header.last_offset_delta + 1]
+    assert rebuilt and all(h.log_append_time and h.codec == "zstd" for h in rebuilt)
+    got = table(reader, 0, reader.log_end_offset())
+    assert set(got.column("__timestamp_type").to_pylist()) == {1}
+    for h in rebuilt:
+        assert h.max_timestamp == T0 + 10_000 + h.base_offset // 3
+        stamps = {t for o, t in zip(got.column("__offset").to_pylist(),
+                                    got.column("__timestamp").cast(pa.int64()).to_pylist())
+                  if h.base_offset <= o <= h.last_offset}
+        assert stamps == {h.max_timestamp}
