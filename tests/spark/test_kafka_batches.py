@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import struct
 import subprocess
+from pathlib import Path
 
 import crc32c
 import pyarrow as pa
@@ -17,7 +18,13 @@ pytest.importorskip("pyspark", reason="pyspark is not installed")
 pytest.importorskip("chispa", reason="chispa is not installed")
 
 from sparklog.format.frame import encode_frame, iter_frames, raw_batch
-from sparklog.format.kafka_batch import KafkaRecord, encode_batch
+from sparklog.format.kafka_batch import (
+    COMPRESSION_IDS,
+    KafkaRecord,
+    compress_records,
+    decode_batch,
+    encode_batch,
+)
 from sparklog.metadata import TopicStore
 from sparklog.spark.jvm import COUNT_PUSHDOWN_OPTION, JVM_READER_OPTION
 from sparklog.storage import open_fileio
@@ -317,3 +324,97 @@ def test_real_clients_batches_of_every_codec_read_from_storage(jspark, tmp_path)
         assert [row[4] for row in got] == list(range(len(want))), route
         assert sorted((k.decode(), v.decode(), h) for k, v, *_, h in got) == sorted(
             (k, v, h) for k, v, h in want), route
+
+
+def _line(batch) -> str:
+    """What KafkaBatchCheck.java prints of a batch the Python codec decodes (or refuses)."""
+    from sparklog.errors import CorruptRecordError
+
+    def text(b):
+        return "null" if b is None else bytes(b).hex()
+
+    try:
+        decoded = decode_batch(batch)
+    except CorruptRecordError as exc:
+        return f"error {exc}"
+    h, previous = decoded.header, -1
+    for r in decoded.records:  # the readers' rule for offset deltas (Frame.offsets)
+        delta = r.offset - h.base_offset
+        if not previous < delta <= h.last_offset_delta:
+            return f"error offsetDelta {delta}"
+        previous = delta
+    return "ok " + ";".join(
+        f"{r.offset - h.base_offset} {r.timestamp} {text(r.key)} {text(r.value)} "
+        + ",".join(f"{k}={text(v)}" for k, v in r.headers) for r in decoded.records)
+
+
+def test_fuzzed_records_decode_as_the_python_codec_decodes_them(tmp_path):
+    """Differential fuzz of KafkaBatch.java against sparklog/format/kafka_batch.py: the
+    records section of a batch damaged at random (bits, bytes, cut, grown, record count)
+    and then compressed by each codec with a right CRC, so that the damage reaches the
+    record parser: both decode the same records, or both refuse the batch; the JVM never
+    fails any other way (KafkaBatchCheck.java prints CRASH then)."""
+    import random
+
+    pyspark = pytest.importorskip("pyspark")
+    from sparklog.spark.jvm import jar_path
+
+    java, javac, jar = shutil.which("java"), shutil.which("javac"), jar_path(quiet=True)
+    if not (java and javac and jar):
+        pytest.skip("no JDK here: the JVM reader cannot be built")
+    recs = [KafkaRecord(o, BASE_TS + 37 * o, None if o == 2 else b"key%d" % o,
+                        b"v" * (5 + 60 * o), (("h", b"x"), ("n", None), ("\u00e9", b""))[:o % 4])
+            for o in range(6)]
+    pristine = encode_batch(recs)
+    section = pristine[61:]
+    rng = random.Random(20261129)
+    batches = tmp_path / "batches"
+    batches.mkdir()
+    want = {}
+    for case in range(400):
+        codec = ("none", "gzip", "snappy", "snappy-raw", "lz4", "zstd")[case % 6]
+        records, count = bytearray(section), len(recs)
+        for _ in range(0 if case < 6 else rng.randrange(1, 4)):
+            how, at = rng.randrange(6), rng.randrange(len(records))
+            if how == 0:
+                records[at] ^= 1 << rng.randrange(8)
+            elif how == 1:
+                records[at] = rng.randrange(256)
+            elif how == 2:
+                del records[at:at + rng.randrange(1, 4)]
+            elif how == 3:
+                records[at:at] = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 4)))
+            elif how == 4:
+                records = records[:at]
+            else:
+                count += rng.choice((-1, 1))
+        packed = compress_records(bytes(records), codec.removesuffix("-raw"),
+                                  snappy_framing="raw" if codec == "snappy-raw" else "xerial")
+        batch = bytearray(pristine[:61]) + packed
+        struct.pack_into(">i", batch, 8, len(batch) - 12)
+        struct.pack_into(">h", batch, 21, COMPRESSION_IDS[codec.removesuffix("-raw")])
+        struct.pack_into(">i", batch, 57, count)
+        batch = _recrc(batch)
+        name = f"{case:04d}.bin"
+        (batches / name).write_bytes(batch)
+        want[name] = _line(batch)
+    cp = f"{jar}:{Path(pyspark.__file__).resolve().parent / 'jars'}/*"
+    classes = tmp_path / "classes"
+    subprocess.run([javac, "--release", "17", "-nowarn", "-cp", cp, "-d", str(classes),
+                    str(Path(__file__).with_name("KafkaBatchCheck.java"))], check=True,
+                   capture_output=True, timeout=120)
+    done = subprocess.run([java, "-cp", f"{classes}:{cp}", "io.sparklog.spark.KafkaBatchCheck",
+                           str(batches)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    got = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    assert got.keys() == want.keys()
+    outcomes = {"ok": 0, "error": 0}
+    for name in sorted(want):
+        assert "CRASH" not in got[name], (name, got[name])
+        jvm_status, python_status = got[name].split(" ")[0], want[name].split(" ")[0]
+        assert jvm_status == python_status, (name, got[name], want[name])
+        if jvm_status == "ok":
+            assert got[name] == want[name], name
+        outcomes[jvm_status] += 1
+    print(outcomes)
+    assert outcomes["ok"] >= 6 and outcomes["error"] > 100, outcomes
