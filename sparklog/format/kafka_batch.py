@@ -904,7 +904,7 @@ def _checked_client_batch(buf, pos: int, want: int, *, max_decompressed_bytes: i
     data = decompress_records(view, pos, header, max_decompressed_bytes=max_decompressed_bytes)
     # a large batch is checked (and read) with array arithmetic when it can be: also
     # when only checked, as the broker checks every batch it stores
-    fast = _client_columns(data, header, compacted) \
+    fast = _client_columns(data, header, compacted, columns=want == _COLUMNS) \
         if want != _RECORDS and count >= VECTOR_MIN_RECORDS else None
     if fast is not None:
         records, lowest, max_ts = fast
@@ -973,11 +973,13 @@ def _gather_binary(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
                                  null_count=int(nulls.sum()))
 
 
-def _client_columns(data: bytes, header: KafkaBatchHeader, compacted: bool) -> tuple | None:
+def _client_columns(data: bytes, header: KafkaBatchHeader, compacted: bool, *,
+                    columns: bool = True) -> tuple | None:
     """(KafkaColumns, smallest and largest timestamp) of a client's records without
     headers, every field of every record read at once; None for anything else (records
     with headers, or any record :func:`_parse_records` would refuse: it then names the
-    problem)."""
+    problem). Without ``columns`` the records are only checked (the KafkaColumns is
+    None: no key or value is copied)."""
     count = header.record_count
     end = len(data)
     if count * MIN_RECORD_SIZE > end or abs(header.base_timestamp) >= _VECTOR_LIMIT:
@@ -1041,9 +1043,9 @@ def _client_columns(data: bytes, header: KafkaBatchHeader, compacted: bool) -> t
     if not (at + 1 == rec_end).all():  # each record's fields fill its length exactly
         return None
     ts = header.base_timestamp + ts_delta
-    columns = KafkaColumns(ts, _gather_binary(buf, key_at, key_len),
-                           _gather_binary(buf, value_at, value_len), None)
-    return columns, int(ts.min()), int(ts.max())
+    read = KafkaColumns(ts, _gather_binary(buf, key_at, key_len),
+                        _gather_binary(buf, value_at, value_len), None) if columns else None
+    return read, int(ts.min()), int(ts.max())
 
 
 # --- encoding --------------------------------------------------------------------
