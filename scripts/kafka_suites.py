@@ -3,8 +3,8 @@
 Run through ``scripts/kafka-suites.sh`` (``--help`` for the options). For each suite it
 fetches the pinned sources into a cache outside the repository (``--cache``, default
 ``~/.cache/sparklog-suites``), builds them, starts a fresh local broker with a Kafka
-listener on loopback, runs the tests named in ``scripts/kafka-suites/<suite>.txt`` one
-process per test, and prints a table. Exit status: 0 when every test run passed, 1 when
+listener on loopback, runs the tests named in ``scripts/kafka-suites/<suite>.txt`` (a
+process per test; librdkafka's runner per test number), and prints a table. Exit status: 0 when every test run passed, 1 when
 one failed, 2 when a suite could not be fetched, built or started; ``--skip REASON``
 prints ``skipped: REASON`` and exits 0 without doing anything.
 
