@@ -96,7 +96,8 @@ def main(argv=None) -> int:
     results: list[Result] = []
     excluded = 0
     for suite in suites:
-        runner = {"librdkafka": Librdkafka, "franz-go": FranzGo}[suite](args)
+        runner: Librdkafka | FranzGo = (Librdkafka(args) if suite == "librdkafka"
+                                        else FranzGo(args))
         try:
             runner.prepare()
         except SuiteError as e:
@@ -324,9 +325,9 @@ class Librdkafka:
         body = text[text.index("struct test tests[] = {"):]
         body = body[:body.index("\n};")]
         body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
-        starts = [m.start() for m in re.finditer(r"_TEST\(", body)] + [len(body)]
-        return [(re.match(r"_TEST\(\s*(\w+)", body[a:]).group(1), body[a:b])
-                for a, b in zip(starts, starts[1:])]
+        found = [(m.start(), m.group(1)) for m in re.finditer(r"_TEST\(\s*(\w+)", body)]
+        ends = [start for start, _ in found[1:]] + [len(body)]
+        return [(name, body[start:end]) for (start, name), end in zip(found, ends)]
 
     def broker_tests(self) -> list[str]:
         """Tests that need a broker: not local, manual, nor run against librdkafka's own
