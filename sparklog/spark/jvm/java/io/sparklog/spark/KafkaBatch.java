@@ -127,6 +127,7 @@ final class KafkaBatch {
     int previous = -1;
     for (int i = 0; i < count; i++) {
       String field = "length";
+      int header = -1;  // the header being read (named in an error)
       try {
         int length = varint();
         int recEnd = pos + length;
@@ -166,7 +167,8 @@ final class KafkaBatch {
         headerCount[i] = n;
         growHeaders(headers + n);
         for (int k = 0; k < n; k++) {
-          field = "header " + k + " key";
+          header = k;
+          field = " key";
           int kl = bytes(recEnd, "headerKeyLength");
           if (kl < 0) {
             throw new MalformedBatchException("headerKeyLength " + kl);
@@ -174,22 +176,25 @@ final class KafkaBatch {
           hKeyLen[headers] = kl;
           hKeyPos[headers] = pos - kl;
           checkUtf8(hKeyPos[headers], kl);
-          field = "header " + k + " value";
+          field = " value";
           int vl = bytes(recEnd, "headerValueLength");
           hValueLen[headers] = vl;
           hValuePos[headers] = pos - Math.max(vl, 0);
           headers++;
         }
         if (pos != recEnd) {
+          header = -1;
           field = "length";
           throw new MalformedBatchException("its fields take " + (pos - recEnd + length)
               + " bytes, its length says " + length);
         }
       } catch (MalformedBatchException e) {
-        throw new MalformedBatchException("record " + i + ": " + field + ": " + e.getMessage());
+        throw new MalformedBatchException("record " + i + ": "
+            + (header < 0 ? "" : "header " + header) + field + ": " + e.getMessage());
       } catch (ArrayIndexOutOfBoundsException e) {
-        throw new MalformedBatchException("record " + i + ": " + field + ": the records end "
-            + "inside it (recordCount " + count + ")");
+        throw new MalformedBatchException("record " + i + ": "
+            + (header < 0 ? "" : "header " + header) + field + ": the records end inside it "
+            + "(recordCount " + count + ")");
       }
     }
     if (pos != end) {
@@ -255,6 +260,13 @@ final class KafkaBatch {
   }
 
   private void checkUtf8(int at, int len) throws MalformedBatchException {
+    int i = at;
+    while (i < at + len && data[i] >= 0) {  // ASCII: nothing to decode
+      i++;
+    }
+    if (i == at + len) {
+      return;
+    }
     try {
       utf8.reset().decode(ByteBuffer.wrap(data, at, len));
     } catch (CharacterCodingException e) {
