@@ -1,7 +1,10 @@
 """Kafka record batches (magic 2) beside Arrow frames in one segment, read by Spark
 (docs/storage.md, "Kafka record batches: the second frame kind"): the JVM reader
 (``KafkaBatch.java``) and the Python reader give the records written, for every codec of
-both kinds, whatever the offset range cuts, and skip control batches."""
+both kinds, whatever the offset range cuts, in batch scans, counts and streams, and skip
+control batches; batches of real clients (Kafka's Java client, librdkafka) read from
+storage; damaged batches fail both readers naming what is wrong; and a differential fuzz
+holds KafkaBatch.java to the Python codec."""
 
 from __future__ import annotations
 
