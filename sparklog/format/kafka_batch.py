@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from itertools import islice
 from typing import Iterable, NamedTuple, Sequence
 
 import crc32c as _crc32c
@@ -805,8 +806,9 @@ def decode_client_columns(buf, pos: int = 0, *,
                           ) -> tuple[KafkaBatchHeader, KafkaColumns]:
     """:func:`decode_client_batch` giving the records as :class:`KafkaColumns` (what an
     Arrow frame is built from). Records without headers, :data:`VECTOR_MIN_RECORDS` or
-    more, are read with array arithmetic (one Python step per record, for its length;
-    the fields of all of them at once); a smaller batch, one with headers, or one the
+    more, are read with array arithmetic (their lengths one Python step per record or
+    per run of records of one length, :func:`_record_spans`; the fields of all of them
+    at once); a smaller batch, one with headers, or one the
     array path does not accept, is walked by
     :func:`decode_client_batch`'s parser, which raises the same errors as
     :func:`validate_client_batch`."""
@@ -973,6 +975,83 @@ def _gather_binary(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
                                  null_count=int(nulls.sum()))
 
 
+def _record_spans(padded: bytes, end: int, count: int) -> tuple | None:
+    """(starts, ends), int64 arrays: where each of the ``count`` records of ``padded[:end]``
+    (the records section, followed by at least 10 zero bytes) begins (after its length
+    varint) and ends; None when a length is not a positive varint or the records do not
+    fill the section exactly. The walk is sequential (a record's length gives the next
+    one's start), but a run of records of one length is taken at once: after a record
+    of length L at p whose length varint is s bytes, the next ones are at p + k(s + L)
+    as long as the bytes there repeat the same varint, which is checked for a window of
+    them with array arithmetic (the window grows while whole windows repeat). A
+    client's records mostly come in such runs (a record's length changes with its key
+    and value sizes, and with its offset and timestamp deltas' varint sizes)."""
+    starts = [0] * count
+    ends = [0] * count
+    runs = []  # (index of the run's first record, records, its position, size, step)
+    buf = None
+    window = 32
+    pos = 0
+    todo = iter(range(count))
+    try:
+        for i in todo:
+            first = b = padded[pos]
+            if b < 0x80:
+                after = pos + 1
+            else:
+                c = padded[pos + 1]
+                if c < 0x80:
+                    b = (b & 0x7F) | (c << 7)
+                    after = pos + 2
+                else:
+                    b, after = _uvarint(padded, pos, 5)
+            nxt = after + ((b >> 1) ^ -(b & 1))
+            if nxt <= after:
+                return None
+            starts[i] = after
+            ends[i] = nxt
+            step = nxt - pos
+            # the next three records' first bytes looked at first: a short run costs
+            # no array step
+            if padded[nxt] != first or padded[nxt + step:nxt + 3 * step:step] != padded[
+                    pos:pos + 2 * step:step] or count - i < 4:
+                pos = nxt
+                continue
+            if buf is None:
+                buf = np.frombuffer(padded, np.uint8)
+            m = min(count - i, (end - pos) // step, window)
+            heads = np.arange(pos, pos + m * step, step, dtype=np.int64)
+            same = buf[heads] == first
+            for j in range(1, after - pos):
+                same &= buf[heads + j] == padded[pos + j]
+            k = m if same.all() else int(same.argmin())  # the record at pos is the same
+            window = window * 4 if k == m else 32
+            runs.append((i, k, pos, after - pos, step))
+            pos += k * step
+            if k > 1:
+                next(islice(todo, k - 2, None), None)  # the run's records are read
+    except (IndexError, ValueError):
+        return None
+    if pos != end:
+        return None
+    if not runs:
+        return np.array(starts, np.int64), np.array(ends, np.int64)
+    begin, stop = np.empty(count, np.int64), np.empty(count, np.int64)
+    done = 0  # the records before the runs' (read one at a time) are copied by range
+    for i, k, pos, size, step in runs:
+        if i > done:
+            begin[done:i] = starts[done:i]
+            stop[done:i] = ends[done:i]
+        heads = np.arange(pos, pos + k * step, step, dtype=np.int64)
+        begin[i:i + k] = heads + size
+        stop[i:i + k] = heads + step
+        done = i + k
+    if done < count:
+        begin[done:] = starts[done:]
+        stop[done:] = ends[done:]
+    return begin, stop
+
+
 def _client_columns(data: bytes, header: KafkaBatchHeader, compacted: bool, *,
                     columns: bool = True) -> tuple | None:
     """(KafkaColumns, smallest and largest timestamp) of a client's records without
@@ -984,34 +1063,13 @@ def _client_columns(data: bytes, header: KafkaBatchHeader, compacted: bool, *,
     end = len(data)
     if count * MIN_RECORD_SIZE > end or abs(header.base_timestamp) >= _VECTOR_LIMIT:
         return None
-    # the one sequential step: each record's length gives the next one's start
-    starts = [0] * count
-    ends = [0] * count
-    pos = 0
-    try:
-        for i in range(count):
-            b = data[pos]
-            if b < 0x80:
-                pos += 1
-            else:
-                c = data[pos + 1]
-                if c < 0x80:
-                    b = (b & 0x7F) | (c << 7)
-                    pos += 2
-                else:
-                    b, pos = _uvarint(data, pos, 5)
-            starts[i] = pos
-            pos += (b >> 1) ^ -(b & 1)
-            ends[i] = pos
-            if pos <= starts[i]:
-                return None
-    except (IndexError, ValueError):
+    padded = data + bytes(10)
+    buf = np.frombuffer(padded, np.uint8)
+    spans = _record_spans(padded, end, count)
+    if spans is None:
         return None
-    if pos != end:
-        return None
-    buf = np.frombuffer(data + bytes(10), np.uint8)
-    rec_end = np.array(ends, np.int64)
-    at = np.array(starts, np.int64) + 1  # after attributes
+    at, rec_end = spans
+    at = at + 1  # after attributes
     fields = []
     for limit in (10, 5, 5):  # timestampDelta, offsetDelta, keyLength
         got = _read_varints(buf, at, limit)

@@ -166,3 +166,54 @@ def test_columns_refuse_damage_as_the_validator_does(seed):
         ts, keys, values, _ = _columns_of(batch)
         assert (columns.timestamps.tolist(), columns.keys.to_pylist(),
                 columns.values.to_pylist()) == (ts, keys, values)
+
+
+def _runs_batch(rnd, n):
+    """A client's batch whose records come in runs of one length (the shape the array
+    path takes a run at a time): values of one size for a run of 1-400 records, sizes
+    whose length varints take 1, 2 and 3 bytes, offset and timestamp deltas crossing
+    their varints' 1- and 2-byte limits."""
+    now = 1_700_000_000_000
+    records, i = [], 0
+    while i < n:
+        size = rnd.choice([0, 5, 50, 100, 9000])
+        key = rnd.choice([None, b"k"])
+        for _ in range(min(n - i, rnd.choice([1, 2, 3, 4, 5, 40, 400]))):
+            records.append(KafkaRecord(i, now + i // 3, key, b"v" * size, ()))
+            i += 1
+    return encode_batch(records)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_runs_of_one_length_read_and_refused_as_the_parser_does(seed, monkeypatch):
+    """Records in runs of one length are read a run at a time, and read what the
+    record-at-a-time parser reads; a byte changed anywhere in such a batch (CRC redone)
+    is refused with the parser's error, or the records read are the parser's."""
+    from sparklog.format import kafka_batch
+
+    rnd = random.Random(200 + seed)
+    good = _runs_batch(rnd, [VECTOR_MIN_RECORDS, 600, 9000][seed])
+    with monkeypatch.context() as m:
+        m.setattr(kafka_batch, "_parse_records", None)  # any call fails
+        _, columns = decode_client_columns(good)
+        validate_client_batch(good)
+    ts, keys, values, _ = _columns_of(good)
+    assert (columns.timestamps.tolist(), columns.keys.to_pylist(),
+            columns.values.to_pylist()) == (ts, keys, values)
+    for _ in range(100):
+        buf = bytearray(good)
+        at = rnd.randrange(HEADER_SIZE, len(buf))
+        buf[at] = rnd.choice([0, 1, 2, 0x7F, 0x80, 0xFF, buf[at] + 2 & 0xFF, buf[at] - 2 & 0xFF])
+        batch = _recrc(buf)
+        try:
+            validate_client_batch(batch)
+        except SparklogError as exc:
+            for other in (decode_client_columns, decode_client_batch):
+                with pytest.raises(type(exc)) as got:
+                    other(batch)
+                assert str(got.value) == str(exc)
+            continue
+        _, columns = decode_client_columns(batch)
+        ts, keys, values, _ = _columns_of(batch)
+        assert (columns.timestamps.tolist(), columns.keys.to_pylist(),
+                columns.values.to_pylist()) == (ts, keys, values)
