@@ -15,6 +15,7 @@ from sparklog.protocol.kafka.codec import (
     decode_response,
     encode_request,
     encode_response,
+    encode_response_values,
     unsupported_version_response,
 )
 
@@ -28,5 +29,6 @@ __all__ = [
     "decode_response",
     "encode_request",
     "encode_response",
+    "encode_response_values",
     "unsupported_version_response",
 ]

@@ -10,12 +10,14 @@ broker's versions).
 
 from __future__ import annotations
 
+import functools
 import io
 import struct
 from dataclasses import dataclass
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
+from kio.index import load_request_schema as _load_request_schema
+from kio.index import load_response_schema as _load_response_schema
 from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 from kio.schema.errors import ErrorCode
@@ -23,6 +25,12 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16
 
 from sparklog.errors import SparklogError, UnsupportedVersionError
+from sparklog.protocol.kafka.entities import encode
+
+#: kio's message class of an (api key, version), looked up once (kio resolves a name)
+load_request_schema = functools.lru_cache(maxsize=None)(_load_request_schema)
+load_response_schema = functools.lru_cache(maxsize=None)(_load_response_schema)
+_reader = functools.lru_cache(maxsize=None)(entity_reader)
 
 API_VERSIONS = 18
 PRODUCE = 0
@@ -172,7 +180,7 @@ def decode_request(frame: bytes) -> tuple[RequestHeader, Any]:
         pos = _skip_tagged_fields(data, pos)
     schema = load_request_schema(api_key, version)
     try:
-        body, _ = entity_reader(schema)(data, pos)
+        body, _ = _reader(schema)(data, pos)
     except Exception as exc:  # kio's reader raises several kinds on garbage bytes
         raise KafkaDecodeError(
             f"malformed Kafka request (api key {api_key} v{version}): {type(exc).__name__}: {exc}"
@@ -209,6 +217,21 @@ def encode_response(header: RequestHeader, response: Any) -> bytes:
     entity_writer(type(response))(out, response)
     body = out.getvalue()
     return _SIZE.pack(len(body)) + body
+
+
+def encode_response_values(header: RequestHeader, values: dict) -> list:
+    """:func:`encode_response` of the response class of ``header``'s api key and version
+    built from ``values`` (:func:`~sparklog.protocol.kafka.entities.build`), without
+    building it (:func:`~sparklog.protocol.kafka.entities.encode`): the frame as a
+    list of byte strings, its size first."""
+    cls = load_response_schema(header.api_key, header.api_version)
+    parts = encode(cls, values)
+    head = _SIZE.pack(header.correlation_id)
+    if header.api_key != API_VERSIONS and cls.__flexible__:
+        head += b"\x00"
+    size = len(head) + sum(map(len, parts))
+    parts[0:0] = (_SIZE.pack(size), head)
+    return parts
 
 
 def decode_response(header: RequestHeader, frame: bytes) -> Any:

@@ -19,7 +19,6 @@ import asyncio
 import logging
 from typing import Any, Awaitable, Callable
 
-from kio.index import load_response_schema
 from kio.schema.consumer_protocol_assignment.v0 import ConsumerProtocolAssignment
 from kio.schema.consumer_protocol_subscription import v0 as _sub_v0
 from kio.schema.consumer_protocol_subscription import v1 as _sub_v1
@@ -45,7 +44,7 @@ from ...protocol.kafka import (
     RequestHeader,
     api_versions_entries,
     decode_request,
-    encode_response,
+    encode_response_values,
     unsupported_version_response,
 )
 from ...protocol.kafka.entities import build, plain
@@ -185,8 +184,7 @@ class KafkaApis:
         return self._frame(header, fields)
 
     def _frame(self, header: RequestHeader, fields: dict) -> bytes:
-        cls = load_response_schema(header.api_key, header.api_version)
-        return encode_response(header, build(cls, fields))
+        return b"".join(encode_response_values(header, fields))
 
     async def handle(self, header: RequestHeader, request, ctx) -> bytes | None:
         """The encoded answer to one request (None: none due, a Produce with acks=0)."""
