@@ -68,3 +68,35 @@ def test_metadata_request_with_librdkafkas_bytes(kafka_address):
         conn.sock.sendall(struct.pack(">i", len(body)) + body)
         answer = conn.receive(header)
     assert name in {t.name for t in answer.topics}
+
+
+def test_pipelined_offset_commits_apply_in_order(kafka_address):
+    """librdkafka's 0030_offset_commit: a consumer's asynchronous commits go out on one
+    connection without waiting for the answers; Kafka handles a connection's requests
+    one after the other, so the last commit acknowledged is what OffsetFetch answers.
+    The listener handled them concurrently, and an earlier commit could land last
+    (committed() answered 43 after the commit of 50 was acknowledged)."""
+    from kio.schema.offset_commit.v8.request import (
+        OffsetCommitRequest,
+        OffsetCommitRequestPartition,
+        OffsetCommitRequestTopic,
+    )
+    from kio.schema.offset_fetch.v7.request import OffsetFetchRequest, OffsetFetchRequestTopic
+    from kio.static.primitive import i32, i64
+
+    name = _topic(kafka_address)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    with KafkaConn(kafka_address) as conn:
+        sent = [conn.send(8, 8, OffsetCommitRequest(
+            group_id=group, generation_id_or_member_epoch=i32(-1), member_id="",
+            group_instance_id=None, topics=(OffsetCommitRequestTopic(name=name, partitions=(
+                OffsetCommitRequestPartition(partition_index=i32(0), committed_offset=i64(n),
+                                             committed_leader_epoch=i32(-1),
+                                             committed_metadata=""),)),)))
+            for n in range(1, 41)]
+        answers = [conn.receive(header) for header in sent]
+        assert all(a.topics[0].partitions[0].error_code == 0 for a in answers), answers
+        fetched = conn.request(9, 7, OffsetFetchRequest(
+            group_id=group, topics=(OffsetFetchRequestTopic(
+                name=name, partition_indexes=(i32(0),)),), require_stable=False))
+    assert fetched.topics[0].partitions[0].committed_offset == 40
