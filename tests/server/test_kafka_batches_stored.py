@@ -311,9 +311,26 @@ def test_each_refused_field_is_named_and_nothing_is_stored(broker, root, kafka_a
         answer = conn.produce(topic, _forged(field))
         assert (int(answer.error_code), int(answer.base_offset)) == (code, -1), answer
         assert named in answer.error_message and topic in answer.error_message
-        # a request of a good batch then the forged one stores neither
-        answer = conn.produce(topic, good + _forged(field))
-        assert int(answer.error_code) == code, answer
+        assert _stored(root, topic) == b""
+        assert int(conn.produce(topic, good).base_offset) == 0
+
+
+@pytest.mark.parametrize("extra", ["batch", "forged", "bytes"])
+def test_a_produce_carries_exactly_one_batch_per_partition(broker, root, kafka_address,
+                                                          extra):
+    """Kafka's rule for a Produce v3+: one record batch per partition. A second batch
+    (good or forged) or bytes after the first are refused with INVALID_RECORD naming
+    the rule and the partition, and nothing of the partition's records is stored."""
+    topic = _topic(broker)
+    good = _batch(range(0, 2))
+    after = {"batch": _batch(range(2, 4)), "forged": _forged("crc"), "bytes": b"\0" * 5}[extra]
+    with KafkaConn(kafka_address) as conn:
+        answer = conn.produce(topic, good + after)
+        assert (int(answer.error_code), int(answer.base_offset)) == (87, -1), answer
+        assert "exactly one record batch per partition" in answer.error_message
+        assert f"{topic}-0" in answer.error_message
+        assert f"{len(after)} bytes follow the batch of {len(good)} bytes" \
+            in answer.error_message
         assert _stored(root, topic) == b""
         assert int(conn.produce(topic, good).base_offset) == 0
 

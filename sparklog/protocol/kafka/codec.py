@@ -138,7 +138,7 @@ def _write_uvarint(out: io.BytesIO, value: int) -> None:
     out.write(bytes([value]))
 
 
-def decode_request(frame: bytes) -> tuple[RequestHeader, Any]:
+def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
     """Decode one request (the bytes after the 4-byte size) into (header, kio request).
 
     Raises :class:`KafkaUnsupportedVersionError` (with the parsed header) for an api key

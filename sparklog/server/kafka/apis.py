@@ -30,12 +30,10 @@ from kio.serial import entity_reader, entity_writer
 from ...errors import (
     IllegalGenerationError,
     InvalidArgumentError,
-    InvalidProducerIdMappingError,
     SparklogError,
     UnknownMemberIdError,
 )
 from ...format.header import NO_PRODUCER_ID
-from ...format.kafka_batch import iter_batches
 from ...protocol.apis import REQUESTS, ApiKey, api_name
 from ...protocol.codec import error_fields
 from ...protocol.kafka import (
@@ -51,7 +49,7 @@ from ...protocol.kafka.entities import build, plain
 from ...protocol.schema import check
 from ...security.binding import ProducerIdBinding
 from ...security.session import principal_of
-from .records import batches_of_frames, check_client_batches
+from .records import batches_of_frames, client_batch
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +152,9 @@ class KafkaApis:
         other unsupported versions raise InvalidArgumentError: the connection closes,
         as Kafka's does."""
         try:
-            return decode_request(bytes(payload))
+            # kio reads a read-only buffer: a large request's is viewed, not copied
+            return decode_request(payload if isinstance(payload, bytes)
+                                  else memoryview(payload).toreadonly())
         except KafkaUnsupportedVersionError as exc:
             if exc.header.api_key == ApiKey.API_VERSIONS:
                 return exc.header, None
@@ -278,36 +278,26 @@ class KafkaApis:
         return {**_err(answer), "producer_id": answer.get("producer_id", -1),
                 "producer_epoch": answer.get("producer_epoch", -1)}
 
-    async def _token(self, records: bytes, ctx) -> bytes | None:
-        """The token binding the producer id the batches name to the connection's
-        principal when that principal obtained it (:meth:`init_producer_id`, through
-        any broker); None when none is named or it is another's (the broker then
-        refuses the partition with INVALID_PRODUCER_ID_MAPPING)."""
+    async def _token(self, producer_id: int, ctx) -> bytes | None:
+        """The token binding ``producer_id`` (a batch's) to the connection's principal
+        when that principal obtained it (:meth:`init_producer_id`, through any broker);
+        None when the batch names none or it is another's (the broker then refuses the
+        partition with INVALID_PRODUCER_ID_MAPPING)."""
+        if producer_id == NO_PRODUCER_ID:
+            return None
         principal = str(principal_of(getattr(ctx, "session", None)))
-        pids = set()
-        try:
-            for _, h in iter_batches(records, verify_crc=False):
-                pids.add(h.producer_id)
-        except SparklogError:
-            return None  # the conversion names what is wrong with the batches
-        pids.discard(NO_PRODUCER_ID)
-        if len(pids) > 1:
-            raise InvalidProducerIdMappingError(
-                f"batches of producer ids {sorted(pids)} in one partition of a Produce")
-        if not pids:
+        if not self.binding.known(producer_id, principal) \
+                and not await asyncio.get_running_loop().run_in_executor(
+                    None, self.binding.obtained, producer_id, principal):
             return None
-        pid = pids.pop()
-        if not self.binding.known(pid, principal) and not await asyncio.get_running_loop(
-                ).run_in_executor(None, self.binding.obtained, pid, principal):
-            return None
-        return self.binding.token(pid, principal)
+        return self.binding.token(producer_id, principal)
 
     async def produce(self, version: int, req: dict, ctx) -> dict | None:
-        """Produce (v3+): each partition's batches go to the broker's Produce as they
-        are (the second frame kind), which checks them as Kafka's LogValidator does and
-        against the producer state, and appends them with only their base offset and
-        leader epoch patched; a partition whose batches are refused is answered with
-        the error naming the batch and field, the others are appended."""
+        """Produce (v3+): each partition's one batch goes to the broker's Produce as it
+        is (the second frame kind), which checks it as Kafka's LogValidator does and
+        against the producer state, and appends it with only its base offset and
+        leader epoch patched; a partition whose batch is refused is answered with the
+        error naming the batch and field, the others are appended."""
         refused: dict[tuple[str, int], dict] = {}
         topics = []
         for t in req["topic_data"]:
@@ -315,8 +305,8 @@ class KafkaApis:
             for p in t["partition_data"]:
                 try:
                     records = p["records"] or b""
-                    check_client_batches(records, f"{t['name']}-{p['index']}")
-                    token = await self._token(records, ctx)
+                    header = client_batch(records, f"{t['name']}-{p['index']}", version)
+                    token = await self._token(header.producer_id, ctx)
                     parts.append({"partition": p["index"], "records": records,
                                   "producer_token": token})
                 except SparklogError as exc:

@@ -1,9 +1,9 @@
 """Record batches between Kafka clients and the log (docs/kafka-protocol.md, "Records").
 
-Produce: a Kafka client's batches (magic 2) are stored as it sent them, the second
-frame kind beside Arrow frames (docs/format.md, "Kafka record batches (magic 2)"): the
-listener only checks that a partition's records are Kafka batches at all
-(:func:`check_client_batches`); the broker's Produce path checks each as Kafka's
+Produce: a Kafka client's batch (magic 2) is stored as it sent it, the second frame
+kind beside Arrow frames (docs/format.md, "Kafka record batches (magic 2)"): the
+listener only checks that a partition's records are one Kafka batch
+(:func:`client_batch`); the broker's Produce path checks each as Kafka's
 ``LogValidator`` does, against the producer state, and patches its base offset and
 leader epoch (:class:`~sparklog.server.partition.PartitionWriter`). Fetch: stored Kafka
 batches go to a Kafka consumer unchanged, byte for byte; Arrow frames are converted to
@@ -28,6 +28,7 @@ from ...format.frame import (
 from ...format.header import KAFKA_MAGIC, MAGIC_FIELD
 from ...format.kafka_batch import (
     VECTOR_MIN_RECORDS,
+    KafkaBatchHeader,
     KafkaRecord,
     encode_batch,
     encode_batch_arrays,
@@ -36,27 +37,31 @@ from ...format.kafka_batch import (
 from ...protocol.codec import FileRegion
 
 
-def check_client_batches(data, partition: str) -> None:
-    """Check that ``data``, one partition of a Kafka client's Produce request, is one or
-    more whole Kafka record batches (magic 2), as Kafka refuses anything else in a
-    Produce v3+ (INVALID_RECORD): a legacy message set (magic 0 or 1, the latter an
-    Arrow frame's magic) is never stored. Headers only, no CRC: the broker checks each
-    batch whole. InvalidRecordError or CorruptRecordError naming ``partition`` and the
-    batch's position."""
+def client_batch(data, partition: str, version: int) -> KafkaBatchHeader:
+    """The header of ``data``, one partition's records in a Kafka client's Produce
+    request of ``version``, which must be exactly one record batch of magic 2, as Kafka
+    takes a Produce v3+ (``ProduceRequest.validateRecords``: INVALID_RECORD otherwise):
+    a legacy message set (magic 0 or 1, the latter an Arrow frame's magic) is never
+    stored, nor a second batch. Header fields only, no CRC: the broker checks the batch
+    whole. InvalidRecordError or CorruptRecordError naming ``partition``."""
     view = memoryview(data)
-    if not len(view):
-        raise InvalidRecordError(f"partition {partition}: the records are empty: a Produce "
-                                 "needs at least one record batch")
-    at, pos = MAGIC_FIELD.position, 0
     try:
-        while pos < len(view):
-            if len(view) - pos > at and view[pos + at] != KAFKA_MAGIC:
-                raise InvalidRecordError(
-                    f"record batch at position {pos} has magic {view[pos + at]}: a "
-                    f"Produce v3+ takes record batches of magic {KAFKA_MAGIC} only")
-            pos += parse_header(view, pos, verify_crc=False).size
+        if not len(view):
+            raise InvalidRecordError(
+                f"the records are empty: a Produce v{version} needs one record batch")
+        at = MAGIC_FIELD.position
+        if len(view) > at and view[at] != KAFKA_MAGIC:
+            raise InvalidRecordError(
+                f"the record batch has magic {view[at]}: a Produce v{version} takes "
+                f"record batches of magic {KAFKA_MAGIC} only")
+        header = parse_header(view, 0, verify_crc=False)
+        if header.size < len(view):
+            raise InvalidRecordError(
+                f"a Produce v{version} carries exactly one record batch per partition: "
+                f"{len(view) - header.size} bytes follow the batch of {header.size} bytes")
     except SparklogError as exc:
         raise type(exc)(f"partition {partition}: {exc}") from None
+    return header
 
 
 def _stored_bytes(records) -> bytes:
