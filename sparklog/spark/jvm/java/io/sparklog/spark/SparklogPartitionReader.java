@@ -618,25 +618,12 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
     ColumnVector[] cols = new ColumnVector[fields.length];
     for (int j = 0; j < fields.length; j++) {
       DataType type = fields[j].dataType();
+      ColumnVector constant = constantColumn(kinds[j], n, type, logAppendTime);
+      if (constant != null) {
+        cols[j] = constant;
+        continue;
+      }
       switch (kinds[j]) {
-        case K_TOPIC: {
-          ConstantColumnVector c = new ConstantColumnVector(n, type);
-          c.setUtf8String(topicUtf8);
-          cols[j] = c;
-          break;
-        }
-        case K_PARTITION: {
-          ConstantColumnVector c = new ConstantColumnVector(n, type);
-          c.setInt(range.partition);
-          cols[j] = c;
-          break;
-        }
-        case K_TIMESTAMP_TYPE: {
-          ConstantColumnVector c = new ConstantColumnVector(n, type);
-          c.setInt(logAppendTime ? 1 : 0);
-          cols[j] = c;
-          break;
-        }
         case K_OFFSET: {
           offsetVector.reset();
           offsetVector.reserve(n);
@@ -724,25 +711,12 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
     ColumnVector[] cols = new ColumnVector[fields.length];
     for (int j = 0; j < fields.length; j++) {
       DataType type = fields[j].dataType();
+      ColumnVector constant = constantColumn(kinds[j], n, type, logAppendTime);
+      if (constant != null) {
+        cols[j] = constant;
+        continue;
+      }
       switch (kinds[j]) {
-        case K_TOPIC: {
-          ConstantColumnVector c = new ConstantColumnVector(n, type);
-          c.setUtf8String(topicUtf8);
-          cols[j] = c;
-          break;
-        }
-        case K_PARTITION: {
-          ConstantColumnVector c = new ConstantColumnVector(n, type);
-          c.setInt(range.partition);
-          cols[j] = c;
-          break;
-        }
-        case K_TIMESTAMP_TYPE: {
-          ConstantColumnVector c = new ConstantColumnVector(n, type);
-          c.setInt(logAppendTime ? 1 : 0);
-          cols[j] = c;
-          break;
-        }
         case K_OFFSET: {
           offsetVector.reset();
           offsetVector.reserve(n);
@@ -766,6 +740,28 @@ public class SparklogPartitionReader implements PartitionReader<ColumnarBatch> {
       }
     }
     return new ColumnarBatch(cols, n);
+  }
+
+  /** The column of field kind {@code kind} that is the same for all {@code n} rows of a
+   *  frame (topic, partition, timestamp type), or null for a kind read from the frame. */
+  private ColumnVector constantColumn(int kind, int n, DataType type, boolean logAppendTime) {
+    ConstantColumnVector c;
+    switch (kind) {
+      case K_TOPIC:
+        c = new ConstantColumnVector(n, type);
+        c.setUtf8String(topicUtf8);
+        return c;
+      case K_PARTITION:
+        c = new ConstantColumnVector(n, type);
+        c.setInt(range.partition);
+        return c;
+      case K_TIMESTAMP_TYPE:
+        c = new ConstantColumnVector(n, type);
+        c.setInt(logAppendTime ? 1 : 0);
+        return c;
+      default:
+        return null;
+    }
   }
 
   /** Output field {@code j} (key, value or headers) of records {@code [lo, lo + n)} of the
