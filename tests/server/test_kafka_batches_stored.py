@@ -42,11 +42,6 @@ def broker(root):
     b.stop()
 
 
-@pytest.fixture(scope="module")
-def kafka_address(broker) -> str:
-    return broker.broker.listener_addresses["KAFKA"]
-
-
 def _topic(broker, configs: dict | None = None, schema=None) -> str:
     name = f"t-{uuid.uuid4().hex[:8]}"
     admin = Admin(bootstrap_servers=broker.address)
@@ -112,6 +107,29 @@ def _sparklog_read(broker, topic: str, n: int) -> list:
     return out
 
 
+def _librdkafka_read(kafka_address: str, topic: str, n: int) -> list:
+    """(offset, timestamp, key, value, headers) of the first ``n`` records of ``topic``
+    as librdkafka's consumer (confluent-kafka) reads them through the Kafka listener."""
+    from confluent_kafka import Consumer as CKConsumer
+
+    c = CKConsumer({"bootstrap.servers": kafka_address, "group.id": "g-" + topic,
+                    "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic])
+    got: list = []
+    try:
+        def more():
+            msg = c.poll(0.5)
+            if msg is not None:
+                assert msg.error() is None, msg.error()
+                got.append((msg.offset(), msg.timestamp()[1], msg.key(), msg.value(),
+                            tuple(msg.headers() or ())))
+            return len(got) >= n
+        wait_until(more, timeout=60, what=f"{n} records of {topic} read by librdkafka")
+    finally:
+        c.close()
+    return got
+
+
 @pytest.mark.parametrize("codec", CODECS)
 def test_a_clients_batch_is_stored_and_fetched_byte_for_byte(broker, root, kafka_address,
                                                              codec):
@@ -145,7 +163,6 @@ def test_librdkafka_batches_stored_as_sent_and_read_by_both_consumers(broker, ro
                                                                       kafka_address, codec):
     """confluent-kafka's idempotent producer: its batches are on disk in its codec, with
     its producer id and sequences; its consumer and sparklog's read the same records."""
-    from confluent_kafka import Consumer as CKConsumer
     from confluent_kafka import Producer as CKProducer
 
     topic = _topic(broker)
@@ -166,29 +183,13 @@ def test_librdkafka_batches_stored_as_sent_and_read_by_both_consumers(broker, ro
     expected = [(i, T0 + i, b"k%d" % (i % 7), b"value-%d" % i * 3, (("i", str(i).encode()),))
                 for i in range(200)]
     assert _sparklog_read(broker, topic, 200) == expected
-    c = CKConsumer({"bootstrap.servers": kafka_address, "group.id": "g-" + topic,
-                    "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    c.subscribe([topic])
-    got: list = []
-    try:
-        def more():
-            msg = c.poll(0.5)
-            if msg is not None:
-                assert msg.error() is None, msg.error()
-                got.append((msg.offset(), msg.timestamp()[1], msg.key(), msg.value(),
-                            tuple(msg.headers() or ())))
-            return len(got) >= 200
-        wait_until(more, timeout=60, what=f"200 {codec} records read by librdkafka")
-    finally:
-        c.close()
-    assert sorted(got) == expected
+    assert sorted(_librdkafka_read(kafka_address, topic, 200)) == expected
 
 
 def test_kafka_batches_and_arrow_frames_in_one_partition(broker, root, kafka_address):
     """sparklog's Producer (Arrow frames) and a Kafka client (batches) write one
     partition: a Kafka consumer gets the Kafka batches unchanged and the Arrow frames
     converted, sparklog's consumer reads both kinds, same records either way."""
-    from confluent_kafka import Consumer as CKConsumer
 
     topic = _topic(broker)
     p = Producer(bootstrap_servers=broker.address)
@@ -237,22 +238,7 @@ def test_kafka_batches_and_arrow_frames_in_one_partition(broker, root, kafka_add
     for frame in kafka_frames:  # each stored batch is in the answer, byte for byte
         h = frame.header
         assert stored[stored.index(frame.body.to_pybytes()) - 61:][:h.size] in fetched
-    c = CKConsumer({"bootstrap.servers": kafka_address, "group.id": "g-" + topic,
-                    "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    c.subscribe([topic])
-    got: list = []
-    try:
-        def more():
-            msg = c.poll(0.5)
-            if msg is not None:
-                assert msg.error() is None, msg.error()
-                got.append((msg.offset(), msg.timestamp()[1], msg.key(), msg.value(),
-                            tuple(msg.headers() or ())))
-            return len(got) >= 60
-        wait_until(more, timeout=60, what="60 records of both kinds read by librdkafka")
-    finally:
-        c.close()
-    assert got == expected
+    assert _librdkafka_read(kafka_address, topic, 60) == expected
 
 
 def _forged(field: str) -> bytes:

@@ -32,11 +32,6 @@ def broker(tmp_path_factory):
     b.stop()
 
 
-@pytest.fixture(scope="module")
-def kafka_address(broker) -> str:
-    return broker.broker.listener_addresses["KAFKA"]
-
-
 def _topic() -> str:
     return f"t-{uuid.uuid4().hex[:8]}"
 

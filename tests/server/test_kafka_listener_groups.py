@@ -29,11 +29,6 @@ def broker(tmp_path_factory):
     b.stop()
 
 
-@pytest.fixture(scope="module")
-def kafka_address(broker) -> str:
-    return broker.broker.listener_addresses["KAFKA"]
-
-
 def _create(address: str, partitions: int) -> str:
     from confluent_kafka.admin import AdminClient, NewTopic
 

@@ -15,7 +15,7 @@ import pytest
 from sparklog.clients.consumer import Consumer
 from sparklog.clients.producer import Producer
 from tests.support.kafkaconn import start_with_kafka_listener
-from tests.support.kafkaserver import kafka_tool, kafka_unavailable
+from tests.support.kafkaserver import kafka_tool
 from tests.support.waiting import wait_until
 
 TOPICS = "org.apache.kafka.tools.TopicCommand"
@@ -27,24 +27,11 @@ GET_OFFSETS = "org.apache.kafka.tools.GetOffsetShell"
 
 
 @pytest.fixture(scope="module")
-def kafka_tools() -> None:
-    """Skips (saying why) when Kafka's tools cannot run here."""
-    why = kafka_unavailable()
-    if why:
-        pytest.skip(why)
-
-
-@pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     """One broker with a sparklog listener and a Kafka listener (KAFKA)."""
     b = start_with_kafka_listener(tmp_path_factory.mktemp("kafka-listener-java"), num_partitions=3)
     yield b
     b.stop()
-
-
-@pytest.fixture(scope="module")
-def kafka_address(broker) -> str:
-    return broker.broker.listener_addresses["KAFKA"]
 
 
 def _topic() -> str:

@@ -23,11 +23,6 @@ def broker(tmp_path_factory):
     b.stop()
 
 
-@pytest.fixture(scope="module")
-def kafka_address(broker) -> str:
-    return broker.broker.listener_addresses["KAFKA"]
-
-
 def _topic(kafka_address) -> str:
     """A new topic (2 partitions), created through the Kafka listener."""
     from confluent_kafka.admin import AdminClient, NewTopic

@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from tests.support.kafkaconn import start_with_kafka_listener
-from tests.support.kafkaserver import kafka_tool, kafka_unavailable
+from tests.support.kafkaserver import kafka_tool
 from tests.support.kafkatools import JavaTool
 from tests.support.waiting import wait_until
 
@@ -21,14 +21,6 @@ TOPICS = "org.apache.kafka.tools.TopicCommand"
 VERIFIABLE_PRODUCER = "org.apache.kafka.tools.VerifiableProducer"
 VERIFIABLE_CONSUMER = "org.apache.kafka.tools.VerifiableConsumer"
 PARTITIONS = 6
-
-
-@pytest.fixture(scope="module")
-def kafka_tools() -> None:
-    """Skips (saying why) when Kafka's tools cannot run here."""
-    why = kafka_unavailable()
-    if why:
-        pytest.skip(why)
 
 
 @pytest.fixture(scope="module")
