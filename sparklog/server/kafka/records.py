@@ -116,6 +116,13 @@ def batch_of_frame(frame) -> bytes:
     same key and value. A typed topic's rows go out as JSON values with a null key (as
     ``dump-log --print-data-log`` prints them)."""
     h = frame.header
+    kept = dict(  # what the batch keeps of the frame's header
+        base_offset=h.base_offset, partition_leader_epoch=h.leader_epoch,
+        producer_id=h.producer_id, producer_epoch=h.producer_epoch,
+        base_sequence=h.base_sequence, transactional=h.is_transactional,
+        control=h.is_control,
+        log_append_time=h.max_timestamp if h.log_append_time else None,
+        last_offset_delta=h.last_offset_delta)
     batch = frame.batch()
     names = batch.schema.names
     raw = all(n in names for n in RAW_SCHEMA.names)
@@ -127,12 +134,7 @@ def batch_of_frame(frame) -> bytes:
             frame.offsets(batch).to_numpy() - h.base_offset,
             ts.to_numpy(zero_copy_only=False),
             batch.column(names.index("key")), batch.column(names.index("value")),
-            base_offset=h.base_offset, partition_leader_epoch=h.leader_epoch,
-            producer_id=h.producer_id, producer_epoch=h.producer_epoch,
-            base_sequence=h.base_sequence, transactional=h.is_transactional,
-            control=h.is_control,
-            log_append_time=h.max_timestamp if h.log_append_time else None,
-            last_offset_delta=h.last_offset_delta)
+            **kept)
     offsets = frame.offsets(batch).to_pylist()
     timestamps = _int64(batch.column(names.index(TIMESTAMP_COLUMN))).to_pylist()
     if raw:
@@ -148,11 +150,4 @@ def batch_of_frame(frame) -> bytes:
         headers = [()] * len(rows)
     kafka_records = [KafkaRecord(o, t, k, v, hs)
                      for o, t, k, v, hs in zip(offsets, timestamps, keys, values, headers)]
-    return encode_batch(
-        kafka_records, compression="none",
-        base_offset=h.base_offset, partition_leader_epoch=h.leader_epoch,
-        producer_id=h.producer_id, producer_epoch=h.producer_epoch,
-        base_sequence=h.base_sequence, transactional=h.is_transactional,
-        control=h.is_control,
-        log_append_time=h.max_timestamp if h.log_append_time else None,
-        last_offset_delta=h.last_offset_delta)
+    return encode_batch(kafka_records, compression="none", **kept)
