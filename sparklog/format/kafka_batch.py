@@ -64,7 +64,13 @@ from ..errors import (
     InvalidRecordError,
     RecordTooLargeError,
 )
-from .header import KAFKA_CODEC_NAMES, KAFKA_MAGIC
+from .header import (  # attribute bits at the same places in both frame kinds
+    CONTROL_BIT,
+    KAFKA_CODEC_NAMES,
+    KAFKA_MAGIC,
+    TIMESTAMP_TYPE_BIT,
+    TRANSACTIONAL_BIT,
+)
 
 MAGIC = KAFKA_MAGIC
 #: bytes of the batch header (Kafka's RECORD_BATCH_OVERHEAD)
@@ -89,9 +95,6 @@ COMPRESSION_MASK = 0x07
 #: Kafka's compression type ids (attributes bits 0-2)
 COMPRESSION_NAMES = KAFKA_CODEC_NAMES
 COMPRESSION_IDS = {name: cid for cid, name in COMPRESSION_NAMES.items()}
-TIMESTAMP_TYPE_BIT = 0x08
-TRANSACTIONAL_BIT = 0x10
-CONTROL_BIT = 0x20
 #: KIP-534: baseTimestamp is the delete horizon (written by the log cleaner only)
 DELETE_HORIZON_BIT = 0x40
 
@@ -1542,6 +1545,24 @@ def snappy_framing_of(section) -> str:
         else "raw"
 
 
+def kept_header_fields(header) -> dict:
+    """The arguments of :func:`encode_batch` / :func:`encode_batch_arrays` that keep
+    the header fields of an existing frame of either kind (``header``: a
+    :class:`KafkaBatchHeader` or the same 13 fields, as
+    :class:`~sparklog.format.header.FrameHeader` holds them): base offset, leader
+    epoch, producer id, epoch and base sequence, transactional and control bits,
+    LogAppendTime (as ``maxTimestamp``) and ``lastOffsetDelta``."""
+    header = KafkaBatchHeader._make(header)
+    return dict(
+        base_offset=header.base_offset,
+        partition_leader_epoch=header.partition_leader_epoch,
+        producer_id=header.producer_id, producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence, transactional=header.is_transactional,
+        control=header.is_control,
+        log_append_time=header.max_timestamp if header.timestamp_type else None,
+        last_offset_delta=header.last_offset_delta)
+
+
 def retained_batch(header, section, keep, *, where: str | None = None) -> bytes:
     """The stored batch of ``header`` (a :class:`KafkaBatchHeader` or the same 13
     fields) and records ``section`` holding only the records ``keep`` tells (numpy
@@ -1563,15 +1584,8 @@ def retained_batch(header, section, keep, *, where: str | None = None) -> bytes:
             f"one kept: got {len(keep)} values, {int(keep.sum())} True")
     compression = header.compression
     framing = snappy_framing_of(section) if compression == "snappy" else "xerial"
-    fields = dict(
-        base_offset=header.base_offset,
-        partition_leader_epoch=header.partition_leader_epoch,
-        producer_id=header.producer_id, producer_epoch=header.producer_epoch,
-        base_sequence=header.base_sequence, transactional=header.is_transactional,
-        control=header.is_control,
-        log_append_time=header.max_timestamp if header.timestamp_type else None,
-        last_offset_delta=header.last_offset_delta, compression=compression,
-        snappy_framing=framing)
+    fields = dict(kept_header_fields(header), compression=compression,
+                  snappy_framing=framing)
     rows = np.flatnonzero(keep)
     if columns.headers is None:
         mask = pa.array(keep)

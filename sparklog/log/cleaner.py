@@ -58,7 +58,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import DataLossError, InvalidConfigError
-from ..format.frame import OFFSET_DELTA_COLUMN, TIMESTAMP_COLUMN, encode_frame, reseal
+from ..format.frame import (
+    OFFSET_DELTA_COLUMN,
+    TIMESTAMP_COLUMN,
+    encode_frame,
+    may_follow_gap,
+    reseal,
+)
 from ..format.header import LAST_OFFSET_DELTA, MAX_TIMESTAMP, RECORD_COUNT, TRANSACTIONAL_BIT
 from ..format.kafka_batch import retained_batch
 from ..format.marker import marker_type
@@ -886,7 +892,7 @@ class CleanedSegmentWriter:
         """Write what stays of ``frame``: ``keep`` tells per record whether the key map
         keeps it (numpy bools; None for a control frame), ``whole`` that every record
         does (the frame is then copied as stored, unless it must get explicit
-        offsets: :func:`_keeps_offsets`)."""
+        offsets: :func:`~sparklog.format.frame.may_follow_gap` in a cleaned segment)."""
         h = frame.header
         result = self.result
         if self.aborted is not None and h.is_transactional:
@@ -898,7 +904,7 @@ class CleanedSegmentWriter:
                 result.markers_removed += 1
                 return
         gap = h.base_offset != self._expected
-        if whole and (not gap or _keeps_offsets(h)):
+        if whole and (not gap or may_follow_gap(h, cleaned=True)):
             data = frame_bytes(frame)
         else:
             data = cleaned_frame(frame, keep, self.cleanings, self.horizon, result,
@@ -1033,13 +1039,14 @@ def cleaned_frame(frame, keep, cleanings, horizon, result, key: CompactionKey, *
                    gap: bool):
     """The bytes of ``frame`` after cleaning, ``keep`` telling per record whether the
     key map keeps it (numpy bools): unchanged when every record stays (and it follows
-    the previous frame kept, ``gap`` False, or may start after a gap as it is,
-    :func:`_keeps_offsets`), None when none does, else re-encoded in its own kind
-    (:func:`_reencoded`). A control frame (a transaction marker) always stays,
-    re-encoded the same way when records before it were removed."""
+    the previous frame kept, ``gap`` False, or may start after a gap as it is:
+    :func:`~sparklog.format.frame.may_follow_gap` in a cleaned segment), None when
+    none does, else re-encoded in its own kind (:func:`_reencoded`). A control frame
+    (a transaction marker) always stays, re-encoded the same way when records before
+    it were removed."""
     h = frame.header
     if h.is_control:
-        if not gap or _keeps_offsets(h):
+        if not gap or may_follow_gap(h, cleaned=True):
             return frame_bytes(frame)
         return _reencoded(frame, frame.batch(), frame.offsets(), None)
     n = h.record_count
@@ -1061,19 +1068,11 @@ def cleaned_frame(frame, keep, cleanings, horizon, result, key: CompactionKey, *
                     result.tombstones_removed += 1
                     result.records_removed -= 1  # counted below
     result.records_removed += n - stays
-    if stays == n and (not gap or _keeps_offsets(h)):
+    if stays == n and (not gap or may_follow_gap(h, cleaned=True)):
         return frame_bytes(frame)
     if stays == 0:
         return None
     return _reencoded(frame, batch, frame.offsets(), pa.array(keep))
-
-
-def _keeps_offsets(header) -> bool:
-    """Whether a frame may start after the previous kept frame's end in a cleaned
-    segment as it is stored: an Arrow frame with explicit offsets, or any Kafka batch
-    (its records carry their own offset deltas; a cleaned segment lets a Kafka batch
-    follow a gap, :func:`~sparklog.format.frame.may_follow_gap`)."""
-    return header.is_kafka or header.explicit_offsets
 
 
 def _reencoded(frame, batch: pa.RecordBatch, record_offsets: pa.Array, mask) -> bytes:

@@ -32,6 +32,7 @@ from ...format.kafka_batch import (
     KafkaRecord,
     encode_batch,
     encode_batch_arrays,
+    kept_header_fields,
     parse_header,
 )
 from ...protocol.codec import FileRegion
@@ -116,13 +117,7 @@ def batch_of_frame(frame) -> bytes:
     same key and value. A typed topic's rows go out as JSON values with a null key (as
     ``dump-log --print-data-log`` prints them)."""
     h = frame.header
-    kept = dict(  # what the batch keeps of the frame's header
-        base_offset=h.base_offset, partition_leader_epoch=h.leader_epoch,
-        producer_id=h.producer_id, producer_epoch=h.producer_epoch,
-        base_sequence=h.base_sequence, transactional=h.is_transactional,
-        control=h.is_control,
-        log_append_time=h.max_timestamp if h.log_append_time else None,
-        last_offset_delta=h.last_offset_delta)
+    kept = kept_header_fields(h)
     batch = frame.batch()
     names = batch.schema.names
     raw = all(n in names for n in RAW_SCHEMA.names)
