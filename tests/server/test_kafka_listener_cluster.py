@@ -39,10 +39,18 @@ class KafkaListenerBroker(BrokerProcess):
 
     @property
     def kafka_address(self) -> str:
-        found = [m.group(1) for line in self._lines
-                 if (m := _KAFKA_LINE.match(line.strip()))]
-        assert found, f"no Kafka listener line in the broker's output: {self._lines}"
-        return found[-1]
+        """The Kafka listener's address from the line the broker prints after its
+        "listening on" line; the reader thread may not have it yet when start() returns
+        (start waits for the first line only), so wait for the one after the latest."""
+
+        def printed():
+            lines = list(self._lines)
+            starts = [i for i, line in enumerate(lines) if " listening on " in line]
+            after = lines[starts[-1] + 1:] if starts else []
+            return [m.group(1) for line in after if (m := _KAFKA_LINE.match(line.strip()))]
+
+        return wait_until(printed, what=f"the Kafka listener line of broker "
+                          f"{self.address} (its output so far: {self._lines})")[-1]
 
 
 @pytest.fixture(scope="module")
