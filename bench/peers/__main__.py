@@ -20,7 +20,9 @@ librdkafka produce()/consume() and its produce->consume latency at 10k records/s
 bench/peers/kafka_tools.py), ``spark``
 (count, aggregate over value and filter on timestamp by format("sparklog") vs
 format("kafka") vs Parquet; a capped AvailableNow backlog drain, both sources; each
-sparklog row also by the log's storage root, ``path``, beside the broker),
+sparklog row also by the log's storage root, ``path``, beside the broker; with
+``--spark-hdfs`` also by ``path`` on HDFS beside Parquet on HDFS, and
+``--spark-no-drains`` leaves out the drains),
 ``failover`` (outage of writes after SIGKILL of the partition leader: 3 KRaft nodes with
 replication 3 vs 3 sparklog brokers on ZooKeeper, default settings; its own clusters,
 one kill per round on each).
@@ -199,13 +201,29 @@ def kafka_tools_rows(systems, table, rounds, n, seconds):
                   [t[q] for t in theirs], "ms", higher_better=False, peer="Kafka, same client")
 
 
-def spark_rows(systems, table, rounds, n, base):
-    """Spark scans over the same n records, and the AvailableNow drain."""
+def spark_rows(systems, table, rounds, n, base, hdfs=False, drains=True):
+    """Spark scans over the same n records, and the AvailableNow drain; ``hdfs``: the
+    scans also read the log (by ``path``) and the Parquet files from a one-DataNode HDFS
+    cluster started for the section (tests/support/hdfscluster.py); ``drains=False``
+    leaves out the AvailableNow drains."""
+    cluster = None
+    if hdfs:
+        from tests.support.hdfscluster import HdfsCluster, hadoop_unavailable
+
+        reason = hadoop_unavailable()
+        if reason:
+            raise RuntimeError(f"--spark-hdfs: {reason}")
+        say("spark: starting a one-DataNode HDFS cluster")
+        cluster = HdfsCluster(str(base / "hdfs"), datanodes=1).start()
+        os.environ["HADOOP_CONF_DIR"] = cluster.conf_dir  # the session's Python workers
     spark = spark_jobs.session()
     try:
         say(f"spark: writing {n:,} records to both brokers")
         spark_jobs.fill(systems, "scan", n, say)
         dfs = spark_jobs.frames(spark, systems, "scan", str(base / "parquet"))
+        if cluster is not None:
+            dfs.update(spark_jobs.hdfs_frames(spark, systems, "scan", str(base / "parquet"),
+                                              cluster.hdfs_uri))
         mids = {fmt: spark_jobs.midpoint(df) for fmt, df in dfs.items()}
         for query in ("count", "aggregate over value", "filter on timestamp"):
             runs = {fmt: spark_jobs.queries(df, mids[fmt])[query] for fmt, df in dfs.items()}
@@ -220,8 +238,18 @@ def spark_rows(systems, table, rounds, n, base):
             for peer in ("kafka", "parquet"):
                 table.add(f"Spark {query} rows/s", rate["sparklog"], rate[peer], "rows/s",
                           peer='format("kafka")' if peer == "kafka" else "Parquet")
-            table.add(f"Spark {query} rows/s, sparklog by path", rate["sparklog-path"],
-                      rate["kafka"], "rows/s", peer='format("kafka")')
+            for peer in ("kafka", "parquet"):
+                table.add(f"Spark {query} rows/s, sparklog by path", rate["sparklog-path"],
+                          rate[peer], "rows/s",
+                          peer='format("kafka")' if peer == "kafka" else "Parquet")
+            if cluster is not None:
+                for peer in ("kafka", "parquet-hdfs"):
+                    table.add(f"Spark {query} rows/s, sparklog by path on hdfs://",
+                              rate["sparklog-hdfs"], rate[peer], "rows/s",
+                              peer='format("kafka")' if peer == "kafka"
+                              else "Parquet on hdfs://")
+        if not drains:
+            return
         cap = max(1, n // 5)
         say(f"spark: AvailableNow drain, maxOffsetsPerTrigger={cap:,}")
         ours, theirs = alternate(
@@ -242,6 +270,8 @@ def spark_rows(systems, table, rounds, n, base):
                   peer='format("kafka")')
     finally:
         spark.stop()
+        if cluster is not None:
+            cluster.stop()
 
 
 def failover_rows(table, rounds, base):
@@ -261,6 +291,10 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per row")
     parser.add_argument("--only", default=",".join(SECTIONS),
                         help=f"comma-separated sections of {SECTIONS}")
+    parser.add_argument("--spark-hdfs", action="store_true",
+                        help="spark: also read the log (by path) and Parquet from HDFS")
+    parser.add_argument("--spark-no-drains", action="store_true",
+                        help="spark: the scans only, no AvailableNow drains")
     args = parser.parse_args(argv)
     only = [s for s in args.only.split(",") if s]
     unknown = set(only) - set(SECTIONS)
@@ -287,7 +321,8 @@ def main(argv=None) -> int:
             ("kafka-tools", lambda: kafka_tools_rows(s, table, args.rounds,
                                                      size["kafka_tools"], size["latency_s"]),
              "kafka-tools" in only),
-            ("spark", lambda: spark_rows(s, table, args.rounds, size["spark"], Path(tmp)),
+            ("spark", lambda: spark_rows(s, table, args.rounds, size["spark"], Path(tmp),
+                                         args.spark_hdfs, not args.spark_no_drains),
              "spark" in only)]
         sections.append(("failover", lambda: failover_rows(table, args.rounds, Path(tmp)),
                          "failover" in only))

@@ -2,7 +2,8 @@
 directly) vs ``format("kafka")`` (Spark's Kafka source, spark-sql-kafka-0-10 from Maven,
 reading through the Kafka broker) vs Parquet files of the same rows, in one local[2]
 session; and a ``Trigger.AvailableNow`` + ``maxOffsetsPerTrigger`` stream draining the
-whole topic into the ``noop`` sink, both sources."""
+whole topic into the ``noop`` sink, both sources. With an HDFS cluster
+(``--spark-hdfs``), the same log and Parquet files are also read from ``hdfs://``."""
 
 from __future__ import annotations
 
@@ -77,6 +78,22 @@ def frames(spark, systems, topic: str, parquet_dir: str) -> dict:
                .option("subscribe", topic).load())
     return {"sparklog": sl, "sparklog-path": by_path, "kafka": kafka,
             "parquet": spark.read.parquet(parquet_dir)}
+
+
+def hdfs_frames(spark, systems, topic: str, parquet_dir: str, hdfs_uri: str) -> dict:
+    """``sparklog-hdfs`` and ``parquet-hdfs``: the broker's storage root and the Parquet
+    files copied to ``hdfs_uri`` (after the records are written), read from there;
+    ``sparklog-hdfs`` by ``path``, so the Python planner lists and reads HDFS (through
+    its planning worker's Hadoop client) and the JVM tasks read the segments from HDFS."""
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    path = jvm.org.apache.hadoop.fs.Path
+    root, parquet = f"{hdfs_uri}/sparklog", f"{hdfs_uri}/parquet"
+    for src, dst in ((systems.storage, root), (parquet_dir, parquet)):
+        path(dst).getFileSystem(conf).copyFromLocalFile(False, True, path(src), path(dst))
+    return {"sparklog-hdfs": (spark.read.format("sparklog").option("path", root)
+                              .option("subscribe", topic).load()),
+            "parquet-hdfs": spark.read.parquet(parquet)}
 
 
 def queries(df, t_mid):
