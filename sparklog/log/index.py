@@ -238,6 +238,38 @@ class TimeIndex:
         return index
 
 
+class IndexPoints:
+    """The sparse rule of docs/format.md 4, for every writer of offset and time index
+    entries frame by frame (a segment, a shared segment's run): a frame gets an entry
+    when it starts at least ``interval_bytes`` after the previous entry's frame (so
+    never the first frame, for a positive interval); beside it, a time entry of the
+    running maximum timestamp of the frames before it."""
+
+    __slots__ = ("interval_bytes", "bytes_since")
+
+    def __init__(self, interval_bytes: int):
+        self.interval_bytes = interval_bytes
+        self.bytes_since = 0
+
+    def due(self, size: int) -> bool:
+        """Account for the next frame (``size`` bytes); True when it gets entries
+        (:meth:`add` them)."""
+        due = self.bytes_since >= self.interval_bytes
+        if due:
+            self.bytes_since = 0
+        self.bytes_since += size
+        return due
+
+    @staticmethod
+    def add(offsets: OffsetIndex, times: TimeIndex, offset: int, position: int,
+            max_timestamp_before: int) -> None:
+        """The entries of the frame at absolute ``offset`` and ``position``, the
+        frames before it having timestamps up to ``max_timestamp_before`` (-1: none)."""
+        offsets.append(offset, position)
+        if max_timestamp_before >= 0:
+            times.maybe_append(max_timestamp_before, offset)
+
+
 def fits_relative(base_offset: int, offset: int) -> bool:
     """True if ``offset`` can be stored relative to ``base_offset`` in a u32."""
     return 0 <= offset - base_offset <= _U32_MAX

@@ -25,7 +25,14 @@ from ..errors import (
 )
 from ..format.frame import TIMESTAMP_COLUMN, Frame
 from ..storage.base import FileIO
-from .index import INDEX_HEADER_SIZE, OffsetIndex, SegmentSummary, TimeIndex, parse_index_header
+from .index import (
+    INDEX_HEADER_SIZE,
+    IndexPoints,
+    OffsetIndex,
+    SegmentSummary,
+    TimeIndex,
+    parse_index_header,
+)
 from .layout import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -132,7 +139,7 @@ class LogSegment:
         self._record_count = 0
         self._frame_count = 0
         self._no_control = True
-        self._bytes_since_index = 0
+        self._index_points = IndexPoints(index_interval_bytes)
 
     @classmethod
     def of(cls, fileio: FileIO, directory: str, files: SegmentFiles, **kw) -> "LogSegment":
@@ -202,13 +209,9 @@ class LogSegment:
         """Account for a frame of ``size`` bytes at ``position`` (appended or found by a
         scan; ``control``: a control frame): counters, and a sparse index entry every
         ``index.interval.bytes``."""
-        if self._bytes_since_index >= self.index_interval_bytes:
+        if self._index_points.due(size):
             offsets, times = self.load_indexes()
-            offsets.append(base_offset, position)
-            if self._max_timestamp >= 0:
-                times.maybe_append(self._max_timestamp, base_offset)
-            self._bytes_since_index = 0
-        self._bytes_since_index += size
+            IndexPoints.add(offsets, times, base_offset, position, self._max_timestamp)
         if self.first_frame_max_timestamp is None:
             self.first_frame_max_timestamp = max_timestamp
         if max_timestamp > self._max_timestamp:
@@ -368,7 +371,8 @@ class LogSegment:
         raises CorruptRecordError (path and position)."""
         self.offset_index = OffsetIndex(self.base_offset)
         self.time_index = TimeIndex(self.base_offset)
-        self._size, self._next_offset, self._bytes_since_index = 0, self.base_offset, 0
+        self._size, self._next_offset = 0, self.base_offset
+        self._index_points = IndexPoints(self.index_interval_bytes)
         self._max_timestamp = self._max_timestamp_offset = -1
         self._record_count = self._frame_count = 0
         self._no_control = True
