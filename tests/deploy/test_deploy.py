@@ -259,6 +259,104 @@ def test_check_config_detects(case, tmp_path):
     assert f"{len(lines)} problem(s)" in result.stderr
 
 
+def _set_property(name: str, value: str):
+    def edit(text: str) -> str:
+        pattern = re.compile(r"(<name>" + re.escape(name) + r"</name>\s*<value>)[^<]*(</value>)")
+        assert pattern.search(text), f"no property {name}"
+        return pattern.sub(lambda m: m.group(1) + value + m.group(2), text, count=1)
+    return edit
+
+
+XCEIVERS = "dfs.datanode.max.transfer.threads"
+SIZING = {  # name: (file, edit, the one line expected after "check-config: ", exit status)
+    "transfer threads below Hadoop's floor": (
+        HDFS, _set_property(XCEIVERS, "4000"),
+        f"{HDFS}: {XCEIVERS}=4000 is below the 4096 needed: 3 broker(s) x 1000 open "
+        "partitions each (max.open.partitions=1000) x dfs.replication=3 / 4 DataNode(s) = "
+        "2250 transfer threads per DataNode for the brokers' streams, + 512 for reads "
+        "(at least 4096)", 1),
+    "partition budget above the transfer threads": (
+        BROKER, _replace("max.open.partitions=1000", "max.open.partitions=5000"),
+        f"{HDFS}: {XCEIVERS}=8192 is below the 11762 needed: 3 broker(s) x 5000 open "
+        "partitions each (max.open.partitions=5000) x dfs.replication=3 / 4 DataNode(s) = "
+        "11250 transfer threads per DataNode for the brokers' streams, + 512 for reads "
+        "(at least 4096)", 1),
+    "partition budget from the descriptor limit": (
+        BROKER, _replace("max.open.partitions=1000", "#max.open.partitions=1000"),
+        f"{HDFS}: {XCEIVERS}=8192 is below the 74204 needed: 3 broker(s) x 32752 open "
+        "partitions each (max.open.partitions=0: 32752 from the unit's "
+        "LimitNOFILE=131072) x dfs.replication=3 / 4 DataNode(s) = 73692 transfer threads "
+        "per DataNode for the brokers' streams, + 512 for reads (at least 4096)", 1),
+    "no partition budget at all": (
+        UNIT, _replace("LimitNOFILE=131072", ""),
+        None, 0),  # the kit sets max.open.partitions: the unit's limit is not needed
+    "more brokers, fewer DataNodes": (
+        CLUSTER, _replace('DN_HOSTS="dn1.example.com dn2.example.com dn3.example.com '
+                          'dn4.example.com"', 'DN_HOSTS="dn1.example.com dn2.example.com '
+                          'dn3.example.com"'),
+        None, 0),  # 3 x 1000 x 3 / 3 + 512 = 3512: still within 4096
+    "transfer threads not a number": (
+        HDFS, _set_property(XCEIVERS, "8k"),
+        f"{HDFS}: {XCEIVERS}='8k' is not an integer", 1),
+    "transfer threads at Hadoop's default with Spark": (
+        HDFS, _drop_property(XCEIVERS),
+        f"warning: {HDFS}: {XCEIVERS}=4096 (not set: Hadoop's default) is below 8192 on a "
+        "cluster running Spark (NM_HOSTS): every Spark task reading a block holds a "
+        "transfer thread beside the brokers' streams", 0),
+    "few NameNode handlers": (
+        HDFS, _set_property("dfs.namenode.handler.count", "20"),
+        f"warning: {HDFS}: dfs.namenode.handler.count=20 is below 28 (20 x ln(4 "
+        "DataNode(s)), at least 20: brokers' rolls and checkpoints, Spark planners' "
+        "listings and DataNode reports share them)", 0),
+    "few DataNode handlers": (
+        HDFS, _set_property("dfs.datanode.handler.count", "3"),
+        f"warning: {HDFS}: dfs.datanode.handler.count=3 is below 10 (Hadoop's default: "
+        "block recovery of a new leader's lease recoveries and readers' visible-length "
+        "calls)", 0),
+    "slow heartbeats": (
+        HDFS, _set_property("dfs.heartbeat.interval", "10s"),
+        f"warning: {HDFS}: dfs.heartbeat.interval=10s is above 3 s: a new partition "
+        "leader's lease recovery waits for the next heartbeat of the block's primary "
+        "DataNode, once per partition taken over", 0),
+    "heartbeat not a time": (
+        HDFS, _set_property("dfs.heartbeat.interval", "often"),
+        f"{HDFS}: dfs.heartbeat.interval='often' is not a time (seconds, or a number with "
+        "ms, s, m, h or d)", 1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SIZING))
+def test_check_config_sizes_the_cluster_for_partitions(case, tmp_path):
+    """dfs.datanode.max.transfer.threads against the brokers' open streams (refused by
+    key, value and the value needed), the other settings of docs/operations.md's
+    capacity planning (warnings: exit status 0)."""
+    name, edit, expected, code = SIZING[case]
+    root = tmp_path / "hadoop-ha"
+    shutil.copytree(DEPLOY, root)
+    target = root / name
+    target.write_text(edit(target.read_text()))
+    result = check_config(root)
+    lines = result.stdout.splitlines()
+    assert result.returncode == code, lines
+    if code:
+        assert lines == [f"check-config: {expected}"]
+    elif expected is None:
+        assert lines[0].startswith(f"check-config: OK (9 files in {root})"), lines
+    else:
+        assert lines[0] == f"check-config: {expected}", lines
+        assert lines[1] == f"check-config: OK (9 files in {root}, 1 warning(s))", lines
+        assert lines[2].startswith("check-config: sizing: "), lines
+
+
+def test_check_config_prints_the_sizing_of_the_shipped_kit():
+    lines = check_config(DEPLOY).stdout.splitlines()
+    assert lines[1] == (
+        "check-config: sizing: per broker 1000 open partitions (max.open.partitions=1000), "
+        "2000 HDFS client threads; per DataNode 2250 transfer threads of "
+        "dfs.datanode.max.transfer.threads=8192, 281 GiB of disk reserved for blocks being "
+        "written (dfs.blocksize 128 MiB)"), lines
+
+
 def test_check_config_reports_a_missing_file(tmp_path):
     root = tmp_path / "hadoop-ha"
     shutil.copytree(DEPLOY, root)

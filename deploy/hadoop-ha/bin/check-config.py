@@ -7,8 +7,20 @@ Reads ``etc/hadoop/{core,hdfs,yarn}-site.xml``, ``etc/zookeeper/zoo.cfg``,
 ``sparklog/{broker.properties,sparklog.env,spark-defaults.conf}``,
 ``systemd/sparklog-broker@.service`` and ``cluster.env`` under DEPLOY_DIR, prints one
 line per problem (``check-config: <file>: <problem>``) and exits 1 if there is any,
-else prints ``check-config: OK`` and exits 0. Run it with the sparklog venv's Python:
+else prints ``check-config: OK`` and exits 0; warnings (``check-config: warning: <file>:
+<warning>``) do not change the exit status. Run it with the sparklog venv's Python:
 broker properties are checked with sparklog's own parser and key list.
+
+Sizing for partitions (docs/operations.md, "Capacity planning"): each partition a broker
+keeps open is one HDFS output stream, which holds a transfer thread on each of the
+``dfs.replication`` DataNodes of its pipeline. With B brokers (``BROKERS``), P open
+partitions per broker (``max.open.partitions``, or with 0 what the broker derives from
+the unit's ``LimitNOFILE``), R the replication and N DataNodes (``DN_HOSTS``),
+``dfs.datanode.max.transfer.threads`` below ceil(B x P x R / N) + 512, or 4096, whichever
+is larger, is a problem; below 8192 on a cluster running Spark (``NM_HOSTS``) a warning.
+``dfs.namenode.handler.count`` below 20 x ln(N) (at least 20),
+``dfs.datanode.handler.count`` below 10 and ``dfs.heartbeat.interval`` above 3 s are
+warnings. With OK it prints the resulting threads and reserved disk per broker.
 
 Every host name the files give (NameNodes, JournalNodes, ResourceManagers, the
 ZooKeeper ensemble and its clients, the host lists of ``cluster.env``) must resolve on
@@ -19,6 +31,7 @@ check a template whose names are placeholders.
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 import shlex
@@ -34,9 +47,11 @@ try:
     from sparklog.server.config import (
         BROKER_SETTINGS,
         LOG_DEFAULT_KEYS,
+        MAX_INT,
         BrokerConfig,
         parse_properties,
     )
+    from sparklog.server.resources import plan as fd_plan
 except ImportError as exc:  # pragma: no cover - depends on the interpreter used
     sys.exit(f"check-config: needs the sparklog package ({exc}); "
              "run it with the sparklog venv's python")
@@ -57,6 +72,13 @@ FILES = {
     "unit": "systemd/sparklog-broker@.service",
     "cluster": "cluster.env",
 }
+#: DataNode transfer threads kept for reads (Spark tasks, fetches, block recovery) above
+#: the brokers' open streams, and the least dfs.datanode.max.transfer.threads accepted
+#: (Hadoop's default): docs/storage.md, section 10
+READ_XCEIVERS, MIN_XCEIVERS = 512, 4096
+#: the transfer threads below which a cluster that also runs Spark is warned
+SPARK_XCEIVERS = 8192
+HEARTBEAT_MAX_S = 3
 ZK_DEFAULT_PATHS = {  # key -> (file, Hadoop's default)
     "ha.zookeeper.parent-znode": ("core", "/hadoop-ha"),
     "yarn.resourcemanager.ha.automatic-failover.zk-base-path": ("yarn", "/yarn-leader-election"),
@@ -71,6 +93,10 @@ class Checker:
         self.root = root
         self.resolve = resolve
         self.problems: list[str] = []
+        #: what is allowed but outside the sizing of docs/operations.md (exit status 0)
+        self.warnings: list[str] = []
+        #: the partition sizing line printed with OK (set by check_sizing)
+        self.sizing: str | None = None
         self.conf: dict[str, dict | None] = {}
         self.journal_hosts: set | None = None  # set by check_qjournal
         self.zk_hosts: set | None = None  # set by check_zookeeper
@@ -93,6 +119,10 @@ class Checker:
     def problem(self, kind: str, message: str) -> None:
         """Record one problem of the file of ``kind`` (returns None)."""
         self.problems.append(f"{FILES[kind]}: {message}")
+
+    def warn(self, kind: str, message: str) -> None:
+        """Record one warning about the file of ``kind`` (returns None)."""
+        self.warnings.append(f"{FILES[kind]}: {message}")
 
     def _read(self, kind: str) -> str | None:
         path = os.path.join(self.root, FILES[kind])
@@ -189,6 +219,16 @@ class Checker:
             self.problem(kind, f"{key}={value!r} is not an integer")
             return default
         return int(value)
+
+    def _size(self, kind: str, conf: dict, key: str, default: int) -> int:
+        """A byte size as Hadoop reads one: a number with an optional k, m, g, t or p."""
+        value = str(conf.get(key, default)).strip()
+        match = re.fullmatch(r"(\d+)\s*([kmgtp]?)", value.lower())
+        if not match:
+            self.problem(kind, f"{key}={value!r} is not a size (bytes, or a number with "
+                               "k, m, g, t or p)")
+            return default
+        return int(match.group(1)) << (10 * " kmgtp".index(match.group(2) or " "))
 
     @staticmethod
     def _ids(value: str) -> list[str]:
@@ -353,6 +393,96 @@ class Checker:
         if not hdfs.get("dfs.journalnode.edits.dir"):
             self.problem("hdfs", "dfs.journalnode.edits.dir is not set")
         self.journal_hosts = {a[0] for a in addresses if a}
+
+    # --- sizing for partitions (docs/operations.md, "Capacity planning") -------------------
+    def partition_budget(self) -> tuple[int, str] | None:
+        """(partitions each broker keeps open, where that number comes from): the
+        broker's ``max.open.partitions``, or with 0 (auto) what the broker derives from
+        the unit's ``LimitNOFILE`` (sparklog.server.resources.plan); None when neither
+        gives one (a problem, except for a bad value check_broker already names)."""
+        broker, unit = self.conf["broker"] or {}, self.conf["unit"] or {}
+        value = broker.get("max.open.partitions", "0").strip()
+        if not value.isdigit():
+            return None  # check_broker names the value
+        if int(value) > 0:
+            return int(value), f"max.open.partitions={value}"
+        limit = unit.get("LimitNOFILE", "").strip()
+        hard = limit.rpartition(":")[2]  # soft:hard; the broker raises soft to hard
+        if hard == "infinity":
+            hard = str(1 << 20)  # what the broker assumes for an unlimited one
+        if not hard.isdigit():
+            self.problem("broker", "max.open.partitions is not set and the unit sets no "
+                                   f"numeric LimitNOFILE ({limit or 'none'}): set "
+                                   "max.open.partitions, the partitions each broker keeps "
+                                   "open, to size the DataNodes' transfer threads")
+            return None
+        opened = fd_plan(0, MAX_INT, 0, fd_limit=int(hard)).max_open_partitions
+        return opened, (f"max.open.partitions=0: {opened} from the unit's "
+                        f"LimitNOFILE={limit}")
+
+    def check_sizing(self) -> None:
+        """The DataNode and NameNode settings against the partitions the brokers keep
+        open: each open partition is one HDFS output stream, holding a transfer thread
+        (DataXceiver) on each of the dfs.replication DataNodes of its pipeline."""
+        hdfs, env = self.conf["hdfs"], self.conf["cluster"]
+        if hdfs is None or env is None:
+            return
+        brokers = len(env.get("BROKERS", "").split())
+        datanodes = len(env.get("DN_HOSTS", "").split())
+        if not datanodes:
+            return self.problem("cluster", "DN_HOSTS lists no DataNode")
+        replication = self._int("hdfs", hdfs, "dfs.replication", 3)
+        budget = self.partition_budget()
+        key = "dfs.datanode.max.transfer.threads"
+        found = len(self.problems)
+        xceivers = self._int("hdfs", hdfs, key, MIN_XCEIVERS)
+        unset = "" if key in hdfs else " (not set: Hadoop's default)"
+        if budget is not None and len(self.problems) == found:  # a number to compare
+            opened, source = budget
+            streams = -(-brokers * opened * replication // datanodes)  # ceil
+            needed = max(streams + READ_XCEIVERS, MIN_XCEIVERS)
+            if xceivers < needed:
+                self.problem("hdfs", f"{key}={xceivers}{unset} is below the {needed} needed: "
+                                     f"{brokers} broker(s) x {opened} open partitions each "
+                                     f"({source}) x dfs.replication={replication} / "
+                                     f"{datanodes} DataNode(s) = {streams} transfer threads "
+                                     f"per DataNode for the brokers' streams, + "
+                                     f"{READ_XCEIVERS} for reads (at least {MIN_XCEIVERS})")
+            elif xceivers < SPARK_XCEIVERS and env.get("NM_HOSTS", "").split():
+                self.warn("hdfs", f"{key}={xceivers}{unset} is below {SPARK_XCEIVERS} on a "
+                                  "cluster running Spark (NM_HOSTS): every Spark task "
+                                  "reading a block holds a transfer thread beside the "
+                                  "brokers' streams")
+            block = self._size("hdfs", hdfs, "dfs.blocksize", 128 << 20)
+            reserved = -(-brokers * opened * replication * block // datanodes)
+            self.sizing = (f"per broker {opened} open partitions ({source}), "
+                           f"{2 * opened} HDFS client threads; per DataNode {streams} "
+                           f"transfer threads of {key}={xceivers}, "
+                           f"{reserved / 2**30:.0f} GiB of disk reserved for blocks being "
+                           f"written (dfs.blocksize {block >> 20} MiB)")
+        for key, floor, why in [
+                ("dfs.namenode.handler.count",
+                 max(20, math.ceil(20 * math.log(datanodes))),
+                 f"20 x ln({datanodes} DataNode(s)), at least 20: brokers' rolls and "
+                 "checkpoints, Spark planners' listings and DataNode reports share them"),
+                ("dfs.datanode.handler.count", 10,
+                 "Hadoop's default: block recovery of a new leader's lease recoveries and "
+                 "readers' visible-length calls")]:
+            value = self._int("hdfs", hdfs, key, 10)
+            if value < floor:
+                unset = "" if key in hdfs else " (not set: Hadoop's default)"
+                self.warn("hdfs", f"{key}={value}{unset} is below {floor} ({why})")
+        value = str(hdfs.get("dfs.heartbeat.interval", "3")).strip()
+        match = re.fullmatch(r"(\d+)\s*(ms|s|m|h|d)?", value)
+        if not match:
+            return self.problem("hdfs", f"dfs.heartbeat.interval={value!r} is not a time "
+                                        "(seconds, or a number with ms, s, m, h or d)")
+        scale = {"ms": 0.001, "m": 60, "h": 3600, "d": 86400}.get(match.group(2) or "s", 1)
+        if int(match.group(1)) * scale > HEARTBEAT_MAX_S:
+            self.warn("hdfs", f"dfs.heartbeat.interval={value} is above {HEARTBEAT_MAX_S} s: "
+                              "a new partition leader's lease recovery waits for the next "
+                              "heartbeat of the block's primary DataNode, once per "
+                              "partition taken over")
 
     # --- YARN ---------------------------------------------------------------------------
     def check_yarn(self) -> None:
@@ -644,7 +774,7 @@ class Checker:
         for check in (self.check_hdfs, self.check_yarn, self.check_zookeeper,
                       self.check_broker, self.check_unit, self.check_storage_urls,
                       self.check_spark, self.check_cluster_env,  # journal/zk hosts first
-                      self.check_advertised):
+                      self.check_advertised, self.check_sizing):
             check()
         if self.resolve:
             self.check_hosts_resolve()
@@ -660,13 +790,19 @@ def main(argv=None) -> int:
         print(__doc__)
         return 2
     root = argv[0] if argv else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    problems = Checker(root, resolve=resolve).run()
+    checker = Checker(root, resolve=resolve)
+    problems = checker.run()
     for line in problems:
         print(f"check-config: {line}")
+    for line in checker.warnings:
+        print(f"check-config: warning: {line}")
     if problems:
         print(f"check-config: {len(problems)} problem(s)", file=sys.stderr)
         return 1
-    print(f"check-config: OK ({len(FILES)} files in {root})")
+    print(f"check-config: OK ({len(FILES)} files in {root}"
+          f"{f', {len(checker.warnings)} warning(s)' if checker.warnings else ''})")
+    if checker.sizing:
+        print(f"check-config: sizing: {checker.sizing}")
     return 0
 
 
