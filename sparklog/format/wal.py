@@ -441,7 +441,8 @@ def parse_block(data, pos: int, *, path=None, file_offset: int = 0,
                               f"{BLOCK_HEADER_SIZE}")
     magic, length, turn, append_time, count, table_crc = _BLOCK_HEAD.unpack_from(view, pos)
     if magic != BLOCK_MAGIC:
-        raise _fail(path, at, f"no block here: magic {bytes(magic)!r}, expected {BLOCK_MAGIC!r}")
+        raise _fail(path, at, f"no block here: magic {bytes(magic)!r}, expected "
+                              f"{BLOCK_MAGIC!r} (a block) or {INDEX_MAGIC!r} (the index block)")
     (head_crc,) = struct.unpack_from(">I", view, pos + _BLOCK_HEAD.size)
     if crc32c(view[pos:pos + _BLOCK_HEAD.size]) != head_crc:
         raise _fail(path, at, "block header CRC32C mismatch")
@@ -457,7 +458,7 @@ def parse_block(data, pos: int, *, path=None, file_offset: int = 0,
     p = pos + BLOCK_HEADER_SIZE
     raw = []
     for i in range(count):
-        what = f"block entry {i}"
+        what = f"block entry table, entry {i}"
         topic, p = _read_topic(view, p, end, path, what)
         if p + _ENTRY.size > end:
             raise _fail(path, file_offset + p, f"{what}: truncated entry")
