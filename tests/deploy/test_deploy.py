@@ -290,11 +290,18 @@ SIZING = {  # name: (file, edit, the one line expected after "check-config: ", e
     "no partition budget at all": (
         UNIT, _replace("LimitNOFILE=131072", ""),
         None, 0),  # the kit sets max.open.partitions: the unit's limit is not needed
-    "more brokers, fewer DataNodes": (
+    "three DataNodes": (
         CLUSTER, _replace('DN_HOSTS="dn1.example.com dn2.example.com dn3.example.com '
                           'dn4.example.com"', 'DN_HOSTS="dn1.example.com dn2.example.com '
                           'dn3.example.com"'),
-        None, 0),  # 3 x 1000 x 3 / 3 + 512 = 3512: still within 4096
+        None, 0),  # 3 x 1000 x 3 / 3 + 512 = 3512: still within 8192
+    "more brokers than the DataNodes carry": (
+        CLUSTER, _replace('"1:dn1.example.com 2:dn2.example.com 3:dn3.example.com"',
+                          '"' + " ".join(f"{i}:dn{i}.example.com" for i in range(1, 12)) + '"'),
+        f"{HDFS}: {XCEIVERS}=8192 is below the 8762 needed: 11 broker(s) x 1000 open "
+        "partitions each (max.open.partitions=1000) x dfs.replication=3 / 4 DataNode(s) = "
+        "8250 transfer threads per DataNode for the brokers' streams, + 512 for reads "
+        "(at least 4096)", 1),
     "transfer threads not a number": (
         HDFS, _set_property(XCEIVERS, "8k"),
         f"{HDFS}: {XCEIVERS}='8k' is not an integer", 1),
