@@ -19,7 +19,7 @@ from pyspark.sql.datasource import DataSource
 
 from ..errors import SchemaMismatchError
 from .source.batch import SparklogBatchReader, SparklogPushdownReader
-from .source.catalogs import open_catalog
+from .source.catalogs import planning_catalog
 from .source.options import parse_options
 from .source.planning import subscribed_partitions
 from .source.schema import spark_schema
@@ -64,11 +64,8 @@ class SparklogDataSource(DataSource):
         """Kafka's record schema (raw topics) or the typed topics' columns plus the
         metadata columns; ``headers`` is added with ``includeHeaders=true``."""
         opts = parse_options(self.options, streaming=None)
-        catalog = open_catalog(opts)
-        try:
+        with planning_catalog(opts) as catalog:
             record = record_schema_of(catalog, opts)
-        finally:
-            catalog.close()
         return spark_schema(record, opts.include_headers)
 
     def reader(self, schema):

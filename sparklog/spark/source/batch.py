@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pyspark.sql.datasource import DataSourceReader
 
-from .catalogs import open_catalog
+from .catalogs import planning_catalog
 from .filters import PushedFilters
 from .planning import plan_batch
 from .scan import read_range
@@ -27,11 +27,8 @@ class SparklogBatchReader(DataSourceReader):
 
     def partitions(self) -> list:
         """One :class:`~sparklog.spark.source.planning.PlannedRange` per task."""
-        catalog = open_catalog(self.opts)
-        try:
+        with planning_catalog(self.opts) as catalog:
             return plan_batch(catalog, self.opts, self.pushed)
-        finally:
-            catalog.close()
 
     def read(self, partition):
         """The records of one offset range as Arrow batches (nothing for the

@@ -17,6 +17,8 @@ Either way the tasks read the data from storage, never through a broker.
 from __future__ import annotations
 
 import abc
+import json
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from ...errors import StorageFileNotFoundError, UnknownTopicOrPartitionError
@@ -54,6 +56,10 @@ class Catalog(abc.ABC):
     def close(self) -> None:
         """Release connections."""
 
+    def discard_fileio(self) -> None:
+        """Close after a storage error, keeping no connection for later catalogs."""
+        self.close()
+
 
 #: most partitions whose logs a storage catalog reads at the same time
 PLANNING_THREADS = 16
@@ -62,13 +68,22 @@ PLANNING_THREADS = 16
 class StorageCatalog(Catalog):
     """A catalog reading the storage root alone (``path`` mode). The partitions of a
     topic are read in parallel (each is a few storage round trips: listings, the
-    log start checkpoint, the headers of the active segment's new frames)."""
+    log start checkpoint, the headers of the active segment's new frames).
 
-    def __init__(self, root: str, storage_options: dict | None = None):
+    ``shared=True`` (planning calls) takes the storage root's FileIO from
+    :func:`shared_fileio`: opened by the first plan of the process and kept for the
+    next ones, so a reused planning worker does not open a new storage client (on
+    ``hdfs://``, a Hadoop ``FileSystem``) per query. What the catalog reads (topic
+    configs, listings, log ends) is never kept: each catalog reads it afresh."""
+
+    def __init__(self, root: str, storage_options: dict | None = None, *,
+                 shared: bool = False):
         from ...storage import open_fileio
 
         self.storage_options = dict(storage_options or {})
-        fileio = open_fileio(root, **self.storage_options)
+        self.shared = shared
+        fileio = shared_fileio(root, self.storage_options) if shared \
+            else open_fileio(root, **self.storage_options)
         if not fileio.exists(root):
             raise StorageFileNotFoundError(
                 f"storage root {root!r} (option path) does not exist")
@@ -124,8 +139,45 @@ class StorageCatalog(Catalog):
         return self.log_reader(topic, partition).offset_for_timestamp(timestamp_ms)
 
     def close(self) -> None:
-        """Release connections and file handles."""
+        """Release connections and file handles (a shared FileIO stays open for the
+        process's next catalog)."""
+        if not self.shared:
+            self.store.fileio.close()
+
+    def discard_fileio(self) -> None:
+        """Close the catalog's FileIO and, when shared, forget it, so that the next
+        catalog of its root opens a new one (after a storage error)."""
+        if self.shared:
+            forget_shared_fileio(self.store.fileio)
         self.store.fileio.close()
+
+
+#: the FileIO of each (storage root, storage options) opened by shared catalogs in this
+#: process, kept for the process's life (Spark reuses its Python planning workers)
+_SHARED_FILEIOS: dict = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_fileio(root: str, storage_options: dict | None = None):
+    """The process's FileIO of ``root`` opened with ``storage_options``: opened on first
+    use, then the same one until :func:`forget_shared_fileio` drops it."""
+    from ...storage import open_fileio
+
+    options = dict(storage_options or {})
+    key = json.dumps([root, options], sort_keys=True, default=repr)
+    with _SHARED_LOCK:
+        fileio = _SHARED_FILEIOS.get(key)
+        if fileio is None:
+            fileio = _SHARED_FILEIOS[key] = open_fileio(root, **options)
+    return fileio
+
+
+def forget_shared_fileio(fileio) -> None:
+    """Drop ``fileio`` from the shared ones (the caller closes it)."""
+    with _SHARED_LOCK:
+        for key in [k for k, f in _SHARED_FILEIOS.items() if f is fileio]:
+            del _SHARED_FILEIOS[key]
+
 
 
 def open_log_reader(store: TopicStore, topic: str, partition: int):
