@@ -3,6 +3,7 @@
     python tests/golden/make_golden.py            # rewrites tests/golden/data/
     python tests/golden/make_golden.py --range    # rewrites planned-range.pickle only
     python tests/golden/make_golden.py --mixed    # rewrites data/topics/mixed only
+    python tests/golden/make_golden.py --wide     # rewrites wide/ only
 
 Everything is written by the project's own code (TopicStore, PartitionLog, encode_frame)
 with fixed timestamps, producer ids and leader epochs, so the files hold no clock or
@@ -23,6 +24,11 @@ Contents of ``data/`` (a storage root, docs/format.md):
   codec of each kind (Kafka's snappy in xerial and raw framing), ``segment.bytes``
   small enough that the first segment is sealed; written with ``--mixed`` alone too.
 * every topic's ``config`` file (``raw`` with topic configs).
+* ``wide/``: a closed WAL file and an L0 shared segment (docs/storage.md, sections 4
+  and 5), both frame kinds, written by :mod:`sparklog.format.wal` and
+  :mod:`sparklog.log.shared_segment` from :func:`wide_wal_bytes` and
+  :func:`wide_segment_bytes` (not a storage root: the WAL and shared tiers are not read
+  by the log yet).
 * ``planned-range.pickle``: a :class:`PlannedRange` pickled as Spark pickles
   planned partitions: its state is the version-1 planned-range descriptor the JVM
   reader parses (docs/format.md, "Planned ranges").
@@ -30,6 +36,7 @@ Contents of ``data/`` (a storage root, docs/format.md):
 
 from __future__ import annotations
 
+import io
 import pickle
 import shutil
 import sys
@@ -41,13 +48,16 @@ HERE = Path(__file__).resolve().parent
 if __package__ in (None, ""):
     sys.path.insert(0, str(HERE.parent.parent))
 
-from sparklog.format.frame import encode_frame, raw_batch  # noqa: E402
+from sparklog.format.frame import encode_frame, raw_batch, stamp  # noqa: E402
 from sparklog.format.kafka_batch import KafkaRecord, encode_batch  # noqa: E402
+from sparklog.format.wal import EntryFrames, WalFileEncoder, WalFileHeader, wal_file_name  # noqa: E402
 from sparklog.log.partition import PartitionLog  # noqa: E402
+from sparklog.log.shared_segment import SOURCE_WAL, SharedSegmentWriter, shared_segment_name  # noqa: E402
 from sparklog.metadata import TopicStore  # noqa: E402
 from sparklog.storage import open_fileio  # noqa: E402
 
 DATA = HERE / "data"
+WIDE = HERE / "wide"
 PICKLE = HERE / "planned-range.pickle"
 BASE_TS = 1_700_000_000_000  # ms
 PRODUCER_ID, PRODUCER_EPOCH = 4242, 3
@@ -125,6 +135,7 @@ def make(root: Path = DATA) -> None:
 
     make_mixed(root)
     make_planned_range()
+    make_wide()
 
 
 def make_mixed(root: Path = DATA) -> None:
@@ -151,6 +162,73 @@ def make_mixed(root: Path = DATA) -> None:
     _append(store, "mixed", frames, MIXED_CONFIG)
 
 
+#: the WAL file's writer: broker id, incarnation, seq
+WIDE_WAL = (3, 12, 41)
+#: the WAL file's blocks: (turn, append time, [(topic, partition, [(kind, base, n)])])
+WIDE_BLOCKS = [
+    (1, BASE_TS, [("raw", 0, [("arrow", 0, 3), ("kafka", 3, 2)]),
+                  ("wide", 1, [("kafka", 20, 2)])]),
+    (2, BASE_TS + 5, [("raw", 0, [("kafka", 5, 1)])]),
+]
+#: the shared segment's run placed in an own segment: topic, partition, [base, next)
+WIDE_PLACED = ("hot", 0, 0, 1000)
+
+
+def wide_frame(kind: str, base: int, n: int) -> bytes:
+    """A frame of ``kind`` ("arrow" or "kafka") of ``n`` records, stamped at ``base``
+    with leader epoch :data:`EPOCH`; the records' values and timestamps follow from
+    their offsets."""
+    values = [f"wide-{base + i}".encode() for i in range(n)]
+    timestamps = [BASE_TS + 10 * (base + i) for i in range(n)]
+    if kind == "arrow":
+        frame = bytearray(encode_frame(raw_batch(values, [b"k"] * n), timestamps=timestamps))
+    else:
+        frame = bytearray(encode_batch(
+            [KafkaRecord(i, t, b"k", v) for i, (t, v) in enumerate(zip(timestamps, values))],
+            producer_id=PRODUCER_ID, producer_epoch=PRODUCER_EPOCH, base_sequence=base))
+    stamp(frame, 0, base, EPOCH)
+    return bytes(frame)
+
+
+def wide_wal_bytes() -> bytes:
+    """The golden WAL file: :data:`WIDE_BLOCKS`, closed (index block and trailer)."""
+    enc = WalFileEncoder(WalFileHeader(*WIDE_WAL))
+    out = bytearray(enc.header())
+    for turn, append_time, entries in WIDE_BLOCKS:
+        parts, _ = enc.block(turn, append_time, [
+            EntryFrames(topic, partition, EPOCH, [wide_frame(*f) for f in frames])
+            for topic, partition, frames in entries])
+        out += b"".join(parts)
+    return bytes(out + enc.close())
+
+
+def wide_segment_bytes() -> bytes:
+    """The golden L0 shared segment of the WAL file: one run per partition (sorted),
+    index entries at every frame (``index.interval.bytes`` 1), the WAL file as its
+    source and :data:`WIDE_PLACED` placed in own segments."""
+    runs: dict[tuple[str, int], list[bytes]] = {}
+    for _, _, entries in WIDE_BLOCKS:
+        for topic, partition, frames in entries:
+            runs.setdefault((topic, partition), []).extend(wide_frame(*f) for f in frames)
+    out = io.BytesIO()
+    writer = SharedSegmentWriter(out, level=0, index_interval_bytes=1)
+    for (topic, partition), frames in sorted(runs.items()):
+        writer.add_run(topic, partition, frames)
+    writer.add_source(SOURCE_WAL, wal_file_name(WIDE_WAL[2]))
+    writer.add_placed(*WIDE_PLACED)
+    writer.finish()
+    return out.getvalue()
+
+
+def make_wide() -> None:
+    """Write ``wide/`` (replaced): the WAL file and the shared segment."""
+    if WIDE.exists():
+        shutil.rmtree(WIDE)
+    WIDE.mkdir()
+    (WIDE / wal_file_name(WIDE_WAL[2])).write_bytes(wide_wal_bytes())
+    (WIDE / shared_segment_name(0, *WIDE_WAL)).write_bytes(wide_segment_bytes())
+
+
 def make_planned_range() -> None:
     """Write ``planned-range.pickle``: :data:`PLANNED` as Spark pickles a planned range."""
     from sparklog.spark.source.planning import PlannedRange
@@ -163,8 +241,10 @@ if __name__ == "__main__":
         make_planned_range()
     elif sys.argv[1:] == ["--mixed"]:
         make_mixed()
+    elif sys.argv[1:] == ["--wide"]:
+        make_wide()
     else:
         make()
-    for p in sorted(DATA.rglob("*")) + [PICKLE]:
+    for p in sorted(DATA.rglob("*")) + sorted(WIDE.rglob("*")) + [PICKLE]:
         if p.is_file():
             print(f"{p.stat().st_size:6d}  {p.relative_to(HERE)}")
