@@ -220,10 +220,10 @@ def spark_rows(systems, table, rounds, n, base, hdfs=False, drains=True):
     try:
         say(f"spark: writing {n:,} records to both brokers")
         spark_jobs.fill(systems, "scan", n, say)
-        dfs = spark_jobs.frames(spark, systems, "scan", str(base / "parquet"))
+        parquet = (base / "parquet").as_uri()  # file://: HADOOP_CONF_DIR names HDFS the default
+        dfs = spark_jobs.frames(spark, systems, "scan", parquet)
         if cluster is not None:
-            dfs.update(spark_jobs.hdfs_frames(spark, systems, "scan", str(base / "parquet"),
-                                              cluster.hdfs_uri))
+            dfs.update(spark_jobs.hdfs_frames(spark, systems, "scan", parquet, cluster.hdfs_uri))
         mids = {fmt: spark_jobs.midpoint(df) for fmt, df in dfs.items()}
         for query in ("count", "aggregate over value", "filter on timestamp"):
             runs = {fmt: spark_jobs.queries(df, mids[fmt])[query] for fmt, df in dfs.items()}
