@@ -117,10 +117,6 @@ class KafkaConn(_KafkaConn):
                          else password)
 
 
-def _topic(prefix="shared-") -> str:
-    return f"{prefix}{uuid.uuid4().hex[:8]}"
-
-
 # --- SASL: Kafka's clients authenticate --------------------------------------------------
 
 @pytest.mark.parametrize("protocol", sorted(PROTOCOLS))

@@ -7,8 +7,6 @@ ones, at their offsets."""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from sparklog.clients.admin import Admin
@@ -19,7 +17,7 @@ from sparklog.log.cleaner import CleanerCheckpoint
 from sparklog.log.layout import PartitionListing
 from sparklog.storage import open_fileio
 from tests.server.test_kafka_batches_stored import _fetch
-from tests.support.kafkaconn import KafkaConn, start_with_kafka_listener
+from tests.support.kafkaconn import KafkaConn, start_with_kafka_listener, topic_name
 from tests.support.waiting import wait_until
 
 pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")
@@ -50,7 +48,7 @@ def test_cleaned_kafka_batches_are_fetched_by_kafka_consumers(tmp_path):
     broker = start_with_kafka_listener(root, log_cleaner_backoff_ms=100,
                                        log_cleaner_process_enable="false")
     try:
-        topic = f"c-{uuid.uuid4().hex[:8]}"
+        topic = topic_name("c-")
         with Admin(bootstrap_servers=broker.address) as admin:
             admin.create_topic(topic, 1, configs={
                 "cleanup.policy": "compact", "segment.bytes": "1500",

@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime
 import glob
 import os
-import uuid
 
 import pyarrow as pa
 import pytest
@@ -21,7 +20,7 @@ from sparklog.clients.producer import Producer
 from sparklog.format.frame import crc32c, iter_frames, reseal
 from sparklog.format.header import CRC_START, MAGIC_FIELD
 from sparklog.format.kafka_batch import KafkaRecord, decode_batch, encode_batch, iter_batches
-from tests.support.kafkaconn import KafkaConn, start_with_kafka_listener
+from tests.support.kafkaconn import KafkaConn, start_with_kafka_listener, topic_name
 from tests.support.waiting import wait_until
 
 confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")
@@ -43,7 +42,7 @@ def broker(root):
 
 
 def _topic(broker, configs: dict | None = None, schema=None) -> str:
-    name = f"t-{uuid.uuid4().hex[:8]}"
+    name = topic_name()
     admin = Admin(bootstrap_servers=broker.address)
     try:
         admin.create_topic(name, 1, configs=configs, schema=schema)

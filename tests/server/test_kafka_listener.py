@@ -9,7 +9,6 @@ import shutil
 import socket
 import struct
 import subprocess
-import uuid
 
 import pytest
 
@@ -17,7 +16,7 @@ from sparklog.clients.consumer import Consumer
 from sparklog.clients.producer import Producer
 from sparklog.format.kafka_batch import KafkaRecord, encode_batch
 from sparklog.protocol.kafka import RequestHeader, decode_response, encode_request
-from tests.support.kafkaconn import start_with_kafka_listener
+from tests.support.kafkaconn import create_with_kafka_python, start_with_kafka_listener, topic_name
 from tests.support.waiting import wait_until
 
 kafka = pytest.importorskip("kafka", reason="kafka-python is not installed (the peers extra)")
@@ -30,21 +29,6 @@ def broker(tmp_path_factory):
     b = start_with_kafka_listener(tmp_path_factory.mktemp("kafka-listener"), num_partitions=3)
     yield b
     b.stop()
-
-
-def _topic() -> str:
-    return f"t-{uuid.uuid4().hex[:8]}"
-
-
-def _create(kafka_address, name, partitions=3):
-    from kafka.admin import KafkaAdminClient, NewTopic
-
-    admin = KafkaAdminClient(bootstrap_servers=kafka_address)
-    try:
-        admin.create_topics([NewTopic(name, partitions, 1)])
-        assert name in admin.list_topics()
-    finally:
-        admin.close()
 
 
 def _sparklog_records(broker, topic, n):
@@ -68,8 +52,7 @@ def test_kafka_python_admin_produce_group_consume_commit(broker, kafka_address):
     headers at acks=all, a consumer group reading all of it, committed offsets."""
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-    topic = _topic()
-    _create(kafka_address, topic)
+    topic = create_with_kafka_python(kafka_address, topic_name(), partitions=3)
     p = KafkaProducer(bootstrap_servers=kafka_address, acks="all", compression_type="gzip")
     sent = {}
     for i in range(200):
@@ -114,8 +97,7 @@ def test_librdkafka_idempotent_producer_every_codec(broker, kafka_address, codec
     from confluent_kafka import Consumer as CKConsumer
     from confluent_kafka import Producer as CKProducer
 
-    topic = _topic()
-    _create(kafka_address, topic, partitions=2)
+    topic = create_with_kafka_python(kafka_address, topic_name(), partitions=2)
     p = CKProducer({"bootstrap.servers": kafka_address, "enable.idempotence": True,
                     "compression.type": codec, "linger.ms": 5})
     errors = []
@@ -150,8 +132,7 @@ def test_kafka_consumer_reads_what_sparklog_producer_wrote(broker, kafka_address
     Kafka batches, same offsets, keys, values, headers and timestamps."""
     from kafka import KafkaConsumer, TopicPartition
 
-    topic = _topic()
-    _create(kafka_address, topic, partitions=1)
+    topic = create_with_kafka_python(kafka_address, topic_name(), partitions=1)
     p = Producer(bootstrap_servers=broker.address)
     for i in range(50):
         p.send(topic, value=b"s%d" % i, key=b"k", headers=[("h", b"x")],
@@ -181,8 +162,7 @@ def test_two_kafka_consumers_of_one_group_share_the_partitions(broker, kafka_add
     partition to exactly one of them once both are in."""
     from kafka import KafkaConsumer, KafkaProducer
 
-    topic = _topic()
-    _create(kafka_address, topic, partitions=4)
+    topic = create_with_kafka_python(kafka_address, topic_name(), partitions=4)
     p = KafkaProducer(bootstrap_servers=kafka_address)
     for i in range(40):
         p.send(topic, value=b"%d" % i, partition=i % 4)
@@ -209,8 +189,7 @@ def test_two_kafka_consumers_of_one_group_share_the_partitions(broker, kafka_add
 def test_kcat_produces_and_consumes(broker, kafka_address):
     """kcat (librdkafka's CLI) produces lines and reads them back; sparklog's consumer
     sees the same records."""
-    topic = _topic()
-    _create(kafka_address, topic, partitions=1)
+    topic = create_with_kafka_python(kafka_address, topic_name(), partitions=1)
     lines = "\n".join(f"key{i}:line {i}" for i in range(20)) + "\n"
     subprocess.run(["kcat", "-b", kafka_address, "-P", "-t", topic, "-K", ":", "-p", "0"],
                    input=lines.encode(), check=True, timeout=60)
@@ -261,8 +240,7 @@ def test_forged_batches_are_refused_by_name(broker, kafka_address):
     """A bad CRC is CORRUPT_MESSAGE (2); a control batch, a LogAppendTime batch and one
     whose lastOffsetDelta disagrees with its count are INVALID_RECORD (87), each naming
     the field; nothing of them is stored."""
-    topic = _topic()
-    _create(kafka_address, topic, partitions=1)
+    topic = create_with_kafka_python(kafka_address, topic_name(), partitions=1)
     good = encode_batch([KafkaRecord(0, 1_700_000_000_000, b"k", b"v")])
     bad_crc = bytearray(good)
     bad_crc[-1] ^= 0xFF

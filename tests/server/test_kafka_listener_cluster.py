@@ -13,6 +13,7 @@ import pytest
 
 from tests.support.brokerproc import BrokerProcess
 from tests.support.clusterproc import BrokerCluster
+from tests.support.kafkaconn import create_with_kafka_python, topic_name
 from tests.support.kafkaserver import kafka_tool, kafka_unavailable
 from tests.support.waiting import wait_until
 from tests.support.zkserver import ZkEndpoint
@@ -66,22 +67,8 @@ def cluster(zookeeper_server, tmp_path_factory):
         yield c
 
 
-def _topic() -> str:
-    return f"t-{uuid.uuid4().hex[:8]}"
-
-
 def _kafka_addresses(cluster) -> dict[int, str]:
     return {i: b.kafka_address for i, b in cluster.brokers.items()}
-
-
-def _create(address: str, topic: str, partitions: int = 6) -> None:
-    from kafka.admin import KafkaAdminClient, NewTopic
-
-    admin = KafkaAdminClient(bootstrap_servers=address)
-    try:
-        admin.create_topics([NewTopic(topic, partitions, 1)])
-    finally:
-        admin.close()
 
 
 def test_metadata_through_every_broker_names_all_three_and_the_leaders(cluster):
@@ -90,9 +77,9 @@ def test_metadata_through_every_broker_names_all_three_and_the_leaders(cluster):
     leader as the controller decided it."""
     from confluent_kafka.admin import AdminClient
 
-    topic = _topic()
+    topic = topic_name()
     addresses = _kafka_addresses(cluster)
-    _create(addresses[1], topic)
+    create_with_kafka_python(addresses[1], topic, partitions=6)
     expected_brokers = {i: a for i, a in addresses.items()}
     for i, address in addresses.items():
         admin = AdminClient({"bootstrap.servers": address})
@@ -118,9 +105,9 @@ def test_idempotent_producer_and_group_consumer_across_the_cluster(cluster):
     from confluent_kafka import Producer as CKProducer
     from kafka import KafkaConsumer, TopicPartition
 
-    topic = _topic()
+    topic = topic_name()
     addresses = _kafka_addresses(cluster)
-    _create(addresses[2], topic)
+    create_with_kafka_python(addresses[2], topic, partitions=6)
     p = CKProducer({"bootstrap.servers": addresses[1], "enable.idempotence": True,
                     "acks": "all", "linger.ms": 5})
     delivered: dict[tuple[int, int], bytes] = {}
@@ -163,9 +150,9 @@ def test_two_consumers_of_one_group_through_different_brokers_share_the_partitio
     from broker 2, find the same coordinator and split the partitions."""
     from kafka import KafkaConsumer
 
-    topic = _topic()
+    topic = topic_name()
     addresses = _kafka_addresses(cluster)
-    _create(addresses[3], topic, partitions=4)
+    create_with_kafka_python(addresses[3], topic, partitions=4)
     group = "g-" + topic
     a = KafkaConsumer(topic, bootstrap_servers=addresses[1], group_id=group,
                       auto_offset_reset="earliest")
@@ -192,7 +179,7 @@ def test_java_client_produces_and_consumes_across_the_cluster(cluster):
     why = kafka_unavailable()
     if why:
         pytest.skip(why)
-    topic = _topic()
+    topic = topic_name()
     addresses = _kafka_addresses(cluster)
     kafka_tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", addresses[1],
                "--create", "--topic", topic, "--partitions", "6", "--replication-factor", "1")

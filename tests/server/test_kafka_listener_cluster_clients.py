@@ -5,12 +5,9 @@ and the group coordinator wherever they are."""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from tests.server.test_kafka_listener_cluster import (
-    _create,
     _kafka_addresses,
     cluster,  # noqa: F401 (a fixture)
 )
@@ -21,13 +18,10 @@ from tests.server.test_kafka_listener_connect import (
 )
 from tests.server.test_kafka_listener_kcat import kcat
 from tests.server.test_kafka_listener_kcat import pytestmark as kcat_marks
+from tests.support.kafkaconn import create_with_kafka_python, topic_name
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.zookeeper
-
-
-def _topic() -> str:
-    return f"t-{uuid.uuid4().hex[:8]}"
 
 
 @kcat_marks
@@ -37,9 +31,9 @@ def test_kcat_produces_through_one_broker_and_its_group_reads_through_another(
     six partitions on all three brokers; kcat -G bootstrapping from broker 2 reads
     every line and commits; a second run bootstrapping from broker 3 resumes at the
     group's commits."""
-    topic = _topic()
+    topic = topic_name()
     addresses = _kafka_addresses(cluster)
-    _create(addresses[1], topic)
+    create_with_kafka_python(addresses[1], topic, partitions=6)
     cluster.wait(lambda: {cluster.leader_of(topic, p) for p in range(6)} == {1, 2, 3}, 60,
                  f"leaders of {topic} on every broker")
     lines = [f"k{i}:v{i}" for i in range(600)]
@@ -59,9 +53,9 @@ def test_connect_file_source_and_sink_through_one_broker(cluster, connect_classp
     partition: the FileStreamSource writes the input file's lines to the leader, the
     FileStreamSink's group (its coordinator wherever the cluster put it) writes them
     out: the output file equals the input."""
-    topic = _topic()
+    topic = topic_name()
     addresses = _kafka_addresses(cluster)
-    _create(addresses[1], topic, partitions=1)
+    create_with_kafka_python(addresses[1], topic, partitions=1)
     leader = cluster.wait(lambda: cluster.leader_of(topic, 0) if cluster.leader_of(topic, 0) > 0
                           else None, 60, f"a leader of {topic}")
     elsewhere = next(a for i, a in addresses.items() if i != leader)

@@ -5,12 +5,10 @@ read back by kafka-python's own consumer and by sparklog's."""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from sparklog.clients.consumer import Consumer
-from tests.support.kafkaconn import start_with_kafka_listener
+from tests.support.kafkaconn import create_with_kafka_python, start_with_kafka_listener, topic_name
 from tests.support.waiting import wait_until
 
 kafka = pytest.importorskip("kafka", reason="kafka-python is not installed (the peers extra)")
@@ -34,12 +32,7 @@ def test_kafka_python_idempotent_producer_every_codec(broker, codec):
     if not {"gzip": has_gzip, "snappy": has_snappy, "lz4": has_lz4, "zstd": has_zstd}[codec]():
         pytest.skip(f"kafka-python's {codec} codec package is not installed (the peers extra)")
     address = broker.broker.listener_addresses["KAFKA"]
-    topic = f"kp-{codec}-{uuid.uuid4().hex[:8]}"
-    admin = kafka.KafkaAdminClient(bootstrap_servers=address)
-    try:
-        admin.create_topics([kafka.admin.NewTopic(topic, 2, 1)])
-    finally:
-        admin.close()
+    topic = create_with_kafka_python(address, topic_name(f"kp-{codec}-"), partitions=2)
     p = KafkaProducer(bootstrap_servers=address, acks="all", enable_idempotence=True,
                       compression_type=codec, linger_ms=20)
     futures = [p.send(topic, key=b"k%d" % (i % 5), value=b"%s value %d " % (codec.encode(), i)

@@ -9,11 +9,10 @@ writes them out to another file; after a restart neither sends nor writes a line
 from __future__ import annotations
 
 import shutil
-import uuid
 
 import pytest
 
-from tests.support.kafkaconn import start_with_kafka_listener
+from tests.support.kafkaconn import start_with_kafka_listener, topic_name
 from tests.support.kafkaserver import kafka_tool, kafka_unavailable
 from tests.support.kafkatools import JavaTool
 from tests.support.waiting import wait_until
@@ -49,24 +48,30 @@ def _properties(path, **props) -> str:
     return str(path)
 
 
-def file_connectors(classpath: list[str], address: str, topic: str, tmp_path):
+def file_connectors(classpath: list[str], address: str, topic: str, tmp_path,
+                    worker_props: dict | None = None, sink: bool = True):
     """A function starting (``run`` numbers its log) Connect standalone bootstrapping
     from ``address`` with a FileStreamSource of ``tmp_path/input.txt`` into ``topic``
-    and a FileStreamSink (group ``connect-file-sink``) of it into ``tmp_path/output.txt``;
-    the source's offsets in ``tmp_path/connect.offsets``."""
+    and (unless ``sink`` is false) a FileStreamSink (group ``connect-file-sink``) of it
+    into ``tmp_path/output.txt``; the source's offsets in ``tmp_path/connect.offsets``.
+    ``worker_props`` add to the worker's configuration (Kafka's names: ``producer.``
+    and ``consumer.`` prefixed ones configure the source's producer and the sink's
+    consumer)."""
     worker = _properties(
         tmp_path / "worker.properties", bootstrap_servers=address,
         key_converter="org.apache.kafka.connect.storage.StringConverter",
         value_converter="org.apache.kafka.connect.storage.StringConverter",
         offset_storage_file_filename=tmp_path / "connect.offsets",
-        offset_flush_interval_ms=500, listeners="http://127.0.0.1:0")
+        offset_flush_interval_ms=500, listeners="http://127.0.0.1:0", **(worker_props or {}))
     connectors = [
         _properties(tmp_path / "source.properties", name="file-source", tasks_max=1,
                     connector_class="org.apache.kafka.connect.file.FileStreamSourceConnector",
-                    file=tmp_path / "input.txt", topic=topic),
-        _properties(tmp_path / "sink.properties", name="file-sink", tasks_max=1,
-                    connector_class="org.apache.kafka.connect.file.FileStreamSinkConnector",
-                    file=tmp_path / "output.txt", topics=topic)]
+                    file=tmp_path / "input.txt", topic=topic)]
+    if sink:
+        connectors.append(
+            _properties(tmp_path / "sink.properties", name="file-sink", tasks_max=1,
+                        connector_class="org.apache.kafka.connect.file.FileStreamSinkConnector",
+                        file=tmp_path / "output.txt", topics=topic))
 
     def connect(run: int) -> JavaTool:
         return JavaTool(CONNECT_STANDALONE, worker, *connectors, classpath=classpath,
@@ -86,7 +91,7 @@ def test_file_source_into_a_topic_and_file_sink_out_of_it(connect_classpath, bro
     committed the log end; restarted, Connect resumes from its offsets and the output
     gets only the lines appended since."""
     address = broker.broker.listener_addresses["KAFKA"]
-    topic = f"connect-{uuid.uuid4().hex[:8]}"
+    topic = topic_name("connect-")
     kafka_tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", address,
                "--create", "--topic", topic, "--partitions", "1", "--replication-factor", "1")
     source, sink = tmp_path / "input.txt", tmp_path / "output.txt"

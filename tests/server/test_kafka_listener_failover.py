@@ -9,16 +9,15 @@ read back exactly once, by a Kafka consumer and from the storage."""
 from __future__ import annotations
 
 import threading
-import uuid
 
 import pytest
 
 from tests.server.test_kafka_listener_cluster import (
-    _create,
     _kafka_addresses,
     cluster,  # noqa: F401 (the fixture)
 )
 from tests.support.failover import make_value, parse_value, read_partition
+from tests.support.kafkaconn import create_with_kafka_python, topic_name
 from tests.support.kafkaserver import kafka_unavailable
 from tests.support.kafkatools import JavaTool
 from tests.support.waiting import wait_until
@@ -211,9 +210,9 @@ def test_leader_sigkill_under_an_idempotent_producer(cluster, client, tmp_path):
         why = kafka_unavailable()
         if why:
             pytest.skip(why)
-    topic = f"t-{uuid.uuid4().hex[:8]}"
+    topic = topic_name()
     addresses = _kafka_addresses(cluster)
-    _create(addresses[1], topic, partitions=PARTITIONS)
+    create_with_kafka_python(addresses[1], topic, partitions=PARTITIONS)
     cluster.wait(lambda: all(cluster.leader_of(topic, p) > 0 for p in range(PARTITIONS)), 60,
                  f"leaders of {topic}")
     bootstrap = ",".join(addresses.values())

@@ -6,11 +6,9 @@ one member; committed offsets resume in a new member), and where a consumer star
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
-from tests.support.kafkaconn import start_with_kafka_listener
+from tests.support.kafkaconn import create_with_librdkafka, start_with_kafka_listener, topic_name
 from tests.support.waiting import wait_until
 
 kafka = pytest.importorskip("kafka", reason="kafka-python is not installed (the peers extra)")
@@ -27,16 +25,6 @@ def broker(tmp_path_factory):
     b = start_with_kafka_listener(tmp_path_factory.mktemp("kafka-listener-groups"))
     yield b
     b.stop()
-
-
-def _create(address: str, partitions: int) -> str:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    topic = f"g-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": address})
-    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
-        future.result(60)
-    return topic
 
 
 def _produce(address: str, topic: str, first: int, n: int, partitions: int = PARTITIONS,
@@ -142,7 +130,7 @@ def test_three_member_group_through_joins_and_a_leave_then_resume(kafka_address,
     what was produced before and after is consumed, none lost; the group's commits are
     the log end; a new member of the group, after everyone left, starts at the commits:
     it gets only what was produced since."""
-    topic = _create(kafka_address, PARTITIONS)
+    topic = create_with_librdkafka(kafka_address, topic_name("g-"), PARTITIONS)
     group = "g-" + topic
     acked = _produce(kafka_address, topic, 0, 600)
     member = MEMBERS[client]
@@ -273,7 +261,7 @@ def test_consumers_start_at_earliest_latest_and_a_timestamp(kafka_address):
     apart: from earliest they read offset 0 on; from latest only what is produced after
     they started; from offsets_for_times of a time between records
     41 and 40's, record 41 on (the first at or after the time, Kafka's rule)."""
-    topic = _create(kafka_address, 1)
+    topic = create_with_librdkafka(kafka_address, topic_name("g-"), 1)
     _produce(kafka_address, topic, 0, 100, partitions=1, timestamps=True)
     py = _kafka_python_positions(kafka_address, topic)
     assert py["earliest"] == list(range(100))

@@ -8,13 +8,12 @@ the requests it makes and the fields it reads."""
 from __future__ import annotations
 
 import re
-import uuid
 
 import pytest
 
 from sparklog.clients.consumer import Consumer
 from sparklog.clients.producer import Producer
-from tests.support.kafkaconn import start_with_kafka_listener
+from tests.support.kafkaconn import start_with_kafka_listener, topic_name
 from tests.support.kafkaserver import kafka_tool
 from tests.support.waiting import wait_until
 
@@ -34,14 +33,10 @@ def broker(tmp_path_factory):
     b.stop()
 
 
-def _topic() -> str:
-    return f"j-{uuid.uuid4().hex[:8]}"
-
-
 def test_kafka_topics_creates_lists_and_describes(kafka_tools, kafka_address):
     """kafka-topics --create (CreateTopics v7: the Java admin reads the created topic's
     configs and replication factor), --list, --describe (Metadata, DescribeConfigs)."""
-    topic = _topic()
+    topic = topic_name("j-")
     out = kafka_tool(TOPICS, "--bootstrap-server", kafka_address, "--create",
                      "--topic", topic, "--partitions", "3", "--replication-factor", "1",
                      "--config", "retention.ms=3600000")
@@ -63,7 +58,7 @@ def test_console_producer_idempotent_acks_all_then_group_consumer(kafka_tools, b
     writes keyed lines; kafka-console-consumer in a group reads every one, commits,
     and kafka-consumer-groups describes the group at the log end; sparklog's own
     consumer reads the same records."""
-    topic = _topic()
+    topic = topic_name("j-")
     kafka_tool(TOPICS, "--bootstrap-server", kafka_address, "--create",
                "--topic", topic, "--partitions", "3", "--replication-factor", "1")
     lines = [f"key{i % 5}:value {i}" for i in range(300)]
@@ -105,7 +100,7 @@ def test_console_producer_every_codec(kafka_tools, broker, kafka_address, codec)
     """kafka-console-producer (idempotent, acks=all) with each codec: its batches are
     stored as they came and sparklog's own consumer reads every line back (the broker's
     readers decompress each codec of the Java client)."""
-    topic = _topic()
+    topic = topic_name("j-")
     kafka_tool(TOPICS, "--bootstrap-server", kafka_address, "--create",
                "--topic", topic, "--partitions", "1", "--replication-factor", "1")
     lines = [f"{codec} line {i} " + "x" * (i % 40) for i in range(200)]
@@ -129,7 +124,7 @@ def test_console_producer_every_codec(kafka_tools, broker, kafka_address, codec)
 def test_producer_perf_test_idempotent_acks_all(kafka_tools, kafka_address):
     """kafka-producer-perf-test: 20,000 records through the idempotent Java producer at
     acks=all, every one acknowledged (the broker's high watermarks add up)."""
-    topic = _topic()
+    topic = topic_name("j-")
     out = kafka_tool(PERF_PRODUCER, "--topic", topic, "--num-records", "20000",
                      "--record-size", "100", "--throughput", "-1", "--command-property",
                      f"bootstrap.servers={kafka_address}", "acks=all",
@@ -144,7 +139,7 @@ def test_producer_perf_test_idempotent_acks_all(kafka_tools, kafka_address):
 def test_get_offsets_latest_earliest_and_max_timestamp(kafka_tools, broker, kafka_address):
     """kafka-get-offsets with -1, -2 and -3 (ListOffsets v7's MAX_TIMESTAMP, KIP-734:
     the first record carrying the largest timestamp, not the last one)."""
-    topic = _topic()
+    topic = topic_name("j-")
     kafka_tool(TOPICS, "--bootstrap-server", kafka_address, "--create",
                "--topic", topic, "--partitions", "1", "--replication-factor", "1")
     stamps = [1_000, 5_000, 9_000, 3_000, 9_000, 2_000]

@@ -10,11 +10,10 @@ import re
 import shutil
 import subprocess
 import time
-import uuid
 
 import pytest
 
-from tests.support.kafkaconn import start_with_kafka_listener
+from tests.support.kafkaconn import create_with_librdkafka, start_with_kafka_listener, topic_name
 from tests.support.waiting import wait_until
 
 confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")
@@ -39,16 +38,6 @@ def kcat(address: str, *args: str, stdin: str | None = None) -> list[str]:
     return done.stdout.decode().splitlines()
 
 
-def _create(address: str, partitions: int) -> str:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    topic = f"kc-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": address})
-    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
-        future.result(60)
-    return topic
-
-
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -59,7 +48,7 @@ def test_kcat_idempotent_codec_and_where_consuming_starts(kafka_address, codec):
     lines; kcat reads them all from the beginning, the last 10 from the end (-o -10),
     the second run from a time between the runs (-o s@), and -Q answers that time with
     the second run's first offset."""
-    topic = _create(kafka_address, 1)
+    topic = create_with_librdkafka(kafka_address, topic_name("kc-"), 1)
     produce = ["-P", "-t", topic, "-p", "0", "-K", ":", "-X", "enable.idempotence=true",
                "-X", "acks=all", "-X", f"compression.codec={codec}"]
     first = [f"k{i}:{codec} value {i} " + "x" * (i % 30) for i in range(50)]
@@ -81,7 +70,7 @@ def test_kcat_balanced_consumer_group_commits_and_resumes(kafka_address):
     """kcat -G (librdkafka's KafkaConsumer, auto-commit) reads a 3-partition topic to
     its end and commits; the group's commits are the log end; a second run of the group
     gets only what was produced since."""
-    topic = _create(kafka_address, 3)
+    topic = create_with_librdkafka(kafka_address, topic_name("kc-"), 3)
     group = "g-" + topic
     lines = [f"k{i}:v{i}" for i in range(300)]
     kcat(kafka_address, "-P", "-t", topic, "-K", ":", "-X", "enable.idempotence=true",

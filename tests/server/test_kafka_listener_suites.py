@@ -10,7 +10,12 @@ import uuid
 import pytest
 
 from sparklog.protocol.kafka import RequestHeader
-from tests.support.kafkaconn import KafkaConn, start_with_kafka_listener
+from tests.support.kafkaconn import (
+    KafkaConn,
+    create_with_librdkafka,
+    start_with_kafka_listener,
+    topic_name,
+)
 
 confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")
 
@@ -23,24 +28,13 @@ def broker(tmp_path_factory):
     b.stop()
 
 
-def _topic(kafka_address) -> str:
-    """A new topic (2 partitions), created through the Kafka listener."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    name = f"s-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": kafka_address})
-    for future in admin.create_topics([NewTopic(name, 2, 1)]).values():
-        future.result(30)
-    return name
-
-
 def test_librdkafka_metadata_of_every_topic(kafka_address):
     """librdkafka (0017_compression, 0029_assign_offset... wait for their topics with it;
     confluent-kafka's ``list_topics()``) asks Metadata v9+ of every topic with a null
     array written in 4 bytes where 1 is due, then its last 3 fields: Kafka's broker
     reads the fields and ignores what follows, and so must the listener (it closed the
     connection: "3 trailing bytes", the client's "Broker transport failure")."""
-    name = _topic(kafka_address)
+    name = create_with_librdkafka(kafka_address, topic_name("s-"), 2)
     producer = confluent_kafka.Producer({"bootstrap.servers": kafka_address})
     metadata = producer.list_topics(timeout=30)
     assert name in metadata.topics
@@ -51,7 +45,7 @@ def test_metadata_request_with_librdkafkas_bytes(kafka_address):
     """The same request as raw bytes (librdkafka 2.x's Metadata v12 of every topic), so
     that the case stays covered when a client fixes its encoder: answered with every
     topic, as Kafka answers it."""
-    name = _topic(kafka_address)
+    name = create_with_librdkafka(kafka_address, topic_name("s-"), 2)
     header = RequestHeader(3, 12, 7, "rdkafka")
     client_id = header.client_id.encode()
     body = (struct.pack(">hhih", 3, 12, 7, len(client_id)) + client_id + b"\x00"  # tags
@@ -79,7 +73,7 @@ def test_pipelined_offset_commits_apply_in_order(kafka_address):
     from kio.schema.offset_fetch.v7.request import OffsetFetchRequest, OffsetFetchRequestTopic
     from kio.static.primitive import i32, i64
 
-    name = _topic(kafka_address)
+    name = create_with_librdkafka(kafka_address, topic_name("s-"), 2)
     group = f"g-{uuid.uuid4().hex[:8]}"
     with KafkaConn(kafka_address) as conn:
         sent = [conn.send(8, 8, OffsetCommitRequest(

@@ -8,11 +8,9 @@ delivered twice, every partition owned by one member at a time."""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
-from tests.support.kafkaconn import start_with_kafka_listener
+from tests.support.kafkaconn import start_with_kafka_listener, topic_name
 from tests.support.kafkaserver import kafka_tool
 from tests.support.kafkatools import JavaTool
 from tests.support.waiting import wait_until
@@ -67,7 +65,7 @@ def test_verifiable_producer_and_three_verifiable_consumers_through_rebalances(
     acknowledged record was consumed exactly once with its value, nothing else was
     consumed, every commit succeeded and the last ones are the log end."""
     address = broker.broker.listener_addresses["KAFKA"]
-    topic = f"v-{uuid.uuid4().hex[:8]}"
+    topic = topic_name("v-")
     kafka_tool(TOPICS, "--bootstrap-server", address, "--create", "--topic", topic,
                "--partitions", str(PARTITIONS), "--replication-factor", "1")
     producer_config = tmp_path / "producer.properties"

@@ -1,12 +1,16 @@
 """Kafka listeners in tests: :func:`start_with_kafka_listener` (an embedded broker with a
-sparklog listener and a Kafka listener named KAFKA) and :class:`KafkaConn`, a raw Kafka
-client connection as a test writes it by hand (kio's codecs): SASL (SaslHandshake v1,
-SaslAuthenticate v2), Metadata, InitProducerId and Produce of one partition.
+sparklog listener and a Kafka listener named KAFKA); :func:`topic_name` (a fresh topic
+name) and the topic creation of Kafka's clients through a Kafka listener
+(:func:`create_with_kafka_python`, :func:`create_with_librdkafka`); and
+:class:`KafkaConn`, a raw Kafka client connection as a test writes it by hand (kio's
+codecs): SASL (SaslHandshake v1, SaslAuthenticate v2), Metadata, InitProducerId and
+Produce of one partition.
 
 ::
 
-    from tests.support.kafkaconn import KafkaConn
+    from tests.support.kafkaconn import KafkaConn, create_with_librdkafka, topic_name
 
+    topic = create_with_librdkafka(address, topic_name("g-"), partitions=3)
     with KafkaConn(address, "alice", "alice-secret") as conn:   # PLAIN
         conn.produce("events", batch_bytes)   # the partition's answer
 """
@@ -16,9 +20,12 @@ from __future__ import annotations
 import datetime
 import socket
 import struct
+import uuid
 
 from sparklog.protocol.kafka import RequestHeader, decode_response, encode_request
 from sparklog.server import EmbeddedBroker
+
+from .waiting import wait_until
 
 
 def start_with_kafka_listener(root, **props) -> EmbeddedBroker:
@@ -31,6 +38,38 @@ def start_with_kafka_listener(root, **props) -> EmbeddedBroker:
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,KAFKA:PLAINTEXT",
         "kafka.listener.names": "KAFKA",
         **{k.replace("_", "."): str(v) for k, v in props.items()}}).start()
+
+
+def topic_name(prefix: str = "t-") -> str:
+    """A topic name no other test uses: ``prefix`` and 8 random hex digits."""
+    return f"{prefix}{uuid.uuid4().hex[:8]}"
+
+
+def create_with_kafka_python(address: str, topic: str, partitions: int) -> str:
+    """Create ``topic`` (``partitions``, replication factor 1) with kafka-python's
+    KafkaAdminClient through the Kafka listener at ``address`` and wait until its
+    Metadata lists the topic; ``topic``."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=address)
+    try:
+        admin.create_topics([NewTopic(topic, partitions, 1)])
+        wait_until(lambda: topic in admin.list_topics(), what=f"{topic} in the metadata")
+    finally:
+        admin.close()
+    return topic
+
+
+def create_with_librdkafka(address: str, topic: str, partitions: int) -> str:
+    """Create ``topic`` (``partitions``, replication factor 1) with confluent-kafka's
+    AdminClient through the Kafka listener at ``address``, waiting for its answer;
+    ``topic``."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": address})
+    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        future.result(60)
+    return topic
 
 
 class KafkaConn:
