@@ -20,6 +20,7 @@ from sparklog.format.header import LEADER_EPOCH, MAGIC_FIELD
 from sparklog.format.kafka_batch import KafkaRecord, encode_batch
 from sparklog.log import LogReader, PartitionLog
 from sparklog.storage import open_fileio
+from tests.support.logdata import compaction_round_keys
 
 T0 = 1_700_000_000_000
 #: (kind, codec, records) of the log, in order; Kafka's snappy in both framings
@@ -277,17 +278,11 @@ def test_dump_log_prints_kafka_batches_as_kafka_dump_log(fio, tmp_path):
 
 
 def compaction_round(r: int, codec: str) -> bytes:
-    """Round ``r`` of a compacted mixed partition: 3 records, in a Kafka batch of
-    ``codec`` (an Arrow frame every fourth round). Rounds 1, 5, 9 write keys a, b, c
-    only (the earlier ones lose every record: gaps); rounds 2, 6, 10 new keys only
-    (all stay, after a gap); the others a new key, the shared ``s`` and ``t``, with
-    headers on some records (so they lose some). Timestamps not in record order."""
-    if r % 4 == 1:
-        keys = [b"a", b"b", b"c"]
-    elif r % 4 == 2:
-        keys = [b"u%d%s" % (r, x) for x in (b"a", b"b", b"c")]
-    else:
-        keys = [b"u%d" % r, b"s", b"t"]
+    """Round ``r`` of a compacted mixed partition: 3 records, keys by
+    :func:`tests.support.logdata.compaction_round_keys`, in a Kafka batch of ``codec``
+    (an Arrow frame every fourth round), with headers on some records. Timestamps not
+    in record order."""
+    keys = compaction_round_keys(r)
     recs = [(keys[i], b"v%d-%d" % (r, i), T0 + r * 10 + (2 - i) % 3,
              (("h", b"%d" % r), ("n", None)) if r % 4 == 0 and i != 1 else ())
             for i in range(3)]

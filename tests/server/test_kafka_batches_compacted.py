@@ -18,6 +18,7 @@ from sparklog.log.layout import PartitionListing
 from sparklog.storage import open_fileio
 from tests.server.test_kafka_batches_stored import _fetch
 from tests.support.kafkaconn import KafkaConn, start_with_kafka_listener, topic_name
+from tests.support.logdata import compaction_round_keys
 from tests.support.waiting import wait_until
 
 pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")
@@ -27,17 +28,10 @@ CODECS = ["none", "gzip", "snappy", "snappy-raw", "lz4", "zstd"]
 
 
 def _round(r: int) -> list[tuple[bytes, bytes, tuple]]:
-    """(key, value, headers) of round ``r``'s 3 records: keys a, b, c only (rounds 1,
-    5, ...: the earlier ones lose every record), new keys only (2, 6, ...: all stay),
-    else a new key and the shared s and t (they lose some)."""
-    if r % 4 == 1:
-        keys = [b"a", b"b", b"c"]
-    elif r % 4 == 2:
-        keys = [b"u%d%s" % (r, x) for x in (b"a", b"b", b"c")]
-    else:
-        keys = [b"u%d" % r, b"s", b"t"]
+    """(key, value, headers) of round ``r``'s 3 records, keys by
+    :func:`tests.support.logdata.compaction_round_keys`."""
     return [(k, b"v%d-%d" % (r, i) * (1 + i), (("h", b"%d" % r),) if i == 0 else ())
-            for i, k in enumerate(keys)]
+            for i, k in enumerate(compaction_round_keys(r))]
 
 
 def test_cleaned_kafka_batches_are_fetched_by_kafka_consumers(tmp_path):

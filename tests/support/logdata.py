@@ -42,6 +42,18 @@ def lock_held_elsewhere(plog: PartitionLog, timeout: float = 30):
         holder.join(timeout)
 
 
+def compaction_round_keys(r: int) -> list[bytes]:
+    """The keys of the 3 records of round ``r`` of a compacted partition's writes:
+    rounds 1, 5, 9, ... write keys a, b, c only (the earlier rounds lose every record:
+    gaps); rounds 2, 6, 10, ... new keys only (all stay, after a gap); the others a new
+    key and the shared ``s`` and ``t`` (the earlier rounds lose some)."""
+    if r % 4 == 1:
+        return [b"a", b"b", b"c"]
+    if r % 4 == 2:
+        return [b"u%d%s" % (r, x) for x in (b"a", b"b", b"c")]
+    return [b"u%d" % r, b"s", b"t"]
+
+
 def record(topic: str, partition: int, offset: int, *, headers=False, ts_ms=None):
     """The deterministic record at ``offset`` (key, value, timestamp, headers)."""
     return {
