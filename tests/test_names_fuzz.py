@@ -58,7 +58,9 @@ def check_layout(root: Path, topics: set[str], groups: dict) -> None:
         elif parts[0] == "coordination" and len(parts) > 2 and parts[1] == "partitions":
             assert parts[2] in topics, rel
         elif parts[0] == "deleted-topics":
-            assert len(parts) <= 2, rel  # only emptied trash may remain
+            # deleted-topics/<ms>-<hex>/<topic>/...: a deleted topic's data, removed
+            # file.delete.delay.ms after its deletion
+            assert len(parts) <= 2 or re.fullmatch(r"\d+-[0-9a-f]{32}", parts[1]), rel
         elif parts[0] == "brokers":  # the instance records of standalone brokers
             assert len(parts) == 1 or re.fullmatch(r"\d+\.instance\.json", parts[1]), rel
         else:

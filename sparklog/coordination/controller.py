@@ -310,9 +310,10 @@ class Controller:
 
     # --- topics ------------------------------------------------------------------------------
     def _delete_topic(self, topic: str, parts: dict | None) -> None:
-        """Leaders to -1 (fenced), storage delete, then the topic's nodes (with the
-        record of how far its logs went: a topic created later under its name starts at
-        offset 0)."""
+        """Leaders to -1 (fenced), the storage directory renamed away
+        (:meth:`TopicStore.retire_topic`: its data is removed later by the brokers,
+        :mod:`sparklog.server.retired`), then the topic's nodes (with the record of how
+        far its logs went: a topic created later under its name starts at offset 0)."""
         if parts:
             states = self._read_states({topic: parts})
             changes = {tp: NO_LEADER for tp, s in states.items()
@@ -321,7 +322,7 @@ class Controller:
                 self._write_states(changes, states)
         if self.topic_store is not None:
             try:
-                self.topic_store.delete_topic(topic)
+                self.topic_store.retire_topic(topic)
             except UnknownTopicOrPartitionError:
                 pass
         self._delete_quietly(topic_path(topic), recursive=True)

@@ -9,7 +9,10 @@ ZooKeeper carries what the controller acts on (Kafka 0.8's flow):
   A broker dying between the two writes leaves a storage-only topic, which the next
   controller registers itself.
 * **delete**: ``/admin/delete_topics/<t>`` asks the controller, which takes the leaders
-  away, deletes the storage directory and the topic's nodes; the call waits for it.
+  away, renames the storage directory away (:meth:`TopicStore.retire_topic`: the topic
+  vanishes for every reader) and deletes the topic's nodes; the call waits for that,
+  not for the data's removal (each broker removes retired directories
+  ``file.delete.delay.ms`` later: :mod:`sparklog.server.retired`).
 * **alter**: configs and partition count change on the storage (next config version);
   more partitions extend ``/brokers/topics/<t>`` (compare-and-set), which the
   controller sees; ``/config/topics/<t>`` gets the new config so that brokers' watches
@@ -97,7 +100,7 @@ def create_topic(store, name: str, num_partitions: int = 1, *, schema=None, conf
 def delete_topic(store, name: str, *, wait_s: float = 30.0) -> None:
     """Ask the controller to delete ``name`` and wait until it is gone
     (UnknownTopicOrPartitionError if it does not exist; RequestTimedOutError if the
-    controller did not finish within ``wait_s``)."""
+    controller did not finish within ``wait_s``; ``wait_s`` 0: ask, do not wait)."""
     from kazoo.exceptions import NodeExistsError
 
     validate_topic_name(name)
@@ -109,6 +112,8 @@ def delete_topic(store, name: str, *, wait_s: float = 30.0) -> None:
         store.client.create(delete_topic_path(name), b"", makepath=True)
     except NodeExistsError:
         pass
+    if wait_s <= 0:
+        return
     deadline = time.monotonic() + wait_s
     while store.client.exists(delete_topic_path(name)) is not None:
         if time.monotonic() >= deadline:

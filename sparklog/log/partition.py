@@ -708,6 +708,35 @@ class PartitionLog:
             if error is not None:
                 raise error
 
+    def abandon(self) -> None:
+        """Stop writing a log whose topic is being deleted: later calls are refused as
+        on a closed log, with no final sync and no recorded end (its data is going).
+        Waits for a cleaning or retention pass in progress (:attr:`maintenance`) and for
+        the sealing of rolled segments, so nothing more is written under its directory
+        once this returns; the open segment stays open until :meth:`release_abandoned`
+        (after the directory was renamed away). Idempotent."""
+        with self.maintenance, self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self._sealer.wait()
+            except BaseException as exc:  # noqa: BLE001 - its data is being deleted
+                log.debug("partition %s: sealing before deletion failed: %s", self.name, exc)
+
+    def release_abandoned(self) -> None:
+        """Close the open segment of an :meth:`abandon`-ed log (its file handle, its
+        storage lease), without a sync; a failure (the file was removed already) is
+        logged at debug level."""
+        with self._lock:
+            out, self._out = self._out, None
+        if out is None:
+            return
+        try:
+            out.close()
+        except Exception as exc:  # noqa: BLE001 - its data is being deleted
+            log.debug("partition %s: closing its deleted segment failed: %s", self.name, exc)
+
     def __enter__(self):
         return self
 

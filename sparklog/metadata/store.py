@@ -8,9 +8,10 @@ Layout under a storage root::
 Creating a topic writes config version 1 with rename-no-replace, so of concurrent
 creators exactly one wins; a name that collides with an existing topic once '.' is
 replaced by '_' is refused (as Kafka does). Deleting renames the topic directory to
-``<root>/deleted-topics/<random hex>/<topic>`` first (the topic vanishes atomically for
-readers; the derived name is the topic's own, so every valid name fits the file
-system's 255-byte limit), then removes it. Both the broker and the Spark
+``<root>/deleted-topics/<deletion ms>-<random hex>/<topic>`` (the topic vanishes
+atomically for readers; the derived name is the topic's own, so every valid name fits
+the file system's 255-byte limit); the broker removes it ``file.delete.delay.ms``
+later, as Kafka removes a deleted log. Both the broker and the Spark
 source's ``path`` mode read topics from here, so storage alone describes the log.
 
 With ``dir_mode``/``dir_owner``/``dir_group`` a new topic's directory gets that mode,
@@ -22,6 +23,7 @@ without the broker.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 
 import pyarrow as pa
@@ -162,9 +164,37 @@ class TopicStore:
         raise AssertionError("unreachable: cas_attempts raises once exhausted")
 
     def delete_topic(self, name: str) -> None:
-        """Delete a topic and all its data (UnknownTopicOrPartitionError if absent)."""
+        """Delete a topic and all its data now (UnknownTopicOrPartitionError if absent):
+        :meth:`retire_topic`, then :meth:`remove_retired`."""
+        self.remove_retired(self.retire_topic(name))
+
+    def retire_topic(self, name: str, now_ms: int | None = None) -> str:
+        """Make a topic vanish at once for every reader, its data kept for removal later
+        (Kafka's rename of a deleted log to a ``-delete`` name): rename its directory to
+        ``<root>/deleted-topics/<ms>-<hex>/<topic>``, where ``<ms>`` is the deletion time
+        (``now_ms``, default now) that :meth:`retired` reports; return that
+        ``deleted-topics/<ms>-<hex>`` directory. UnknownTopicOrPartitionError if absent.
+        A topic created afterwards under the name starts in a fresh directory."""
         self.describe_topic(name)
-        trash = self.fileio.join(self.root, TRASH_DIR, uuid.uuid4().hex)
+        stamp = int(time.time() * 1000) if now_ms is None else int(now_ms)
+        trash = self.fileio.join(self.root, TRASH_DIR, f"{stamp}-{uuid.uuid4().hex}")
         self.fileio.mkdirs(trash)
         self.fileio.rename(self.topic_dir(name), self.fileio.join(trash, name))
-        self.fileio.delete(trash, recursive=True)
+        return trash
+
+    def retired(self) -> list[tuple[str, int]]:
+        """``(directory, deletion time in ms)`` of each retired topic not yet removed
+        (:meth:`retire_topic`); an entry of another form (an older broker's) is dated 0,
+        so it is due at once."""
+        base = self.fileio.join(self.root, TRASH_DIR)
+        out = []
+        for info in self.fileio.list(base):
+            stamp, _, rest = info.name.partition("-")
+            when = int(stamp) if stamp.isdigit() and rest else 0
+            out.append((self.fileio.join(base, info.name), when))
+        return sorted(out, key=lambda item: item[1])
+
+    def remove_retired(self, directory: str) -> None:
+        """Remove a retired topic's directory (:meth:`retire_topic`) and all it holds;
+        one already removed (by another broker) is no error."""
+        self.fileio.delete(directory, recursive=True)

@@ -41,6 +41,7 @@ from ..coordination.base import BrokerInfo, CoordinationStore
 from ..coordination.coordinators import coordinators_for
 from ..coordination.local import LocalCoordinationStore
 from ..errors import InvalidArgumentError, SparklogError, UnsupportedVersionError
+from ..log.config import LogConfig
 from ..metadata import TopicStore
 from ..protocol.apis import SUPPORTED_VERSIONS, ApiKey, api_name
 from ..protocol.codec import RequestHeader, decode_request_body, error_fields
@@ -63,6 +64,7 @@ from .producer_ids import ProducerIdManager
 from .records_api import RecordApis
 from .refusals import RefusalLog
 from .resources import ResourceLimits
+from .retired import RetiredTopics
 from .topics_api import TopicApis, deduplicate
 
 log = logging.getLogger(__name__)
@@ -271,6 +273,14 @@ class Broker:
         self.retention = RetentionManager(lambda: self.partitions.writers.values(),
                                           self.run_io, self.config.retention_check_interval_ms)
         self.retention.start()
+        # deleted topics' data: removed file.delete.delay.ms after their deletion, and
+        # what a stopped or crashed broker left is removed now that it is due
+        self.partitions.retired = RetiredTopics(
+            self.topics, self.run_io,
+            delay_ms=LogConfig.from_props(self.config.log_defaults,
+                                          ignore_unknown=True).file_delete_delay_ms,
+            interval_ms=self.config.retention_check_interval_ms)
+        self.partitions.retired.start()
         if self.cleaner is not None:
             if self.metrics is not None:
                 self.metrics.registry.register(self.cleaner)
@@ -378,6 +388,8 @@ class Broker:
         try:
             if self.retention is not None:
                 await self.retention.stop()
+            if self.partitions.retired is not None:
+                await self.partitions.retired.stop()
             if self.cleaner is not None:
                 await self.run_io(self.cleaner.stop)
             if self.config.controlled_shutdown_enable:

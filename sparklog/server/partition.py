@@ -748,6 +748,20 @@ class PartitionWriter:
 
         await self.loop.run_in_executor(self.pool, finish)
 
+    async def abandon(self) -> None:
+        """Stop for a topic being deleted: queued requests are answered as
+        :meth:`close` answers them, then the log stops writing without a final sync or
+        producer state snapshot (:meth:`PartitionLog.abandon
+        <sparklog.log.partition.PartitionLog.abandon>`); its open segment is released
+        later (:meth:`PartitionLog.release_abandoned
+        <sparklog.log.partition.PartitionLog.release_abandoned>`)."""
+        if not self._closing:
+            self._closing = True
+            self._queue.put_nowait(None)
+        await asyncio.shield(self._task)
+        self.wake_fetchers()
+        await self.loop.run_in_executor(self.pool, self.log.abandon)
+
 
 def replay_producer_state(plog: PartitionLog, state: ProducerState, start: int,
                           chunk: int = 8 << 20) -> int:

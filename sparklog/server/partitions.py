@@ -41,6 +41,7 @@ from ..storage import FileIO
 from . import resources
 from .config import BrokerConfig
 from .partition import INLINE_APPEND_BYTES, PartitionWriter
+from .retired import RetiredTopics
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,8 @@ class PartitionManager:
         #: DeleteRecords (a new error is raised each time: one instance raised again
         #: and again would keep every refused request's frames in its traceback)
         self._lost: dict[tuple[str, int], tuple[str, int]] = {}
+        #: removes deleted topics' data later (:mod:`.retired`; set by the broker)
+        self.retired: RetiredTopics | None = None
 
     def start(self, loop: asyncio.AbstractEventLoop, *, fence_all: bool = False) -> None:
         """Bind to the broker's event loop; ``fence_all``: the previous broker process on
@@ -455,29 +458,45 @@ class PartitionManager:
         return True
 
     async def delete_topic(self, name: str) -> None:
-        """Close the topic's writers, delete its data and release its partitions'
-        leadership (standalone mode; in cluster mode the controller deletes topics).
-        While this runs the topic is unknown to every lookup."""
+        """Delete a topic (standalone mode; in cluster mode the controller deletes
+        topics): its writers stop without a final sync (:meth:`PartitionWriter.abandon`),
+        its directory is renamed away at once (:meth:`TopicStore.retire_topic`: no
+        reader sees it any more, a topic created under the name starts empty), its
+        partitions' leadership, recorded log ends and committed offsets are released;
+        its data is removed ``file.delete.delay.ms`` later by :attr:`retired`. While
+        this runs the topic is unknown to every lookup."""
         self._deleting.add(name)
         try:
             # only partitions ever opened have a directory (and a leader to release):
             # a topic of many partitions, never used, is deleted without visiting each
             used = await self.run_io(self.used_partitions, name)
+            closing = [t for k, t in self._idle_closes.items() if k[0] == name]
+            if closing:  # an idle close writes under the directory: let it finish
+                await asyncio.gather(*closing, return_exceptions=True)
             writers = [self.writers.pop(key) for key in list(self.writers) if key[0] == name]
-            for w in writers:
-                await w.close()
-            await self.run_io(self.topics.delete_topic, name)
-            for p in sorted(used | {w.partition for w in writers}):
-                await self.run_io(self.store.release_leadership, name, p, self.broker_id)
-            await self.run_io(self.store.forget_log_ends, name)
-            await self.run_io(self.store.forget_topic_offsets, name)
+            for key in [k for k in self._recent if k[0] == name]:
+                del self._recent[key]
+            await asyncio.gather(*(w.abandon() for w in writers))
+            await self.run_io(self.topics.retire_topic, name)
+            # independent records, written side by side on the I/O threads
+            await asyncio.gather(
+                *(self.run_io(self.store.release_leadership, name, p, self.broker_id)
+                  for p in sorted(used | {w.partition for w in writers})),
+                self.run_io(self.store.forget_log_ends, name),
+                self.run_io(self.store.forget_topic_offsets, name))
             for key in [k for k in self._lost if k[0] == name]:
                 del self._lost[key]
+            for key in [k for k in self._closed_idle if k[0] == name]:
+                del self._closed_idle[key]
         finally:
             self._deleting.discard(name)
             self.forget_topic(name)
         if self.metrics is not None:
             self.metrics.forget_topic(name)
+        for w in writers:  # its files are under the renamed directory now
+            self.loop.run_in_executor(self.pool, w.log.release_abandoned)
+        if self.retired is not None:
+            self.retired.poke()
 
     def wake_fetchers(self) -> None:
         """Answer every waiting long poll now with what it has (shutdown)."""

@@ -231,7 +231,13 @@ class TopicApis:
         return {**_OK, "topics": out}
 
     async def delete_topics(self, body, ctx) -> dict:
-        """DeleteTopics: close the partitions' writers, then remove the topic's data."""
+        """DeleteTopics, answered once the deletion is decided, as Kafka answers it: the
+        topic is gone for every reader (its directory renamed away), its leaders, log
+        ends and committed offsets released; its data is removed in the background
+        ``file.delete.delay.ms`` later (:mod:`~sparklog.server.retired`). In cluster
+        mode the controller decides: the answer waits for it at most ``timeout_ms``
+        (REQUEST_TIMED_OUT after; 0 or less: not at all, as Kafka's), and until then
+        the topic cannot be created again (TOPIC_ALREADY_EXISTS, "being deleted")."""
         out = []
         for name in body["topics"]:
             item = {"name": name}
@@ -244,12 +250,14 @@ class TopicApis:
                 if self.leadership.cluster:  # the controller deletes it everywhere
                     from ..coordination import zkadmin
 
-                    await self.run_io(zkadmin.delete_topic, self.store, name)
+                    wait_s = max(body["timeout_ms"], 0) / 1000
+                    await self.run_io(partial(zkadmin.delete_topic, self.store, name,
+                                              wait_s=wait_s))
                     self.partitions.forget_topic(name)
-                    item.update(_OK)
-                    out.append(item)
-                    continue
-                await self.partitions.delete_topic(name)
+                    if self.partitions.retired is not None:
+                        self.partitions.retired.poke()
+                else:
+                    await self.partitions.delete_topic(name)
                 log.info("topic %s deleted by %s", name, ctx.client_id)
                 item.update(_OK)
             except Exception as exc:  # noqa: BLE001 - one topic's failure is its own
