@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from sparklog.errors import CorruptRecordError
+from sparklog.errors import CorruptRecordError, StorageFileNotFoundError
 from sparklog.log import LogReader, PartitionLog
 from sparklog.storage import open_fileio
 from tests.support.logfiles import RecordingFileIO, SimulatedCrash, typed_frame
@@ -132,6 +132,24 @@ def test_crash_at_every_step_of_the_tail_repair(fio, tmp_path):
     for needed in ("create", "write", "sync", "close", "rename", "delete"):
         assert needed in crashed_in, crashed_in
     assert crashed_in.count("rename") >= 2
+
+
+def test_recording_fileio_creates_as_the_fileio_it_wraps(fio, tmp_path):
+    """RecordingFileIO.create takes FileIO.create's arguments: ``parents=False`` is
+    the non-recursive create (a missing parent directory is StorageFileNotFoundError
+    naming it, no directory made), ``overwrite`` replaces; each call is recorded."""
+    recording = RecordingFileIO(fio)
+    missing = tmp_path / "gone"
+    with pytest.raises(StorageFileNotFoundError, match="gone"):
+        recording.create(fio.join(missing.as_uri(), "f"), parents=False)
+    assert not missing.exists()
+    path = fio.join(tmp_path.as_uri(), "f")
+    for overwrite in (False, True):
+        out = recording.create(path, overwrite=overwrite, parents=False)
+        out.write(b"x")
+        out.close()
+    assert [m for m, _ in recording.calls].count("create") == 3
+    assert (tmp_path / "f").read_bytes() == b"x"
 
 
 def test_crash_at_every_step_of_a_roll(fio, tmp_path):

@@ -68,9 +68,9 @@ class RecordingFileIO(FileIO):
         """Paths whose bytes were read."""
         return [p for m, p in self.calls if m in ("read_range", "read_all", "open_input")]
 
-    def create(self, path, overwrite=False):
+    def create(self, path, overwrite=False, parents=True):
         self._note("create", path)
-        return _Out(self, self.inner.create(path, overwrite))
+        return _Out(self, self.inner.create(path, overwrite, parents))
 
     def append(self, path):
         self._note("append", path)
