@@ -128,6 +128,7 @@ def test_spark_queries_see_a_new_topic_and_a_rolled_segment(sl_spark, storage_ro
 
 
 @pytest.mark.spark
+@pytest.mark.timeout(600)  # alone, the run's HDFS cluster and Spark session start in it
 def test_spark_queries_see_a_new_topic_and_a_rolled_segment_on_hdfs(sl_spark, hdfs_env):
     root = f"{hdfs_env.hdfs_uri}/planning-reuse-{uuid.uuid4().hex}"
     spark_sees_a_new_topic_and_a_rolled_segment(sl_spark, root)
