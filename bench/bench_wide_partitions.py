@@ -16,7 +16,9 @@ counted). Each P prints:
 * errors (records not acknowledged, all rounds);
 * the broker process's threads and RSS, and each DataNode's threads, with the topic
   created but no partition open (the baseline, same broker) and after the last round
-  (P streams open), and the difference per partition.
+  (P streams open), and the difference per partition;
+* how long the broker's graceful stop (SIGTERM: every open stream synced and closed)
+  took.
 
 The files are written with 4 MiB blocks (``--block-size``, the clients' ``dfs.blocksize``):
 every DataNode of an open stream's pipeline reserves a whole block of disk until the
@@ -25,6 +27,7 @@ block is finalized, and 1,000 streams of 128 MiB blocks with replication 3 would
 
     .venv/bin/python bench/bench_wide_partitions.py [--partitions 100,1000] [--rounds 3]
         [--datanodes 3] [--block-size 4194304] [--request-timeout 1800]
+        [--stop-timeout 900]
 
 Figures and how they were taken: docs/performance.md, "Wide topics on HDFS".
 """
@@ -85,11 +88,13 @@ def one_round(producer: Producer, topic: str, partitions: int, timeout: float,
 
 
 def run(cluster: HdfsCluster, work: Path, partitions: int, rounds: int,
-        request_timeout: float) -> dict:
+        request_timeout: float, stop_timeout: float) -> dict:
     """A new broker leading one topic of ``partitions`` partitions: its figures."""
-    with BrokerProcess(f"{cluster.hdfs_uri}/bench-wide-{partitions}",
-                       log_path=work / f"broker-{partitions}.log", log_level="WARNING",
-                       start_timeout=180) as broker:
+    broker = BrokerProcess(f"{cluster.hdfs_uri}/bench-wide-{partitions}",
+                           log_path=work / f"broker-{partitions}.log", log_level="WARNING",
+                           start_timeout=180).start()
+    stopped = False
+    try:
         with Admin(broker.address) as admin:
             admin.create_topic("wide", partitions)
         before = sample(broker, cluster)
@@ -112,8 +117,21 @@ def run(cluster: HdfsCluster, work: Path, partitions: int, rounds: int,
             after = sample(broker, cluster)
         finally:
             producer.close(5)  # an interrupted round's request is not waited for
-    return {"P": partitions, "times": times, "errors": errors, "sent": partitions * rounds,
-            "first_error": first_error, "before": before, "after": after}
+        # a graceful stop (SIGTERM) syncs and closes every open stream
+        start = time.perf_counter()
+        try:
+            broker.stop(timeout=stop_timeout)
+            stop = f"{time.perf_counter() - start:.1f} s"
+        except RuntimeError:  # BrokerProcess killed it after stop_timeout
+            stop = f"> {stop_timeout:.0f} s (killed)"
+        stopped = True
+    finally:
+        if not stopped:
+            broker.kill()
+    res = {"P": partitions, "times": times, "errors": errors, "sent": partitions * rounds,
+           "first_error": first_error, "before": before, "after": after, "stop": stop}
+    print(f"  P={partitions}: {res}", file=sys.stderr, flush=True)  # kept if a later P fails
+    return res
 
 
 def report(results: list[dict], args) -> None:
@@ -122,7 +140,8 @@ def report(results: list[dict], args) -> None:
           f"{args.rounds} rounds; {args.datanodes} DataNodes, replication "
           f"{min(3, args.datanodes)}, blocks of {args.block_size / mib:g} MiB")
     print(f"{'P':>6} {'first round':>12} {'later (median/max)':>19} {'errors':>12} "
-          f"{'broker threads':>15} {'broker RSS MB':>14} {'DataNode threads (each)':>24}")
+          f"{'broker threads':>15} {'broker RSS MB':>14} {'DataNode threads (each)':>24} "
+          f"{'graceful stop':>14}")
     for res in results:
         later = res["times"][1:]
         later_text = f"{statistics.median(later):.2f}/{max(later):.2f} s" if later else "-"
@@ -131,7 +150,8 @@ def report(results: list[dict], args) -> None:
               f"{res['errors']:>5} of {res['sent']:<5} "
               f"{b['threads']:>5} -> {a['threads']:<6} "
               f"{b['rss'] / 1e6:>4.0f} -> {a['rss'] / 1e6:<5.0f} "
-              f"{'/'.join(map(str, b['dn'])):>11} -> {'/'.join(map(str, a['dn']))}")
+              f"{'/'.join(map(str, b['dn'])):>11} -> {'/'.join(map(str, a['dn'])):<11} "
+              f"{res['stop']:>14}")
     print("baseline (left of each ->): the same broker with its topic created and no "
           "partition open; per open partition:")
     for res in results:
@@ -154,6 +174,8 @@ def main(argv=None) -> int:
     ap.add_argument("--datanodes", type=int, default=3)
     ap.add_argument("--block-size", type=int, default=4 << 20,
                     help="dfs.blocksize of the files written (default 4 MiB)")
+    ap.add_argument("--stop-timeout", type=float, default=900.0,
+                    help="seconds a broker may take to stop gracefully (default 900)")
     ap.add_argument("--request-timeout", type=float, default=1800.0,
                     help="the producer's request timeout in seconds (default 1800: the "
                          "first round's request waits for every partition's open)")
@@ -175,7 +197,8 @@ def main(argv=None) -> int:
         with HdfsCluster(str(work / "hdfs"), datanodes=args.datanodes, conf=conf) as cluster:
             os.environ["HADOOP_CONF_DIR"] = cluster.conf_dir  # the brokers' HDFS client
             for p in counts:
-                results.append(run(cluster, work, p, args.rounds, args.request_timeout))
+                results.append(run(cluster, work, p, args.rounds, args.request_timeout,
+                                   args.stop_timeout))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report(results, args)
