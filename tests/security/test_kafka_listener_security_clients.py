@@ -20,15 +20,26 @@ from tests.security.test_kafka_listener_security import (
 from tests.support.kafkaserver import kafka_tool, kafka_unavailable
 
 
+def java_client_properties(pki, mechanism: str, user: str = "alice") -> dict[str, str]:  # noqa: F811
+    """A Java client's settings for SCRAM over TLS (SASL_SSL) as ``user`` of
+    :data:`USERS`: the JAAS ScramLoginModule, the run's CA as a PEM trust store (host
+    name verification left on). Spark's Kafka source and sink take them as options
+    prefixed ``kafka.``."""
+    return {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": mechanism,
+        "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
+                            f'required username="{user}" password="{USERS[user]}";',
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(pki.ca),
+    }
+
+
 def _java_client_config(path, pki, mechanism: str, user: str = "alice") -> str:  # noqa: F811
-    """A Java client's properties (``--command-config`` of Kafka's tools) for SASL_SSL."""
-    path.write_text(
-        "security.protocol=SASL_SSL\n"
-        f"sasl.mechanism={mechanism}\n"
-        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
-        f'username="{user}" password="{USERS[user]}";\n'
-        "ssl.truststore.type=PEM\n"
-        f"ssl.truststore.location={pki.ca}\n")
+    """A Java client's properties (``--command-config`` of Kafka's tools) for SASL_SSL
+    (:func:`java_client_properties`)."""
+    path.write_text("".join(f"{k}={v}\n"
+                            for k, v in java_client_properties(pki, mechanism, user).items()))
     return str(path)
 
 

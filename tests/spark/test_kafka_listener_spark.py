@@ -108,26 +108,35 @@ def test_kafka_source_on_the_kafka_listener_gives_the_sparklog_rows(kafka_source
     assert_same(by_time["sparklog"], by_time["kafka"])
 
 
-def _sink_then_read_back(spark, kafka_address: str, sparklog_address: str, topic: str):
-    """Create ``topic`` (PARTITIONS) through ``kafka_address``; a batch
-    ``df.write.format("kafka")`` there writes keyed, null-keyed rows with headers to
-    chosen partitions; ``format("sparklog")`` through ``sparklog_address`` reads the same
-    rows back, and the same rows (offsets and timestamps included) as ``format("kafka")``
-    through ``kafka_address``."""
+def _create(kafka_address: str, topic: str) -> None:
+    """Create ``topic`` (PARTITIONS) with librdkafka's admin through ``kafka_address``."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": kafka_address})
     for future in admin.create_topics([NewTopic(topic, PARTITIONS, 1)]).values():
         future.result(60)
+
+
+def _sink_then_read_back(spark, kafka_address: str, sparklog_address: str, topic: str,
+                         client: dict[str, str] | None = None):
+    """A batch ``df.write.format("kafka")`` through ``kafka_address`` writes keyed,
+    null-keyed rows with headers to chosen partitions of ``topic`` (PARTITIONS, made by
+    the caller); ``format("sparklog")`` through ``sparklog_address`` reads the same rows
+    back, and the same rows (offsets and timestamps included) as ``format("kafka")``
+    through ``kafka_address``. ``client``: the Kafka client settings (security) of the
+    sink and of ``format("kafka")``, given to Spark as options prefixed ``kafka.``."""
+    options = {f"kafka.{k}": v for k, v in (client or {}).items()}
     rows = [(None if i % 7 == 3 else f"key {i}".encode(), f"value {i}".encode() * (1 + i % 3),
              i % PARTITIONS, [("n", str(i).encode()), ("from", b"spark")]) for i in range(300)]
     written = spark.createDataFrame(rows, "key binary, value binary, partition int, "
                                           "headers array<struct<key: string, value: binary>>")
-    (written.repartition(4).write.format("kafka")
+    (written.repartition(4).write.format("kafka").options(**options)
      .option("kafka.bootstrap.servers", kafka_address).option("topic", topic).save())
-    read = {fmt: (spark.read.format(fmt).option("kafka.bootstrap.servers", servers)
+    read = {fmt: (spark.read.format(fmt).options(**opts)
+                  .option("kafka.bootstrap.servers", servers)
                   .option("subscribe", topic).option("includeHeaders", "true").load())
-            for fmt, servers in (("sparklog", sparklog_address), ("kafka", kafka_address))}
+            for fmt, servers, opts in (("sparklog", sparklog_address, {}),
+                                       ("kafka", kafka_address, options))}
     assert_same(read["sparklog"].select("key", "value", "partition", "headers"), written)
     assert_same(read["sparklog"], read["kafka"])
 
@@ -138,8 +147,9 @@ def test_kafka_sink_writes_through_the_kafka_listener_and_sparklog_reads_the_row
     producer) with ``kafka.bootstrap.servers`` on the Kafka listener; what it wrote,
     ``format("sparklog")`` on the sparklog listener reads back, and ``format("kafka")``
     on the Kafka listener reads the same (:func:`_sink_then_read_back`)."""
-    _sink_then_read_back(kafka_source, broker.broker.listener_addresses["KAFKA"],
-                         broker.address, "written-by-spark")
+    kafka_address = broker.broker.listener_addresses["KAFKA"]
+    _create(kafka_address, "written-by-spark")
+    _sink_then_read_back(kafka_source, kafka_address, broker.address, "written-by-spark")
 
 
 @pytest.mark.zookeeper
@@ -152,6 +162,7 @@ def test_kafka_sink_and_source_across_a_cluster(kafka_source, cluster):  # noqa:
     kafka_addresses = {i: b.kafka_address for i, b in cluster.brokers.items()}
     spark = kafka_source
     topic = "written-across-the-cluster"
+    _create(kafka_addresses[1], topic)
     _sink_then_read_back(spark, kafka_addresses[1], cluster.bootstrap, topic)
     assert {cluster.leader_of(topic, p) for p in range(PARTITIONS)} == {1, 2, 3}
     again = (spark.read.format("kafka").option("kafka.bootstrap.servers", kafka_addresses[2])
