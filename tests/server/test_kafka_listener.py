@@ -15,8 +15,13 @@ import pytest
 from sparklog.clients.consumer import Consumer
 from sparklog.clients.producer import Producer
 from sparklog.format.kafka_batch import KafkaRecord, encode_batch
-from sparklog.protocol.kafka import RequestHeader, decode_response, encode_request
-from tests.support.kafkaconn import create_with_kafka_python, start_with_kafka_listener, topic_name
+from sparklog.protocol.kafka import RequestHeader, encode_request
+from tests.support.kafkaconn import (
+    KafkaConn,
+    create_with_kafka_python,
+    start_with_kafka_listener,
+    topic_name,
+)
 from tests.support.waiting import wait_until
 
 kafka = pytest.importorskip("kafka", reason="kafka-python is not installed (the peers extra)")
@@ -203,39 +208,6 @@ def test_kcat_produces_and_consumes(broker, kafka_address):
 
 # --- hostile bytes --------------------------------------------------------------------
 
-def _roundtrip(address, api_key, version, request):
-    host, port = address.rsplit(":", 1)
-    header = RequestHeader(api_key, version, 7, "probe")
-    with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(encode_request(header, request))
-        size = struct.unpack(">i", _read(s, 4))[0]
-        return decode_response(header, _read(s, size))
-
-
-def _read(s, n):
-    data = b""
-    while len(data) < n:
-        chunk = s.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("closed")
-        data += chunk
-    return data
-
-
-def _produce(address, topic, records: bytes):
-    import datetime
-
-    from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
-    from kio.static.primitive import i16, i32, i32Timedelta
-
-    req = ProduceRequest(transactional_id=None, acks=i16(-1),
-                         timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
-                         topic_data=(TopicProduceData(name=topic, partition_data=(
-                             PartitionProduceData(index=i32(0), records=records),)),))
-    resp = _roundtrip(address, 0, 9, req)
-    return resp.responses[0].partition_responses[0]
-
-
 def test_forged_batches_are_refused_by_name(broker, kafka_address):
     """A bad CRC is CORRUPT_MESSAGE (2); a control batch, a LogAppendTime batch and one
     whose lastOffsetDelta disagrees with its count are INVALID_RECORD (87), each naming
@@ -244,16 +216,18 @@ def test_forged_batches_are_refused_by_name(broker, kafka_address):
     good = encode_batch([KafkaRecord(0, 1_700_000_000_000, b"k", b"v")])
     bad_crc = bytearray(good)
     bad_crc[-1] ^= 0xFF
-    r = _produce(kafka_address, topic, bytes(bad_crc))
-    assert int(r.error_code) == 2 and "CRC" in (r.error_message or "")
-    r = _produce(kafka_address, topic, encode_batch(
-        [KafkaRecord(0, 1, b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00")], control=True))
-    assert int(r.error_code) == 87 and "control" in r.error_message
-    r = _produce(kafka_address, topic, encode_batch(
-        [KafkaRecord(0, 5, b"k", b"v"), KafkaRecord(1, 5, b"k", b"v")], last_offset_delta=5))
-    assert int(r.error_code) == 87 and "lastOffsetDelta" in r.error_message
-    r = _produce(kafka_address, topic, good)
-    assert int(r.error_code) == 0 and r.base_offset == 0  # nothing refused was stored
+    with KafkaConn(kafka_address) as conn:
+        r = conn.produce(topic, bytes(bad_crc))
+        assert int(r.error_code) == 2 and "CRC" in (r.error_message or "")
+        r = conn.produce(topic, encode_batch(
+            [KafkaRecord(0, 1, b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00")],
+            control=True))
+        assert int(r.error_code) == 87 and "control" in r.error_message
+        r = conn.produce(topic, encode_batch(
+            [KafkaRecord(0, 5, b"k", b"v"), KafkaRecord(1, 5, b"k", b"v")], last_offset_delta=5))
+        assert int(r.error_code) == 87 and "lastOffsetDelta" in r.error_message
+        r = conn.produce(topic, good)
+        assert int(r.error_code) == 0 and r.base_offset == 0  # nothing refused was stored
 
 
 def test_api_versions_above_the_max_gets_kip_511s_answer(kafka_address):
@@ -261,15 +235,12 @@ def test_api_versions_above_the_max_gets_kip_511s_answer(kafka_address):
     from kio.schema.api_versions.v0.request import ApiVersionsRequest as V0
     from kio.schema.api_versions.v0.response import ApiVersionsResponse
 
-    host, port = kafka_address.rsplit(":", 1)
-    header = RequestHeader(18, 99, 3, "probe")
-    frame = bytearray(encode_request(RequestHeader(18, 0, 3, "probe"), V0()))
+    header = RequestHeader(18, 0, 3, "probe")
+    frame = bytearray(encode_request(header, V0()))
     struct.pack_into(">h", frame, 6, 99)  # the version of the header
-    with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(bytes(frame))
-        size = struct.unpack(">i", _read(s, 4))[0]
-        body = _read(s, size)
-    resp = decode_response(RequestHeader(18, 0, header.correlation_id, "probe"), body)
+    with KafkaConn(kafka_address) as conn:
+        conn.sock.sendall(bytes(frame))
+        resp = conn.receive(header)  # a v0 response to the request's correlation id
     assert isinstance(resp, ApiVersionsResponse) and int(resp.error_code) == 35
     assert {int(k.api_key) for k in resp.api_keys} >= {0, 1, 2, 3, 18}
 
@@ -283,5 +254,6 @@ def test_garbage_closes_the_connection_and_the_broker_keeps_serving(kafka_addres
         assert s.recv(10) == b""
     from kio.schema.metadata.v1.request import MetadataRequest
 
-    resp = _roundtrip(kafka_address, 3, 1, MetadataRequest(topics=None))
+    with KafkaConn(kafka_address) as conn:
+        resp = conn.request(3, 1, MetadataRequest(topics=None))
     assert resp.brokers and resp.brokers[0].port == int(port)

@@ -26,7 +26,7 @@ from kio.index import load_request_schema
 from sparklog.clients.admin import Admin
 from sparklog.format.kafka_batch import KafkaRecord, encode_batch
 from sparklog.protocol import Connection
-from sparklog.protocol.kafka import RequestHeader, decode_response, encode_request
+from sparklog.protocol.kafka import RequestHeader, encode_request
 from sparklog.protocol.kafka.entities import build
 from sparklog.server.embedded import EmbeddedBroker
 from tests.support.kafkaconn import KafkaConn
@@ -214,26 +214,13 @@ def check_answers(sent: bytes, received: bytes) -> None:
 def healthy(addresses, errors: _Errors) -> None:
     """A well-behaved client is served (Metadata through the Kafka listener), and the
     broker logged no crash."""
-    header = RequestHeader(3, 9, 99, "healthy")
     frame = _frame(3, 9, {"topics": [{"name": TOPIC}], "allow_auto_topic_creation": False},
                    99)
-    host, port = addresses["KAFKA"].rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=30) as sock:
-        sock.sendall(frame)
-        size = struct.unpack(">i", _read(sock, 4))[0]
-        answer = decode_response(header, _read(sock, size))
+    with KafkaConn(addresses["KAFKA"]) as conn:
+        conn.sock.sendall(frame)
+        answer = conn.receive(RequestHeader(3, 9, 99, "healthy"))
     assert answer.topics[0].error_code == 0 and answer.topics[0].partitions
     assert not errors.records, [r.getMessage() for r in errors.records]
-
-
-def _read(sock, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("closed")
-        data += chunk
-    return data
 
 
 def stored_values(addresses) -> list[bytes]:

@@ -26,6 +26,7 @@ from sparklog.protocol.kafka import RequestHeader, decode_response, encode_reque
 from sparklog.server import EmbeddedBroker
 
 from .waiting import wait_until
+from .wire import read_exactly
 
 
 def start_with_kafka_listener(root, **props) -> EmbeddedBroker:
@@ -98,8 +99,8 @@ class KafkaConn:
         return header
 
     def receive(self, header: RequestHeader):
-        size = struct.unpack(">i", _read(self.sock, 4))[0]
-        return decode_response(header, _read(self.sock, size))
+        size = struct.unpack(">i", read_exactly(self.sock, 4))[0]
+        return decode_response(header, read_exactly(self.sock, size))
 
     def request(self, api_key: int, version: int, request):
         return self.receive(self.send(api_key, version, request))
@@ -153,15 +154,3 @@ class KafkaConn:
             topic_data=(TopicProduceData(name=topic, partition_data=(
                 PartitionProduceData(index=i32(0), records=records),)),)))
         return answer.responses[0].partition_responses[0]
-
-
-def _read(sock, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("closed by the broker")
-        data += chunk
-    return data
-
-

@@ -13,6 +13,8 @@ import msgpack
 
 from sparklog.protocol import ApiKey
 
+from .wire import read_exactly
+
 
 def close_sockets(socks) -> None:
     """Shut down both directions of each socket, then close it (errors of an already
@@ -69,21 +71,11 @@ class Proxy:
             threading.Thread(target=self._responses, args=(upstream, client, kinds),
                              daemon=True).start()
 
-    @staticmethod
-    def _read(sock, n):
-        buf = b""
-        while len(buf) < n:
-            chunk = sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError
-            buf += chunk
-        return buf
-
     def _requests(self, src, dst, kinds):
         try:
             while True:
-                head = self._read(src, 4)
-                body = self._read(src, struct.unpack(">i", head)[0])
+                head = read_exactly(src, 4)
+                body = read_exactly(src, struct.unpack(">i", head)[0])
                 api_key = struct.unpack_from(">h", body)[0]
                 if api_key == ApiKey.PRODUCE:
                     self.produce_requests += 1
@@ -102,8 +94,8 @@ class Proxy:
         threading.Thread(target=self._forward, args=(out, src, dst), daemon=True).start()
         try:
             while True:
-                head = self._read(src, 4)
-                body = self._read(src, struct.unpack(">i", head)[0])
+                head = read_exactly(src, 4)
+                body = read_exactly(src, struct.unpack(">i", head)[0])
                 api_key = kinds.pop(0)
                 if api_key == ApiKey.PRODUCE:
                     self.produce_responses += 1

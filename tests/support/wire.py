@@ -1,6 +1,6 @@
 """Requests over the broker's wire protocol, as a test writes them by hand: create a
-topic, produce one frame, fetch from an offset, read a partition's values back; and
-waiting for the broker to close a raw socket."""
+topic, produce one frame, fetch from an offset, read a partition's values back; and on
+a raw socket: reading exactly n bytes, waiting for the broker to close it."""
 
 from __future__ import annotations
 
@@ -93,6 +93,18 @@ def frame_of(values, **kw):
     """One raw frame of ``values`` (str values encoded as UTF-8)."""
     return encode_frame(raw_batch([v if isinstance(v, bytes) else v.encode() for v in values]),
                         **kw)
+
+
+def read_exactly(sock: socket.socket, n: int) -> bytes:
+    """The next ``n`` bytes of ``sock``; ConnectionError when the peer closes it first."""
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError(f"the peer closed the connection after {len(data)} of "
+                                  f"{n} bytes")
+        data += chunk
+    return data
 
 
 def closed_within(sock: socket.socket, seconds: float = 60.0) -> bytes:
