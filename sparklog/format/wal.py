@@ -228,9 +228,10 @@ def _encode_topic(topic: str) -> bytes:
     return _U16.pack(len(name)) + name
 
 
-def _entry_offsets(entry: EntryFrames) -> tuple[int, int, int, int]:
+def entry_offsets(entry: EntryFrames) -> tuple[int, int, int, int]:
     """(base offset, next offset, bytes, frame count) of ``entry``'s frames, checked:
-    whole frames, contiguous offsets, the entry's leader epoch (InvalidArgumentError)."""
+    whole frames, contiguous offsets, the entry's leader epoch (InvalidArgumentError
+    naming the partition and the frame)."""
     where = f"entry of {entry.topic}-{entry.partition}"
     if isinstance(entry.partition, bool) or not isinstance(entry.partition, int) \
             or not 0 <= entry.partition < (1 << 31):
@@ -312,7 +313,7 @@ class WalFileEncoder:
         table = bytearray()
         described = []
         for entry in entries:
-            base, next_offset, size, count = _entry_offsets(entry)
+            base, next_offset, size, count = entry_offsets(entry)
             table += _encode_topic(entry.topic)
             table += _ENTRY.pack(entry.partition, entry.leader_epoch, base, next_offset,
                                  size, count)
@@ -644,6 +645,7 @@ def read_piece(fileio, path: str, piece: WalPiece) -> list[Frame]:
 __all__ = [
     "BLOCK_HEADER_SIZE", "CorruptWalError", "EntryFrames", "FILE_HEADER_SIZE", "TRAILER_SIZE",
     "WalBlock", "WalEntry", "WalFileEncoder", "WalFileHeader", "WalPiece", "WalScan",
-    "block_frames", "check_frames", "parse_block", "parse_index_block", "parse_trailer",
+    "block_frames", "check_frames", "entry_offsets", "parse_block", "parse_index_block",
+    "parse_trailer",
     "read_piece", "read_wal_index", "scan_wal", "wal_file_name",
 ]
