@@ -54,7 +54,7 @@ from xml.sax.saxutils import escape
 
 import pytest
 
-from .processes import ManagedProcess, free_port
+from .processes import ManagedProcess, free_port, serve_until_interrupted
 
 #: DataNodes of the per-run cluster (the storage contract needs one; tests that need
 #: replication start their own with ``HdfsCluster(..., datanodes=3)``).
@@ -530,11 +530,6 @@ if __name__ == "__main__":  # manual use: python -m tests.support.hdfscluster [D
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     t0 = time.monotonic()
     with HdfsCluster(tempfile.mkdtemp(prefix="sparklog-hdfs-"), datanodes=n) as c:
-        print(f"HDFS up in {time.monotonic() - t0:.1f}s: {c.hdfs_uri} {c.webhdfs_uri}\n"
-              f"HADOOP_CONF_DIR={c.conf_dir}\nlogs: {c.log_paths()}\nCtrl-C stops it",
-              file=sys.stderr)
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
+        serve_until_interrupted(f"HDFS up in {time.monotonic() - t0:.1f}s: {c.hdfs_uri} "
+                                f"{c.webhdfs_uri}\nHADOOP_CONF_DIR={c.conf_dir}\n"
+                                f"logs: {c.log_paths()}")
