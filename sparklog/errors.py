@@ -241,6 +241,21 @@ class RebalanceInProgressError(SparklogError):
     retriable = True
 
 
+class InconsistentGroupProtocolError(SparklogError):
+    """A JoinGroup's protocol type or assignment protocols do not fit the group's other
+    members' (Kafka's INCONSISTENT_GROUP_PROTOCOL): the group's members must share a
+    protocol type and at least one protocol."""
+
+    code = 23
+
+
+class FencedInstanceIdError(SparklogError):
+    """Another member joined the group with this static member's ``group.instance.id``
+    (KIP-345; Kafka's FENCED_INSTANCE_ID): this one is fenced and must stop."""
+
+    code = 82
+
+
 class CoordinatorNotAvailableError(SparklogError):
     """No broker coordinates the group now (its coordinator died and no other broker has
     taken its slot yet): find the coordinator again (Kafka: COORDINATOR_NOT_AVAILABLE)."""
@@ -385,12 +400,14 @@ KAFKA_ERROR_NAMES = {
     8: "BROKER_NOT_AVAILABLE", 10: "MESSAGE_TOO_LARGE", 15: "COORDINATOR_NOT_AVAILABLE",
     16: "NOT_COORDINATOR", 17: "INVALID_TOPIC_EXCEPTION",
     18: "RECORD_LIST_TOO_LARGE", 22: "ILLEGAL_GENERATION", 25: "UNKNOWN_MEMBER_ID",
+    23: "INCONSISTENT_GROUP_PROTOCOL",
     27: "REBALANCE_IN_PROGRESS", 35: "UNSUPPORTED_VERSION", 36: "TOPIC_ALREADY_EXISTS",
     40: "INVALID_CONFIG", 42: "INVALID_REQUEST", 45: "OUT_OF_ORDER_SEQUENCE_NUMBER",
     47: "INVALID_PRODUCER_EPOCH", 49: "INVALID_PRODUCER_ID_MAPPING",
     53: "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
     24: "INVALID_GROUP_ID", 37: "INVALID_PARTITIONS", 44: "POLICY_VIOLATION", 51: "CONCURRENT_TRANSACTIONS", 56: "KAFKA_STORAGE_ERROR",
     68: "NON_EMPTY_GROUP", 69: "GROUP_ID_NOT_FOUND", 74: "FENCED_LEADER_EPOCH",
+    82: "FENCED_INSTANCE_ID",
     87: "INVALID_RECORD", 29: "TOPIC_AUTHORIZATION_FAILED", 30: "GROUP_AUTHORIZATION_FAILED",
     31: "CLUSTER_AUTHORIZATION_FAILED", 33: "UNSUPPORTED_SASL_MECHANISM",
     34: "ILLEGAL_SASL_STATE", 54: "SECURITY_DISABLED", 58: "SASL_AUTHENTICATION_FAILED",

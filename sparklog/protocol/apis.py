@@ -35,6 +35,7 @@ class ApiKey(enum.IntEnum):
     JOIN_GROUP = 11
     HEARTBEAT = 12
     LEAVE_GROUP = 13
+    SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
     SASL_HANDSHAKE = 17
@@ -182,6 +183,7 @@ REQUESTS: dict[int, dict] = {
         "group_id": str,
         "generation_id": Opt(int, -1),        # -1: a simple (unmanaged) consumer
         "member_id": Opt(str, ""),
+        "group_instance_id": Opt(str, None),
         "topics": [{
             "name": str,
             "partitions": [{"partition": int, "offset": int, "metadata": Opt(str, "")}],
@@ -207,15 +209,30 @@ REQUESTS: dict[int, dict] = {
         "topics": [str],                      # the subscription
         "session_timeout_ms": Opt(int, 10000),
         "rebalance_timeout_ms": Opt(int, 30000),
+        # Kafka's classic protocol (the leader assigns; SyncGroup): both or neither
+        "protocol_type": Opt(str, None),
+        "protocols": Opt([{"name": str, "metadata": bytes}], None),  # preferred first
+        "group_instance_id": Opt(str, None),  # a static member (KIP-345)
+    },
+    ApiKey.SYNC_GROUP: {
+        "group_id": str,
+        "generation_id": int,
+        "member_id": str,
+        "group_instance_id": Opt(str, None),
+        # the leader's: each member's assignment and the topic-partitions it gives
+        "assignments": Opt([{"member_id": str, "assignment": bytes,
+                             "partitions": Opt(_TOPIC_PARTITIONS, [])}], []),
     },
     ApiKey.HEARTBEAT: {
         "group_id": str,
         "generation_id": int,
         "member_id": str,
+        "group_instance_id": Opt(str, None),
     },
     ApiKey.LEAVE_GROUP: {
         "group_id": str,
-        "member_id": str,
+        "member_id": str,                     # "" with a group_instance_id: its member
+        "group_instance_id": Opt(str, None),
     },
     ApiKey.LIST_GROUPS: {},
     ApiKey.DESCRIBE_GROUPS: {
@@ -344,7 +361,15 @@ RESPONSES: dict[int, dict] = {
         "leader_id": Opt(str, ""),
         "members": Opt([str], []),
         "assignment": Opt(_TOPIC_PARTITIONS, []),
+        # a member of Kafka's classic protocol: the generation's protocol and, to the
+        # leader, every member's metadata of it
+        "protocol_type": Opt(str, None),
+        "protocol_name": Opt(str, None),
+        "skip_assignment": Opt(bool, False),  # a static leader rejoining a Stable group
+        "member_protocols": Opt([{"member_id": str, "group_instance_id": Opt(str, None),
+                                  "metadata": bytes}], []),
     }),
+    ApiKey.SYNC_GROUP: _with_err({"assignment": Opt(bytes, b"")}),
     ApiKey.HEARTBEAT: dict(_ERR),
     ApiKey.LEAVE_GROUP: dict(_ERR),
     ApiKey.LIST_GROUPS: _with_err({
@@ -353,13 +378,18 @@ RESPONSES: dict[int, dict] = {
     ApiKey.DESCRIBE_GROUPS: _with_err({
         "groups": [_with_err({
             "group_id": str,
-            "state": str,                       # Empty | Stable | PreparingRebalance | Dead
+            "state": str,   # Empty | Stable | PreparingRebalance | CompletingRebalance | Dead
             "generation_id": Opt(int, -1),
+            "protocol_type": Opt(str, None),    # Kafka's classic protocol: and its
+            "protocol": Opt(str, ""),           # protocol of the generation
             "members": Opt([{
                 "member_id": str,
                 "client_id": Opt(str, ""),
                 "client_host": Opt(str, ""),
-                "assignment": Opt(_TOPIC_PARTITIONS, []),
+                "assignment": Opt(_TOPIC_PARTITIONS, []),  # the broker's assignment
+                "group_instance_id": Opt(str, None),
+                "metadata": Opt(bytes, b""),    # its metadata of the protocol
+                "assigned": Opt(bytes, b""),    # the leader's assignment of it
             }], []),
         })],
     }),

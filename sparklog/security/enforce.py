@@ -27,8 +27,8 @@ AlterConfigs           AlterConfigs on each topic
 DescribeLog            Read on each topic (it names the segment files)
 OffsetCommit           Read on the group, Read on each topic
 OffsetFetch            Describe on the group, Describe on each topic
-JoinGroup, Heartbeat,  Read on the group; JoinGroup's subscription keeps only
-LeaveGroup             the topics one may Describe (as Kafka's consumer, whose
+JoinGroup, SyncGroup,  Read on the group; JoinGroup's subscription keeps only
+Heartbeat, LeaveGroup  the topics one may Describe (as Kafka's consumer, whose
                        Metadata leaves the others out), so an assignment never
                        names a topic Metadata would refuse
 DescribeGroups         Describe on each group
@@ -191,7 +191,7 @@ async def authorize(api_key: int, handler, body: dict, ctx, authorizer) -> dict 
             extra = _topics(body, check, "Describe", _partitions({"offset": -1}))
     elif key == ApiKey.FIND_COORDINATOR:  # Kafka: Describe on the group
         check.group("Describe", body["key"])
-    elif key in (ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP):
+    elif key in (ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP):
         check.group("Read", body["group_id"])
         if key == ApiKey.JOIN_GROUP:  # the assignment names only describable topics
             body["topics"] = [t for t in body["topics"] if check("Describe", "Topic", t)]

@@ -1,4 +1,4 @@
-"""Group APIs of the broker: FindCoordinator, JoinGroup, Heartbeat, LeaveGroup,
+"""Group APIs of the broker: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
 ListGroups, DescribeGroups, DeleteGroups, OffsetCommit and OffsetFetch.
 
 Membership is the :class:`~sparklog.server.group.GroupCoordinator`'s (memory);
@@ -54,6 +54,7 @@ class GroupApis:
         return {
             ApiKey.FIND_COORDINATOR: self.find_coordinator,
             ApiKey.JOIN_GROUP: self.join_group,
+            ApiKey.SYNC_GROUP: self.sync_group,
             ApiKey.HEARTBEAT: self.heartbeat,
             ApiKey.LEAVE_GROUP: self.leave_group,
             ApiKey.LIST_GROUPS: self.list_groups,
@@ -88,21 +89,34 @@ class GroupApis:
         return {**_OK, "node_id": node, "host": host, "port": port}
 
     async def join_group(self, body, ctx) -> dict:
-        """JoinGroup: waits for the rebalance; returns the member's assignment."""
-        result = await self.groups.join(
+        """JoinGroup: waits for the rebalance; returns the member's assignment
+        (sparklog's own consumers) or, with ``protocol_type`` and ``protocols`` (Kafka's
+        clients), the generation's protocol and, to the leader, the members' metadata."""
+        return await self.groups.join(
             body["group_id"], body["member_id"], body["topics"], client_id=ctx.client_id,
             client_host=ctx.client_host, session_timeout_ms=body["session_timeout_ms"],
-            rebalance_timeout_ms=body["rebalance_timeout_ms"])
-        return result
+            rebalance_timeout_ms=body["rebalance_timeout_ms"],
+            protocol_type=body.get("protocol_type"), protocols=body.get("protocols"),
+            group_instance_id=body.get("group_instance_id"))
+
+    async def sync_group(self, body, ctx) -> dict:
+        """SyncGroup (client-assigned groups): the leader's assignment of the member."""
+        assigned = await self.groups.sync(
+            body["group_id"], body["generation_id"], body["member_id"],
+            body.get("assignments") or [],
+            group_instance_id=body.get("group_instance_id"))
+        return {**_OK, "assignment": assigned}
 
     async def heartbeat(self, body, ctx) -> dict:
         """Heartbeat: errors tell the member to rejoin."""
-        self.groups.heartbeat(body["group_id"], body["generation_id"], body["member_id"])
+        self.groups.heartbeat(body["group_id"], body["generation_id"], body["member_id"],
+                              group_instance_id=body.get("group_instance_id"))
         return dict(_OK)
 
     async def leave_group(self, body, ctx) -> dict:
-        """LeaveGroup."""
-        self.groups.leave(body["group_id"], body["member_id"])
+        """LeaveGroup (by member id, or by a static member's instance id)."""
+        self.groups.leave(body["group_id"], body["member_id"],
+                          group_instance_id=body.get("group_instance_id"))
         return dict(_OK)
 
     async def _known_groups(self) -> dict[str, str]:
@@ -177,7 +191,8 @@ class GroupApis:
         else:
             self.groups.check_coordinator(group_id)  # request-level: the client re-finds it
             try:
-                self.groups.check_commit(group_id, body["generation_id"], body["member_id"])
+                self.groups.check_commit(group_id, body["generation_id"], body["member_id"],
+                                         group_instance_id=body.get("group_instance_id"))
             except SparklogError as exc:
                 failure = exc
         results: list[tuple[str, dict]] = []

@@ -8,9 +8,9 @@ codecs generated from Kafka's message specs (:mod:`sparklog.protocol.kafka`), tu
 request into the body of the broker's handler (``dispatch(api_key, body, ctx)``), and
 the handler's answer into Kafka's response of the version the client asked for. A
 client's record batches are stored as it sent them, and Arrow frames are converted to
-Kafka batches on fetch (:mod:`.records`); consumer groups keep the broker's
-own membership and assignment (:meth:`KafkaApis.join_group`): every Kafka member is a
-follower, and SyncGroup hands it the assignment the broker computed.
+Kafka batches on fetch (:mod:`.records`); consumer groups follow Kafka's classic
+protocol on the broker's group coordinator (:mod:`sparklog.server.group`): the leader
+member assigns, the broker hands its assignment out verbatim.
 """
 
 from __future__ import annotations
@@ -27,12 +27,7 @@ from kio.schema.consumer_protocol_subscription import v3 as _sub_v3
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
-from ...errors import (
-    IllegalGenerationError,
-    InvalidArgumentError,
-    SparklogError,
-    UnknownMemberIdError,
-)
+from ...errors import InvalidArgumentError, SparklogError
 from ...format.header import NO_PRODUCER_ID
 from ...protocol.apis import REQUESTS, ApiKey, api_name
 from ...protocol.codec import error_fields
@@ -59,13 +54,11 @@ Dispatch = Callable[[int, dict, Any], Awaitable["dict | None"]]
 _KNOWN_CODES = {int(c.value) for c in ErrorCode}
 #: sparklog's own error codes -> Kafka's nearest
 _KAFKA_CODE = {1002: 87, 1001: 15}
-#: eager assignment protocols a member may offer, preferred in this order: the broker
-#: assigns every partition at each generation, which is what an eager protocol expects
-_EAGER = ("range", "roundrobin", "sticky")
 #: readers of ConsumerProtocolSubscription by version (a newer one read as v3)
 _SUBSCRIPTION_READERS = [entity_reader(m.ConsumerProtocolSubscription)
                          for m in (_sub_v0, _sub_v1, _sub_v2, _sub_v3)]
 _ASSIGNMENT_WRITER = entity_writer(ConsumerProtocolAssignment)
+_ASSIGNMENT_READER = entity_reader(ConsumerProtocolAssignment)
 #: DescribeConfigs resource types (Kafka's ConfigResource.Type)
 _TOPIC_RESOURCE, _BROKER_RESOURCE = 2, 4
 #: DescribeConfigs config sources (Kafka's): set on the topic, a default
@@ -101,6 +94,21 @@ def subscription_topics(metadata: bytes) -> list[str]:
     return list(sub.topics)
 
 
+def assignment_partitions(data: bytes) -> list:
+    """The ``[{name, partitions}]`` of a ConsumerProtocolAssignment (any version: what a
+    newer one adds after v0's fields is ignored); empty when the bytes are not one (the
+    leader's bytes are handed out verbatim all the same)."""
+    view = memoryview(data)
+    if len(view) < 2 or int.from_bytes(view[:2], "big", signed=True) < 0:
+        return []
+    try:
+        assignment, _ = _ASSIGNMENT_READER(view, 2)
+    except Exception:
+        return []
+    return [{"name": t.topic, "partitions": [int(p) for p in t.partitions]}
+            for t in assignment.assigned_partitions]
+
+
 def assignment_bytes(assignment: list) -> bytes:
     """A ConsumerProtocolAssignment v0 of sparklog's ``[{name, partitions}]``."""
     import io
@@ -128,8 +136,6 @@ class KafkaApis:
         self.broker_id = broker_id
         self.address = address
         self.binding = binding
-        #: (group, member) -> (generation, assignment) of its last JoinGroup
-        self._assignments: dict[tuple[str, str], tuple[int, list]] = {}
         self._handlers = {
             ApiKey.API_VERSIONS: self.api_versions, ApiKey.METADATA: self.metadata,
             ApiKey.PRODUCE: self.produce, ApiKey.FETCH: self.fetch,
@@ -422,68 +428,72 @@ class KafkaApis:
         return {k: v for k, v in first.items() if k != "key"}
 
     async def join_group(self, version: int, req: dict, ctx) -> dict:
-        """JoinGroup: the member joins the broker's group with the topics of its
-        subscription and gets the broker's assignment of this generation (handed out
-        by SyncGroup); no member is the group's leader, so no client assigns."""
+        """JoinGroup: Kafka's classic protocol on the broker's coordinator (the member's
+        protocols and their metadata passed untouched; the leader gets every member's
+        metadata of the chosen protocol and assigns). Only consumer groups (protocol
+        type ``consumer``) are served."""
         protocols = req.get("protocols") or []
         if req.get("protocol_type") != "consumer" or not protocols:
             raise InvalidArgumentError(
                 f"JoinGroup: protocol type {req.get('protocol_type')!r} is not served: "
                 "only consumer groups (protocol type 'consumer')")
-        names = [p["name"] for p in protocols]
-        chosen = next((n for n in _EAGER if n in names), names[0])
         topics = subscription_topics(protocols[0]["metadata"])
         answer = await self._call(ApiKey.JOIN_GROUP, {
             "group_id": req["group_id"], "member_id": req.get("member_id", ""),
             "topics": topics, "session_timeout_ms": req.get("session_timeout", 10000),
             "rebalance_timeout_ms": req.get("rebalance_timeout",
-                                            req.get("session_timeout", 30000))}, ctx)
+                                            req.get("session_timeout", 30000)),
+            "protocol_type": "consumer", "group_instance_id": req.get("group_instance_id"),
+            "protocols": [{"name": p["name"], "metadata": bytes(p["metadata"])}
+                          for p in protocols]}, ctx)
         if answer.get("error_code"):
             return {**_err(answer), "generation_id": -1, "member_id": req.get("member_id", ""),
-                    "leader": "", "protocol_name": None}
-        member = answer["member_id"]
-        self._assignments[(req["group_id"], member)] = (answer["generation_id"],
-                                                        answer.get("assignment", []))
+                    "leader": "", "protocol_name": None, "members": []}
         return {"error_code": 0, "generation_id": answer["generation_id"],
-                "protocol_type": "consumer", "protocol_name": chosen,
-                "leader": "", "member_id": member, "members": []}
+                "protocol_type": "consumer", "protocol_name": answer.get("protocol_name"),
+                "leader": answer["leader_id"], "member_id": answer["member_id"],
+                "skip_assignment": answer.get("skip_assignment", False),
+                "members": [{"member_id": m["member_id"],
+                             "group_instance_id": m.get("group_instance_id"),
+                             "metadata": m["metadata"]}
+                            for m in answer.get("member_protocols", [])]}
 
     async def sync_group(self, version: int, req: dict, ctx) -> dict:
-        """SyncGroup: the assignment the broker made for the member's generation."""
-        key = (req["group_id"], req["member_id"])
-        held = self._assignments.get(key)
-        if held is None:
-            raise UnknownMemberIdError(
-                f"SyncGroup: member {req['member_id']!r} has not joined group "
-                f"{req['group_id']!r} on this broker")
-        generation, assignment = held
-        if generation != req["generation_id"]:
-            raise IllegalGenerationError(
-                f"SyncGroup: generation {req['generation_id']} of member "
-                f"{req['member_id']!r} is not the group's current {generation}")
-        return {"error_code": 0, "protocol_type": "consumer",
+        """SyncGroup: the leader's assignment of the member, verbatim (the leader's
+        request carries everyone's; a follower's waits for it)."""
+        answer = await self._call(ApiKey.SYNC_GROUP, {
+            "group_id": req["group_id"], "generation_id": req["generation_id"],
+            "member_id": req["member_id"], "group_instance_id": req.get("group_instance_id"),
+            "assignments": [{"member_id": a["member_id"], "assignment": bytes(a["assignment"]),
+                             "partitions": assignment_partitions(a["assignment"])}
+                            for a in req.get("assignments") or []]}, ctx)
+        return {**_err(answer), "protocol_type": "consumer",
                 "protocol_name": req.get("protocol_name"),
-                "assignment": assignment_bytes(assignment)}
+                "assignment": answer.get("assignment", b"")}
 
     async def heartbeat(self, version: int, req: dict, ctx) -> dict:
-        """Heartbeat: the broker's (REBALANCE_IN_PROGRESS makes the member rejoin)."""
+        """Heartbeat: the broker's (REBALANCE_IN_PROGRESS makes the member rejoin,
+        FENCED_INSTANCE_ID stops a fenced static member)."""
         answer = await self._call(ApiKey.HEARTBEAT, {
             "group_id": req["group_id"], "generation_id": req["generation_id"],
-            "member_id": req["member_id"]}, ctx)
+            "member_id": req["member_id"],
+            "group_instance_id": req.get("group_instance_id")}, ctx)
         return _err(answer)
 
     async def leave_group(self, version: int, req: dict, ctx) -> dict:
-        """LeaveGroup (v0-2 one member, v3+ a batch of members)."""
+        """LeaveGroup (v0-2 one member, v3+ a batch of members, each by member id or a
+        static member's instance id)."""
         members = req.get("members") if version >= 3 else [{"member_id": req["member_id"]}]
         out = []
         for m in members or []:
             try:
                 answer = await self._call(ApiKey.LEAVE_GROUP, {
-                    "group_id": req["group_id"], "member_id": m["member_id"]}, ctx)
+                    "group_id": req["group_id"], "member_id": m["member_id"],
+                    "group_instance_id": m.get("group_instance_id")}, ctx)
             except SparklogError as exc:
                 answer = error_fields(exc)
-            self._assignments.pop((req["group_id"], m["member_id"]), None)
-            out.append({"member_id": m["member_id"], **_err(answer)})
+            out.append({"member_id": m["member_id"],
+                        "group_instance_id": m.get("group_instance_id"), **_err(answer)})
         if version >= 3:
             return {"error_code": 0, "members": out}
         return {k: v for k, v in out[0].items() if k.startswith("error")} if out else {}
@@ -502,6 +512,7 @@ class KafkaApis:
             "generation_id": req.get("generation_id_or_member_epoch",
                                      req.get("generation_id", -1)),
             "member_id": req.get("member_id", ""),
+            "group_instance_id": req.get("group_instance_id"),
             "topics": [{"name": t["name"], "partitions": [
                 {"partition": p["partition_index"], "offset": p["committed_offset"],
                  "metadata": p.get("committed_metadata") or ""}
@@ -547,15 +558,21 @@ class KafkaApis:
             for g in answer.get("groups", [])]}
 
     async def describe_groups(self, version: int, req: dict, ctx) -> dict:
-        """DescribeGroups: state, members and their assignments (as Kafka's bytes)."""
+        """DescribeGroups: state, protocol, members with their metadata and the
+        assignment the leader gave them (a group of sparklog's own consumers: the
+        broker's assignment as Kafka's bytes, protocol ``range``)."""
         answer = await self._call(ApiKey.DESCRIBE_GROUPS, {"groups": list(req["groups"])}, ctx)
         return {"groups": [
             {"group_id": g["group_id"], **_err(g), "group_state": g.get("state", "Dead"),
-             "protocol_type": "consumer", "protocol_data": "range",
+             "protocol_type": "consumer",
+             "protocol_data": g["protocol"] if g.get("protocol_type") else "range",
              "authorized_operations": -2147483648,
              "members": [{"member_id": m["member_id"], "client_id": m.get("client_id", ""),
-                          "client_host": m.get("client_host", ""), "member_metadata": b"",
-                          "member_assignment": assignment_bytes(m.get("assignment", []))}
+                          "client_host": m.get("client_host", ""),
+                          "group_instance_id": m.get("group_instance_id"),
+                          "member_metadata": m.get("metadata", b""),
+                          "member_assignment": m["assigned"] if g.get("protocol_type")
+                          else assignment_bytes(m.get("assignment", []))}
                          for m in g.get("members", [])]}
             for g in answer.get("groups", [])]}
 

@@ -1,0 +1,490 @@
+"""Kafka's classic group protocol on the broker's coordinator (docs/kafka-protocol.md,
+"Consumer groups"): the members' protocol metadata reaches the leader untouched and the
+leader's assignment reaches each member verbatim, so KIP-429's cooperative rebalancing
+moves a partition in two generations (its owner revokes it before another member gets
+it: no partition consumed by two members at once); KIP-345's static members
+(``group.instance.id``) keep their partitions across a restart without a rebalance, and
+a second member with the same instance id fences the first.
+
+On the wire first (one connection per member, the requests a client would send), then
+with confluent-kafka's (librdkafka's) consumers, unchanged."""
+
+from __future__ import annotations
+
+import datetime
+import struct
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.support.kafkaconn import KafkaConn, create_with_librdkafka, start_with_kafka_listener
+from tests.support.waiting import wait_until
+
+confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")
+
+PARTITIONS = 4
+#: Kafka's error codes the tests expect
+NONE, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID = 0, 25, 27, 82
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    """One broker with a sparklog listener and a Kafka listener (KAFKA)."""
+    b = start_with_kafka_listener(tmp_path_factory.mktemp("kafka-group-protocols"))
+    yield b
+    b.stop()
+
+
+def _string(s: str) -> bytes:
+    return struct.pack(">h", len(s)) + s.encode()
+
+
+def subscription(topics: list[str], owned: dict[str, list[int]], user_data: bytes) -> bytes:
+    """A ConsumerProtocolSubscription v1 (KIP-429's, with the partitions the member
+    owns), encoded by hand."""
+    out = struct.pack(">hi", 1, len(topics)) + b"".join(_string(t) for t in topics)
+    out += struct.pack(">i", len(user_data)) + user_data
+    out += struct.pack(">i", len(owned))
+    for topic, partitions in owned.items():
+        out += _string(topic) + struct.pack(f">i{len(partitions)}i", len(partitions),
+                                             *partitions)
+    return out
+
+
+def assignment(partitions: dict[str, list[int]], user_data: bytes = b"") -> bytes:
+    """A ConsumerProtocolAssignment v1, encoded by hand."""
+    out = struct.pack(">hi", 1, len(partitions))
+    for topic, ps in partitions.items():
+        out += _string(topic) + struct.pack(f">i{len(ps)}i", len(ps), *ps)
+    return out + struct.pack(">i", len(user_data)) + user_data
+
+
+class WireMember:
+    """One group member speaking Kafka's protocol on its own connection (JoinGroup v5,
+    SyncGroup v3, Heartbeat v3, OffsetCommit v7, LeaveGroup v3)."""
+
+    def __init__(self, address: str, group: str, instance_id: str | None = None):
+        self.conn = KafkaConn(address)
+        self.group = group
+        self.instance_id = instance_id
+        self.member_id = ""
+        self.generation = -1
+
+    def join(self, metadata: bytes, protocol: str = "cooperative-sticky", member_id=None):
+        from kio.schema.join_group.v5.request import JoinGroupRequest, JoinGroupRequestProtocol
+        from kio.static.primitive import i32Timedelta
+
+        answer = self.conn.request(11, 5, JoinGroupRequest(
+            group_id=self.group, member_id=self.member_id if member_id is None else member_id,
+            session_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+            rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+            group_instance_id=self.instance_id, protocol_type="consumer",
+            protocols=(JoinGroupRequestProtocol(name=protocol, metadata=metadata),)))
+        if answer.error_code == NONE:
+            self.member_id, self.generation = answer.member_id, answer.generation_id
+        return answer
+
+    def sync(self, assignments: dict[str, bytes] | None = None, member_id=None):
+        from kio.schema.sync_group.v3.request import SyncGroupRequest, SyncGroupRequestAssignment
+        from kio.static.primitive import i32
+
+        return self.conn.request(14, 3, SyncGroupRequest(
+            group_id=self.group, generation_id=i32(self.generation),
+            member_id=self.member_id if member_id is None else member_id,
+            group_instance_id=self.instance_id,
+            assignments=tuple(SyncGroupRequestAssignment(member_id=m, assignment=a)
+                              for m, a in (assignments or {}).items())))
+
+    def heartbeat(self, member_id=None) -> int:
+        from kio.schema.heartbeat.v3.request import HeartbeatRequest
+        from kio.static.primitive import i32
+
+        return self.conn.request(12, 3, HeartbeatRequest(
+            group_id=self.group, generation_id=i32(self.generation),
+            member_id=self.member_id if member_id is None else member_id,
+            group_instance_id=self.instance_id)).error_code
+
+    def commit(self, topic: str, partition: int, offset: int, member_id=None) -> int:
+        from kio.schema.offset_commit.v7.request import (
+            OffsetCommitRequest,
+            OffsetCommitRequestPartition,
+            OffsetCommitRequestTopic,
+        )
+        from kio.static.primitive import i32, i64
+
+        answer = self.conn.request(8, 7, OffsetCommitRequest(
+            group_id=self.group, generation_id_or_member_epoch=i32(self.generation),
+            member_id=self.member_id if member_id is None else member_id,
+            group_instance_id=self.instance_id,
+            topics=(OffsetCommitRequestTopic(name=topic, partitions=(
+                OffsetCommitRequestPartition(partition_index=i32(partition),
+                                             committed_offset=i64(offset),
+                                             committed_metadata=None),)),)))
+        return answer.topics[0].partitions[0].error_code
+
+    def leave(self, member_id: str, instance_id: str | None):
+        from kio.schema.leave_group.v3.request import LeaveGroupRequest, MemberIdentity
+
+        return self.conn.request(13, 3, LeaveGroupRequest(group_id=self.group, members=(
+            MemberIdentity(member_id=member_id, group_instance_id=instance_id),)))
+
+    def close(self) -> None:
+        self.conn.sock.close()
+
+
+def test_cooperative_metadata_reaches_the_leader_untouched_and_a_revoking_rejoin_rebalances(
+        kafka_address):
+    """KIP-429 on the wire: the leader's JoinGroup answer carries each member's metadata
+    byte for byte (with the partitions it owns); the leader's assignment reaches each
+    member verbatim, including one that leaves partitions out (the first round of a
+    cooperative move); a follower re-sending its JoinGroup unchanged gets the same
+    generation (no rebalance), while the owner's rejoin with its revoked partitions gone
+    from its metadata starts the next generation, where the leader hands them out."""
+    topic = create_with_librdkafka(kafka_address, f"coop-{uuid.uuid4().hex[:8]}", PARTITIONS)
+    group = "g-" + topic
+    a, b = WireMember(kafka_address, group), WireMember(kafka_address, group)
+    pool = ThreadPoolExecutor(2)
+    try:
+        meta_a0 = subscription([topic], {}, b"a")
+        first = a.join(meta_a0)
+        assert first.error_code == NONE and first.leader == a.member_id
+        assert [(m.member_id, m.metadata) for m in first.members] == [(a.member_id, meta_a0)]
+        everything = assignment({topic: list(range(PARTITIONS))}, b"gen1")
+        assert a.sync({a.member_id: everything}).assignment == everything
+
+        # b joins: a learns of the rebalance and rejoins, owning every partition
+        meta_b = subscription([topic], {}, b"b-user-data")
+        b_join = pool.submit(b.join, meta_b)
+        wait_until(lambda: a.heartbeat() == REBALANCE_IN_PROGRESS, what="a rebalance")
+        meta_a1 = subscription([topic], {topic: list(range(PARTITIONS))}, b"a")
+        second = a.join(meta_a1)
+        b_second = b_join.result(30)
+        assert second.error_code == NONE == b_second.error_code
+        assert second.generation_id == b_second.generation_id == first.generation_id + 1
+        assert second.leader == a.member_id == b_second.leader and not b_second.members
+        assert second.protocol_name == "cooperative-sticky"
+        assert {m.member_id: m.metadata for m in second.members} == {
+            a.member_id: meta_a1, b.member_id: meta_b}  # untouched
+
+        # the first round: a keeps half, the other half is assigned to nobody yet
+        keep = assignment({topic: [0, 1]}, b"round1")
+        b_sync = pool.submit(b.sync)
+        assert a.sync({a.member_id: keep, b.member_id: assignment({})}).assignment == keep
+        assert b_sync.result(30).assignment == assignment({})
+        # b re-sends its JoinGroup unchanged: the same generation, no rebalance
+        again = b.join(meta_b)
+        assert again.error_code == NONE and again.generation_id == second.generation_id
+        assert a.heartbeat() == NONE
+
+        # a revoked 2 and 3 and rejoins owning 0 and 1: the second round
+        meta_a2 = subscription([topic], {topic: [0, 1]}, b"a")
+        a_join = pool.submit(a.join, meta_a2)
+        wait_until(lambda: b.heartbeat() == REBALANCE_IN_PROGRESS, what="the second round")
+        third_b = b.join(meta_b)
+        third = a_join.result(30)
+        assert third.generation_id == second.generation_id + 1 == third_b.generation_id
+        assert {m.member_id: m.metadata for m in third.members} == {
+            a.member_id: meta_a2, b.member_id: meta_b}
+        given = assignment({topic: [2, 3]}, b"round2")
+        b_sync = pool.submit(b.sync)
+        a.sync({a.member_id: keep, b.member_id: given})
+        assert b_sync.result(30).assignment == given  # verbatim, user data included
+    finally:
+        pool.shutdown(wait=False)
+        a.close()
+        b.close()
+
+
+def test_a_static_member_restarting_keeps_its_assignment_and_fences_its_old_id(kafka_address):
+    """KIP-345 on the wire: a static member rejoining with an empty member id gets a new
+    member id in the same generation (no rebalance) and the assignment its old id had;
+    the old id's Heartbeat, SyncGroup, OffsetCommit and JoinGroup answer
+    FENCED_INSTANCE_ID; LeaveGroup v3 names the member by its instance id (a member id
+    given with it must be the instance's current one)."""
+    topic = create_with_librdkafka(kafka_address, f"static-{uuid.uuid4().hex[:8]}",
+                                   PARTITIONS)
+    group = "g-" + topic
+    old = WireMember(kafka_address, group, instance_id="host-1")
+    new = WireMember(kafka_address, group, instance_id="host-1")
+    try:
+        meta = subscription([topic], {}, b"")
+        first = old.join(meta)
+        given = assignment({topic: list(range(PARTITIONS))}, b"mine")
+        assert old.sync({old.member_id: given}).assignment == given
+
+        # the process restarts: same instance id, no member id
+        again = new.join(meta)
+        assert again.error_code == NONE and again.member_id != old.member_id
+        assert again.generation_id == first.generation_id  # no rebalance
+        assert again.leader == new.member_id  # it was the leader: it still is
+        assert new.sync().assignment == given  # the old id's assignment, kept
+        assert new.heartbeat() == NONE
+
+        assert old.heartbeat() == FENCED_INSTANCE_ID
+        assert old.sync({old.member_id: given}).error_code == FENCED_INSTANCE_ID
+        assert old.commit(topic, 0, 5) == FENCED_INSTANCE_ID
+        assert old.join(meta).error_code == FENCED_INSTANCE_ID
+        assert new.commit(topic, 0, 5) == NONE
+
+        assert new.leave(old.member_id, "host-1").members[0].error_code == FENCED_INSTANCE_ID
+        left = new.leave("", "host-1")
+        assert left.error_code == NONE and left.members[0].error_code == NONE
+        assert new.heartbeat() == UNKNOWN_MEMBER_ID
+        assert new.leave("", "host-1").members[0].error_code == UNKNOWN_MEMBER_ID
+    finally:
+        old.close()
+        new.close()
+
+
+# --- confluent-kafka ---------------------------------------------------------------------
+class Producing(threading.Thread):
+    """Produces records to every partition until stopped (acks=all, idempotent);
+    ``acked`` holds the (partition, offset) of each acknowledged record."""
+
+    def __init__(self, address: str, topic: str):
+        super().__init__(daemon=True, name="producer")
+        self.producer = confluent_kafka.Producer({
+            "bootstrap.servers": address, "enable.idempotence": True, "linger.ms": 5})
+        self.topic = topic
+        self.acked: set[tuple[int, int]] = set()
+        self.errors: list = []
+        self.halt = threading.Event()
+
+    def _delivered(self, err, msg) -> None:
+        if err:
+            self.errors.append(err)
+        else:
+            self.acked.add((msg.partition(), msg.offset()))
+
+    def run(self) -> None:
+        i = 0
+        while not self.halt.is_set():
+            self.producer.produce(self.topic, value=b"r%d" % i, partition=i % PARTITIONS,
+                                  on_delivery=self._delivered)
+            self.producer.poll(0)
+            i += 1
+            time.sleep(0.005)
+        assert self.producer.flush(60) == 0
+
+    def stop(self) -> set[tuple[int, int]]:
+        self.halt.set()
+        self.join(90)
+        assert not self.errors, self.errors
+        return self.acked
+
+
+class Member(threading.Thread):
+    """A confluent-kafka group member (it joins when made) polling in its own thread
+    once started: what it consumed
+    (partition, offset), the time intervals it owned each partition (from its
+    rebalance callbacks), and before it gives a partition up (revoked, or at close)
+    a synchronous commit of what it consumed of it (``commit_batches``: after each
+    batch as well)."""
+
+    def __init__(self, name: str, address: str, topic: str, group: str, *,
+                 commit_batches: bool = False, **config):
+        super().__init__(daemon=True, name=name)
+        self.topic = topic
+        self.commit_batches = commit_batches
+        self.c = confluent_kafka.Consumer({
+            "bootstrap.servers": address, "group.id": group, "auto.offset.reset": "earliest",
+            "enable.auto.commit": False, "heartbeat.interval.ms": 300,
+            "session.timeout.ms": 10000, "client.id": name, **config})
+        self.lock = threading.Lock()
+        self.owned: dict[int, float] = {}       # partition -> since
+        self.intervals: list[tuple[int, float, float]] = []
+        self.consumed: list[tuple[int, int]] = []
+        self.position: dict[int, int] = {}     # partition -> next offset to commit
+        self.events = 0                         # rebalance callbacks that changed something
+        self.errors: list = []
+        self.halt = threading.Event()
+        self.c.subscribe([topic], on_assign=self._assigned, on_revoke=self._revoked,
+                         on_lost=self._revoked)
+
+    def _assigned(self, consumer, partitions) -> None:
+        with self.lock:
+            now = time.monotonic()
+            for tp in partitions:
+                self.owned.setdefault(tp.partition, now)
+            self.events += bool(partitions)
+
+    def _commit(self, partitions) -> None:
+        with self.lock:
+            commits = [confluent_kafka.TopicPartition(self.topic, p, self.position[p])
+                       for p in partitions if p in self.position]
+        if commits:
+            try:
+                self.c.commit(offsets=commits, asynchronous=False)
+            except confluent_kafka.KafkaException as exc:
+                self.errors.append(exc)
+
+    def _revoked(self, consumer, partitions) -> None:
+        self._commit([tp.partition for tp in partitions])
+        with self.lock:
+            now = time.monotonic()
+            for tp in partitions:
+                if tp.partition in self.owned:
+                    self.intervals.append((tp.partition, self.owned.pop(tp.partition), now))
+            self.events += bool(partitions)
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            batch = self.c.consume(num_messages=200, timeout=0.1)
+            for msg in batch:
+                if msg.error():
+                    self.errors.append(msg.error())
+                    continue
+                with self.lock:
+                    self.consumed.append((msg.partition(), msg.offset()))
+                    self.position[msg.partition()] = msg.offset() + 1
+            if batch and self.commit_batches and not self.errors:
+                self._commit(self.partitions())
+        self.c.close()
+
+    def partitions(self) -> set[int]:
+        with self.lock:
+            return set(self.owned)
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(60)
+        assert not self.is_alive(), f"{self.name} did not close"
+        with self.lock:  # what it still owned at close (a static member is not revoked)
+            now = time.monotonic()
+            self.intervals += [(p, since, now) for p, since in self.owned.items()]
+            self.owned.clear()
+
+
+def _split(members: list[Member]) -> bool:
+    """Every partition owned by exactly one member, every member owning some."""
+    sets = [m.partitions() for m in members]
+    return all(sets) and sum(map(len, sets)) == PARTITIONS and \
+        set().union(*sets) == set(range(PARTITIONS))
+
+
+def _assert_consumed_once_by_one_owner_at_a_time(members: list[Member], acked: set) -> None:
+    """No record delivered twice, every acknowledged one delivered, and no partition
+    owned by two members at overlapping times."""
+    consumed = [r for m in members for r in m.consumed]
+    twice = sorted({r for r in consumed if consumed.count(r) > 1})
+    assert not twice, f"{len(twice)} records consumed twice, first {twice[:10]}"
+    assert set(consumed) >= acked, sorted(acked - set(consumed))[:10]
+    for partition in range(PARTITIONS):
+        held = sorted((start, end, m.name) for m in members
+                      for p, start, end in m.intervals if p == partition)
+        for (_, end, owner), (start, _, successor) in zip(held, held[1:]):
+            assert start >= end, (
+                f"partition {partition}: {successor} got it {end - start:.3f}s before "
+                f"{owner} gave it up")
+
+
+def test_cooperative_sticky_members_never_share_a_partition(kafka_address):
+    """Three confluent-kafka consumers with partition.assignment.strategy
+    cooperative-sticky join one by one while a producer writes, then one leaves: each
+    moved partition is revoked (its consumption committed) before its next owner gets
+    it, so no partition has two owners at once, no record is consumed twice and every
+    acknowledged one is consumed."""
+    topic = create_with_librdkafka(kafka_address, f"coop-{uuid.uuid4().hex[:8]}", PARTITIONS)
+    group = "g-" + topic
+    producing = Producing(kafka_address, topic)
+    producing.start()
+    members: list[Member] = []
+    everyone: list[Member] = []
+    try:
+        for n in range(3):
+            member = Member(f"coop-{n}", kafka_address, topic, group,
+                            **{"partition.assignment.strategy": "cooperative-sticky"})
+            members.append(member)
+            everyone.append(member)
+            member.start()
+            wait_until(lambda: _split(members), timeout=90,
+                       what=f"{n + 1} cooperative members splitting the partitions")
+        members.pop().stop()
+        wait_until(lambda: _split(members), timeout=90,
+                   what="two cooperative members taking the third's partitions")
+        acked = producing.stop()
+        wait_until(lambda: {r for m in everyone for r in m.consumed} >= acked, timeout=90,
+                   what="every acknowledged record consumed")
+    finally:
+        producing.halt.set()
+        for m in members:
+            m.stop()
+    for m in everyone:
+        assert not m.errors, (m.name, m.errors)
+    _assert_consumed_once_by_one_owner_at_a_time(everyone, acked)
+
+
+def test_a_static_member_restarting_within_its_session_disturbs_no_one(kafka_address):
+    """Three confluent-kafka consumers with a group.instance.id each; one is closed
+    (librdkafka sends no LeaveGroup for a static member) and started again with the
+    same instance id: it gets the partitions it had, the other two see no rebalance
+    (no callback), and every record is consumed once."""
+    topic = create_with_librdkafka(kafka_address, f"static-{uuid.uuid4().hex[:8]}",
+                                   PARTITIONS)
+    group = "g-" + topic
+    producing = Producing(kafka_address, topic)
+    producing.start()
+    static = {"session.timeout.ms": 30000}
+    members: list[Member] = []
+    everyone: list[Member] = []
+    try:
+        for n in range(3):
+            member = Member(f"static-{n}", kafka_address, topic, group, commit_batches=True,
+                            **{"group.instance.id": f"host-{n}", **static})
+            members.append(member)
+            everyone.append(member)
+            member.start()
+            wait_until(lambda: _split(members), timeout=90,
+                       what=f"{n + 1} static members splitting the partitions")
+        events = [m.events for m in members[:2]]
+        had = members[2].partitions()
+        members.pop().stop()
+        restarted = Member("static-2-again", kafka_address, topic, group, commit_batches=True,
+                           **{"group.instance.id": "host-2", **static})
+        members.append(restarted)
+        everyone.append(restarted)
+        restarted.start()
+        wait_until(lambda: restarted.partitions() == had, timeout=60,
+                   what=f"the restarted static member getting {sorted(had)} back")
+        acked = producing.stop()
+        wait_until(lambda: {r for m in everyone for r in m.consumed} >= acked, timeout=90,
+                   what="every acknowledged record consumed")
+        assert [m.events for m in members[:2]] == events  # no rebalance reached them
+        assert _split(members)
+    finally:
+        producing.halt.set()
+        for m in members:
+            m.stop()
+    for m in everyone:
+        assert not m.errors, (m.name, m.errors)
+    _assert_consumed_once_by_one_owner_at_a_time(everyone, acked)
+
+
+def test_a_second_member_with_the_same_instance_id_fences_the_first(kafka_address):
+    """A confluent-kafka consumer started with the group.instance.id of a live one takes
+    its place (and its partitions, without a rebalance); the first learns it was fenced
+    at its next heartbeat: a fatal FENCED_INSTANCE_ID error."""
+    topic = create_with_librdkafka(kafka_address, f"fence-{uuid.uuid4().hex[:8]}",
+                                   PARTITIONS)
+    group = "g-" + topic
+    config = {"group.instance.id": "twin", "session.timeout.ms": 30000}
+    first = Member("first", kafka_address, topic, group, **config)
+    first.start()
+    second = None
+    try:
+        wait_until(lambda: _split([first]), timeout=60, what="the first member's partitions")
+        second = Member("second", kafka_address, topic, group, **config)  # joins now
+        second.start()
+        wait_until(lambda: _split([second]), timeout=60, what="the second member's partitions")
+        wait_until(lambda: first.errors, timeout=30, what="the first member fenced")
+        fatal = first.errors[0]
+        assert fatal.code() == confluent_kafka.KafkaError._FATAL, fatal
+        assert "Static consumer fenced by other consumer" in fatal.str(), fatal
+        assert not second.errors, second.errors
+    finally:
+        if second is not None:
+            second.stop()
+        first.stop()
