@@ -32,11 +32,6 @@ class Clock:
         return self.now
 
 
-@pytest.fixture
-def fio(tmp_path):
-    return open_fileio(tmp_path.as_uri())
-
-
 def keyed_frame(pairs, ts: int, **kw) -> bytes:
     """A raw frame of (key, value) pairs (value None: a tombstone), all at time ``ts``."""
     keys = [k.encode() for k, _ in pairs]

@@ -19,7 +19,6 @@ from sparklog.format.frame import decode_frame, encode_frame, raw_batch, reseal,
 from sparklog.format.header import LEADER_EPOCH, MAGIC_FIELD
 from sparklog.format.kafka_batch import KafkaRecord, encode_batch
 from sparklog.log import LogReader, PartitionLog
-from sparklog.storage import open_fileio
 from tests.support.logdata import compaction_round_keys
 
 T0 = 1_700_000_000_000
@@ -73,11 +72,6 @@ def frames(mixed: bool) -> list[bytes]:
             out.append(arrow_frame(offsets, codec if kind == "arrow" else "none"))
         offset += n
     return out
-
-
-@pytest.fixture
-def fio(tmp_path):
-    return open_fileio(tmp_path.as_uri())
 
 
 def write(fio, directory: str, data: list[bytes], config: dict | None = None,

@@ -21,14 +21,8 @@ from sparklog.format.frame import decode_frame, iter_frames, validate_frame
 from sparklog.format.header import unpack_header
 from sparklog.log import LogReader, PartitionLog
 from sparklog.log.config import LogConfig
-from sparklog.storage import open_fileio
 from tests.support.logdata import lock_held_elsewhere
 from tests.support.logfiles import RecordingFileIO, raw_frame, typed_frame
-
-
-@pytest.fixture
-def fio(tmp_path):
-    return open_fileio(tmp_path.as_uri())
 
 
 @pytest.fixture

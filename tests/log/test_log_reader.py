@@ -12,15 +12,9 @@ import pytest
 from sparklog.errors import CorruptRecordError, InvalidArgumentError, OffsetOutOfRangeError
 from sparklog.format.frame import encode_frame
 from sparklog.log import LogReader, PartitionLog
-from sparklog.storage import open_fileio
 from tests.support.logfiles import TYPED, RecordingFileIO, raw_frame, typed_frame
 
 FRAME5 = len(typed_frame([0] * 5))
-
-
-@pytest.fixture
-def fio(tmp_path):
-    return open_fileio(tmp_path.as_uri())
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import pytest
 
 from sparklog.errors import CorruptRecordError, StorageFileNotFoundError
 from sparklog.log import LogReader, PartitionLog
-from sparklog.storage import open_fileio
 from tests.support.logfiles import RecordingFileIO, SimulatedCrash, typed_frame
 
 #: The repository's root (a child process imports the tests' helpers from it).
@@ -22,11 +21,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 FRAME = len(typed_frame([0]))
 CONFIG = {"segment.bytes": 2 * FRAME, "index.interval.bytes": 1}
 IGNORE_LEASES = shutil.ignore_patterns("*.sparklog-lease")
-
-
-@pytest.fixture
-def fio(tmp_path):
-    return open_fileio(tmp_path.as_uri())
 
 
 def build(fio, directory, count=4):
