@@ -205,3 +205,25 @@ def test_in_a_cluster_a_deleted_topic_is_gone_at_once_and_its_name_starts_empty(
         _produce(kafka, topic, [b"new-0", b"new-1"], partitions=1)
         assert _consume(kafka, topic, group, 2) == [(0, 0, b"new-0"), (0, 1, b"new-1")]
         assert _stored(root, topic, 3) == [(0, 0, b"new-0"), (0, 1, b"new-1")]
+
+
+def test_retired_topics_are_removed_once_their_delay_has_passed(tmp_path):
+    """The removal's clock: each retired directory is due at its deletion time (in its
+    name) plus file.delete.delay.ms; one of another form (an older broker's) at once."""
+    from sparklog.server.retired import RetiredTopics
+
+    store = TopicStore(tmp_path.as_uri())
+    for name in ("a", "b"):
+        store.create_topic(name, 1)
+    assert store.retire_topic("a", now_ms=1000).rsplit("/", 1)[1].startswith("1000-")
+    store.retire_topic("b", now_ms=5000)
+    older = tmp_path / "deleted-topics" / uuid.uuid4().hex / "c"
+    older.mkdir(parents=True)
+    removal = RetiredTopics(store, None, delay_ms=2000, interval_ms=60000)
+    assert [when for _, when in store.retired()] == [0, 1000, 5000]
+    assert removal.remove_due(now_ms=2500) == 0.5  # "a" is due at 3000
+    assert [when for _, when in store.retired()] == [1000, 5000]
+    assert removal.remove_due(now_ms=3000) == 4.0
+    assert [when for _, when in store.retired()] == [5000]
+    assert removal.remove_due(now_ms=7000) == 60.0
+    assert store.retired() == [] and not store.topic_exists("a")
