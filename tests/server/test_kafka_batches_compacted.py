@@ -17,7 +17,12 @@ from sparklog.log.cleaner import CleanerCheckpoint
 from sparklog.log.layout import PartitionListing
 from sparklog.storage import open_fileio
 from tests.server.test_kafka_batches_stored import _fetch
-from tests.support.kafkaconn import KafkaConn, start_with_kafka_listener, topic_name
+from tests.support.kafkaconn import (
+    KafkaConn,
+    librdkafka_read,
+    start_with_kafka_listener,
+    topic_name,
+)
 from tests.support.logdata import compaction_round_keys
 from tests.support.waiting import wait_until
 
@@ -35,8 +40,6 @@ def _round(r: int) -> list[tuple[bytes, bytes, tuple]]:
 
 
 def test_cleaned_kafka_batches_are_fetched_by_kafka_consumers(tmp_path):
-    from confluent_kafka import Consumer as CKConsumer
-
     root = tmp_path / "root"
     root.mkdir()
     broker = start_with_kafka_listener(root, log_cleaner_backoff_ms=100,
@@ -104,22 +107,9 @@ def test_cleaned_kafka_batches_are_fetched_by_kafka_consumers(tmp_path):
                            for r in decode_batch(fetched, pos).records]
         assert fetched_records == expected[:len(fetched_records)] and fetched_records
         # librdkafka, checking every batch's CRC, reads the same records
-        c = CKConsumer({"bootstrap.servers": kafka_address, "group.id": "g-" + topic,
-                        "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                        "check.crcs": True})
-        c.subscribe([topic])
-        polled: list = []
-        try:
-            def more():
-                msg = c.poll(0.5)
-                if msg is not None:
-                    assert msg.error() is None, msg.error()
-                    polled.append((msg.offset(), msg.key(), msg.value(),
-                                   tuple(msg.headers() or ())))
-                return len(polled) >= len(expected)
-            wait_until(more, timeout=60, what=f"{len(expected)} records read by librdkafka")
-        finally:
-            c.close()
+        polled = [(m.offset(), m.key(), m.value(), tuple(m.headers() or ()))
+                  for m in librdkafka_read(kafka_address, topic, len(expected),
+                                           {"check.crcs": True})]
         assert polled == expected
     finally:
         broker.stop()

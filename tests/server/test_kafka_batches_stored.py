@@ -20,7 +20,12 @@ from sparklog.clients.producer import Producer
 from sparklog.format.frame import crc32c, iter_frames, reseal
 from sparklog.format.header import CRC_START, MAGIC_FIELD
 from sparklog.format.kafka_batch import KafkaRecord, decode_batch, encode_batch, iter_batches
-from tests.support.kafkaconn import KafkaConn, start_with_kafka_listener, topic_name
+from tests.support.kafkaconn import (
+    KafkaConn,
+    librdkafka_read,
+    start_with_kafka_listener,
+    topic_name,
+)
 from tests.support.waiting import wait_until
 
 confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")
@@ -109,24 +114,8 @@ def _sparklog_read(broker, topic: str, n: int) -> list:
 def _librdkafka_read(kafka_address: str, topic: str, n: int) -> list:
     """(offset, timestamp, key, value, headers) of the first ``n`` records of ``topic``
     as librdkafka's consumer (confluent-kafka) reads them through the Kafka listener."""
-    from confluent_kafka import Consumer as CKConsumer
-
-    c = CKConsumer({"bootstrap.servers": kafka_address, "group.id": "g-" + topic,
-                    "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    c.subscribe([topic])
-    got: list = []
-    try:
-        def more():
-            msg = c.poll(0.5)
-            if msg is not None:
-                assert msg.error() is None, msg.error()
-                got.append((msg.offset(), msg.timestamp()[1], msg.key(), msg.value(),
-                            tuple(msg.headers() or ())))
-            return len(got) >= n
-        wait_until(more, timeout=60, what=f"{n} records of {topic} read by librdkafka")
-    finally:
-        c.close()
-    return got
+    return [(m.offset(), m.timestamp()[1], m.key(), m.value(), tuple(m.headers() or ()))
+            for m in librdkafka_read(kafka_address, topic, n)]
 
 
 @pytest.mark.parametrize("codec", CODECS)

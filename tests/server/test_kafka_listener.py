@@ -19,6 +19,7 @@ from sparklog.protocol.kafka import RequestHeader, encode_request
 from tests.support.kafkaconn import (
     KafkaConn,
     create_with_kafka_python,
+    librdkafka_read,
     start_with_kafka_listener,
     topic_name,
 )
@@ -99,7 +100,6 @@ def test_kafka_python_admin_produce_group_consume_commit(broker, kafka_address):
 def test_librdkafka_idempotent_producer_every_codec(broker, kafka_address, codec):
     """confluent-kafka's idempotent producer (InitProducerId, sequences) with each codec;
     its consumer group reads every record back with its key, value and headers."""
-    from confluent_kafka import Consumer as CKConsumer
     from confluent_kafka import Producer as CKProducer
 
     topic = create_with_kafka_python(kafka_address, topic_name(), partitions=2)
@@ -111,20 +111,8 @@ def test_librdkafka_idempotent_producer_every_codec(broker, kafka_address, codec
                   headers=[("i", str(i).encode())],
                   on_delivery=lambda err, msg: errors.append(err) if err else None)
     assert p.flush(30) == 0 and not errors
-    c = CKConsumer({"bootstrap.servers": kafka_address, "group.id": "g-" + topic,
-                    "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    c.subscribe([topic])
-    got = {}
-    try:
-        def more():
-            msg = c.poll(0.5)
-            if msg is not None:
-                assert msg.error() is None, msg.error()
-                got[(msg.partition(), msg.offset())] = (msg.key(), msg.value(), msg.headers())
-            return len(got) >= 300
-        wait_until(more, timeout=60, what=f"300 {codec} records read by librdkafka")
-    finally:
-        c.close()
+    got = {(m.partition(), m.offset()): (m.key(), m.value(), m.headers())
+           for m in librdkafka_read(kafka_address, topic, 300)}
     values = sorted(int(v.split(b"-")[1]) for _, v, _ in got.values())
     assert values == list(range(300))
     for key, value, headers in got.values():

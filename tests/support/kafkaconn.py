@@ -1,7 +1,8 @@
 """Kafka listeners in tests: :func:`start_with_kafka_listener` (an embedded broker with a
 sparklog listener and a Kafka listener named KAFKA); :func:`topic_name` (a fresh topic
 name) and the topic creation of Kafka's clients through a Kafka listener
-(:func:`create_with_kafka_python`, :func:`create_with_librdkafka`); and
+(:func:`create_with_kafka_python`, :func:`create_with_librdkafka`); a librdkafka
+consumer's read of a topic (:func:`librdkafka_read`); and
 :class:`KafkaConn`, a raw Kafka client connection as a test writes it by hand (kio's
 codecs): SASL (SaslHandshake v1, SaslAuthenticate v2), Metadata, InitProducerId and
 Produce of one partition.
@@ -71,6 +72,32 @@ def create_with_librdkafka(address: str, topic: str, partitions: int) -> str:
     for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
         future.result(60)
     return topic
+
+
+def librdkafka_read(address: str, topic: str, n: int, config: dict | None = None) -> list:
+    """The first ``n`` messages (confluent-kafka's ``Message``, in the order polled) a
+    librdkafka consumer of group ``g-<topic>`` reads from the earliest offsets of
+    ``topic`` through the Kafka listener at ``address``, committing nothing; ``config``
+    adds to the consumer's configuration (librdkafka's names). AssertionError when a
+    message carries an error or ``n`` do not arrive."""
+    from confluent_kafka import Consumer
+
+    c = Consumer({"bootstrap.servers": address, "group.id": "g-" + topic,
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                  **(config or {})})
+    c.subscribe([topic])
+    got: list = []
+    try:
+        def more() -> bool:
+            msg = c.poll(0.5)
+            if msg is not None:
+                assert msg.error() is None, msg.error()
+                got.append(msg)
+            return len(got) >= n
+        wait_until(more, what=f"{n} records of {topic} read by librdkafka")
+    finally:
+        c.close()
+    return got
 
 
 class KafkaConn:
