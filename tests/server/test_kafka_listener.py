@@ -22,6 +22,7 @@ from tests.support.kafkaconn import (
     librdkafka_read,
     start_with_kafka_listener,
     topic_name,
+    wait_until_split,
 )
 from tests.support.waiting import wait_until
 
@@ -167,12 +168,8 @@ def test_two_kafka_consumers_of_one_group_share_the_partitions(broker, kafka_add
     b = KafkaConsumer(topic, bootstrap_servers=kafka_address, group_id=group,
                       auto_offset_reset="earliest")
     try:
-        def split():
-            a.poll(timeout_ms=200)
-            b.poll(timeout_ms=200)
-            pa_, pb = {tp.partition for tp in a.assignment()}, {tp.partition for tp in b.assignment()}
-            return pa_ and pb and not (pa_ & pb) and (pa_ | pb) == {0, 1, 2, 3}
-        wait_until(split, timeout=90, what="the group's partitions split between two members")
+        wait_until_split([a, b], 4, timeout=90,
+                         what="the group's partitions split between two members")
     finally:
         a.close()
         b.close()

@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.brokerproc import BrokerProcess
 from tests.support.clusterproc import BrokerCluster
-from tests.support.kafkaconn import create_with_kafka_python, topic_name
+from tests.support.kafkaconn import create_with_kafka_python, topic_name, wait_until_split
 from tests.support.kafkaserver import kafka_tool, kafka_unavailable
 from tests.support.waiting import wait_until
 from tests.support.zkserver import ZkEndpoint
@@ -159,13 +159,8 @@ def test_two_consumers_of_one_group_through_different_brokers_share_the_partitio
     b = KafkaConsumer(topic, bootstrap_servers=addresses[2], group_id=group,
                       auto_offset_reset="earliest")
     try:
-        def split():
-            a.poll(timeout_ms=200)
-            b.poll(timeout_ms=200)
-            pa_ = {tp.partition for tp in a.assignment()}
-            pb = {tp.partition for tp in b.assignment()}
-            return pa_ and pb and not (pa_ & pb) and (pa_ | pb) == {0, 1, 2, 3}
-        wait_until(split, timeout=120, what="the group's partitions split across brokers")
+        wait_until_split([a, b], 4, timeout=120,
+                         what="the group's partitions split across brokers")
     finally:
         a.close()
         b.close()

@@ -2,7 +2,8 @@
 sparklog listener and a Kafka listener named KAFKA); :func:`topic_name` (a fresh topic
 name) and the topic creation of Kafka's clients through a Kafka listener
 (:func:`create_with_kafka_python`, :func:`create_with_librdkafka`); a librdkafka
-consumer's read of a topic (:func:`librdkafka_read`); and
+consumer's read of a topic (:func:`librdkafka_read`); kafka-python group members
+splitting a topic's partitions (:func:`wait_until_split`); and
 :class:`KafkaConn`, a raw Kafka client connection as a test writes it by hand (kio's
 codecs): SASL (SaslHandshake v1, SaslAuthenticate v2), Metadata, InitProducerId and
 Produce of one partition.
@@ -98,6 +99,20 @@ def librdkafka_read(address: str, topic: str, n: int, config: dict | None = None
     finally:
         c.close()
     return got
+
+
+def wait_until_split(members, partitions: int, timeout: float, what: str) -> None:
+    """Poll each of the kafka-python consumers ``members`` (one group) until every one
+    owns some of partitions 0..``partitions``-1, none shares one, and together they own
+    them all; AssertionError naming ``what`` after ``timeout`` seconds."""
+    def split() -> bool:
+        owned = []
+        for member in members:
+            member.poll(timeout_ms=200)
+            owned.append({tp.partition for tp in member.assignment()})
+        return (all(owned) and sum(map(len, owned)) == len(set().union(*owned))
+                and set().union(*owned) == set(range(partitions)))
+    wait_until(split, timeout=timeout, what=what)
 
 
 class KafkaConn:
