@@ -14,7 +14,7 @@ import pytest
 from tests.support.brokerproc import BrokerProcess
 from tests.support.clusterproc import BrokerCluster
 from tests.support.kafkaconn import create_with_kafka_python, topic_name, wait_until_split
-from tests.support.kafkaserver import kafka_tool, kafka_unavailable
+from tests.support.kafkaserver import kafka_tool
 from tests.support.waiting import wait_until
 from tests.support.zkserver import ZkEndpoint
 
@@ -166,14 +166,11 @@ def test_two_consumers_of_one_group_through_different_brokers_share_the_partitio
         b.close()
 
 
-def test_java_client_produces_and_consumes_across_the_cluster(cluster):
+def test_java_client_produces_and_consumes_across_the_cluster(kafka_tools, cluster):
     """Kafka's Java client (its tools): kafka-topics through broker 1, the idempotent
     console producer at acks=all through broker 2 (to the leaders on all three), the
     console consumer in a group through broker 3, kafka-consumer-groups through broker 1
     seeing the group's committed offsets at the log end."""
-    why = kafka_unavailable()
-    if why:
-        pytest.skip(why)
     topic = topic_name()
     addresses = _kafka_addresses(cluster)
     kafka_tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", addresses[1],
