@@ -3,7 +3,7 @@ test_kafka_listener_kcat.py: its metadata listing (``-L``) of a created topic, a
 ``kcat -G`` members of one group on a 6-partition topic through rebalances (members
 started one by one, one stopped): every record read once, one owner per partition.
 :class:`KcatProcess` (a kcat running in the background) serves the cluster tests of
-test_kafka_listener_kcat_cluster.py too."""
+test_kafka_listener_cluster_kcat_connect.py too."""
 
 from __future__ import annotations
 
