@@ -39,18 +39,22 @@ def partition_dir(root: Path, topic: str, partition: int = 0) -> Path:
     return root / "topics" / topic / str(partition)
 
 
-def fill(conn, topic: str, partition: int = 0) -> None:
-    """TOTAL records acknowledged with acks=all at offsets [0, TOTAL), then wait until
-    the rolled segments are sealed (the last one's end is recorded then)."""
-    for i in range(FRAMES):
-        item = produce(conn, topic, partition, numbered(i * PER_FRAME), acks=-1)
-        assert item["error_code"] == 0 and item["base_offset"] == i * PER_FRAME, item
-
-
 def wait_sealed(root: Path, topic: str) -> None:
     last_sealed = (FRAMES - 2) * PER_FRAME
     index = partition_dir(root, topic) / segment_file_name(last_sealed, ".index")
     wait_until(index.exists, what=f"segment {last_sealed} of {topic} sealed")
+
+
+def filled_topic(conn, topic: str, root: Path | None = None) -> None:
+    """``topic`` created (one partition, SMALL_SEGMENTS) and TOTAL records acknowledged
+    with acks=all at offsets [0, TOTAL); with ``root`` (the broker's storage), then wait
+    until the rolled segments are sealed (the last one's end is recorded then)."""
+    assert create(conn, topic, configs=SMALL_SEGMENTS)["error_code"] == 0
+    for i in range(FRAMES):
+        item = produce(conn, topic, 0, numbered(i * PER_FRAME), acks=-1)
+        assert item["error_code"] == 0 and item["base_offset"] == i * PER_FRAME, item
+    if root is not None:
+        wait_sealed(root, topic)
 
 
 def assert_offline(conn, topic: str, *expected: str) -> None:
@@ -105,10 +109,8 @@ def broker(tmp_path):
 def test_directory_deleted_under_a_running_broker(broker, what):
     topic, neighbour = f"gone-{what}", f"stays-{what}"
     with Connection(broker.address) as conn:
-        assert create(conn, topic, configs=SMALL_SEGMENTS)["error_code"] == 0
+        filled_topic(conn, topic, broker.root)
         assert create(conn, neighbour)["error_code"] == 0
-        fill(conn, topic)
-        wait_sealed(broker.root, topic)
         pdir = partition_dir(broker.root, topic)
         shutil.rmtree(pdir if what == "partition" else pdir.parent)
         item = produce(conn, topic, 0, numbered(TOTAL), acks=-1)
@@ -134,10 +136,8 @@ def test_directory_deleted_under_a_running_broker(broker, what):
 def test_active_segment_deleted(broker, when):
     topic, neighbour = f"tail-{when}", f"next-{when}"
     with Connection(broker.address) as conn:
-        assert create(conn, topic, configs=SMALL_SEGMENTS)["error_code"] == 0
+        filled_topic(conn, topic, broker.root)
         assert create(conn, neighbour)["error_code"] == 0
-        fill(conn, topic)
-        wait_sealed(broker.root, topic)
         active = partition_dir(broker.root, topic) / segment_file_name(TOTAL - PER_FRAME)
         if when == "running":
             active.unlink()
@@ -159,9 +159,7 @@ def test_restart_after_a_crash_keeps_the_recorded_end(broker):
     the directory deleted while the broker is down keeps the partition offline."""
     topic = "crashed"
     with Connection(broker.address) as conn:
-        assert create(conn, topic, configs=SMALL_SEGMENTS)["error_code"] == 0
-        fill(conn, topic)
-        wait_sealed(broker.root, topic)
+        filled_topic(conn, topic, broker.root)
     broker.kill()
     shutil.rmtree(partition_dir(broker.root, topic))
     broker.start()
@@ -177,8 +175,7 @@ def test_deleted_topic_starts_again_at_zero(broker):
     topic created again under its name starts at offset 0)."""
     topic = "recreated"
     with Connection(broker.address) as conn:
-        assert create(conn, topic, configs=SMALL_SEGMENTS)["error_code"] == 0
-        fill(conn, topic)
+        filled_topic(conn, topic)
         res = conn.request(ApiKey.DELETE_TOPICS, {"topics": [topic]})
         assert res["topics"][0]["error_code"] == 0, res
         assert create(conn, topic)["error_code"] == 0
@@ -238,8 +235,7 @@ def test_delete_records_moves_the_log_start(broker):
     topic = "trimmed"
     tp = TopicPartition(topic, 0)
     with Connection(broker.address) as conn:
-        assert create(conn, topic, configs=SMALL_SEGMENTS)["error_code"] == 0
-        fill(conn, topic)
+        filled_topic(conn, topic)
         with Admin(bootstrap_servers=broker.address) as admin:
             assert admin.delete_records({tp: 15}) == {tp: 15}
             assert admin.delete_records({tp: 5}) == {tp: 15}  # never moves back
