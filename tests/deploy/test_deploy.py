@@ -269,24 +269,31 @@ def _set_property(name: str, value: str):
 
 XCEIVERS = "dfs.datanode.max.transfer.threads"
 SIZING = {  # name: (file, edit, the one line expected after "check-config: ", exit status)
+    "transfer threads below two per stream": (  # one per stream would fit 4096
+        HDFS, _set_property(XCEIVERS, "5000"),
+        f"{HDFS}: {XCEIVERS}=5000 is below the 5012 needed: 2 x 3 broker(s) x 1000 open "
+        "partitions each (max.open.partitions=1000) x dfs.replication=3 / 4 DataNode(s) = "
+        "4500 transfer threads per DataNode for the brokers' streams (a DataXceiver and its "
+        "PacketResponder each), + 512 for reads (at least 4096)", 1),
     "transfer threads below Hadoop's floor": (
         HDFS, _set_property(XCEIVERS, "4000"),
-        f"{HDFS}: {XCEIVERS}=4000 is below the 4096 needed: 3 broker(s) x 1000 open "
+        f"{HDFS}: {XCEIVERS}=4000 is below the 5012 needed: 2 x 3 broker(s) x 1000 open "
         "partitions each (max.open.partitions=1000) x dfs.replication=3 / 4 DataNode(s) = "
-        "2250 transfer threads per DataNode for the brokers' streams, + 512 for reads "
-        "(at least 4096)", 1),
+        "4500 transfer threads per DataNode for the brokers' streams (a DataXceiver and its "
+        "PacketResponder each), + 512 for reads (at least 4096)", 1),
     "partition budget above the transfer threads": (
-        BROKER, _replace("max.open.partitions=1000", "max.open.partitions=5000"),
-        f"{HDFS}: {XCEIVERS}=8192 is below the 11762 needed: 3 broker(s) x 5000 open "
-        "partitions each (max.open.partitions=5000) x dfs.replication=3 / 4 DataNode(s) = "
-        "11250 transfer threads per DataNode for the brokers' streams, + 512 for reads "
-        "(at least 4096)", 1),
+        BROKER, _replace("max.open.partitions=1000", "max.open.partitions=2000"),
+        f"{HDFS}: {XCEIVERS}=8192 is below the 9512 needed: 2 x 3 broker(s) x 2000 open "
+        "partitions each (max.open.partitions=2000) x dfs.replication=3 / 4 DataNode(s) = "
+        "9000 transfer threads per DataNode for the brokers' streams (a DataXceiver and its "
+        "PacketResponder each), + 512 for reads (at least 4096)", 1),
     "partition budget from the descriptor limit": (
         BROKER, _replace("max.open.partitions=1000", "#max.open.partitions=1000"),
-        f"{HDFS}: {XCEIVERS}=8192 is below the 74204 needed: 3 broker(s) x 32752 open "
+        f"{HDFS}: {XCEIVERS}=8192 is below the 147896 needed: 2 x 3 broker(s) x 32752 open "
         "partitions each (max.open.partitions=0: 32752 from the unit's "
-        "LimitNOFILE=131072) x dfs.replication=3 / 4 DataNode(s) = 73692 transfer threads "
-        "per DataNode for the brokers' streams, + 512 for reads (at least 4096)", 1),
+        "LimitNOFILE=131072) x dfs.replication=3 / 4 DataNode(s) = 147384 transfer threads "
+        "per DataNode for the brokers' streams (a DataXceiver and its PacketResponder "
+        "each), + 512 for reads (at least 4096)", 1),
     "no partition budget at all": (
         UNIT, _replace("LimitNOFILE=131072", ""),
         None, 0),  # the kit sets max.open.partitions: the unit's limit is not needed
@@ -294,20 +301,27 @@ SIZING = {  # name: (file, edit, the one line expected after "check-config: ", e
         CLUSTER, _replace('DN_HOSTS="dn1.example.com dn2.example.com dn3.example.com '
                           'dn4.example.com"', 'DN_HOSTS="dn1.example.com dn2.example.com '
                           'dn3.example.com"'),
-        None, 0),  # 3 x 1000 x 3 / 3 + 512 = 3512: still within 8192
+        None, 0),  # 2 x 3 x 1000 x 3 / 3 + 512 = 6512: still within 8192
     "more brokers than the DataNodes carry": (
         CLUSTER, _replace('"1:dn1.example.com 2:dn2.example.com 3:dn3.example.com"',
-                          '"' + " ".join(f"{i}:dn{i}.example.com" for i in range(1, 12)) + '"'),
-        f"{HDFS}: {XCEIVERS}=8192 is below the 8762 needed: 11 broker(s) x 1000 open "
+                          '"' + " ".join(f"{i}:dn{i}.example.com" for i in range(1, 7)) + '"'),
+        f"{HDFS}: {XCEIVERS}=8192 is below the 9512 needed: 2 x 6 broker(s) x 1000 open "
         "partitions each (max.open.partitions=1000) x dfs.replication=3 / 4 DataNode(s) = "
-        "8250 transfer threads per DataNode for the brokers' streams, + 512 for reads "
-        "(at least 4096)", 1),
+        "9000 transfer threads per DataNode for the brokers' streams (a DataXceiver and its "
+        "PacketResponder each), + 512 for reads (at least 4096)", 1),
     "transfer threads not a number": (
         HDFS, _set_property(XCEIVERS, "8k"),
         f"{HDFS}: {XCEIVERS}='8k' is not an integer", 1),
-    "transfer threads at Hadoop's default with Spark": (
+    "transfer threads at Hadoop's default": (
         HDFS, _drop_property(XCEIVERS),
-        f"warning: {HDFS}: {XCEIVERS}=4096 (not set: Hadoop's default) is below 8192 on a "
+        f"{HDFS}: {XCEIVERS}=4096 (not set: Hadoop's default) is below the 5012 needed: 2 x "
+        "3 broker(s) x 1000 open partitions each (max.open.partitions=1000) x "
+        "dfs.replication=3 / 4 DataNode(s) = 4500 transfer threads per DataNode for the "
+        "brokers' streams (a DataXceiver and its PacketResponder each), + 512 for reads (at "
+        "least 4096)", 1),
+    "transfer threads short of Spark's reads": (
+        HDFS, _set_property(XCEIVERS, "6000"),
+        f"warning: {HDFS}: {XCEIVERS}=6000 is below 8192 on a "
         "cluster running Spark (NM_HOSTS): every Spark task reading a block holds a "
         "transfer thread beside the brokers' streams", 0),
     "few NameNode handlers": (
@@ -359,7 +373,7 @@ def test_check_config_prints_the_sizing_of_the_shipped_kit():
     lines = check_config(DEPLOY).stdout.splitlines()
     assert lines[1] == (
         "check-config: sizing: per broker 1000 open partitions (max.open.partitions=1000), "
-        "2000 HDFS client threads; per DataNode 2250 transfer threads of "
+        "2000 HDFS client threads; per DataNode 4500 transfer threads of "
         "dfs.datanode.max.transfer.threads=8192, 281 GiB of disk reserved for blocks being "
         "written (dfs.blocksize 128 MiB)"), lines
 

@@ -12,12 +12,13 @@ else prints ``check-config: OK`` and exits 0; warnings (``check-config: warning:
 broker properties are checked with sparklog's own parser and key list.
 
 Sizing for partitions (docs/operations.md, "Capacity planning"): each partition a broker
-keeps open is one HDFS output stream, which holds a transfer thread on each of the
+keeps open is one HDFS output stream, which holds two transfer threads on each of the
 ``dfs.replication`` DataNodes of its pipeline. With B brokers (``BROKERS``), P open
 partitions per broker (``max.open.partitions``, or with 0 what the broker derives from
 the unit's ``LimitNOFILE``), R the replication and N DataNodes (``DN_HOSTS``),
-``dfs.datanode.max.transfer.threads`` below ceil(B x P x R / N) + 512, or 4096, whichever
-is larger, is a problem; below 8192 on a cluster running Spark (``NM_HOSTS``) a warning.
+``dfs.datanode.max.transfer.threads`` below ceil(2 x B x P x R / N) + 512, or 4096,
+whichever is larger, is a problem (a stream's DataXceiver and its PacketResponder both
+count against the limit); below 8192 on a cluster running Spark (``NM_HOSTS``) a warning.
 ``dfs.namenode.handler.count`` below 20 x ln(N) (at least 20),
 ``dfs.datanode.handler.count`` below 10 and ``dfs.heartbeat.interval`` above 3 s are
 warnings. With OK it prints the resulting threads and reserved disk per broker.
@@ -422,8 +423,9 @@ class Checker:
 
     def check_sizing(self) -> None:
         """The DataNode and NameNode settings against the partitions the brokers keep
-        open: each open partition is one HDFS output stream, holding a transfer thread
-        (DataXceiver) on each of the dfs.replication DataNodes of its pipeline."""
+        open: each open partition is one HDFS output stream, holding two transfer
+        threads (a DataXceiver and its PacketResponder) on each of the dfs.replication
+        DataNodes of its pipeline."""
         hdfs, env = self.conf["hdfs"], self.conf["cluster"]
         if hdfs is None or env is None:
             return
@@ -439,15 +441,19 @@ class Checker:
         unset = "" if key in hdfs else " (not set: Hadoop's default)"
         if budget is not None and len(self.problems) == found:  # a number to compare
             opened, source = budget
-            streams = -(-brokers * opened * replication // datanodes)  # ceil
+            # a stream being written holds a DataXceiver and its PacketResponder on each
+            # DataNode of its pipeline, and the DataNode counts both against the limit
+            # (DataNode.getXceiverCount: the threads of its transfer thread group)
+            streams = -(-2 * brokers * opened * replication // datanodes)  # ceil
             needed = max(streams + READ_XCEIVERS, MIN_XCEIVERS)
             if xceivers < needed:
                 self.problem("hdfs", f"{key}={xceivers}{unset} is below the {needed} needed: "
-                                     f"{brokers} broker(s) x {opened} open partitions each "
-                                     f"({source}) x dfs.replication={replication} / "
+                                     f"2 x {brokers} broker(s) x {opened} open partitions "
+                                     f"each ({source}) x dfs.replication={replication} / "
                                      f"{datanodes} DataNode(s) = {streams} transfer threads "
-                                     f"per DataNode for the brokers' streams, + "
-                                     f"{READ_XCEIVERS} for reads (at least {MIN_XCEIVERS})")
+                                     f"per DataNode for the brokers' streams (a DataXceiver "
+                                     f"and its PacketResponder each), + {READ_XCEIVERS} for "
+                                     f"reads (at least {MIN_XCEIVERS})")
             elif xceivers < SPARK_XCEIVERS and env.get("NM_HOSTS", "").split():
                 self.warn("hdfs", f"{key}={xceivers}{unset} is below {SPARK_XCEIVERS} on a "
                                   "cluster running Spark (NM_HOSTS): every Spark task "
