@@ -199,6 +199,29 @@ def test_cooperative_metadata_reaches_the_leader_untouched_and_a_revoking_rejoin
         b.close()
 
 
+def test_a_leader_rejoining_unchanged_rebalances_only_when_its_assignment_left_some_out(
+        kafka_address):
+    """The leader re-sending its JoinGroup unchanged (kafka-python's does when its poll
+    gave up on a join that then completed) keeps the generation while its assignment
+    covers every subscribed partition; one that left partitions out (it lacked their
+    metadata) starts a new generation, to assign again."""
+    topic = create_with_librdkafka(kafka_address, f"lead-{uuid.uuid4().hex[:8]}", PARTITIONS)
+    leader = WireMember(kafka_address, "g-" + topic)
+    try:
+        meta = subscription([topic], {}, b"")
+        first = leader.join(meta, protocol="range")
+        leader.sync({leader.member_id: assignment({topic: [0]})})  # missing 1 to 3
+        second = leader.join(meta, protocol="range")
+        assert second.generation_id == first.generation_id + 1 and second.members
+        everything = assignment({topic: list(range(PARTITIONS))})
+        assert leader.sync({leader.member_id: everything}).assignment == everything
+        third = leader.join(meta, protocol="range")
+        assert third.generation_id == second.generation_id and third.members
+        assert leader.sync({leader.member_id: b"ignored"}).assignment == everything
+    finally:
+        leader.close()
+
+
 def test_a_static_member_restarting_keeps_its_assignment_and_fences_its_old_id(kafka_address):
     """KIP-345 on the wire: a static member rejoining with an empty member id gets a new
     member id in the same generation (no rebalance) and the assignment its old id had;
