@@ -3,6 +3,9 @@
 The storage cannot overwrite, so each new value is the next version
 (:class:`~sparklog.storage.versioned.VersionedFile`: write_atomic of
 ``<version:010d><suffix>`` in the partition directory; readers take the highest).
+A write creates no directory (``FileIO.in_existing_dir``): once the partition directory
+is renamed away (a topic deletion), a stale writer's checkpoint fails with
+StorageFileNotFoundError instead of bringing the directory back.
 The partition log keeps two: its log start offset
 (``.log-start-offset-checkpoint``) and its leader epoch history
 (``.leader-epoch-checkpoint``, see :mod:`sparklog.log.epoch`).
@@ -21,7 +24,8 @@ class JsonCheckpoint:
     """A JSON document stored as versioned files with ``suffix`` in ``directory``."""
 
     def __init__(self, fileio: FileIO, directory: str, suffix: str):
-        self.file = VersionedFile(fileio, directory, suffix=suffix)
+        self.file = VersionedFile(fileio, directory, suffix=suffix,
+                                  parents=fileio.in_existing_dir())
         self.version = 0
 
     def read(self) -> dict | None:

@@ -877,7 +877,7 @@ class CleanedSegmentWriter:
             replication=config.replication_factor)
         if fileio.exists(self.segment.path) and not fileio.exists(self.segment.index_path):
             fileio.delete(self.segment.path)  # an earlier attempt's leftover, never live
-        self._out = fileio.create(self.segment.path)
+        self._out = fileio.create(self.segment.path, parents=fileio.in_existing_dir())
         self.segment.apply_replication()
         self._position, self._expected = 0, base
 

@@ -116,7 +116,7 @@ class LogLoader:
         if not segments or segments[-1].sealed:
             base = segments[-1].next_offset if segments else log_start
             active = self._new_segment(base)
-            out = fileio.create(active.path)
+            out = fileio.create(active.path, parents=fileio.in_existing_dir())
             active.apply_replication()
             segments.append(active)
         else:

@@ -21,6 +21,13 @@ directory, or its newest segments, deleted by something else than the broker):
 :meth:`PartitionLog.check_end` takes it offline (:func:`lost_tail_error`) until an
 operator accepts the loss with :func:`restart_lost_log`, which restarts it at the
 recorded end, never below.
+
+Only the open makes the partition directory. Every other file the writer creates inside
+it (a rolled segment, indexes, checkpoints, the producer snapshot, a tail repair's copy)
+is created non-recursively (``FileIO.in_existing_dir``): a writer whose directory was
+renamed away under it (a topic deletion, which in cluster mode does not wait for the old
+leader to close) fails with StorageFileNotFoundError, goes offline (KAFKA_STORAGE_ERROR)
+and brings nothing back under the topic's old name.
 """
 
 from __future__ import annotations
@@ -179,7 +186,8 @@ class PartitionLog:
             self._failed = exc
             self._record(self._hw)
         if isinstance(exc, StorageFileNotFoundError):
-            self._go_offline(f"a segment file vanished under its writer ({exc})")
+            self._go_offline(f"a segment file or the partition directory vanished under "
+                             f"its writer (a deleted topic's stale writer: {exc})")
 
     def _sealed(self, segment: LogSegment) -> None:
         """A rolled segment is sealed (durable): the log reached its end."""
@@ -677,7 +685,7 @@ class PartitionLog:
             old_out.flush()
             old_out.verify_lease()
             new = self._new_segment(self._leo)
-            self._out = self.fileio.create(new.path)
+            self._out = self.fileio.create(new.path, parents=self.fileio.in_existing_dir())
             new.apply_replication()
         except BaseException as exc:
             self._seal_failed(exc)
@@ -913,7 +921,11 @@ class PartitionLog:
                     topic=self.topic, partition=self.partition, offset=offset,
                     log_start_offset=self._log_start, log_end_offset=self._leo)
             if offset > self._log_start:
-                self._start_checkpoint.write({"log_start_offset": offset})
+                try:
+                    self._start_checkpoint.write({"log_start_offset": offset})
+                except StorageFileNotFoundError as exc:  # the directory was renamed away
+                    self._seal_failed(exc)
+                    raise self._offline_error() from exc
                 self._log_start = offset
             deleted = []
             while len(self._segments) > 1 and self._segments[0].next_offset <= self._log_start:

@@ -55,7 +55,7 @@ def repair_tail(fileio: FileIO, path: str, valid_end: int) -> None:
     swap procedure of the module docstring. Nobody may hold the file's lease."""
     base = path[: -len(".log")]
     cleaned, swap = base + CLEANED_SUFFIX, base + SWAP_SUFFIX
-    out = fileio.create(cleaned)
+    out = fileio.create(cleaned, parents=fileio.in_existing_dir())
     try:
         pos = 0
         while pos < valid_end:

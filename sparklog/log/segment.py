@@ -49,12 +49,14 @@ _NO_REPLICATION_NOTED: set[str] = set()  # storage schemes whose note was logged
 
 def write_replacing(fileio: FileIO, path: str, data: bytes) -> None:
     """write_atomic ``path``, first deleting a stale copy left by an interrupted run
-    (only the partition's writer may call this)."""
+    (only the partition's writer may call this). The partition directory must exist:
+    nothing is created when it was renamed away (StorageFileNotFoundError)."""
+    parents = fileio.in_existing_dir()
     try:
-        fileio.write_atomic(path, data)
+        fileio.write_atomic(path, data, parents=parents)
     except FileAlreadyExistsError:
         fileio.delete(path)
-        fileio.write_atomic(path, data)
+        fileio.write_atomic(path, data, parents=parents)
 
 
 def first_offset_at_or_after(frame: Frame, timestamp: int, min_offset: int = 0) -> int | None:

@@ -140,7 +140,8 @@ class ProducerSnapshots:
     """Versioned snapshot files of a partition's producer state."""
 
     def __init__(self, fileio, partition_dir: str):
-        self.file = VersionedFile(fileio, partition_dir, suffix=PRODUCER_SNAPSHOT_SUFFIX, keep=2)
+        self.file = VersionedFile(fileio, partition_dir, suffix=PRODUCER_SNAPSHOT_SUFFIX, keep=2,
+                                  parents=fileio.in_existing_dir())
         self.version = 0
         #: the log offset the newest snapshot covers (None: none written or loaded);
         #: the log cleaner leaves the frames from there on alone

@@ -157,6 +157,19 @@ class FileIO(abc.ABC):
     #: broker sets it to feed its storage latency histogram; it must be quick and
     #: thread-safe (writers of several threads call it).
     on_sync: Callable[[str, float], None] | None = None
+    #: False where ``create(path, parents=False)`` is refused (webhdfs://, see
+    #: :data:`sparklog.storage.webhdfs.NO_NON_RECURSIVE_CREATE`): writers that create
+    #: files inside a directory that must already exist (a partition's writer) then use
+    #: the recursive create, which re-creates a directory renamed away. See
+    #: :meth:`in_existing_dir`.
+    non_recursive_create: bool = True
+
+    def in_existing_dir(self) -> bool:
+        """The ``parents`` argument of a create (or :meth:`write_atomic`) of a file inside
+        a directory that must already exist: False (the non-recursive create: a
+        directory renamed away is not re-created) unless this storage refuses that
+        create (:attr:`non_recursive_create`), then True."""
+        return not self.non_recursive_create
 
     # --- writing ---------------------------------------------------------------------
     @abc.abstractmethod
@@ -205,19 +218,20 @@ class FileIO(abc.ABC):
         if missing:
             raise missing_files_error(missing)
 
-    def write_atomic(self, path: str, data: bytes) -> None:
+    def write_atomic(self, path: str, data: bytes, *, parents: bool = True) -> None:
         """Write a whole small file atomically: create-no-overwrite of a temporary name
         in the same directory, sync, close, then rename to ``path``.
 
         Raises FileAlreadyExistsError if ``path`` exists. Readers see either no file or
-        the complete file.
+        the complete file. ``parents=False`` creates the temporary file non-recursively
+        (see :meth:`create`): StorageFileNotFoundError when the directory is missing.
         """
         import uuid
 
         parent, name = self.split(path)
         stem = name.encode("utf-8")[:200].decode("utf-8", "ignore")  # tmp name fits 255 bytes
         tmp = self.join(parent, f".{stem}.{uuid.uuid4().hex}.tmp")
-        out = self.create(tmp)
+        out = self.create(tmp, parents=parents)
         try:
             out.write(data)
             out.sync()

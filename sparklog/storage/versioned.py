@@ -6,7 +6,8 @@ checkpoint) is kept as a directory of files ``<version:010d><suffix>``; writing 
 concurrent writers of the same version exactly one wins and the other gets
 FileAlreadyExistsError. Readers take the highest complete version. Old versions are
 pruned after a successful write (all but the last ``keep``); ``file_mode`` gives each
-version its permission bits (private documents: 0600) right after its rename.
+version its permission bits (private documents: 0600) right after its rename;
+``parents=False`` writes only into an existing directory (a partition's checkpoints).
 """
 
 from __future__ import annotations
@@ -39,8 +40,12 @@ class VersionedFile:
     """A small value stored as versioned immutable files in ``directory``."""
 
     def __init__(self, fileio: FileIO, directory: str, suffix: str = ".json", keep: int = 2,
-                 *, file_mode: int | None = None):
+                 *, file_mode: int | None = None, parents: bool = True):
         self.fileio = fileio
+        #: False: ``directory`` must exist already; a write creates no directory
+        #: (non-recursive create, StorageFileNotFoundError when it is gone: a partition
+        #: directory renamed away by a topic deletion is not brought back)
+        self.parents = parents
         self.directory = directory
         self.suffix = suffix
         self.keep = keep
@@ -93,8 +98,9 @@ class VersionedFile:
         listing: it then retries too, which read-modify-write callers survive."""
         from ..errors import FileAlreadyExistsError
 
-        self.fileio.mkdirs(self.directory)
-        self.fileio.write_atomic(self.path_of(version), data)
+        if self.parents:
+            self.fileio.mkdirs(self.directory)
+        self.fileio.write_atomic(self.path_of(version), data, parents=self.parents)
         if self.file_mode is not None:
             from ..errors import StorageFileNotFoundError
 

@@ -153,6 +153,10 @@ class WebHdfsFileIO(FileIO):
     """
 
     scheme = "webhdfs"
+    #: create(parents=False) is refused (NO_NON_RECURSIVE_CREATE): a partition's writer
+    #: here creates its files recursively, so a stale writer (a topic deleted under it)
+    #: can re-create its renamed-away directory; use hdfs:// for the guarantee
+    non_recursive_create = False
 
     def __init__(self, url: str, *, user: str | None = None, kerberos: bool = False,
                  timeout: float = 30.0, buffer_size: int = DEFAULT_BUFFER_SIZE,
