@@ -229,6 +229,7 @@ class Broker:
             self.loop, self.partitions.partition_counts,
             min_session_ms=self.config.group_min_session_timeout_ms,
             max_session_ms=self.config.group_max_session_timeout_ms,
+            initial_rebalance_delay_ms=self.config.group_initial_rebalance_delay_ms,
             coordinators=coordinators_for(
                 self.store, self.broker_id,
                 rebalance=self.config.auto_leader_rebalance_enable).start())

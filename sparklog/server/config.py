@@ -135,6 +135,8 @@ BROKER_SETTINGS = {
     "num.io.threads": ("num_io_threads", int, 8, 1),
     "group.min.session.timeout.ms": ("group_min_session_timeout_ms", int, 100, 1),
     "group.max.session.timeout.ms": ("group_max_session_timeout_ms", int, 1800000, 1),
+    # how long the first rebalance of an empty group waits for more members (Kafka's)
+    "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", int, 3000, 0),
     "producer.id.block.size": ("producer_id_block_size", int, 1000, 1),
     "producer.state.snapshot.interval.ms": ("producer_snapshot_interval_ms", int, 60000, 0),
     "controlled.shutdown.timeout.ms": ("shutdown_timeout_ms", int, 30000, 0),
@@ -270,6 +272,7 @@ class BrokerConfig:
     num_io_threads: int = 8
     group_min_session_timeout_ms: int = 100
     group_max_session_timeout_ms: int = 1800000
+    group_initial_rebalance_delay_ms: int = 3000
     producer_id_block_size: int = 1000
     producer_snapshot_interval_ms: int = 60000
     shutdown_timeout_ms: int = 30000

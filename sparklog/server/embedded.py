@@ -20,13 +20,21 @@ from .config import BrokerConfig
 log = logging.getLogger(__name__)
 
 
+#: what an embedded broker sets unless its ``props`` say otherwise: an ephemeral
+#: loopback port, and no initial rebalance delay (a group's first members are not made
+#: to wait for more; Kafka's EmbeddedKafkaCluster and its development
+#: config/server.properties set the same)
+EMBEDDED_DEFAULTS = {"listeners": "127.0.0.1:0", "group.initial.rebalance.delay.ms": "0"}
+
+
 class EmbeddedBroker:
     """A :class:`Broker` on its own thread. ``props`` are broker properties (Kafka
-    names); ``listeners`` defaults to ``127.0.0.1:0``."""
+    names), over :data:`EMBEDDED_DEFAULTS` (``listeners`` ``127.0.0.1:0``,
+    ``group.initial.rebalance.delay.ms`` 0)."""
 
     def __init__(self, storage_uri: str, props: dict | None = None, *, store=None,
                  start_timeout: float = 60.0):
-        props = {"listeners": "127.0.0.1:0", **(props or {})}
+        props = {**EMBEDDED_DEFAULTS, **(props or {})}
         self.config = BrokerConfig.from_props(props)
         self.storage_uri = storage_uri
         self.start_timeout = start_timeout

@@ -21,7 +21,11 @@ store. Two kinds of groups, as their members ask:
 
 Life of a group: ``Empty`` -> a JoinGroup moves it to ``PreparingRebalance``; the
 rebalance completes when every known member has rejoined or the largest rebalance
-timeout of its members has passed (members that did not rejoin are dropped); then the
+timeout of its members has passed (members that did not rejoin are dropped). The first
+rebalance of an empty group (of either kind) waits ``group.initial.rebalance.delay.ms``
+for more members first (Kafka's InitialDelayedJoin), again after each such window in
+which a new member joined, at most until the rebalance timeout (or the delay, if
+longer) has passed; members started together then share the first generation. Then the
 generation is bumped and the group is ``Stable`` (broker-assigned) or
 ``CompletingRebalance`` until the leader's SyncGroup (client-assigned). A known member
 rejoining a ``Stable`` group unchanged gets its current generation without a rebalance
@@ -129,6 +133,11 @@ class Group:
     protocol: str | None = None
     #: static members: group.instance.id -> member id
     static: dict = field(default_factory=dict)
+    #: the end (monotonic) of the current window of the initial rebalance delay of a
+    #: group that was empty (``group.initial.rebalance.delay.ms``); 0 outside one
+    initial_until: float = 0.0
+    #: whether a new member joined during the current window (another one follows)
+    joined_in_delay: bool = False
 
     def protocol_type(self) -> str | None:
         """The protocol type of its members (None: sparklog's own, broker-assigned)."""
@@ -153,11 +162,13 @@ class GroupCoordinator:
     """
 
     def __init__(self, loop, partition_counts, *, min_session_ms: int = 100,
-                 max_session_ms: int = 1800000, coordinators=None):
+                 max_session_ms: int = 1800000, initial_rebalance_delay_ms: int = 0,
+                 coordinators=None):
         self.loop = loop
         self.partition_counts = partition_counts
         self.min_session_ms = min_session_ms
         self.max_session_ms = max_session_ms
+        self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self.coordinators = coordinators or LocalCoordinators(-1)
         self.groups: dict[str, Group] = {}
         self._expiry = loop.create_task(self._expire_loop(), name="group-expiry")
@@ -260,6 +271,8 @@ class GroupCoordinator:
                 instance_id=group_instance_id)
             if group_instance_id is not None:
                 group.static[group_instance_id] = member_id
+            if group.initial_until:
+                group.joined_in_delay = True  # the initial delay waits once more
         member_id = member.member_id
         member.topics = sorted(set(topics))
         member.protocols = protocols
@@ -401,22 +414,58 @@ class GroupCoordinator:
                    for p in range(group.counts.get(t, 0)))
 
     def _prepare(self, group: Group) -> None:
+        """Start a rebalance: ``PreparingRebalance`` until every member has rejoined or
+        the largest rebalance timeout has passed. The first rebalance of an empty group
+        waits ``group.initial.rebalance.delay.ms`` first (Kafka's InitialDelayedJoin),
+        and again after each window in which a new member joined, until no new member
+        comes in a window or the rebalance timeout (at least the delay) has passed."""
         if group.state == PREPARING:
             return
         if group.state == COMPLETING:  # the leader's assignment will not come: rejoin
             for m in group.members.values():
                 _fail(m.sync, RebalanceInProgressError(
                     f"group {group.group_id!r} is rebalancing again: rejoin"))
+        first = group.state == EMPTY
         group.state = PREPARING
         timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
-        group.deadline = time.monotonic() + timeout / 1000
+        delay = self.initial_rebalance_delay_ms if first else 0
+        group.deadline = time.monotonic() + max(timeout, delay) / 1000
         if group.timer is not None:
             group.timer.cancel()
+            group.timer = None
+        group.initial_until = 0.0
+        if delay > 0:
+            group.joined_in_delay = False
+            self._initial_window(group)
+            return
         group.timer = self.loop.call_later(timeout / 1000, self._maybe_complete, group, True)
+
+    def _initial_window(self, group: Group) -> None:
+        """One window of the initial rebalance delay: the delay, or what is left of the
+        rebalance's deadline if less."""
+        now = time.monotonic()
+        wait = min(self.initial_rebalance_delay_ms / 1000, max(group.deadline - now, 0.0))
+        group.initial_until = now + wait
+        group.timer = self.loop.call_later(wait, self._initial_window_over, group)
+
+    def _initial_window_over(self, group: Group) -> None:
+        group.timer = None
+        if group.state != PREPARING or not group.initial_until:
+            return
+        left = group.deadline - time.monotonic()
+        if group.joined_in_delay and left > 0:
+            group.joined_in_delay = False
+            self._initial_window(group)
+            return
+        group.initial_until = 0.0
+        group.timer = self.loop.call_later(max(left, 0.0), self._maybe_complete, group, True)
+        self._maybe_complete(group)
 
     def _maybe_complete(self, group: Group, due: bool = False) -> None:
         if group.state != PREPARING or group.completing:
             return
+        if group.initial_until and not due:
+            return  # in the initial rebalance delay: more members may join
         waiting = [m for m in group.members.values() if _pending(m.join)]
         if len(waiting) < len(group.members) and not due:
             return
@@ -618,6 +667,7 @@ class GroupCoordinator:
             if group.timer is not None:
                 group.timer.cancel()
                 group.timer = None
+            group.initial_until = 0.0
             group.state, group.leader, group.protocol = EMPTY, "", None
 
     def check_commit(self, group_id: str, generation_id: int, member_id: str, *,

@@ -13,7 +13,9 @@
 
 The first start listens on a free port chosen by the OS (no race: the port is read
 from the broker's "listening on" line); restarts reuse it. ``extra_args`` are added to
-the command line (``["--override", "log.segment.bytes=4096"]``); ``env`` adds to (or, a
+the command line (``["--override", "log.segment.bytes=4096"]``), after
+:data:`TEST_OVERRIDES` (``group.initial.rebalance.delay.ms=0``), which they may
+override; ``env`` adds to (or, a
 None value, removes from) the process's environment (``HADOOP_CONF_DIR``...); ``source``
 runs the sparklog of another checkout (a benchmark's baseline). The broker's log
 (stderr) goes to ``log_path`` (a temporary file if not given): :meth:`log_text` reads it.
@@ -33,6 +35,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+
+#: given to every test broker process before its ``extra_args`` (which may override
+#: them): no initial rebalance delay, as Kafka's own integration tests set it (a group's
+#: first members would each wait Kafka's default 3 s for more)
+TEST_OVERRIDES = ("--override", "group.initial.rebalance.delay.ms=0")
 
 
 class BrokerProcess:
@@ -81,7 +88,7 @@ class BrokerProcess:
         """The command line that starts the broker."""
         return [sys.executable, "-m", "sparklog.cli.main", "--log-level", self.log_level,
                 "broker", "start", "--storage", self.storage_uri,
-                "--listen", f"{self.host}:{self.port}", *self.extra_args]
+                "--listen", f"{self.host}:{self.port}", *TEST_OVERRIDES, *self.extra_args]
 
     def start(self) -> "BrokerProcess":
         """Start the process and wait until it answers ApiVersions."""
