@@ -161,6 +161,21 @@ class CoordinationStore(abc.ABC):
         """Give up leadership (controlled shutdown); no-op if ``broker_id`` does not
         lead the partition."""
 
+    def release_leaderships(self, partitions, broker_id: int) -> dict:
+        """:meth:`release_leadership` of every ``(topic, partition)`` of ``partitions``
+        (a broker's stop: all it led); returns ``{(topic, partition): error}`` of those
+        that failed (SparklogError), the others being released. The default releases
+        one after another; stores override it to release them together."""
+        from ..errors import SparklogError
+
+        failed = {}
+        for topic, partition in partitions:
+            try:
+                self.release_leadership(topic, partition, broker_id)
+            except SparklogError as exc:
+                failed[(topic, partition)] = exc
+        return failed
+
     # --- idempotent producers ---------------------------------------------------------------
     @abc.abstractmethod
     def allocate_producer_ids(self, count: int) -> int:
@@ -214,29 +229,36 @@ class CoordinationStore(abc.ABC):
         which starts a record of its epoch; otherwise the record only moves forward, and
         only while it is the same epoch's (a fenced old leader's late record, or one for
         a topic deleted meanwhile, is dropped). Written only when it changes."""
-        name = self._log_ends_name(topic)
-        key = str(partition)
+        self.record_log_ends(topic, {partition: LogEnd(leader_epoch, end_offset)},
+                             opening=opening)
 
-        def wanted(doc: dict):
-            entry = doc.get(key)
+    def record_log_ends(self, topic: str, ends: dict[int, LogEnd], *,
+                        opening: bool = False) -> None:
+        """:meth:`record_log_end` of several partitions of ``topic`` (``ends``:
+        partition -> its leader's :class:`LogEnd`) in one write of the topic's
+        document, the same rules applying to each: a broker's stop records all its
+        closed logs' ends with one write per topic instead of one per partition."""
+        name = self._log_ends_name(topic)
+
+        def wanted(doc: dict, partition: int, new: LogEnd):
+            entry = doc.get(str(partition))
             if isinstance(entry, list) and len(entry) == 2:
                 epoch, end = int(entry[0]), int(entry[1])
-                if epoch > leader_epoch or (not opening and epoch < leader_epoch):
+                if epoch > new.leader_epoch or (not opening and epoch < new.leader_epoch):
                     return None
-                if epoch == leader_epoch and end >= end_offset:
+                if epoch == new.leader_epoch and end >= new.end_offset:
                     return None
             elif not opening:
                 return None
-            return [leader_epoch, end_offset]
+            return [new.leader_epoch, new.end_offset]
 
-        if wanted(self.read_document(name)) is None:
+        def changes(doc: dict) -> dict:
+            return {str(p): entry for p, new in ends.items()
+                    if (entry := wanted(doc, p, new)) is not None}
+
+        if not ends or not changes(self.read_document(name)):
             return
-
-        def change(doc: dict) -> dict:
-            entry = wanted(doc)
-            return doc if entry is None else {**doc, key: entry}
-
-        self.update_document(name, change)
+        self.update_document(name, lambda doc: {**doc, **changes(doc)})
 
     def forget_log_ends(self, topic: str) -> None:
         """Drop the topic's :class:`LogEnd` records (the topic is deleted: a topic

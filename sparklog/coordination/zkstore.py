@@ -280,6 +280,22 @@ class ZkCoordinationStore(CoordinationStore):
             return
         self.controlled_shutdown(broker_id)
 
+    def release_leaderships(self, partitions, broker_id: int) -> dict:
+        """One :meth:`controlled_shutdown` when ``broker_id`` leads any of
+        ``partitions`` (the controller moves them all at once), not one look per
+        partition."""
+        from ..errors import SparklogError
+
+        led = [(t, p) for t, p in partitions
+               if (s := self.view.state(t, p)) is not None and s.leader == broker_id]
+        if not led:
+            return {}
+        try:
+            self.controlled_shutdown(broker_id)
+        except SparklogError as exc:
+            return {tp: exc for tp in led}
+        return {}
+
     def controlled_shutdown(self, broker_id: int, timeout_s: float = 10.0) -> bool:
         """Ask the controller to move every leadership of ``broker_id`` to other live
         brokers, and wait until the view shows it leads nothing (Kafka's controlled

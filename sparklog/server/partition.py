@@ -726,8 +726,9 @@ class PartitionWriter:
             or self._sync_running > 0
 
     # --- closing --------------------------------------------------------------------------------
-    async def close(self) -> None:
-        """Drain queued requests, sync, snapshot the producer state, close the log."""
+    async def close(self, pool=None) -> None:
+        """Drain queued requests, sync, snapshot the producer state, close the log;
+        the blocking part runs on ``pool`` (default: the broker's I/O threads)."""
         if self._closing:
             await asyncio.shield(self._task)
             return
@@ -746,7 +747,7 @@ class PartitionWriter:
             finally:
                 self.log.close()
 
-        await self.loop.run_in_executor(self.pool, finish)
+        await self.loop.run_in_executor(pool or self.pool, finish)
 
     async def abandon(self) -> None:
         """Stop for a topic being deleted: queued requests are answered as
