@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.support.kafkaconn import start_with_kafka_listener
+from tests.support.kafkaconn import create_with_librdkafka, start_with_kafka_listener
 
 pytest.importorskip("pyspark", reason="pyspark is not installed")
 pytest.importorskip("chispa", reason="chispa is not installed")
@@ -49,13 +49,9 @@ def _start(root) -> EmbeddedBroker:
 def broker(tmp_path_factory):
     """A broker with a Kafka listener; TOPIC written through it by librdkafka (explicit
     partitions, CreateTime timestamps, keys, null keys, headers, lz4 batches)."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     b = _start(tmp_path_factory.mktemp("kafka-listener-spark"))
     kafka_address = b.broker.listener_addresses["KAFKA"]
-    admin = AdminClient({"bootstrap.servers": kafka_address})
-    for future in admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)]).values():
-        future.result(60)
+    create_with_librdkafka(kafka_address, TOPIC, PARTITIONS)
     producer = confluent_kafka.Producer({"bootstrap.servers": kafka_address, "acks": "all",
                                          "enable.idempotence": True, "linger.ms": 5,
                                          "compression.type": "lz4"})
@@ -108,15 +104,6 @@ def test_kafka_source_on_the_kafka_listener_gives_the_sparklog_rows(kafka_source
     assert_same(by_time["sparklog"], by_time["kafka"])
 
 
-def _create(kafka_address: str, topic: str) -> None:
-    """Create ``topic`` (PARTITIONS) with librdkafka's admin through ``kafka_address``."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": kafka_address})
-    for future in admin.create_topics([NewTopic(topic, PARTITIONS, 1)]).values():
-        future.result(60)
-
-
 def _sink_then_read_back(spark, kafka_address: str, sparklog_address: str, topic: str,
                          client: dict[str, str] | None = None):
     """A batch ``df.write.format("kafka")`` through ``kafka_address`` writes keyed,
@@ -148,7 +135,7 @@ def test_kafka_sink_writes_through_the_kafka_listener_and_sparklog_reads_the_row
     ``format("sparklog")`` on the sparklog listener reads back, and ``format("kafka")``
     on the Kafka listener reads the same (:func:`_sink_then_read_back`)."""
     kafka_address = broker.broker.listener_addresses["KAFKA"]
-    _create(kafka_address, "written-by-spark")
+    create_with_librdkafka(kafka_address, "written-by-spark", PARTITIONS)
     _sink_then_read_back(kafka_source, kafka_address, broker.address, "written-by-spark")
 
 
@@ -162,7 +149,7 @@ def test_kafka_sink_and_source_across_a_cluster(kafka_source, cluster):  # noqa:
     kafka_addresses = {i: b.kafka_address for i, b in cluster.brokers.items()}
     spark = kafka_source
     topic = "written-across-the-cluster"
-    _create(kafka_addresses[1], topic)
+    create_with_librdkafka(kafka_addresses[1], topic, PARTITIONS)
     _sink_then_read_back(spark, kafka_addresses[1], cluster.bootstrap, topic)
     assert {cluster.leader_of(topic, p) for p in range(PARTITIONS)} == {1, 2, 3}
     again = (spark.read.format("kafka").option("kafka.bootstrap.servers", kafka_addresses[2])
