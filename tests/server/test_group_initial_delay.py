@@ -11,7 +11,10 @@ import time
 
 import pytest
 
+from sparklog.errors import InvalidConfigError
 from sparklog.protocol import ApiKey, Connection
+from sparklog.server.config import BrokerConfig
+from sparklog.server.embedded import EmbeddedBroker
 from tests.support.kafkaconn import create_with_librdkafka, start_with_kafka_listener, topic_name
 from tests.support.waiting import wait_until
 from tests.support.wire import create
@@ -160,3 +163,13 @@ def test_a_broker_assigned_group_waits_the_delay_too_and_a_new_member_extends_it
                                                                                 [[1], [0]])
     # two windows: the one a's join opened, and the one b's join during it added
     assert took["a"] >= 2 * DELAY_MS / 1000, took
+
+
+def test_the_default_is_kafkas_an_embedded_broker_sets_0_and_a_negative_one_is_refused(
+        storage_root):
+    assert BrokerConfig.from_props({}).group_initial_rebalance_delay_ms == 3000
+    assert EmbeddedBroker(storage_root).config.group_initial_rebalance_delay_ms == 0
+    assert EmbeddedBroker(storage_root, {"group.initial.rebalance.delay.ms": "250"}) \
+        .config.group_initial_rebalance_delay_ms == 250
+    with pytest.raises(InvalidConfigError, match="group.initial.rebalance.delay.ms"):
+        BrokerConfig.from_props({"group.initial.rebalance.delay.ms": "-1"})
