@@ -241,14 +241,20 @@ BROKEN = {  # name: (file, edit, expected message, number of problems)
 }
 
 
-@pytest.mark.parametrize("case", sorted(BROKEN))
-def test_check_config_detects(case, tmp_path):
-    name, edit, message, count = BROKEN[case]
+def _check_edited_kit(tmp_path: Path, name: str, edit) -> subprocess.CompletedProcess:
+    """check-config on a copy of the kit (``tmp_path/hadoop-ha``) whose file ``name``
+    was rewritten by ``edit``."""
     root = tmp_path / "hadoop-ha"
     shutil.copytree(DEPLOY, root)
     target = root / name
     target.write_text(edit(target.read_text()))
-    result = check_config(root)
+    return check_config(root)
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_check_config_detects(case, tmp_path):
+    name, edit, message, count = BROKEN[case]
+    result = _check_edited_kit(tmp_path, name, edit)
     lines = result.stdout.splitlines()
     assert result.returncode == 1, result.stdout
     assert all(line.startswith("check-config: ") for line in lines), lines
@@ -353,10 +359,7 @@ def test_check_config_sizes_the_cluster_for_partitions(case, tmp_path):
     capacity planning (warnings: exit status 0)."""
     name, edit, expected, code = SIZING[case]
     root = tmp_path / "hadoop-ha"
-    shutil.copytree(DEPLOY, root)
-    target = root / name
-    target.write_text(edit(target.read_text()))
-    result = check_config(root)
+    result = _check_edited_kit(tmp_path, name, edit)
     lines = result.stdout.splitlines()
     assert result.returncode == code, lines
     if code:
