@@ -390,9 +390,20 @@ def _split(members: list[Member]) -> bool:
         set().union(*sets) == set(range(PARTITIONS))
 
 
+def _stop_and_wait_consumed(producing: Producing, members: list[Member]) -> set:
+    """Stop ``producing`` and wait until ``members`` consumed every record it had
+    acknowledged; return those."""
+    acked = producing.stop()
+    wait_until(lambda: {r for m in members for r in m.consumed} >= acked, timeout=90,
+               what="every acknowledged record consumed")
+    return acked
+
+
 def _assert_consumed_once_by_one_owner_at_a_time(members: list[Member], acked: set) -> None:
-    """No record delivered twice, every acknowledged one delivered, and no partition
-    owned by two members at overlapping times."""
+    """No member saw an error, no record delivered twice, every acknowledged one
+    delivered, and no partition owned by two members at overlapping times."""
+    for m in members:
+        assert not m.errors, (m.name, m.errors)
     consumed = [r for m in members for r in m.consumed]
     twice = sorted({r for r in consumed if consumed.count(r) > 1})
     assert not twice, f"{len(twice)} records consumed twice, first {twice[:10]}"
@@ -430,15 +441,11 @@ def test_cooperative_sticky_members_never_share_a_partition(kafka_address):
         members.pop().stop()
         wait_until(lambda: _split(members), timeout=90,
                    what="two cooperative members taking the third's partitions")
-        acked = producing.stop()
-        wait_until(lambda: {r for m in everyone for r in m.consumed} >= acked, timeout=90,
-                   what="every acknowledged record consumed")
+        acked = _stop_and_wait_consumed(producing, everyone)
     finally:
         producing.halt.set()
         for m in members:
             m.stop()
-    for m in everyone:
-        assert not m.errors, (m.name, m.errors)
     _assert_consumed_once_by_one_owner_at_a_time(everyone, acked)
 
 
@@ -474,17 +481,13 @@ def test_a_static_member_restarting_within_its_session_disturbs_no_one(kafka_add
         restarted.start()
         wait_until(lambda: restarted.partitions() == had, timeout=60,
                    what=f"the restarted static member getting {sorted(had)} back")
-        acked = producing.stop()
-        wait_until(lambda: {r for m in everyone for r in m.consumed} >= acked, timeout=90,
-                   what="every acknowledged record consumed")
+        acked = _stop_and_wait_consumed(producing, everyone)
         assert [m.events for m in members[:2]] == events  # no rebalance reached them
         assert _split(members)
     finally:
         producing.halt.set()
         for m in members:
             m.stop()
-    for m in everyone:
-        assert not m.errors, (m.name, m.errors)
     _assert_consumed_once_by_one_owner_at_a_time(everyone, acked)
 
 
