@@ -53,16 +53,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
+from tests.support.processes import threads_of  # noqa: E402
+
 RECORD = b"r" * 100
-
-
-def threads_of(pid: int) -> int:
-    """The thread count of process ``pid`` (``Threads:`` of /proc/<pid>/status)."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("Threads:"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no Threads line for pid {pid}")
 
 
 def datanode_threads(cluster) -> str:

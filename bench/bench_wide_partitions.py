@@ -52,18 +52,9 @@ from sparklog.clients.admin import Admin  # noqa: E402
 from sparklog.clients.producer import Producer  # noqa: E402
 from tests.support.brokerproc import BrokerProcess  # noqa: E402  (the tests' broker process)
 from tests.support.hdfscluster import HdfsCluster  # noqa: E402  (the tests' HDFS cluster)
-from tests.support.processes import rss_bytes  # noqa: E402
+from tests.support.processes import rss_bytes, threads_of  # noqa: E402
 
 RECORD = b"v" * 100
-
-
-def threads_of(pid: int) -> int:
-    """The thread count of process ``pid`` (``Threads:`` of /proc/<pid>/status)."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("Threads:"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no Threads line for pid {pid}")
 
 
 def sample(broker: BrokerProcess, cluster: HdfsCluster) -> dict:

@@ -143,13 +143,27 @@ def context_switches(pid: int) -> int:
     return 0
 
 
-def rss_bytes(pid) -> int:
-    """Resident memory of process ``pid`` in bytes (0 when /proc does not say)."""
+def _status_field(pid, name: str) -> int | None:
+    """The first number of the ``name:`` line of /proc/<pid>/status (None if absent)."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
+            if line.startswith(name + ":"):
+                return int(line.split()[1])
+    return None
+
+
+def rss_bytes(pid) -> int:
+    """Resident memory of process ``pid`` in bytes (0 when /proc does not say)."""
+    kib = _status_field(pid, "VmRSS")
+    return 0 if kib is None else kib * 1024
+
+
+def threads_of(pid) -> int:
+    """The thread count of process ``pid`` (``Threads:`` of /proc/<pid>/status)."""
+    count = _status_field(pid, "Threads")
+    if count is None:
+        raise RuntimeError(f"no Threads line for pid {pid}")
+    return count
 
 
 @dataclass(frozen=True)
