@@ -145,3 +145,27 @@ def test_webhdfs_keeps_the_recursive_create_for_partition_files():
     assert WebHdfsFileIO.non_recursive_create is False
     assert WebHdfsFileIO("webhdfs://127.0.0.1:9/r").in_existing_dir() is True
     assert LocalFileIO.non_recursive_create is True
+
+
+def test_on_hdfs_a_stale_writer_rolling_after_the_rename_goes_offline_and_creates_nothing(
+        hdfs_env, request):
+    # on HDFS a stream outlives the rename of its directory (its lease is the file's, not
+    # the path's), so the roll reaches the create of the next segment: refused
+    from sparklog.storage import open_fileio
+
+    root = f"{hdfs_env.hdfs_uri}/stale-writer/{request.node.name}"
+    fio = open_fileio(root)
+    pdir = fio.join(root, "topics", "orders", "0")
+    plog = PartitionLog.open(fio, pdir)
+    try:
+        fill(plog)
+        moved = retire(fio, root)
+        with pytest.raises(StorageFileNotFoundError, match="does not exist"):
+            plog.roll()
+        assert "partition directory vanished" in str(plog.offline)
+        assert plog.offline is not None
+        assert_nothing_came_back(fio, root)
+        assert fio.exists(fio.join(moved, "00000000000000000000.log"))
+    finally:
+        plog.release_abandoned()
+        fio.delete(root, recursive=True)
