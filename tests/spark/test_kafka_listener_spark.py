@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
+import uuid
 
 import pytest
 
@@ -158,12 +159,18 @@ def test_kafka_sink_and_source_across_a_cluster(kafka_source, cluster):  # noqa:
 
 
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
-def test_kcat_records_read_by_spark_from_storage_without_a_broker(sl_spark, tmp_path):
-    """kcat writes keyed lines with headers through the Kafka listener; the broker
-    stops; format("sparklog") with the ``path`` option reads them from the storage root:
-    the same keys, values, headers and offsets as kcat's own consumer saw."""
-    root = tmp_path / "log"
-    root.mkdir()
+@pytest.mark.parametrize("storage", ["file", "hdfs"])
+def test_kcat_records_read_by_spark_from_storage_without_a_broker(sl_spark, tmp_path,
+                                                                  request, storage):
+    """kcat writes keyed lines with headers through the Kafka listener of a broker whose
+    storage root is local or in HDFS (the run's HDFS cluster); the broker stops;
+    format("sparklog") with the ``path`` option reads them from the storage root: the
+    same keys, values, headers and offsets as kcat's own consumer saw."""
+    if storage == "hdfs":
+        root = f"{request.getfixturevalue('hdfs_env').hdfs_uri}/kcat-{uuid.uuid4().hex[:8]}"
+    else:
+        (tmp_path / "log").mkdir()
+        root = (tmp_path / "log").as_uri()
     b = _start(root)
     try:
         address = b.broker.listener_addresses["KAFKA"]
@@ -177,7 +184,7 @@ def test_kcat_records_read_by_spark_from_storage_without_a_broker(sl_spark, tmp_
     finally:
         b.stop()
     assert seen == [f"{i} key{i} line {i}" for i in range(50)]
-    df = load(sl_spark, root.as_uri(), subscribe="kc", includeHeaders="true")
+    df = load(sl_spark, root, subscribe="kc", includeHeaders="true")
     rows = sorted(df.select(F.col("offset"), F.col("key").cast("string").alias("k"),
                             F.col("value").cast("string").alias("v"), "partition",
                             "headers").collect(), key=lambda r: r["offset"])

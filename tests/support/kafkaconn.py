@@ -32,11 +32,11 @@ from .wire import read_exactly
 
 
 def start_with_kafka_listener(root, **props) -> EmbeddedBroker:
-    """A started embedded broker on the local directory ``root`` with a sparklog listener
-    (PLAINTEXT) and a Kafka listener (KAFKA, its address in
-    ``broker.broker.listener_addresses["KAFKA"]``); ``props`` add broker properties
-    (Kafka's names, ``_`` for ``.``)."""
-    return EmbeddedBroker(root.as_uri(), {
+    """A started embedded broker on ``root`` (a local directory, or a storage URI such as
+    an ``hdfs://`` one) with a sparklog listener (PLAINTEXT) and a Kafka listener (KAFKA,
+    its address in ``broker.broker.listener_addresses["KAFKA"]``); ``props`` add broker
+    properties (Kafka's names, ``_`` for ``.``)."""
+    return EmbeddedBroker(root if isinstance(root, str) else root.as_uri(), {
         "listeners": "PLAINTEXT://127.0.0.1:0,KAFKA://127.0.0.1:0",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,KAFKA:PLAINTEXT",
         "kafka.listener.names": "KAFKA",
