@@ -222,6 +222,9 @@ REQUESTS: dict[int, dict] = {
         # the leader's: each member's assignment and the topic-partitions it gives
         "assignments": Opt([{"member_id": str, "assignment": bytes,
                              "partitions": Opt(_TOPIC_PARTITIONS, [])}], []),
+        # when given, the group's (else InconsistentGroupProtocol)
+        "protocol_type": Opt(str, None),
+        "protocol_name": Opt(str, None),
     },
     ApiKey.HEARTBEAT: {
         "group_id": str,
@@ -369,11 +372,14 @@ RESPONSES: dict[int, dict] = {
         "member_protocols": Opt([{"member_id": str, "group_instance_id": Opt(str, None),
                                   "metadata": bytes}], []),
     }),
-    ApiKey.SYNC_GROUP: _with_err({"assignment": Opt(bytes, b"")}),
+    ApiKey.SYNC_GROUP: _with_err({"assignment": Opt(bytes, b""),
+                                  "protocol_type": Opt(str, None),
+                                  "protocol_name": Opt(str, None)}),
     ApiKey.HEARTBEAT: dict(_ERR),
     ApiKey.LEAVE_GROUP: dict(_ERR),
     ApiKey.LIST_GROUPS: _with_err({
-        "groups": [{"group_id": str, "state": str}],
+        "groups": [{"group_id": str, "state": str,
+                    "protocol_type": Opt(str, "consumer")}],  # Kafka's, e.g. connect
     }),
     ApiKey.DESCRIBE_GROUPS: _with_err({
         "groups": [_with_err({

@@ -17,7 +17,12 @@ store. Two kinds of groups, as their members ask:
   unassigned in the first generation; its owner revokes it and rejoins with new
   metadata, which starts the second) need nothing more: a rejoin with changed metadata
   always rebalances. The members of one group share a protocol type and a protocol
-  (else InconsistentGroupProtocol).
+  (else InconsistentGroupProtocol). Any protocol type is served, as by Kafka's
+  coordinator: ``consumer`` (Kafka's consumers: their subscribed ``topics``, read from
+  the metadata by the Kafka listener, let the broker tell when the leader must assign
+  again), ``connect`` (Kafka Connect's distributed workers), ``sr`` (Schema Registry's
+  leader election) or another; the broker reads nothing of the other types' metadata
+  (their ``topics`` are empty).
 
 Life of a group: ``Empty`` -> a JoinGroup moves it to ``PreparingRebalance``; the
 rebalance completes when every known member has rejoined or the largest rebalance
@@ -30,7 +35,7 @@ generation is bumped and the group is ``Stable`` (broker-assigned) or
 ``CompletingRebalance`` until the leader's SyncGroup (client-assigned). A known member
 rejoining a ``Stable`` group unchanged gets its current generation without a rebalance
 (Kafka's rule: not the leader, the same subscription, or the same protocols and
-metadata). Members keep their session alive with Heartbeat; a heartbeat during a
+metadata; the leader of a ``consumer`` group too, unless the partitions changed). Members keep their session alive with Heartbeat; a heartbeat during a
 rebalance answers RebalanceInProgress (rejoin), a stale generation IllegalGeneration, an
 unknown member UnknownMemberId. A member silent for its session timeout is removed (a
 rebalance follows), as is one that sends LeaveGroup.
@@ -77,6 +82,8 @@ from .config import MAX_INT
 log = logging.getLogger(__name__)
 
 EMPTY, PREPARING, STABLE, DEAD = "Empty", "PreparingRebalance", "Stable", "Dead"
+#: the protocol type of Kafka's consumers (Kafka's ``ConsumerProtocol.PROTOCOL_TYPE``)
+CONSUMER_PROTOCOL_TYPE = "consumer"
 #: a client-assigned group between the join and its leader's SyncGroup
 COMPLETING = "CompletingRebalance"
 #: the largest JoinGroup rebalance timeout: Kafka's field is an INT32 (a consumer's
@@ -380,10 +387,12 @@ class GroupCoordinator:
         partitions rejoins with the partitions it still owns, and that rejoin starts the
         generation that hands the revoked ones out); a subscribed topic's partition
         count changed since the generation began (broker-assigned, or the rejoin of a
-        client-assigned group's leader: Kafka rebalances at every rejoin of the leader
-        so that it can reassign after such a change; here the broker sees the change
-        itself, and a leader that rejoins for nothing, as a client whose poll gave up
-        on a finished join does, does not make the group rebalance again)."""
+        client-assigned ``consumer`` group's leader: Kafka rebalances at every rejoin of
+        the leader so that it can reassign after such a change; here the broker sees
+        the change itself, and a leader that rejoins for nothing, as a client whose
+        poll gave up on a finished join does, does not make the group rebalance again);
+        any rejoin of the leader of a group of another protocol type (Kafka's rule: the
+        broker reads nothing of their metadata and cannot tell what changed)."""
         if group.completing or member.response is None or _pending(member.join):
             return None
         if member.protocols is not None:
@@ -392,6 +401,8 @@ class GroupCoordinator:
             if group.state == COMPLETING or member.member_id != group.leader:
                 member.last_seen = time.monotonic()
                 return dict(member.response)
+            if member.protocol_type != CONSUMER_PROTOCOL_TYPE:
+                return None
         elif group.state != STABLE or sorted(set(topics)) != member.topics:
             return None
         generation = group.generation
@@ -561,13 +572,17 @@ class GroupCoordinator:
     # --- sync -------------------------------------------------------------------------------
     async def sync(self, group_id: str, generation_id: int, member_id: str,
                    assignments: list | None = None, *,
-                   group_instance_id: str | None = None) -> bytes:
+                   group_instance_id: str | None = None, protocol_type: str | None = None,
+                   protocol_name: str | None = None) -> bytes:
         """SyncGroup of a client-assigned group: the leader's ``assignments``
-        ([{member_id, assignment, partitions}]: the bytes, and the topic-partitions they
-        give, ``[{name, partitions}]``, for DescribeGroups and the leader's rejoin; a
-        member it leaves out gets empty bytes) are stored verbatim and answered to
+        ([{member_id, assignment, partitions}]: the bytes, and, of a ``consumer``
+        group, the topic-partitions they give, ``[{name, partitions}]``, for
+        DescribeGroups and the leader's rejoin; a member it leaves out gets empty
+        bytes) are stored verbatim and answered to
         every member of the generation; a follower waits for them. In a ``Stable``
-        group, the member's current assignment (the leader's are ignored)."""
+        group, the member's current assignment (the leader's are ignored). A
+        ``protocol_type`` or ``protocol_name`` given (SyncGroup v5+) must be the group's
+        (else InconsistentGroupProtocol, as Kafka's)."""
         group, member = self._member(group_id, member_id, group_instance_id)
         if member.protocols is None:
             raise InconsistentGroupProtocolError(
@@ -577,16 +592,23 @@ class GroupCoordinator:
             raise RebalanceInProgressError(
                 f"group {group_id!r} is rebalancing: rejoin (generation {group.generation})")
         self._check_generation(group, generation_id)
+        for what, named, own in (("protocol type", protocol_type, group.protocol_type()),
+                                 ("protocol", protocol_name, group.protocol)):
+            if named is not None and named != own:
+                raise InconsistentGroupProtocolError(
+                    f"group {group_id!r}: SyncGroup names {what} {named!r}; the group's "
+                    f"generation {group.generation} has {own!r}")
         member.last_seen = time.monotonic()
         if group.state == STABLE:
             return member.assigned
         if member_id == group.leader:
             given = {a["member_id"]: a for a in assignments or []}
+            consumers = group.protocol_type() == CONSUMER_PROTOCOL_TYPE
             for mid, m in group.members.items():
                 a = given.get(mid, {})
                 m.assigned = bytes(a.get("assignment", b""))
                 m.assignment = sorted((t["name"], p) for t in a.get("partitions") or []
-                                      for p in t["partitions"])
+                                      for p in t["partitions"]) if consumers else []
             group.state = STABLE
             log.info("group %s: generation %d assigned by its leader %s", group_id,
                      group.generation, member_id)
@@ -602,6 +624,14 @@ class GroupCoordinator:
             return await future
         finally:
             member.last_seen = time.monotonic()
+
+    def protocol(self, group_id: str) -> tuple[str | None, str | None]:
+        """(protocol type, protocol) of a client-assigned group's generation; (None,
+        None) for a group of sparklog's own consumers or one not known here."""
+        group = self.groups.get(group_id)
+        if group is None or group.protocol_type() is None:
+            return None, None
+        return group.protocol_type(), group.protocol
 
     # --- heartbeat, leave, commit checks ---------------------------------------------------
     def _member(self, group_id: str, member_id: str,

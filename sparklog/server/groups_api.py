@@ -24,7 +24,7 @@ from ..metadata import validate_partition
 from ..names import validate_group_id
 from ..protocol.apis import COORDINATOR_KEY_GROUP, NO_OFFSET, ApiKey
 from ..protocol.codec import error_fields
-from .group import EMPTY, GroupCoordinator
+from .group import CONSUMER_PROTOCOL_TYPE, EMPTY, GroupCoordinator
 
 _OK = {"error_code": 0, "error_message": ""}
 
@@ -100,12 +100,15 @@ class GroupApis:
             group_instance_id=body.get("group_instance_id"))
 
     async def sync_group(self, body, ctx) -> dict:
-        """SyncGroup (client-assigned groups): the leader's assignment of the member."""
+        """SyncGroup (client-assigned groups): the leader's assignment of the member,
+        with the group's protocol type and protocol."""
         assigned = await self.groups.sync(
             body["group_id"], body["generation_id"], body["member_id"],
             body.get("assignments") or [],
-            group_instance_id=body.get("group_instance_id"))
-        return {**_OK, "assignment": assigned}
+            group_instance_id=body.get("group_instance_id"),
+            protocol_type=body.get("protocol_type"), protocol_name=body.get("protocol_name"))
+        kind, name = self.groups.protocol(body["group_id"])
+        return {**_OK, "assignment": assigned, "protocol_type": kind, "protocol_name": name}
 
     async def heartbeat(self, body, ctx) -> dict:
         """Heartbeat: errors tell the member to rejoin."""
@@ -128,9 +131,15 @@ class GroupApis:
         return groups
 
     async def list_groups(self, body, ctx) -> dict:
-        """ListGroups: groups with members here or with committed offsets."""
+        """ListGroups: groups with members here or with committed offsets, with their
+        protocol type (the members' for Kafka's classic protocol, ``connect`` for Kafka
+        Connect's workers; ``consumer`` for the others: sparklog's own consumers and
+        groups that only have committed offsets)."""
         groups = await self._known_groups()
-        return {**_OK, "groups": [{"group_id": g, "state": s} for g, s in sorted(groups.items())]}
+        return {**_OK, "groups": [
+            {"group_id": g, "state": s,
+             "protocol_type": self.groups.protocol(g)[0] or CONSUMER_PROTOCOL_TYPE}
+            for g, s in sorted(groups.items())]}
 
     async def _describe(self, group_id: str, known: dict) -> dict:
         """The DescribeGroups item of one group (raises for a bad group id)."""

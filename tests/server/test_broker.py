@@ -355,7 +355,8 @@ def test_groups_join_assign_heartbeat_commit(broker, conn):
     desc = conn.request(ApiKey.DESCRIBE_GROUPS, {"groups": ["g1", "none"]})["groups"]
     assert desc[0]["state"] == "Stable" and len(desc[0]["members"]) == 2
     assert desc[1]["state"] == "Dead"
-    assert {"group_id": "g1", "state": "Stable"} in conn.request(ApiKey.LIST_GROUPS)["groups"]
+    assert {"group_id": "g1", "state": "Stable", "protocol_type": "consumer"} \
+        in conn.request(ApiKey.LIST_GROUPS)["groups"]
     # both members stop heartbeating: sessions expire after 5 s... leave instead
     conn.request(ApiKey.LEAVE_GROUP, {"group_id": "g1", "member_id": member_a})
 

@@ -4,7 +4,9 @@ leader's assignment reaches each member verbatim, so KIP-429's cooperative rebal
 moves a partition in two generations (its owner revokes it before another member gets
 it: no partition consumed by two members at once); KIP-345's static members
 (``group.instance.id``) keep their partitions across a restart without a rebalance, and
-a second member with the same instance id fences the first.
+a second member with the same instance id fences the first. The coordinator serves
+any protocol type, as Kafka's: Kafka Connect's distributed workers (``connect``) and
+Schema Registry (``sr``) form groups of opaque metadata and assignments.
 
 On the wire first (one connection per member, the requests a client would send), then
 with confluent-kafka's (librdkafka's) consumers and Java's VerifiableConsumer with the
@@ -13,6 +15,7 @@ CooperativeStickyAssignor, unchanged."""
 from __future__ import annotations
 
 import datetime
+import importlib
 import struct
 import threading
 import time
@@ -28,7 +31,8 @@ confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka
 
 PARTITIONS = 4
 #: Kafka's error codes the tests expect
-NONE, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID = 0, 25, 27, 82
+NONE, INCONSISTENT_GROUP_PROTOCOL, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS = 0, 23, 25, 27
+FENCED_INSTANCE_ID = 82
 
 
 @pytest.fixture(scope="module")
@@ -65,38 +69,51 @@ def assignment(partitions: dict[str, list[int]], user_data: bytes = b"") -> byte
 
 class WireMember:
     """One group member speaking Kafka's protocol on its own connection (JoinGroup v5,
-    SyncGroup v3, Heartbeat v3, OffsetCommit v7, LeaveGroup v3)."""
+    SyncGroup v3, Heartbeat v3, OffsetCommit v7, LeaveGroup v3), a member of
+    ``protocol_type`` (Kafka's consumers unless told). ``flexible`` sends JoinGroup v7
+    and SyncGroup v5 instead, whose answers carry the group's protocol type and
+    protocol; SyncGroup v5 names the member's protocol type and the protocol of its
+    last JoinGroup answer, as Kafka's clients do."""
 
-    def __init__(self, address: str, group: str, instance_id: str | None = None):
+    def __init__(self, address: str, group: str, instance_id: str | None = None,
+                 protocol_type: str = "consumer", flexible: bool = False):
         self.conn = KafkaConn(address)
         self.group = group
         self.instance_id = instance_id
+        self.protocol_type = protocol_type
+        self.join_version, self.sync_version = (7, 5) if flexible else (5, 3)
         self.member_id = ""
         self.generation = -1
+        self.protocol: str | None = None
 
     def join(self, metadata: bytes, protocol: str = "cooperative-sticky", member_id=None):
-        from kio.schema.join_group.v5.request import JoinGroupRequest, JoinGroupRequestProtocol
         from kio.static.primitive import i32Timedelta
 
-        answer = self.conn.request(11, 5, JoinGroupRequest(
+        v = self.join_version
+        request = importlib.import_module(f"kio.schema.join_group.v{v}.request")
+        answer = self.conn.request(11, v, request.JoinGroupRequest(
             group_id=self.group, member_id=self.member_id if member_id is None else member_id,
             session_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
             rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
-            group_instance_id=self.instance_id, protocol_type="consumer",
-            protocols=(JoinGroupRequestProtocol(name=protocol, metadata=metadata),)))
+            group_instance_id=self.instance_id, protocol_type=self.protocol_type,
+            protocols=(request.JoinGroupRequestProtocol(name=protocol, metadata=metadata),)))
         if answer.error_code == NONE:
             self.member_id, self.generation = answer.member_id, answer.generation_id
+            self.protocol = answer.protocol_name
         return answer
 
     def sync(self, assignments: dict[str, bytes] | None = None, member_id=None):
-        from kio.schema.sync_group.v3.request import SyncGroupRequest, SyncGroupRequestAssignment
         from kio.static.primitive import i32
 
-        return self.conn.request(14, 3, SyncGroupRequest(
+        v = self.sync_version
+        request = importlib.import_module(f"kio.schema.sync_group.v{v}.request")
+        protocol = {"protocol_type": self.protocol_type,
+                    "protocol_name": self.protocol} if v >= 5 else {}
+        return self.conn.request(14, v, request.SyncGroupRequest(
             group_id=self.group, generation_id=i32(self.generation),
             member_id=self.member_id if member_id is None else member_id,
-            group_instance_id=self.instance_id,
-            assignments=tuple(SyncGroupRequestAssignment(member_id=m, assignment=a)
+            group_instance_id=self.instance_id, **protocol,
+            assignments=tuple(request.SyncGroupRequestAssignment(member_id=m, assignment=a)
                               for m, a in (assignments or {}).items())))
 
     def heartbeat(self, member_id=None) -> int:
@@ -261,6 +278,136 @@ def test_a_static_member_restarting_keeps_its_assignment_and_fences_its_old_id(k
     finally:
         old.close()
         new.close()
+
+
+def _describe(conn: KafkaConn, group: str):
+    from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+
+    return conn.request(15, 5, DescribeGroupsRequest(
+        groups=(group,), include_authorized_operations=False)).groups[0]
+
+
+def _listed(conn: KafkaConn, group: str):
+    from kio.schema.list_groups.v4.request import ListGroupsRequest
+
+    return next(g for g in conn.request(16, 4, ListGroupsRequest(states_filter=())).groups
+                if g.group_id == group)
+
+
+def test_a_connect_group_gets_its_workers_metadata_and_assignments_verbatim(kafka_address):
+    """Kafka Connect's distributed workers on the wire (protocol type ``connect``, as
+    Kafka's coordinator serves any): the broker reads nothing of their metadata (bytes
+    that are no consumer subscription), the leader gets every worker's verbatim and
+    SyncGroup hands each the leader's bytes, answering the group's protocol type and
+    protocol; a worker joining rebalances, and so does a rejoin of the leader that
+    changes nothing (Kafka's rule, kept for every type but ``consumer``: the broker
+    cannot tell what changed); DescribeGroups and ListGroups show the type."""
+    group = f"connect-cluster-{uuid.uuid4().hex[:8]}"
+    a, b, c = (WireMember(kafka_address, group, protocol_type="connect", flexible=True)
+               for _ in range(3))
+    # a Connect worker's metadata starts with its version (0-2); -1 is no consumer's
+    meta = {w: struct.pack(">h", -1) + f"worker {n} at http://127.0.0.1:{8083 + n}".encode()
+            for n, w in enumerate((a, b, c))}
+    pool = ThreadPoolExecutor(3)
+    try:
+        first = a.join(meta[a], protocol="sessioned")
+        assert first.error_code == NONE and first.leader == a.member_id
+        assert (first.protocol_type, first.protocol_name) == ("connect", "sessioned")
+        assert [(m.member_id, m.metadata) for m in first.members] == [(a.member_id, meta[a])]
+        synced = a.sync({a.member_id: b"\x00\x01 all tasks: a"})
+        assert synced.error_code == NONE and synced.assignment == b"\x00\x01 all tasks: a"
+        assert (synced.protocol_type, synced.protocol_name) == ("connect", "sessioned")
+
+        # b joins: a rejoins, unchanged, and gets both workers' metadata
+        b_join = pool.submit(b.join, meta[b], "sessioned")
+        wait_until(lambda: a.heartbeat() == REBALANCE_IN_PROGRESS, what="b's rebalance")
+        second, b_second = a.join(meta[a], protocol="sessioned"), b_join.result(30)
+        assert second.error_code == NONE == b_second.error_code
+        assert second.generation_id == b_second.generation_id == first.generation_id + 1
+        assert second.leader == a.member_id == b_second.leader and not b_second.members
+        assert {m.member_id: m.metadata for m in second.members} == {
+            a.member_id: meta[a], b.member_id: meta[b]}
+        given = {a.member_id: b"\x00\x01 connector x", b.member_id: b"\x00\x01 task x-0"}
+        b_sync = pool.submit(b.sync)
+        assert a.sync(given).assignment == given[a.member_id]
+        b_synced = b_sync.result(30)
+        assert b_synced.assignment == given[b.member_id]
+        assert (b_synced.protocol_type, b_synced.protocol_name) == ("connect", "sessioned")
+
+        with KafkaConn(kafka_address) as admin:
+            described = _describe(admin, group)
+            assert (described.error_code, described.group_state, described.protocol_type,
+                    described.protocol_data) == (NONE, "Stable", "connect", "sessioned")
+            assert {m.member_id: (m.member_metadata, m.member_assignment)
+                    for m in described.members} == {
+                w.member_id: (meta[w], given[w.member_id]) for w in (a, b)}
+            listed = _listed(admin, group)
+            assert (listed.protocol_type, listed.group_state) == ("connect", "Stable")
+
+        # the leader rejoins with nothing changed: a new generation all the same
+        a_join = pool.submit(a.join, meta[a], "sessioned")
+        wait_until(lambda: b.heartbeat() == REBALANCE_IN_PROGRESS, what="the leader's rebalance")
+        third_b, third = b.join(meta[b], protocol="sessioned"), a_join.result(30)
+        assert third.generation_id == third_b.generation_id == second.generation_id + 1
+        assert len(third.members) == 2
+        b_sync = pool.submit(b.sync)
+        a.sync(given)
+        assert b_sync.result(30).assignment == given[b.member_id]
+
+        # a third worker joins: both rejoin, the leader gets the three workers' metadata
+        c_join = pool.submit(c.join, meta[c], "sessioned")
+        wait_until(lambda: a.heartbeat() == REBALANCE_IN_PROGRESS, what="c's rebalance")
+        b_join = pool.submit(b.join, meta[b], "sessioned")
+        fourth, fourth_b, fourth_c = a.join(meta[a], protocol="sessioned"), \
+            b_join.result(30), c_join.result(30)
+        assert fourth.generation_id == fourth_b.generation_id == fourth_c.generation_id \
+            == third.generation_id + 1
+        assert {m.member_id: m.metadata for m in fourth.members} == {
+            w.member_id: meta[w] for w in (a, b, c)}
+        given[c.member_id] = b"\x00\x01 task x-1"
+        follower_syncs = [pool.submit(w.sync) for w in (b, c)]
+        a.sync(given)
+        assert [f.result(30).assignment for f in follower_syncs] == [
+            given[b.member_id], given[c.member_id]]
+    finally:
+        pool.shutdown(wait=False)
+        for w in (a, b, c):
+            w.close()
+
+
+def test_a_member_of_another_protocol_type_or_of_none_is_refused(kafka_address):
+    """A group's members share one protocol type (Kafka's INCONSISTENT_GROUP_PROTOCOL,
+    23, for a consumer or a Schema Registry member joining a group of Connect workers,
+    and for a JoinGroup naming no protocol type); a SyncGroup v5 naming another
+    protocol type or protocol than the group's is refused the same way. A group of
+    another type (Schema Registry's ``sr``) forms on its own."""
+    group = f"connect-cluster-{uuid.uuid4().hex[:8]}"
+    worker = WireMember(kafka_address, group, protocol_type="connect", flexible=True)
+    others = [WireMember(kafka_address, group, protocol_type=kind, flexible=True)
+              for kind in ("consumer", "sr", "")]
+    registry = WireMember(kafka_address, f"schema-registry-{uuid.uuid4().hex[:8]}",
+                          protocol_type="sr", flexible=True)
+    try:
+        assert worker.join(b"\x00\x01worker", protocol="sessioned").error_code == NONE
+        assert worker.sync({worker.member_id: b"tasks"}).assignment == b"tasks"
+        assert [o.join(subscription(["t"], {}, b""), protocol="sessioned").error_code
+                for o in others] == [INCONSISTENT_GROUP_PROTOCOL] * 3
+        worker.protocol_type = "consumer"
+        assert worker.sync().error_code == INCONSISTENT_GROUP_PROTOCOL
+        worker.protocol_type, worker.protocol = "connect", "default"
+        assert worker.sync().error_code == INCONSISTENT_GROUP_PROTOCOL
+        worker.protocol = "sessioned"
+        assert worker.sync().assignment == b"tasks"
+        assert worker.heartbeat() == NONE  # the group was not disturbed
+
+        joined = registry.join(b"\x00\x00sr leader metadata", protocol="v0")
+        assert (joined.error_code, joined.protocol_type, joined.protocol_name) == (
+            NONE, "sr", "v0")
+        assert [m.metadata for m in joined.members] == [b"\x00\x00sr leader metadata"]
+        assert registry.sync({registry.member_id: b"leader"}).assignment == b"leader"
+    finally:
+        for w in (worker, registry, *others):
+            w.close()
 
 
 # --- confluent-kafka ---------------------------------------------------------------------

@@ -27,7 +27,7 @@ from kio.schema.consumer_protocol_subscription import v3 as _sub_v3
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
-from ...errors import InvalidArgumentError, SparklogError
+from ...errors import InconsistentGroupProtocolError, InvalidArgumentError, SparklogError
 from ...format.header import NO_PRODUCER_ID
 from ...protocol.apis import REQUESTS, ApiKey, api_name
 from ...protocol.codec import error_fields
@@ -44,6 +44,7 @@ from ...protocol.kafka.entities import build, plain
 from ...protocol.schema import check
 from ...security.binding import ProducerIdBinding
 from ...security.session import principal_of
+from ..group import CONSUMER_PROTOCOL_TYPE
 from .records import batches_of_frames, client_batch
 
 log = logging.getLogger(__name__)
@@ -430,27 +431,32 @@ class KafkaApis:
     async def join_group(self, version: int, req: dict, ctx) -> dict:
         """JoinGroup: Kafka's classic protocol on the broker's coordinator (the member's
         protocols and their metadata passed untouched; the leader gets every member's
-        metadata of the chosen protocol and assigns). Only consumer groups (protocol
-        type ``consumer``) are served."""
+        metadata of the chosen protocol and assigns). Any protocol type is served, as by
+        Kafka: ``consumer`` (the subscribed topics are read from the consumer protocol's
+        metadata), ``connect``, ``sr``...; a JoinGroup without a protocol type or
+        protocols answers INCONSISTENT_GROUP_PROTOCOL, as Kafka's."""
+        kind = req.get("protocol_type") or ""
         protocols = req.get("protocols") or []
-        if req.get("protocol_type") != "consumer" or not protocols:
-            raise InvalidArgumentError(
-                f"JoinGroup: protocol type {req.get('protocol_type')!r} is not served: "
-                "only consumer groups (protocol type 'consumer')")
-        topics = subscription_topics(protocols[0]["metadata"])
+        if not kind or not protocols:
+            raise InconsistentGroupProtocolError(
+                f"JoinGroup of group {req.get('group_id')!r}: a member names its protocol "
+                f"type and at least one protocol (protocol type {kind!r}, "
+                f"{len(protocols)} protocol(s))")
+        topics = subscription_topics(protocols[0]["metadata"]) \
+            if kind == CONSUMER_PROTOCOL_TYPE else []
         answer = await self._call(ApiKey.JOIN_GROUP, {
             "group_id": req["group_id"], "member_id": req.get("member_id", ""),
             "topics": topics, "session_timeout_ms": req.get("session_timeout", 10000),
             "rebalance_timeout_ms": req.get("rebalance_timeout",
                                             req.get("session_timeout", 30000)),
-            "protocol_type": "consumer", "group_instance_id": req.get("group_instance_id"),
+            "protocol_type": kind, "group_instance_id": req.get("group_instance_id"),
             "protocols": [{"name": p["name"], "metadata": bytes(p["metadata"])}
                           for p in protocols]}, ctx)
         if answer.get("error_code"):
             return {**_err(answer), "generation_id": -1, "member_id": req.get("member_id", ""),
                     "leader": "", "protocol_name": None, "members": []}
         return {"error_code": 0, "generation_id": answer["generation_id"],
-                "protocol_type": "consumer", "protocol_name": answer.get("protocol_name"),
+                "protocol_type": kind, "protocol_name": answer.get("protocol_name"),
                 "leader": answer["leader_id"], "member_id": answer["member_id"],
                 "skip_assignment": answer.get("skip_assignment", False),
                 "members": [{"member_id": m["member_id"],
@@ -460,15 +466,19 @@ class KafkaApis:
 
     async def sync_group(self, version: int, req: dict, ctx) -> dict:
         """SyncGroup: the leader's assignment of the member, verbatim (the leader's
-        request carries everyone's; a follower's waits for it)."""
+        request carries everyone's; a follower's waits for it), with the group's
+        protocol type and protocol (v5+: those the request names must be the group's,
+        else INCONSISTENT_GROUP_PROTOCOL)."""
         answer = await self._call(ApiKey.SYNC_GROUP, {
             "group_id": req["group_id"], "generation_id": req["generation_id"],
             "member_id": req["member_id"], "group_instance_id": req.get("group_instance_id"),
+            "protocol_type": req.get("protocol_type"),
+            "protocol_name": req.get("protocol_name"),
             "assignments": [{"member_id": a["member_id"], "assignment": bytes(a["assignment"]),
                              "partitions": assignment_partitions(a["assignment"])}
                             for a in req.get("assignments") or []]}, ctx)
-        return {**_err(answer), "protocol_type": "consumer",
-                "protocol_name": req.get("protocol_name"),
+        return {**_err(answer), "protocol_type": answer.get("protocol_type"),
+                "protocol_name": answer.get("protocol_name"),
                 "assignment": answer.get("assignment", b"")}
 
     async def heartbeat(self, version: int, req: dict, ctx) -> dict:
@@ -550,21 +560,24 @@ class KafkaApis:
         return {k: v for k, v in out[0].items() if k != "group_id"}
 
     async def list_groups(self, version: int, req: dict, ctx) -> dict:
-        """ListGroups: the broker's groups, all of protocol type consumer."""
+        """ListGroups: the broker's groups with their protocol type (``consumer`` for
+        sparklog's own consumers' groups and those with only committed offsets)."""
         answer = await self._call(ApiKey.LIST_GROUPS, {}, ctx)
         return {**_err(answer), "groups": [
-            {"group_id": g["group_id"], "protocol_type": "consumer",
+            {"group_id": g["group_id"],
+             "protocol_type": g.get("protocol_type") or CONSUMER_PROTOCOL_TYPE,
              "group_state": g["state"], "group_type": "classic"}
             for g in answer.get("groups", [])]}
 
     async def describe_groups(self, version: int, req: dict, ctx) -> dict:
-        """DescribeGroups: state, protocol, members with their metadata and the
-        assignment the leader gave them (a group of sparklog's own consumers: the
-        broker's assignment as Kafka's bytes, protocol ``range``)."""
+        """DescribeGroups: state, protocol type and protocol, members with their
+        metadata and the assignment the leader gave them, verbatim (a group of
+        sparklog's own consumers: the broker's assignment as Kafka's bytes, protocol
+        type ``consumer``, protocol ``range``)."""
         answer = await self._call(ApiKey.DESCRIBE_GROUPS, {"groups": list(req["groups"])}, ctx)
         return {"groups": [
             {"group_id": g["group_id"], **_err(g), "group_state": g.get("state", "Dead"),
-             "protocol_type": "consumer",
+             "protocol_type": g.get("protocol_type") or CONSUMER_PROTOCOL_TYPE,
              "protocol_data": g["protocol"] if g.get("protocol_type") else "range",
              "authorized_operations": -2147483648,
              "members": [{"member_id": m["member_id"], "client_id": m.get("client_id", ""),
