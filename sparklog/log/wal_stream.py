@@ -100,7 +100,9 @@ class WalAppend:
         assert self._result is not None
         return self._result
 
-    def _complete(self, result: WalWritten | None, error: BaseException | None) -> None:
+    def complete(self, result: WalWritten | None, error: BaseException | None) -> None:
+        """Record where the frames went (or why they did not) and wake :meth:`wait`:
+        called by the stream's committer once, after the sync or flush covering them."""
         self._result, self._error = result, error
         self._done.set()
 
@@ -167,7 +169,7 @@ class WalStream:
                 raise InvalidArgumentError("the WAL stream is not running (start() it; "
                                            "closed streams take no appends)")
             if self.error is not None:
-                request._complete(None, self._failed_error())
+                request.complete(None, self._failed_error())
                 return request
             self._queue.append(request)
             self._cond.notify()
@@ -227,7 +229,7 @@ class WalStream:
                 self._fail(exc, batch)
                 continue
             for request, result in zip(batch, written):
-                request._complete(result, None)
+                request.complete(result, None)
         if self.error is None:
             try:
                 self._close_file()
@@ -297,7 +299,7 @@ class WalStream:
 
     def _fail_requests(self, batch: list[WalAppend]) -> None:
         for request in batch:
-            request._complete(None, self._failed_error())
+            request.complete(None, self._failed_error())
 
     def _fail(self, exc: BaseException, batch: list[WalAppend]) -> None:
         log.error("WAL stream %s failed: %s", self.path, exc)

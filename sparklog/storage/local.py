@@ -305,12 +305,14 @@ class LocalFileIO(FileIO):
             try:
                 lease = acquire_lease(p, path)
                 fsync_dir(parent)
-            except BaseException:
+            except BaseException as exc:
                 os.close(fd)
                 try:
                     os.unlink(p)
                 except FileNotFoundError:  # renamed away with its directory
                     pass
+                if isinstance(exc, FileNotFoundError):  # the directory went meanwhile
+                    raise _no_parent(path, parent) from None
                 raise
         finally:
             lock.__exit__()

@@ -46,7 +46,7 @@ def spy_syncs(monkeypatch, stream_class):
     lock = threading.Lock()
     durable: dict = {}
     completions: list = []
-    persist, complete = stream_class._persist, WalAppend._complete
+    persist, complete = stream_class._persist, WalAppend.complete
 
     def spy_persist(self):
         covered = self._pushed  # everything pushed before this persist
@@ -60,7 +60,7 @@ def spy_syncs(monkeypatch, stream_class):
         complete(self, result, error)
 
     monkeypatch.setattr(stream_class, "_persist", spy_persist)
-    monkeypatch.setattr(WalAppend, "_complete", spy_complete)
+    monkeypatch.setattr(WalAppend, "complete", spy_complete)
     return durable, completions
 
 
